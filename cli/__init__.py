@@ -1,0 +1,1 @@
+"""The ``placeopt`` command line (click). Commands live in ``cmd_*.py`` modules."""

@@ -1,0 +1,148 @@
+"""Core commands: validate, solve, simulate, show, solvers."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from placement_opt.errors import InputError
+from placement_opt.simulate import simulate
+
+from .common import (INSTANCE, JSON_FLAG, emit_json, metrics_summary, progress, read_instance, read_placement, table,
+                     write_output)
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@JSON_FLAG
+def validate(file, as_json):
+    """Check an instance (or a placement, detected by its "groups" field) for errors."""
+    try:
+        with open(file) as f:
+            head = json.load(f)
+    except (OSError, ValueError):
+        head = None
+    if isinstance(head, dict) and "groups" in head and "cluster" not in head:
+        placement = read_placement(file)
+        info = {"file": file, "kind": "placement", "groups": len(placement.groups)}
+    else:
+        inst = read_instance(file)
+        info = {"file": file, "kind": "instance", "name": inst.name, "models": len(inst.models),
+                "gpus": inst.cluster.n_gpus, "requests": len(inst.requests()), "sha256": inst.sha256}
+    if as_json:
+        emit_json({"valid": True, **info})
+    else:
+        click.echo(f"{file}: valid {info['kind']}" + (f" ({info['models']} models, {info['gpus']} GPUs, "
+                                                      f"{info['requests']} requests)" if info["kind"] == "instance"
+                                                      else f" ({info['groups']} groups)"))
+
+
+@click.command()
+@INSTANCE
+@click.option("--solver", "solver_name", default=None, help="Registered solver (default: the instance's).")
+@click.option("--time-limit", type=float, default=None, help="Stop searching after this many seconds.")
+@click.option("--seed", type=int, default=None, help="Seed (default: the instance's).")
+@click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE", help="Solver option (repeatable).")
+@click.option("-o", "--output", default=None, help="Write the placement JSON here (atomically).")
+@JSON_FLAG
+def solve(instance, solver_name, time_limit, seed, options, output, as_json):
+    """Find a placement for INSTANCE and print (or write) it with its simulated metrics."""
+    from placement_opt.solvers import run_solver
+    inst = read_instance(instance)
+    opts = parse_cli_options(options)
+    name = solver_name or inst.solver
+    progress(f"solving {inst.name} ({len(inst.models)} models, {inst.cluster.n_gpus} GPUs) with {name}")
+    placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)
+    if output:
+        write_output(output, placement.to_json() + "\n")
+        progress(f"wrote {output}")
+    if as_json:
+        click.echo(placement.to_json())
+    else:
+        click.echo(show_text(placement))
+        click.echo(metrics_summary(placement.metrics))
+
+
+def parse_cli_options(options) -> dict:
+    out = {}
+    for item in options:
+        if "=" not in item:
+            raise InputError(f"expected KEY=VALUE, got {item!r}", "--option")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except ValueError:
+            out[k] = v
+    return out
+
+
+@click.command(name="simulate")
+@INSTANCE
+@click.argument("placement", type=click.Path(dir_okay=False))
+@click.option("--seed", type=int, default=None, help="Workload seed (default: the instance's).")
+@JSON_FLAG
+def simulate_cmd(instance, placement, seed, as_json):
+    """Simulate PLACEMENT (as written by `placeopt solve`) on INSTANCE's workload."""
+    inst = read_instance(instance)
+    plc = read_placement(placement, inst)
+    metrics = simulate(inst, plc, seed=seed)
+    if as_json:
+        emit_json(metrics)
+    else:
+        click.echo(metrics_summary(metrics))
+        click.echo(per_model_text(metrics))
+
+
+def show_text(placement) -> str:
+    rows = []
+    for w, groups in enumerate(placement.all_group_sets):
+        for i, g in enumerate(groups):
+            devs = f"{g.devices[0]}-{g.devices[-1]}" if len(g.devices) > 1 else str(g.devices[0])
+            row = [i, devs, g.pp, g.tp, len(g.models), ", ".join(g.models) or "-"]
+            rows.append(([w] if placement.windows else []) + row)
+    headers = (["window"] if placement.windows else []) + ["group", "devices", "pp", "tp", "#models", "models"]
+    return table(headers, rows)
+
+
+def per_model_text(metrics: dict) -> str:
+    per = metrics.get("per_model", {})
+    if not per:
+        return ""
+    rows = [[name, v.get("requests"), v.get("slo_attainment"), v.get("throughput_rps")] for name, v in per.items()]
+    return table(["model", "requests", "SLO attainment", "throughput (req/s)"], rows)
+
+
+@click.command()
+@click.argument("placement", type=click.Path(dir_okay=False))
+@JSON_FLAG
+def show(placement, as_json):
+    """Print PLACEMENT's groups, configs, models and per-model attainment."""
+    plc = read_placement(placement)
+    if as_json:
+        emit_json(plc.to_dict())
+        return
+    click.echo(show_text(plc))
+    if plc.metrics:
+        click.echo()
+        click.echo(metrics_summary(plc.metrics))
+        click.echo(per_model_text(plc.metrics))
+    if plc.provenance:
+        p = plc.provenance
+        click.echo(f"\nsolver {p.get('solver')} seed {p.get('seed')} wall {p.get('wall_time_s')} s, "
+                   f"placeopt {p.get('placeopt_version')}, instance sha256 {str(p.get('instance_sha256'))[:12]}")
+
+
+@click.command()
+@JSON_FLAG
+def solvers(as_json):
+    """List the registered solvers."""
+    from placement_opt.solvers import get_solver_class, solver_names
+    rows = [(n, get_solver_class(n).family, get_solver_class(n).summary) for n in solver_names()]
+    if as_json:
+        emit_json([{"name": n, "family": f, "summary": s} for n, f, s in rows])
+    else:
+        click.echo(table(["solver", "instances", "summary"], rows))
+
+
+COMMANDS = [validate, solve, simulate_cmd, show, solvers]

@@ -1,0 +1,72 @@
+"""Helpers shared by the commands: loading inputs, printing tables, writing outputs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Iterable, Sequence
+
+import click
+
+from placement_opt.instance import load_instance
+from placement_opt.io import atomic_write_text
+from placement_opt.placement import check_placement, load_placement
+
+INSTANCE = click.argument("instance", type=click.Path(dir_okay=False))
+JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+
+def read_instance(path: str):
+    return load_instance(path)
+
+
+def read_placement(path: str, instance=None):
+    placement = load_placement(path)
+    if instance is not None:
+        from placement_opt.errors import InputError
+        try:
+            check_placement(placement, instance)
+        except InputError as e:
+            raise e.with_file(path) from None
+    return placement
+
+
+def progress(message: str) -> None:
+    """Progress and status lines go to stderr so stdout stays parseable."""
+    click.echo(message, err=True)
+
+
+def emit_json(data) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+def write_output(path: str, text: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(path, text)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
+    rows = [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def metrics_summary(metrics: dict) -> str:
+    keys = [("slo_attainment", "SLO attainment"), ("goodput_rps", "goodput (req/s)"),
+            ("throughput_rps", "throughput (req/s)"), ("latency_mean_s", "latency mean (s)"),
+            ("latency_p50_s", "latency p50 (s)"), ("latency_p99_s", "latency p99 (s)"),
+            ("requests", "requests"), ("accepted", "accepted")]
+    return "\n".join(f"{label:20s} {_fmt(metrics[k])}" for k, label in keys if k in metrics)

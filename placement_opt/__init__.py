@@ -1,0 +1,40 @@
+"""placeopt: place many deep-learning models on a GPU cluster for SLO attainment or throughput.
+
+Library entry points::
+
+    from placement_opt import load_instance, solve, simulate, Placement
+    inst = load_instance("instances/tiny/two-models.json")
+    placement = solve(inst, solver="selective-replication", seed=0)
+    metrics = simulate(inst, placement)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .cluster import Cluster, GPUSpec, Link
+from .errors import InputError
+from .instance import Instance, instance_from_dict, load_instance
+from .model import Architecture, ModelSpec
+from .placement import Group, Placement, Window, check_placement, load_placement
+from .profile import ConfigProfile, Profile, derive_profile
+from .simulate import SimulatorConfig, simulate
+from .workload import Workload
+
+
+def solve(instance, solver: str | None = None, time_limit: float | None = None, seed: int | None = None,
+          **options) -> Placement:
+    """Solve ``instance`` with a registered solver (default: the instance's own choice).
+
+    Options given here override the instance's ``solver.options``. The returned placement
+    carries its simulated metrics and provenance.
+    """
+    from .solvers import run_solver
+    return run_solver(instance, solver, time_limit=time_limit, seed=seed, options=options)
+
+
+__all__ = [
+    "Architecture", "Cluster", "ConfigProfile", "GPUSpec", "Group", "Instance", "InputError", "Link", "ModelSpec",
+    "Placement", "Profile", "SimulatorConfig", "Window", "Workload", "__version__", "check_placement",
+    "derive_profile", "instance_from_dict", "load_instance", "load_placement", "simulate", "solve",
+]

@@ -1,0 +1,263 @@
+"""A placement problem: cluster, models, their profiles, workload, objective and solver settings.
+
+:func:`load_instance` reads and validates an instance JSON file; every problem is reported
+as an :class:`~placement_opt.errors.InputError` naming the file, the field and the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from ._validate import check_keys, get_int, get_list, get_number, get_str
+from .cluster import Cluster
+from .errors import InputError
+from .model import FAMILIES, Architecture, ModelSpec
+from .profile import Profile
+from .simulate.config import SimulatorConfig
+from .workload import Requests, SLOSpec, Workload, generate_requests
+
+OBJECTIVES = ("slo_attainment", "throughput")
+TOP_LEVEL_KEYS = ("name", "description", "cluster", "models", "profiles", "workload", "objective", "solver",
+                  "seed", "simulator", "cost_tables", "llm")
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    """Everything a solver needs. Models are expanded (``count`` copies become separate models)."""
+
+    name: str
+    cluster: Cluster
+    models: Tuple[ModelSpec, ...]
+    profiles: Dict[str, Profile]
+    workload: Workload
+    objective: str = "slo_attainment"
+    solver: str = "selective-replication"
+    solver_options: Dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    simulator: SimulatorConfig = SimulatorConfig()
+    slo_overrides: Dict[str, SLOSpec] = field(default_factory=dict)
+    cost_tables: Dict[str, Any] = field(default_factory=dict)
+    llm: Any = None
+    description: str = ""
+    sha256: str = ""
+    path: Optional[str] = None
+
+    @property
+    def model_names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+    @property
+    def is_llm(self) -> bool:
+        return any(m.family == "llm" for m in self.models)
+
+    def model_index(self, name: str) -> int:
+        return self.model_names.index(name)
+
+    def profile_of(self, model: ModelSpec) -> Profile:
+        """The model's measured profile, or one built from its architecture by the cost model."""
+        if model.profile is not None:
+            return self.profiles[model.profile]
+        return _architecture_profile(model, self.cluster)
+
+    @cached_property
+    def model_profiles(self) -> Tuple[Profile, ...]:
+        return tuple(self.profile_of(m) for m in self.models)
+
+    def slo_seconds(self) -> np.ndarray:
+        """The SLO of every model in seconds."""
+        out = np.empty(len(self.models))
+        for i, m in enumerate(self.models):
+            spec = self.slo_overrides.get(m.name, self.workload.slo)
+            out[i] = spec.resolve(self._reference_latency(i))
+        return out
+
+    def _reference_latency(self, i: int) -> float:
+        m = self.models[i]
+        if m.family == "llm" and m.cost_table is not None:
+            return self.cost_tables[m.cost_table].reference_latency()
+        return self.model_profiles[i].reference_latency()
+
+    def requests(self, workload: Optional[Workload] = None, seed: Optional[int] = None) -> Requests:
+        """The instance's requests (memoised for its own workload and seed)."""
+        if workload is None and seed is None:
+            return self._requests
+        return generate_requests(workload or self.workload, self.model_names, self.slo_seconds(),
+                                 self.seed if seed is None else seed)
+
+    @cached_property
+    def _requests(self) -> Requests:
+        return generate_requests(self.workload, self.model_names, self.slo_seconds(), self.seed)
+
+
+def _architecture_profile(model: ModelSpec, cluster: Cluster) -> Profile:
+    from .parallel import architecture_profile  # the cost model (auto-parallelization)
+    return architecture_profile(model.name, model.architecture, cluster)
+
+
+def load_instance(path: str) -> Instance:
+    """Read, validate and expand an instance JSON file."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise InputError(f"cannot read file: {e.strerror}", "", path) from None
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+        where = f"line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise InputError(f"malformed JSON: {msg}", where, path) from None
+    try:
+        return instance_from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)),
+                                  sha256=hashlib.sha256(raw).hexdigest(), path=path)
+    except InputError as e:
+        raise e.with_file(path) from None
+
+
+def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: Optional[str] = None) -> Instance:
+    """Build an :class:`Instance` from parsed JSON (paths resolve against ``base_dir``)."""
+    check_keys(data, "", ["cluster", "models", "workload"], TOP_LEVEL_KEYS)
+    if not sha256:
+        sha256 = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    cluster = Cluster.from_dict(data["cluster"])
+    profiles = _load_profiles(data.get("profiles", {}), base_dir)
+    cost_tables = _load_cost_tables(data.get("cost_tables", {}), base_dir)
+    models, slo_overrides = _load_models(data["models"], profiles, cost_tables)
+    workload = Workload.from_dict(data["workload"], "workload", base_dir)
+    objective = get_str(data, "objective", "", "slo_attainment", choices=OBJECTIVES)
+    solver, options = _load_solver(data.get("solver", {}))
+    simulator = SimulatorConfig.from_dict(data.get("simulator", {}))
+    llm = None
+    if any(m.family == "llm" for m in models) or "llm" in data:
+        from .llm.config import LLMConfig
+        llm = LLMConfig.from_dict(data.get("llm", {}), "llm")
+    inst = Instance(
+        name=str(data.get("name", os.path.splitext(os.path.basename(path))[0] if path else "instance")),
+        description=str(data.get("description", "")),
+        cluster=cluster, models=tuple(models), profiles=profiles, workload=workload, objective=objective,
+        solver=solver, solver_options=options, seed=get_int(data, "seed", "", 0, minimum=0, maximum=2**63 - 1),
+        simulator=simulator, slo_overrides=slo_overrides, cost_tables=cost_tables, llm=llm,
+        sha256=sha256, path=path,
+    )
+    _check_models_fit(inst)
+    _check_rates(inst)
+    return inst
+
+
+def _load_json_ref(value: Any, where: str, base_dir: str) -> Any:
+    """Inline JSON, or a path (relative to the instance file) to a JSON file."""
+    if not isinstance(value, str):
+        return value
+    path = value if os.path.isabs(value) else os.path.join(base_dir, value)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}", where) from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON in {path}: {e.msg} at line {e.lineno}", where) from None
+
+
+def _load_profiles(d: Any, base_dir: str) -> Dict[str, Profile]:
+    if not isinstance(d, dict):
+        raise InputError("expected an object {profile name: profile or path}", "profiles")
+    out = {}
+    for name, value in d.items():
+        where = f"profiles.{name}"
+        out[name] = Profile.from_dict(name, _load_json_ref(value, where, base_dir), where)
+    return out
+
+
+def _load_cost_tables(d: Any, base_dir: str) -> Dict[str, Any]:
+    if not isinstance(d, dict):
+        raise InputError("expected an object {table name: cost table or path}", "cost_tables")
+    if not d:
+        return {}
+    from .llm.costtable import CostTable
+    return {name: CostTable.from_dict(name, _load_json_ref(v, f"cost_tables.{name}", base_dir), f"cost_tables.{name}")
+            for name, v in d.items()}
+
+
+def _load_models(items: Any, profiles, cost_tables):
+    if not isinstance(items, list) or not items:
+        raise InputError("expected a non-empty list of models", "models")
+    models, overrides = [], {}
+    names = set()
+    for i, d in enumerate(items):
+        where = f"models[{i}]"
+        check_keys(d, where, ["name"], ["count", "family", "architecture", "profile", "cost_table", "slo_s",
+                                        "slo_scale", "weights"])
+        name = get_str(d, "name", where)
+        count = get_int(d, "count", where, 1, minimum=1, maximum=100000)
+        family = get_str(d, "family", where, "dnn", choices=FAMILIES)
+        arch = Architecture.from_dict(d["architecture"], f"{where}.architecture") if "architecture" in d else None
+        profile = get_str(d, "profile", where) if "profile" in d else None
+        if profile is not None and profile not in profiles:
+            raise InputError(f"no profile named {profile!r} in profiles", f"{where}.profile")
+        cost_table = get_str(d, "cost_table", where) if "cost_table" in d else None
+        if cost_table is not None and cost_table not in cost_tables:
+            raise InputError(f"no cost table named {cost_table!r} in cost_tables", f"{where}.cost_table")
+        if arch is None and profile is None:
+            raise InputError("a model needs an architecture or a profile", where)
+        if family == "llm" and arch is None:
+            raise InputError("an llm model needs an architecture (for weights and KV-cache size)", where)
+        if "slo_s" in d and "slo_scale" in d:
+            raise InputError("give at most one of slo_s and slo_scale", where)
+        slo = None
+        if "slo_s" in d:
+            slo = SLOSpec(scale=None, seconds=get_number(d, "slo_s", where, exclusive_minimum=0))
+        elif "slo_scale" in d:
+            slo = SLOSpec(scale=get_number(d, "slo_scale", where, exclusive_minimum=0))
+        weights = get_str(d, "weights", where) if "weights" in d else None
+        expanded = [name] if count == 1 else [f"{name}-{k}" for k in range(count)]
+        for n in expanded:
+            if n in names:
+                raise InputError(f"duplicate model name {n!r}", f"{where}.name")
+            names.add(n)
+            models.append(ModelSpec(name=n, family=family, architecture=arch, profile=profile,
+                                    cost_table=cost_table, weights=weights))
+            if slo is not None:
+                overrides[n] = slo
+    return models, overrides
+
+
+def _load_solver(d: Any):
+    if isinstance(d, str):
+        d = {"name": d}
+    check_keys(d, "solver", [], ["name", "options"])
+    name = get_str(d, "name", "solver", "selective-replication")
+    options = d.get("options", {})
+    if not isinstance(options, dict):
+        raise InputError("expected an object", "solver.options")
+    return name, options
+
+
+def _check_models_fit(inst: Instance) -> None:
+    """Every model must fit the cluster in some configuration, or it can never be served."""
+    budget = inst.cluster.gpu.usable_memory_bytes
+    for i, m in enumerate(inst.models):
+        if m.family == "llm":
+            need = m.architecture.weight_bytes()
+            if need > budget * inst.cluster.n_gpus:
+                raise InputError(f"weights of {need / 1e9:.1f} GB exceed the whole cluster's usable memory",
+                                 f"models[{m.name}]")
+            continue
+        prof = inst.model_profiles[i]
+        fits = [c for c in prof.configs.values()
+                if c.n_gpus <= inst.cluster.n_gpus and c.max_stage_weight_bytes <= budget]
+        if not fits:
+            raise InputError("fits nowhere: no parallel configuration within the cluster keeps every stage "
+                             f"under the usable memory of {budget / 1e9:.2f} GB per GPU", f"models[{m.name}]")
+
+
+def _check_rates(inst: Instance) -> None:
+    w = inst.workload
+    if w.process is not None and w.process.rate <= 0:
+        raise InputError("total rate must be > 0", "workload.arrival.rate")

@@ -1,0 +1,30 @@
+"""Per-GPU weight memory of a group and whether another model fits it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .placement import Group
+
+
+def stage_bytes(instance, group: Group) -> np.ndarray:
+    """Weight bytes each GPU of every stage of ``group`` holds for its models."""
+    out = np.zeros(group.pp)
+    for name in group.models:
+        cfg = instance.model_profiles[instance.model_index(name)].config(group.pp, group.tp)
+        out += np.asarray(cfg.stage_weight_bytes)
+    return out
+
+
+def model_stage_bytes(instance, model: int, pp: int, tp: int):
+    """Per-stage per-GPU bytes of one model in config (pp, tp), or None when unprofiled."""
+    cfg = instance.model_profiles[model].config(pp, tp)
+    return None if cfg is None else np.asarray(cfg.stage_weight_bytes)
+
+
+def fits(instance, used: np.ndarray, model: int, pp: int, tp: int) -> bool:
+    """Whether ``model`` fits next to stage usage ``used`` under the usable memory."""
+    need = model_stage_bytes(instance, model, pp, tp)
+    if need is None:
+        return False
+    return bool(np.all(used + need <= instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)))

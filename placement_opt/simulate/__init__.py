@@ -1,0 +1,28 @@
+"""Simulators: the flow-shop DNN simulator (AlpaServe) and the LLM simulator (MuxServe).
+
+:func:`simulate` scores a placement on an instance's workload and returns its metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..placement import Placement, check_placement
+from .config import SimulatorConfig
+from .flowshop import FlowShopResult, run_groups, run_tables, run_windows, simulate_dnn
+from .metrics import serving_metrics
+from .tables import HostTables, build_tables
+
+
+def simulate(instance, placement: Placement, workload=None, seed: Optional[int] = None) -> dict:
+    """Simulate ``placement`` on the instance's workload (or ``workload``) and return metrics."""
+    check_placement(placement, instance)
+    requests = None if workload is None and seed is None else instance.requests(workload, seed)
+    if instance.is_llm:
+        from .llm import simulate_llm
+        return simulate_llm(instance, placement, requests)
+    return simulate_dnn(instance, placement, requests)
+
+
+__all__ = ["FlowShopResult", "HostTables", "SimulatorConfig", "build_tables", "run_groups", "run_tables",
+           "run_windows", "serving_metrics", "simulate", "simulate_dnn"]

@@ -1,0 +1,110 @@
+"""Simulate a DNN placement: build tables, run the kernel, handle time-varying placements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..placement import Group, Placement
+from ..workload import Requests
+from .config import SimulatorConfig
+from .kernels import EARLIEST, SHORTEST_QUEUE, run_batched, run_flow_shop
+from .metrics import serving_metrics
+from .tables import HostTables, build_tables
+
+
+@dataclass(frozen=True, eq=False)
+class FlowShopResult:
+    """Per-request outcome: finish time (-1 rejected), group index (-1), batch size; group busy seconds."""
+
+    finish: np.ndarray
+    group: np.ndarray
+    batch: np.ndarray
+    busy: np.ndarray
+    clocks: np.ndarray
+
+    @property
+    def accepted(self) -> int:
+        return int((self.finish >= 0).sum())
+
+
+def run_tables(tables: HostTables, requests: Requests, n_models: int, config: SimulatorConfig,
+               clocks: Optional[np.ndarray] = None) -> FlowShopResult:
+    """Run the kernel selected by ``config`` on prebuilt tables."""
+    n = len(requests)
+    finish = np.empty(n, dtype=np.float64)
+    group = np.empty(n, dtype=np.int64)
+    batch = np.ones(n, dtype=np.int64)
+    busy = np.zeros(tables.n_groups, dtype=np.float64)
+    clocks = np.zeros(int(tables.stage_ptr[-1])) if clocks is None else clocks.astype(np.float64).copy()
+    if config.batching:
+        run_batched(requests.arrival, requests.model, requests.deadline, n_models, tables.host_ptr,
+                    tables.host_group, tables.host_lat_ptr, tables.lat, tables.stage_ptr, tables.group_host_ptr,
+                    tables.group_hosts, tables.host_model, tables.batch_sizes, clocks, config.overhead_s,
+                    finish, group, busy, batch)
+    else:
+        policy = SHORTEST_QUEUE if config.dispatch == "shortest_queue" else EARLIEST
+        run_flow_shop(requests.arrival, requests.model, requests.deadline, tables.host_ptr, tables.host_group,
+                      tables.host_lat_ptr, tables.lat, tables.stage_ptr, clocks, config.overhead_s, policy,
+                      finish, group, busy)
+    return FlowShopResult(finish, group, batch, busy, clocks)
+
+
+def run_groups(instance, groups: Sequence[Group], requests: Requests,
+               config: Optional[SimulatorConfig] = None) -> FlowShopResult:
+    config = config or instance.simulator
+    tables = build_tables(instance, groups, config)
+    return run_tables(tables, requests, len(instance.models), config)
+
+
+def _stage_devices(group: Group):
+    return [group.devices[s * group.tp:(s + 1) * group.tp] for s in range(group.pp)]
+
+
+def run_windows(instance, placement: Placement, requests: Requests,
+                config: Optional[SimulatorConfig] = None) -> tuple[np.ndarray, list]:
+    """Replay a time-varying placement window by window.
+
+    Requests arriving in a window use that window's groups. Device time carries over:
+    a stage of a new window starts free no earlier than the latest clock of its devices
+    in the previous window (swapping models is free, as Clockwork++ assumes).
+    Returns per-request finish times and (busy, stages) per window group.
+    """
+    config = config or instance.simulator
+    finish = np.full(len(requests), -1.0)
+    device_free = np.zeros(instance.cluster.n_gpus)
+    busy_rows = []
+    starts = [w.start_s for w in placement.windows] + [np.inf]
+    for k, window in enumerate(placement.windows):
+        mask = (requests.arrival >= starts[k]) & (requests.arrival < starts[k + 1])
+        if k == 0:
+            mask |= requests.arrival < starts[0]
+        sub = requests.select(mask)
+        tables = build_tables(instance, window.groups, config)
+        clocks = np.zeros(int(tables.stage_ptr[-1]))
+        for g, grp in enumerate(window.groups):
+            for s, devs in enumerate(_stage_devices(grp)):
+                clocks[tables.stage_ptr[g] + s] = max(device_free[list(devs)].max(), 0.0)
+        res = run_tables(tables, sub, len(instance.models), config, clocks)
+        finish[mask] = res.finish
+        for g, grp in enumerate(window.groups):
+            for s, devs in enumerate(_stage_devices(grp)):
+                device_free[list(devs)] = res.clocks[tables.stage_ptr[g] + s]
+            busy_rows.append((res.busy[g], grp.pp))
+    return finish, busy_rows
+
+
+def simulate_dnn(instance, placement: Placement, requests: Optional[Requests] = None) -> dict:
+    """Metrics of a DNN placement on the instance's (or the given) requests."""
+    requests = instance.requests() if requests is None else requests
+    if placement.windows:
+        finish, rows = run_windows(instance, placement, requests)
+        metrics = serving_metrics(requests.arrival, requests.model, finish, instance.model_names,
+                                  requests.duration_s)
+        metrics["windows"] = len(placement.windows)
+        return metrics
+    res = run_groups(instance, placement.groups, requests)
+    return serving_metrics(requests.arrival, requests.model, res.finish, instance.model_names,
+                           requests.duration_s, res.busy, [g.pp for g in placement.groups])

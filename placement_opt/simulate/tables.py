@@ -1,0 +1,103 @@
+"""Flatten (instance, groups) into the arrays the Numba kernels read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..placement import Group
+from .config import SimulatorConfig
+
+
+@dataclass(frozen=True, eq=False)
+class HostTables:
+    """Kernel inputs for one set of groups (see :mod:`placement_opt.simulate.kernels`)."""
+
+    host_ptr: np.ndarray
+    host_group: np.ndarray
+    host_model: np.ndarray
+    host_lat_ptr: np.ndarray
+    lat: np.ndarray
+    stage_ptr: np.ndarray
+    group_host_ptr: np.ndarray
+    group_hosts: np.ndarray
+    batch_sizes: np.ndarray
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.stage_ptr) - 1
+
+
+def batch_size_grid(profiles, max_batch: int) -> np.ndarray:
+    """Batch sizes (<= max_batch) that any of the profiles has, always including 1."""
+    sizes = {1}
+    for p in profiles:
+        for c in p.configs.values():
+            sizes.update(b for b in c.batch_sizes if b <= max_batch)
+    return np.array(sorted(sizes), dtype=np.int64)
+
+
+def stage_latencies(profile, pp: int, tp: int, batch_sizes: np.ndarray, config: SimulatorConfig) -> np.ndarray:
+    """[len(batch_sizes), pp] latencies with the per-stage overhead factor applied (inf: unprofiled)."""
+    cfg = profile.config(pp, tp)
+    out = np.full((len(batch_sizes), pp), np.inf)
+    factor = 1.0 + config.stage_overhead_factor * pp
+    for i, b in enumerate(batch_sizes):
+        if b in cfg.batch_sizes:
+            out[i] = cfg.stage_latency[cfg.batch_sizes.index(int(b))] * factor
+    return out
+
+
+def build_tables(instance, groups: Sequence[Group], config: SimulatorConfig | None = None,
+                 batch_sizes: np.ndarray | None = None, model_filter: Sequence[int] | None = None) -> HostTables:
+    """Build the host arrays. ``model_filter`` restricts the hosts to those models."""
+    config = config or instance.simulator
+    if batch_sizes is None:
+        batch_sizes = (batch_size_grid(instance.model_profiles, config.max_batch) if config.batching
+                       else np.array([1], dtype=np.int64))
+    n_models = len(instance.models)
+    index = {m: i for i, m in enumerate(instance.model_names)}
+    stage_ptr = np.zeros(len(groups) + 1, dtype=np.int64)
+    for g, grp in enumerate(groups):
+        stage_ptr[g + 1] = stage_ptr[g] + grp.pp
+    hosts_of = [[] for _ in range(n_models)]
+    for g, grp in enumerate(groups):
+        for name in grp.models:
+            m = index[name]
+            if model_filter is None or m in model_filter:
+                hosts_of[m].append(g)
+    host_ptr = np.zeros(n_models + 1, dtype=np.int64)
+    host_group, host_model, host_lat_ptr, lat_parts = [], [], [], []
+    offset = 0
+    cache = {}
+    for m in range(n_models):
+        for g in hosts_of[m]:
+            grp = groups[g]
+            key = (m, grp.pp, grp.tp)
+            if key not in cache:
+                cache[key] = stage_latencies(instance.model_profiles[m], grp.pp, grp.tp, batch_sizes, config).ravel()
+            host_group.append(g)
+            host_model.append(m)
+            host_lat_ptr.append(offset)
+            lat_parts.append(cache[key])
+            offset += cache[key].size
+        host_ptr[m + 1] = len(host_group)
+    group_hosts_of = [[] for _ in groups]
+    for h, g in enumerate(host_group):
+        group_hosts_of[g].append(h)
+    group_host_ptr = np.zeros(len(groups) + 1, dtype=np.int64)
+    for g in range(len(groups)):
+        group_host_ptr[g + 1] = group_host_ptr[g] + len(group_hosts_of[g])
+    return HostTables(
+        host_ptr=host_ptr,
+        host_group=np.array(host_group, dtype=np.int64),
+        host_model=np.array(host_model, dtype=np.int64),
+        host_lat_ptr=np.array(host_lat_ptr, dtype=np.int64),
+        lat=np.concatenate(lat_parts) if lat_parts else np.zeros(0),
+        stage_ptr=stage_ptr,
+        group_host_ptr=group_host_ptr,
+        group_hosts=np.array([h for hs in group_hosts_of for h in hs], dtype=np.int64),
+        batch_sizes=np.asarray(batch_sizes, dtype=np.int64),
+    )

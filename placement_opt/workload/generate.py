@@ -1,0 +1,145 @@
+"""Turn a :class:`Workload` into the request arrays the simulators consume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from .processes import gamma_arrivals, mmpp_arrivals, power_law_split
+from .spec import ArrivalProcess, Workload
+from .trace import read_trace, refit_arrivals
+
+
+@dataclass(frozen=True, eq=False)
+class Requests:
+    """Requests sorted by arrival: times (float64), model ids (int32), absolute deadlines (float64).
+
+    ``prompt_tokens``/``output_tokens`` are set for LLM workloads.
+    """
+
+    arrival: np.ndarray
+    model: np.ndarray
+    deadline: np.ndarray
+    duration_s: float
+    prompt_tokens: Optional[np.ndarray] = None
+    output_tokens: Optional[np.ndarray] = None
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+    def select(self, mask: np.ndarray) -> "Requests":
+        """The sub-workload of the requests where ``mask`` holds (still sorted)."""
+        pick = (lambda a: None if a is None else a[mask])
+        return Requests(self.arrival[mask], self.model[mask], self.deadline[mask], self.duration_s,
+                        pick(self.prompt_tokens), pick(self.output_tokens))
+
+
+def model_processes(workload: Workload, model_names: Sequence[str]) -> list[Optional[ArrivalProcess]]:
+    """Arrival process of every model (None: the model gets no synthetic requests)."""
+    n = len(model_names)
+    out: list[Optional[ArrivalProcess]] = [None] * n
+    if workload.process is not None:
+        p = workload.process
+        if workload.rate_split == "power_law":
+            rates = power_law_split(p.rate, n, workload.power_law_exponent)
+        else:
+            rates = np.full(n, p.rate / n)
+        for i in range(n):
+            out[i] = p.scaled(rates[i] / p.rate) if p.rate > 0 else p
+    index = {name: i for i, name in enumerate(model_names)}
+    for name, proc in workload.per_model.items():
+        if name not in index:
+            raise InputError(f"no model named {name!r}", f"workload.per_model.{name}")
+        out[index[name]] = proc
+    return out
+
+
+def _arrivals(rng: np.random.Generator, proc: ArrivalProcess, duration: float) -> np.ndarray:
+    if proc.kind == "mmpp":
+        return mmpp_arrivals(rng, proc.mmpp_rates, proc.mmpp_switch_rates, duration)
+    return gamma_arrivals(rng, proc.rate, proc.cv, duration)
+
+
+def generate_requests(workload: Workload, model_names: Sequence[str], slo_seconds: Sequence[float],
+                      seed: int = 0) -> Requests:
+    """Draw every model's arrivals from its own seeded stream and merge them in time order.
+
+    Model ``i`` draws from ``default_rng([seed, i])``, so adding a model does not change
+    the arrivals of the others. Ties in time keep model order (stable sort).
+    """
+    n = len(model_names)
+    slo = np.asarray(slo_seconds, dtype=np.float64)
+    prompt = output = None
+    if workload.trace is not None:
+        times, ids, prompt, output = _trace_requests(workload, model_names, seed)
+    else:
+        parts, id_parts = [], []
+        for i, proc in enumerate(model_processes(workload, model_names)):
+            if proc is None:
+                continue
+            t = _arrivals(np.random.default_rng([seed, i]), proc, workload.duration_s)
+            parts.append(t)
+            id_parts.append(np.full(len(t), i, dtype=np.int32))
+        times = np.concatenate(parts) if parts else np.empty(0)
+        ids = np.concatenate(id_parts) if id_parts else np.empty(0, dtype=np.int32)
+        order = np.argsort(times, kind="stable")
+        times, ids = times[order], ids[order]
+    if workload.lengths is not None and prompt is None:
+        prompt, output = _draw_lengths(workload, len(times), seed)
+    deadline = times + slo[ids] if n else times.copy()
+    return Requests(times.astype(np.float64), ids.astype(np.int32), deadline, workload.duration_s, prompt, output)
+
+
+def _trace_requests(workload: Workload, model_names, seed):
+    spec = workload.trace
+    trace = read_trace(spec.path)
+    t = trace.arrival_s / spec.time_scale
+    n = len(model_names)
+    if trace.model:
+        index = {name: i for i, name in enumerate(model_names)}
+        try:
+            ids = np.array([index[m] for m in trace.model], dtype=np.int32)
+        except KeyError as e:
+            raise InputError(f"trace names model {e.args[0]!r} that the instance lacks", "model", spec.path) from None
+    else:
+        ids = (np.arange(len(t)) % max(n, 1)).astype(np.int32)
+    keep = t < workload.duration_s
+    t, ids = t[keep], ids[keep]
+    prompt = trace.prompt_tokens[keep] if trace.prompt_tokens is not None else None
+    output = trace.output_tokens[keep] if trace.output_tokens is not None else None
+    if spec.refit_window_s is None and spec.rate_scale == 1.0:
+        return t, ids, prompt, output
+    window = spec.refit_window_s or workload.duration_s
+    parts, id_parts = [], []
+    for i in range(n):
+        regenerated = refit_arrivals(np.random.default_rng([seed, i]), t[ids == i], workload.duration_s, window,
+                                     spec.rate_scale, spec.cv_scale)
+        parts.append(regenerated)
+        id_parts.append(np.full(len(regenerated), i, dtype=np.int32))
+    times = np.concatenate(parts)
+    new_ids = np.concatenate(id_parts)
+    order = np.argsort(times, kind="stable")
+    times, new_ids = times[order], new_ids[order]
+    if prompt is not None and len(prompt):
+        # Refitted requests take token counts resampled from the trace's own requests.
+        rng = np.random.default_rng([seed, n, 7])
+        pick = rng.integers(0, len(prompt), size=len(times))
+        prompt, output = prompt[pick], output[pick]
+    return times, new_ids, prompt, output
+
+
+def _draw_lengths(workload: Workload, count: int, seed: int):
+    spec = workload.lengths
+    if spec.distribution == "fixed":
+        prompt = np.full(count, int(round(spec.prompt_tokens)), dtype=np.int32)
+        output = np.full(count, int(round(spec.output_tokens)), dtype=np.int32)
+    else:
+        rng = np.random.default_rng([seed, 1 << 20])
+        prompt = np.ceil(rng.exponential(spec.prompt_tokens, count)).astype(np.int32)
+        output = np.ceil(rng.exponential(spec.output_tokens, count)).astype(np.int32)
+    np.clip(prompt, 1, spec.max_prompt_tokens, out=prompt)
+    np.clip(output, 1, spec.max_output_tokens, out=output)
+    return prompt, output

@@ -1,0 +1,76 @@
+"""Round-robin placement: fixed-size groups, models assigned to groups in turn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from placement_opt.memory import fits, model_stage_bytes
+from placement_opt.placement import Group, Placement
+
+from .base import Solver, register
+from .partition import equal_groups
+
+
+@dataclass(frozen=True)
+class RoundRobinOptions:
+    group_size: int = 0  #: GPUs per group; 0 = the fewest that hold every model in a pipeline
+    tp: int = 1  #: tensor-parallel degree inside a group (pp = group_size / tp)
+    replicate: bool = True  #: keep cycling through the models until no replica fits
+
+
+@register
+class RoundRobin(Solver):
+    """Cycle through the models, putting each on the next group with room.
+
+    Without replication every model is placed once; with it (default) the cycle repeats
+    until a full pass places nothing, so memory is used as in the paper's baseline.
+    """
+
+    name = "round-robin"
+    summary = "fixed-size groups, models assigned in turn (baseline)"
+    Options = RoundRobinOptions
+
+    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+        opts = self.options
+        size = opts.group_size or smallest_pipeline_size(instance, opts.tp)
+        tp = min(opts.tp, size)
+        devices = equal_groups(instance.cluster.n_gpus, instance.cluster.gpus_per_node, size)
+        pp = size // tp
+        used = [np.zeros(pp) for _ in devices]
+        models = [[] for _ in devices]
+        cursor = 0
+        while True:
+            placed = False
+            for m in range(len(instance.models)):
+                for k in range(len(devices)):
+                    g = (cursor + k) % len(devices)
+                    if instance.model_names[m] in models[g] or not fits(instance, used[g], m, pp, tp):
+                        continue
+                    used[g] += model_stage_bytes(instance, m, pp, tp)
+                    models[g].append(instance.model_names[m])
+                    cursor = (g + 1) % len(devices)
+                    placed = True
+                    break
+            if not placed or not opts.replicate:
+                break
+        groups = tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(ms)) for d, ms in zip(devices, models))
+        return Placement(groups=groups)
+
+
+def smallest_pipeline_size(instance, tp: int = 1) -> int:
+    """The fewest GPUs (a power of two) on which every model fits as a tp-way pipeline."""
+    budget = instance.cluster.gpu.usable_memory_bytes
+    size = max(1, tp)
+    while size <= instance.cluster.n_gpus:
+        ok = True
+        for prof in instance.model_profiles:
+            cfg = prof.config(size // tp, tp)
+            if cfg is None or cfg.max_stage_weight_bytes > budget:
+                ok = False
+                break
+        if ok:
+            return size
+        size *= 2
+    return instance.cluster.n_gpus
