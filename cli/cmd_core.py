@@ -17,7 +17,7 @@ from .common import (INSTANCE, JSON_FLAG, emit_json, metrics_summary, progress, 
 @click.argument("file", type=click.Path(dir_okay=False))
 @JSON_FLAG
 def validate(file, as_json):
-    """Check an instance (or a placement, detected by its "groups" field) for errors."""
+    """Check an instance, a placement (has "groups") or a profile (has "configs") for errors."""
     try:
         with open(file) as f:
             head = json.load(f)
@@ -26,6 +26,13 @@ def validate(file, as_json):
     if isinstance(head, dict) and "groups" in head and "cluster" not in head:
         placement = read_placement(file)
         info = {"file": file, "kind": "placement", "groups": len(placement.groups)}
+    elif isinstance(head, dict) and "configs" in head and "cluster" not in head:
+        from placement_opt.profile import Profile
+        try:
+            profile = Profile.from_dict(file, head, "")
+        except InputError as e:
+            raise e.with_file(file) from None
+        info = {"file": file, "kind": "profile", "configs": len(profile.configs)}
     else:
         inst = read_instance(file)
         info = {"file": file, "kind": "instance", "name": inst.name, "models": len(inst.models),
@@ -33,9 +40,10 @@ def validate(file, as_json):
     if as_json:
         emit_json({"valid": True, **info})
     else:
-        click.echo(f"{file}: valid {info['kind']}" + (f" ({info['models']} models, {info['gpus']} GPUs, "
-                                                      f"{info['requests']} requests)" if info["kind"] == "instance"
-                                                      else f" ({info['groups']} groups)"))
+        detail = {"instance": lambda: f"{info['models']} models, {info['gpus']} GPUs, {info['requests']} requests",
+                  "placement": lambda: f"{info['groups']} groups",
+                  "profile": lambda: f"{info['configs']} parallel configs"}[info["kind"]]()
+        click.echo(f"{file}: valid {info['kind']} ({detail})")
 
 
 @click.command()

@@ -82,7 +82,7 @@ class Instance:
         m = self.models[i]
         if m.family == "llm" and m.cost_table is not None:
             return self.cost_tables[m.cost_table].reference_latency()
-        return self.model_profiles[i].reference_latency()
+        return self.model_profiles[i].reference_latency(self.cluster.gpu.usable_memory_bytes)
 
     def requests(self, workload: Optional[Workload] = None, seed: Optional[int] = None) -> Requests:
         """The instance's requests (memoised for its own workload and seed)."""

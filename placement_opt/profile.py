@@ -126,13 +126,16 @@ class Profile:
     def config(self, pp: int, tp: int) -> Optional[ConfigProfile]:
         return self.configs.get((pp, tp))
 
-    def reference_latency(self) -> float:
-        """Latency of one request on the fewest GPUs the profile has (one GPU when it fits).
+    def reference_latency(self, memory_budget: float | None = None) -> float:
+        """Latency of one request on the fewest GPUs that hold the model (one GPU when it fits).
 
         This is the base of an SLO given as a scale: the paper's "single-GPU latency", or
-        for models that need several GPUs, the latency at the minimum inter-op degree.
+        for models that need several GPUs, the latency at the minimum inter-op degree
+        (pipeline configs preferred). Without a budget every config counts.
         """
-        cfg = min(self.configs.values(), key=lambda c: (c.n_gpus, c.tp, c.pp))
+        configs = [c for c in self.configs.values()
+                   if memory_budget is None or c.max_stage_weight_bytes <= memory_budget]
+        cfg = min(configs or self.configs.values(), key=lambda c: (c.n_gpus, c.tp, c.pp))
         return cfg.latency(cfg.batch_sizes[0])
 
     def to_dict(self) -> dict:
