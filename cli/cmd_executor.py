@@ -1,0 +1,178 @@
+"""``placeopt execute`` and ``placeopt profile``: run placements and profile models on real devices.
+
+torch is imported only when a command runs, so the CLI works without the executor extra.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from placement_opt.errors import InputError
+
+from .common import INSTANCE, emit_json, progress, read_instance, read_placement, table
+
+
+def _floats(text, field):
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"expected comma-separated numbers, got {text!r}", field) from None
+    if not values or any(v <= 0 for v in values):
+        raise InputError("expected positive numbers", field)
+    return values
+
+
+@click.command(name="execute")
+@INSTANCE
+@click.argument("placement", type=click.Path(dir_okay=False))
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
+              help="nccl: one process per GPU; gloo: CPU processes (auto: nccl when CUDA is available).")
+@click.option("-o", "--output-dir", default="execute-out", show_default=True,
+              help="Folder for metrics.json, simulated.json, requests.csv, summary.json.")
+@click.option("--slo-scale", "slo_scales", default=None,
+              help="Comma-separated SLO scales: one trial each on the same workers (subfolders slo-X).")
+@click.option("--duration", type=float, default=None, help="Replay only the first this many seconds.")
+@click.option("--hang-timeout", type=float, default=30.0, show_default=True,
+              help="Stop when a request is this many seconds past its predicted finish.")
+@click.option("--start-timeout", type=float, default=600.0, show_default=True,
+              help="Stop when the workers are not ready after this many seconds.")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Warm-up passes per model.")
+@click.option("--cpu-threads", type=int, default=1, show_default=True, help="Torch threads per CPU worker.")
+@click.option("--json", "as_json", is_flag=True, help="Print the trial summaries as JSON.")
+def execute_cmd(instance, placement, backend, output_dir, slo_scales, duration, hang_timeout, start_timeout,
+                warmup, cpu_threads, as_json):
+    """Run PLACEMENT on INSTANCE's workload on real devices and compare with the simulator."""
+    from placement_opt.executor import require_torch
+
+    require_torch()
+    from placement_opt.executor.controller import ExecutorConfig, ExecutorError, execute
+
+    inst = read_instance(instance)
+    plc = read_placement(placement, inst)
+    scales = _floats(slo_scales, "--slo-scale") if slo_scales else None
+    if duration is not None and duration <= 0:
+        raise InputError("must be > 0", "--duration")
+    if hang_timeout <= 0 or start_timeout <= 0:
+        raise InputError("timeouts must be > 0", "--hang-timeout" if hang_timeout <= 0 else "--start-timeout")
+    if warmup < 0 or cpu_threads < 1:
+        raise InputError("expected warmup >= 0 and cpu threads >= 1", "--warmup" if warmup < 0 else "--cpu-threads")
+    config = ExecutorConfig(backend=backend, hang_timeout_s=hang_timeout, start_timeout_s=start_timeout,
+                            warmup=warmup, cpu_threads=cpu_threads, duration_s=duration)
+    try:
+        summaries = execute(inst, plc, output_dir, config, scales, log=progress)
+    except ExecutorError as e:
+        click.echo(f"placeopt: execute failed: {e}", err=True)
+        sys.exit(1)
+    if as_json:
+        emit_json(summaries)
+        return
+    rows = [[s["trial"], s["measured"]["slo_attainment"], s["simulated"]["slo_attainment"],
+             s["difference"]["slo_attainment_pp"], s["measured"]["latency_mean_s"],
+             s["simulated"]["latency_mean_s"], s["late"]] for s in summaries]
+    click.echo(table(["trial", "attainment measured", "simulated", "diff (pp)", "mean latency measured (s)",
+                      "simulated (s)", "late"], rows))
+    progress(f"wrote {output_dir}")
+
+
+def _architecture_from_file(path: str, model: str | None):
+    from placement_opt.model import Architecture
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise InputError(f"cannot read file: {e.strerror}", "", path) from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"malformed JSON: {e.msg}", f"line {e.lineno} column {e.colno}", path) from None
+    try:
+        if isinstance(data, dict) and "models" in data:
+            candidates = [(i, m) for i, m in enumerate(data["models"])
+                          if isinstance(m, dict) and "architecture" in m and (model is None or m.get("name") == model)]
+            if not candidates:
+                raise InputError(f"no model{' named ' + repr(model) if model else ''} with an architecture",
+                                 "--model" if model else "models")
+            if len(candidates) > 1 and model is None:
+                raise InputError("several models have architectures; pick one", "--model")
+            i, m = candidates[0]
+            return m.get("name", f"model-{i}"), Architecture.from_dict(m["architecture"], f"models[{i}].architecture")
+        if isinstance(data, dict) and "architecture" in data:
+            data = data["architecture"]
+        return model, Architecture.from_dict(data, "architecture")
+    except InputError as e:
+        raise e.with_file(path) from None
+
+
+@click.command(name="profile")
+@click.argument("source", type=click.Path(dir_okay=False))
+@click.option("--model", default=None, help="Model of SOURCE (an instance) to profile.")
+@click.option("--name", default=None, help="Profile name (default: the model's).")
+@click.option("-o", "--output", required=True, help="Profile JSON to write (the format instances reference).")
+@click.option("--details", default=None, help="Also write the per-layer / per-stage measurements here.")
+@click.option("--configs", default=None, help="PPxTP list, e.g. 1x1,2x1,1x2 (default: all on the devices).")
+@click.option("--devices", type=int, default=None,
+              help="Devices for the default configs (default: the GPUs present, or 1 on CPU).")
+@click.option("--batch-sizes", default="1", show_default=True, help="Comma-separated batch sizes.")
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
+@click.option("--warmup", type=int, default=5, show_default=True)
+@click.option("--repeats", type=int, default=20, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--cpu-threads", type=int, default=1, show_default=True)
+def profile_cmd(source, model, name, output, details, configs, devices, batch_sizes, backend, warmup, repeats,
+                seed, cpu_threads):
+    """Measure per-stage and per-layer latency and memory of SOURCE's architecture on the devices present.
+
+    SOURCE is an architecture JSON, or an instance JSON (read without loading its profiles)
+    with --model naming the model.
+    """
+    from placement_opt.executor import require_torch
+
+    require_torch()
+    import torch
+
+    from placement_opt.executor.controller import ExecutorConfig, ExecutorError
+    from placement_opt.executor.model import check_supported
+    from placement_opt.executor.profiler import ProfileSettings, default_configs, parse_configs, profile_architecture
+    from placement_opt.io import atomic_write_json
+
+    model_name, arch = _architecture_from_file(source, model)
+    name = name or model_name
+    if not name:
+        raise InputError("name the profile", "--name")
+    resolved = ExecutorConfig(backend=backend).resolved_backend()
+    present = torch.cuda.device_count() if resolved == "nccl" else 1
+    n_dev = devices or present
+    if resolved == "nccl" and n_dev > present:
+        raise InputError(f"only {present} GPUs are present", "--devices")
+    cfgs = parse_configs(configs) if configs else default_configs(n_dev, arch.layers)
+    for pp, tp in cfgs:
+        if pp > arch.layers:
+            raise InputError(f"{pp} stages but only {arch.layers} layers", "--configs")
+        if resolved == "nccl" and tp > present:
+            raise InputError(f"tp {tp} needs {tp} GPUs; {present} present", "--configs")
+        check_supported(arch, tp, "architecture")
+    sizes = tuple(sorted({int(b) for b in _floats(batch_sizes, "--batch-sizes")}))
+    if warmup < 0 or repeats < 1:
+        raise InputError("expected warmup >= 0 and repeats >= 1", "--repeats")
+    settings = ProfileSettings(configs=cfgs, batch_sizes=sizes, warmup=warmup, repeats=repeats, backend=resolved,
+                               seed=seed, cpu_threads=cpu_threads)
+    progress(f"profiling {name}: configs {', '.join(f'{p}x{t}' for p, t in cfgs)}, batch sizes {list(sizes)}, "
+             f"{resolved}")
+    try:
+        profile, detail = profile_architecture(name, arch, settings)
+    except ExecutorError as e:
+        click.echo(f"placeopt: profile failed: {e}", err=True)
+        sys.exit(1)
+    atomic_write_json(output, profile.to_dict())
+    if details:
+        atomic_write_json(details, detail)
+    rows = [[f"{c.pp}x{c.tp}", b, " ".join(f"{x * 1e3:.3f}" for x in c.stage_latency[i]),
+             " ".join(f"{w / 1e9:.3f}" for w in c.stage_weight_bytes)]
+            for _, c in sorted(profile.configs.items()) for i, b in enumerate(c.batch_sizes)]
+    click.echo(table(["config", "batch", "stage latency (ms)", "stage weights (GB/GPU)"], rows))
+    progress(f"wrote {output}")
+
+
+COMMANDS = [execute_cmd, profile_cmd]
