@@ -96,8 +96,12 @@ class _Runner:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
-    def run(self, model: int):
-        """Run this rank's stage of ``model`` for one request; return (start, end) monotonic seconds."""
+    def forward(self, model: int):
+        """Run this rank's stage of ``model`` for one request; return (output, start, end).
+
+        ``start`` and ``end`` are monotonic seconds after the input arrived and after the
+        stage's output is ready; the output goes on to the next stage asynchronously.
+        """
         plan, stage = self.spec.plan, self.stages[model]
         if plan.is_first_stage:
             x = self.tokens[model]
@@ -113,7 +117,7 @@ class _Runner:
         if not plan.is_last_stage:
             self.pending = [(w, t) for w, t in self.pending if not w.is_completed()]
             self.pending.append((self.dist.isend(y, dst=plan.next_rank), y))
-        return start, end
+        return y, start, end
 
     def weight_bytes(self) -> dict:
         return {i: s.weight_bytes() for i, s in self.stages.items()}
@@ -133,14 +137,14 @@ def worker_main(spec: WorkerSpec, commands, reports) -> None:
         runner = _Runner(spec)
         for m in spec.models:  # warm-up: same order on every rank of the group
             for _ in range(spec.warmup):
-                runner.run(m.index)
+                runner.forward(m.index)
         reports.send(("ready", rank, {"weight_bytes": runner.weight_bytes(), "device": str(runner.device)}))
         while True:
             cmd = commands.recv()
             if cmd is None:
                 break
             key, model = cmd
-            start, end = runner.run(model)
+            _, start, end = runner.forward(model)
             if spec.plan.reports:
                 reports.send(("stage", key, spec.plan.stage, start, end))
         runner.close()

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash instances/fidelity/run_gpu.sh PHASE...
+# Phases: setup check profile quick full alpaserve pack. Results go to $OUT (or ./fidelity-out).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-fidelity-out}
+F=instances/fidelity
+R=$OUT/runs
+mkdir -p "$R"
+SCALES=${SCALES:-1.5,2,3,5,10}
+for phase in "$@"; do
+  echo "=== $phase $(date -u +%T)"
+  case $phase in
+    setup)
+      python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
+      nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.device_count())' ;;
+    check)
+      python3 -c '
+import numpy as np
+from placement_opt.model import Architecture
+from placement_opt.executor.selfcheck import sharded_forward, reference_forward
+arch = Architecture(layers=4, hidden=1024, heads=16, seq_len=256, vocab=1000, dtype="fp16")
+ref = reference_forward(arch, 1, "cuda:0")
+for pp, tp in [(2, 1), (1, 2)]:
+    out = sharded_forward(arch, pp, tp, backend="nccl", seed=1)
+    print(f"nccl pp={pp} tp={tp}: relative error {np.linalg.norm(out - ref) / np.linalg.norm(ref):.2e}")
+' ;;
+    profile)
+      placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1,1x2 --batch-sizes 1,2,4 \
+        --warmup 5 --repeats 20 -o $F/profile-gpu.json --details $F/profile-gpu-details.json
+      cp $F/profile-gpu.json $F/profile-gpu-details.json "$OUT/" ;;
+    quick)
+      for p in simple pipeline; do
+        placeopt execute $F/two-models-poisson.json $F/placement-$p.json --duration 5 --slo-scale 5 -o "$R/quick-$p"
+      done ;;
+    full)
+      for a in poisson gamma; do for p in simple pipeline; do
+        placeopt execute $F/two-models-$a.json $F/placement-$p.json --slo-scale "$SCALES" -o "$R/$a-$p"
+      done; done ;;
+    alpaserve)
+      for a in poisson gamma; do
+        placeopt execute $F/two-models-$a.json $F/placement-alpaserve-$a.json --slo-scale "$SCALES" -o "$R/$a-alpaserve"
+      done ;;
+    pack)
+      tar czf "$OUT/runs.tar.gz" -C "$R" . && rm -rf "$R" ;;
+  esac
+done
