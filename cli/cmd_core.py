@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import click
 
@@ -35,6 +36,7 @@ def validate(file, as_json):
         info = {"file": file, "kind": "profile", "configs": len(profile.configs)}
     else:
         inst = read_instance(file)
+        check_solver(inst, file)
         info = {"file": file, "kind": "instance", "name": inst.name, "models": len(inst.models),
                 "gpus": inst.cluster.n_gpus, "requests": len(inst.requests()), "sha256": inst.sha256}
     if as_json:
@@ -57,11 +59,16 @@ def validate(file, as_json):
 def solve(instance, solver_name, time_limit, seed, options, output, as_json):
     """Find a placement for INSTANCE and print (or write) it with its simulated metrics."""
     from placement_opt.solvers import run_solver
+    check_run_options(time_limit, seed)
     inst = read_instance(instance)
     opts = parse_cli_options(options)
     name = solver_name or inst.solver
+    check_solver(inst, instance, name, opts)
     progress(f"solving {inst.name} ({len(inst.models)} models, {inst.cluster.n_gpus} GPUs) with {name}")
-    placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)
+    try:
+        placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)
+    except InputError as e:  # solver name and options come from the instance or the command line
+        raise e.with_file(instance) from None
     if output:
         write_output(output, placement.to_json() + "\n")
         progress(f"wrote {output}")
@@ -70,6 +77,26 @@ def solve(instance, solver_name, time_limit, seed, options, output, as_json):
     else:
         click.echo(show_text(placement))
         click.echo(metrics_summary(placement.metrics))
+
+
+def check_solver(inst, file: str, name: str | None = None, options: dict | None = None) -> None:
+    """The solver (default: the instance's) must be registered and accept its options, which
+    are the instance's ``solver.options`` when it is the instance's solver, plus ``options``."""
+    from placement_opt.solvers import make_solver
+    name = name or inst.solver
+    merged = dict(inst.solver_options) if name == inst.solver else {}
+    merged.update(options or {})
+    try:
+        make_solver(name, merged)
+    except InputError as e:
+        raise e.with_file(file) from None
+
+
+def check_run_options(time_limit, seed) -> None:
+    if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
+        raise InputError(f"must be a positive number of seconds, got {time_limit}", "--time-limit")
+    if seed is not None and seed < 0:
+        raise InputError(f"must be >= 0, got {seed}", "--seed")
 
 
 def parse_cli_options(options) -> dict:
@@ -92,6 +119,7 @@ def parse_cli_options(options) -> dict:
 @JSON_FLAG
 def simulate_cmd(instance, placement, seed, as_json):
     """Simulate PLACEMENT (as written by `placeopt solve`) on INSTANCE's workload."""
+    check_run_options(None, seed)
     inst = read_instance(instance)
     plc = read_placement(placement, inst)
     metrics = simulate(inst, plc, seed=seed)

@@ -29,6 +29,19 @@ def check_keys(d: Any, field: str, required: Iterable[str], optional: Iterable[s
     return d
 
 
+def reject_non_finite(value: Any, field: str = "") -> None:
+    """Refuse NaN and Infinity anywhere in parsed JSON (Python's json accepts these literals)."""
+    stack = [(value, field)]
+    while stack:  # iterative: deeply nested input must not overflow the Python stack
+        item, where = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise InputError(f"{item} is not a valid JSON number (NaN and Infinity are refused)", where)
+        if isinstance(item, dict):
+            stack.extend((v, _join(where, str(k))) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+
+
 def _join(field: str, key: str) -> str:
     return f"{field}.{key}" if field else key
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ._validate import check_keys, get_int, get_list, get_number, get_str
+from ._validate import check_keys, get_int, get_list, get_number, get_str, reject_non_finite
 from .cluster import Cluster
 from .errors import InputError
 from .model import FAMILIES, Architecture, ModelSpec
@@ -114,6 +114,8 @@ def load_instance(path: str) -> Instance:
         msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
         where = f"line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
         raise InputError(f"malformed JSON: {msg}", where, path) from None
+    except RecursionError:
+        raise InputError("malformed JSON: nested too deeply", "", path) from None
     try:
         return instance_from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)),
                                   sha256=hashlib.sha256(raw).hexdigest(), path=path)
@@ -124,6 +126,7 @@ def load_instance(path: str) -> Instance:
 def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: Optional[str] = None) -> Instance:
     """Build an :class:`Instance` from parsed JSON (paths resolve against ``base_dir``)."""
     check_keys(data, "", ["cluster", "models", "workload"], TOP_LEVEL_KEYS)
+    reject_non_finite(data)
     if not sha256:
         sha256 = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     cluster = Cluster.from_dict(data["cluster"])
@@ -139,8 +142,8 @@ def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: O
         from .llm.config import LLMConfig
         llm = LLMConfig.from_dict(data.get("llm", {}), "llm")
     inst = Instance(
-        name=str(data.get("name", os.path.splitext(os.path.basename(path))[0] if path else "instance")),
-        description=str(data.get("description", "")),
+        name=get_str(data, "name", "", os.path.splitext(os.path.basename(path))[0] if path else "instance"),
+        description=_get_description(data),
         cluster=cluster, models=tuple(models), profiles=profiles, workload=workload, objective=objective,
         solver=solver, solver_options=options, seed=get_int(data, "seed", "", 0, minimum=0, maximum=2**63 - 1),
         simulator=simulator, slo_overrides=slo_overrides, cost_tables=cost_tables, llm=llm,
@@ -158,11 +161,22 @@ def _load_json_ref(value: Any, where: str, base_dir: str) -> Any:
     path = value if os.path.isabs(value) else os.path.join(base_dir, value)
     try:
         with open(path) as f:
-            return json.load(f)
+            data = json.load(f)
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}", where) from None
     except json.JSONDecodeError as e:
         raise InputError(f"malformed JSON in {path}: {e.msg} at line {e.lineno}", where) from None
+    except (UnicodeDecodeError, RecursionError):
+        raise InputError(f"malformed JSON in {path}: not UTF-8 text or nested too deeply", where) from None
+    reject_non_finite(data, where)
+    return data
+
+
+def _get_description(data: dict) -> str:
+    value = data.get("description", "")
+    if not isinstance(value, str):
+        raise InputError(f"expected a string, got {type(value).__name__}", "description")
+    return value
 
 
 def _load_profiles(d: Any, base_dir: str) -> Dict[str, Profile]:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
 
-from ._validate import as_int, check_keys, get_int, get_list, get_number, get_str
+from ._validate import as_int, check_keys, get_int, get_list, get_number, get_str, reject_non_finite
 from .errors import InputError
 
 FORMAT_VERSION = 1
@@ -146,6 +146,9 @@ class Placement:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise InputError(f"malformed JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
+        except RecursionError:
+            raise InputError("malformed JSON: nested too deeply") from None
+        reject_non_finite(data)
         return cls.from_dict(data)
 
 
