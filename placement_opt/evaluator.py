@@ -15,8 +15,11 @@ import numpy as np
 
 from .placement import Group
 from .simulate.flowshop import run_tables
-from .simulate.tables import build_tables
+from .simulate.tables import HostTables, batch_size_grid, build_tables, stage_latencies
 from .workload import Requests
+
+#: Component simulations remembered per evaluator (keys are small tuples, values small arrays).
+MEMO_LIMIT = 200_000
 
 
 class PlacementEvaluator:
@@ -34,6 +37,12 @@ class PlacementEvaluator:
         self._model_requests = [np.sort(order[bounds[m]:bounds[m + 1]]) for m in range(self.n_models)]
         self.requests_per_model = counts
         self.evaluations = 0
+        self.memo_hits = 0
+        self._memo: dict = {}
+        self._subsets: dict = {}
+        self._lat: dict = {}
+        self._batch_sizes = (batch_size_grid(instance.model_profiles, self.config.max_batch) if self.config.batching
+                             else np.array([1], dtype=np.int64))
 
     @property
     def n_requests(self) -> int:
@@ -105,4 +114,83 @@ class PlacementEvaluator:
         new = self.accepted_per_model(sub_groups, models)
         out = base_accepted.copy()
         out[models] = new[models]
+        return out
+
+    # --- fast path for searches that describe groups as (pp, tp) shells and model-index lists ---
+
+    def _latencies(self, m: int, pp: int, tp: int) -> np.ndarray:
+        key = (m, pp, tp)
+        lat = self._lat.get(key)
+        if lat is None:
+            lat = stage_latencies(self.instance.model_profiles[m], pp, tp, self._batch_sizes, self.config).ravel()
+            self._lat[key] = lat
+        return lat
+
+    def _requests_of(self, models: tuple) -> Requests:
+        req = self._subsets.get(models)
+        if req is None:
+            idx = np.sort(np.concatenate([self._model_requests[m] for m in models])) if models else \
+                np.zeros(0, dtype=np.int64)
+            req = self.requests.select(idx)
+            if len(self._subsets) < 4096:
+                self._subsets[models] = req
+        return req
+
+    def shell_tables(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]]) -> HostTables:
+        """Kernel tables for groups given as ``(pp, tp)`` and model-index lists (same layout as
+        :func:`~placement_opt.simulate.tables.build_tables`: hosts by model, then group order)."""
+        n_groups = len(configs)
+        stage_ptr = np.zeros(n_groups + 1, dtype=np.int64)
+        for g, (pp, _) in enumerate(configs):
+            stage_ptr[g + 1] = stage_ptr[g] + pp
+        pairs = sorted((m, g) for g, ms in enumerate(model_lists) for m in ms)
+        host_ptr = np.zeros(self.n_models + 1, dtype=np.int64)
+        host_group = np.empty(len(pairs), dtype=np.int64)
+        host_model = np.empty(len(pairs), dtype=np.int64)
+        host_lat_ptr = np.empty(len(pairs), dtype=np.int64)
+        parts = []
+        offset = 0
+        for h, (m, g) in enumerate(pairs):
+            pp, tp = configs[g]
+            lat = self._latencies(m, pp, tp)
+            host_group[h] = g
+            host_model[h] = m
+            host_lat_ptr[h] = offset
+            parts.append(lat)
+            offset += lat.size
+            host_ptr[m + 1] += 1
+        np.cumsum(host_ptr, out=host_ptr)
+        order = np.argsort(host_group, kind="stable")
+        group_host_ptr = np.zeros(n_groups + 1, dtype=np.int64)
+        np.cumsum(np.bincount(host_group, minlength=n_groups), out=group_host_ptr[1:])
+        return HostTables(host_ptr=host_ptr, host_group=host_group, host_model=host_model,
+                          host_lat_ptr=host_lat_ptr, lat=np.concatenate(parts) if parts else np.zeros(0),
+                          stage_ptr=stage_ptr, group_host_ptr=group_host_ptr, group_hosts=order.astype(np.int64),
+                          batch_sizes=self._batch_sizes)
+
+    def accepted_of_component(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]],
+                              models: tuple) -> np.ndarray:
+        """Accepted requests of ``models`` (sorted tuple) when served by exactly these groups.
+
+        Results are memoised by the groups' (pp, tp, models) in order: the simulation depends
+        on nothing else, so identical components met in other beam entries, rounds or
+        candidates are simulated once.
+        """
+        return self.component_result(configs, model_lists, models)[0]
+
+    def component_result(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]],
+                         models: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """(accepted of ``models``, busy seconds of every group) for one component (memoised)."""
+        key = tuple((c[0], c[1], tuple(sorted(ms))) for c, ms in zip(configs, model_lists))
+        hit = self._memo.get(key)
+        if hit is not None:
+            self.memo_hits += 1
+            return hit
+        self.evaluations += 1
+        req = self._requests_of(models)
+        tables = self.shell_tables(configs, model_lists)
+        res = run_tables(tables, req, self.n_models, self.config)
+        out = (np.bincount(req.model[res.finish >= 0], minlength=self.n_models)[list(models)], res.busy)
+        if len(self._memo) < MEMO_LIMIT:
+            self._memo[key] = out
         return out

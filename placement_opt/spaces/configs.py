@@ -1,0 +1,62 @@
+"""Parallel configurations (pp, tp) a group of a given size can run for a set of models."""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+
+def _auto_parallel(instance, model: int, n_gpus: int):
+    """(pp, tp) pairs from the auto-parallelization module when it is available, else None."""
+    try:
+        from placement_opt.parallel import enumerate_parallel_configs
+    except ImportError:
+        return None
+    try:
+        return [tuple(c) for c in enumerate_parallel_configs(instance.models[model], n_gpus, instance.cluster)]
+    except Exception:  # a model without architecture, or an older signature: fall back to profiles
+        return None
+
+
+class ParallelConfigs:
+    """(pp, tp) with pp x tp = ``size`` that at least one of ``models`` can run in memory.
+
+    Candidates come from :func:`placement_opt.parallel.enumerate_parallel_configs` when it
+    is importable, else from the models' profiles; a kept config must be profiled (the
+    simulator needs its latencies) and fit the usable memory for some model.
+    ``count_unpruned`` is every factorisation of ``size`` into pp x tp.
+    """
+
+    def __init__(self, instance, size: int, models: Sequence[int] | None = None, tp: int | None = None):
+        self.instance = instance
+        self.size = size
+        self.models = list(range(len(instance.models))) if models is None else list(models)
+        self.tp = tp
+        self._kept = None
+
+    def _compute(self) -> list[tuple[int, int]]:
+        budget = self.instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
+        kept = set()
+        for m in self.models:
+            prof = self.instance.model_profiles[m]
+            cands = _auto_parallel(self.instance, m, self.size)
+            if cands is None:
+                cands = [k for k in prof.configs if k[0] * k[1] == self.size]
+            for pp, tp in cands:
+                if pp * tp != self.size or (self.tp is not None and tp != self.tp):
+                    continue
+                cfg = prof.config(pp, tp)
+                if cfg is not None and cfg.max_stage_weight_bytes <= budget:
+                    kept.add((pp, tp))
+        # more pipeline stages first: higher throughput, the usual winner at loose SLOs
+        return sorted(kept, key=lambda c: (-c[0], c[1]))
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        if self._kept is None:
+            self._kept = self._compute()
+        return iter(self._kept)
+
+    def count(self) -> int:
+        return sum(1 for _ in self)
+
+    def count_unpruned(self) -> int:
+        return sum(1 for pp in range(1, self.size + 1) if self.size % pp == 0)

@@ -1,0 +1,91 @@
+"""Group partitions of a device bucket, and packing groups onto real devices.
+
+A group either lies inside one node (its size divides the node's GPU count, so groups
+tile a node exactly) or spans whole nodes. A bucket of ``n`` devices is split as the paper
+prunes it: ``n // s`` groups of size ``s`` plus one remainder group of ``n % s`` devices
+when that is itself a valid size.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from placement_opt.errors import InputError
+
+
+def valid_group_size(size: int, gpus_per_node: int) -> bool:
+    """Whether a group of ``size`` GPUs can sit on the cluster without straddling a node."""
+    if size < 1:
+        return False
+    if size <= gpus_per_node:
+        return gpus_per_node % size == 0
+    return size % gpus_per_node == 0
+
+
+class GroupPartitions:
+    """Partitions of ``n_devices`` into equal-size groups plus a remainder group.
+
+    Iterates tuples of group sizes (largest first). ``count_unpruned`` is every group size
+    from 1 to ``n_devices``; the kept ones respect node boundaries (sizes, remainder).
+    ``sizes`` restricts the group sizes (e.g. fixed 4-GPU groups for the ablation).
+    """
+
+    def __init__(self, n_devices: int, gpus_per_node: int, sizes: Sequence[int] | None = None):
+        if n_devices < 1:
+            raise InputError("a device bucket needs at least one device", "n_devices")
+        self.n_devices = n_devices
+        self.gpus_per_node = gpus_per_node
+        self.sizes = None if sizes is None else tuple(sizes)
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        for s in range(1, self.n_devices + 1):
+            if self.sizes is not None and s not in self.sizes:
+                continue
+            if not valid_group_size(s, self.gpus_per_node):
+                continue
+            q, r = divmod(self.n_devices, s)
+            if r and not valid_group_size(r, self.gpus_per_node):
+                continue
+            yield (s,) * q + ((r,) if r else ())
+
+    def count(self) -> int:
+        return sum(1 for _ in self)
+
+    def count_unpruned(self) -> int:
+        return self.n_devices
+
+
+def allocate_devices(sizes: Sequence[int], nodes: int, gpus_per_node: int) -> list[tuple[int, ...]] | None:
+    """Assign device ids to groups of the given sizes (in the given order), or None if they do not fit.
+
+    Whole-node groups take consecutive whole nodes first; groups inside a node are packed
+    largest first into the remaining nodes (they tile exactly because sizes divide the node).
+    """
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    out: list = [None] * len(sizes)
+    node = 0
+    free_in_node = {}
+    for i in order:
+        s = sizes[i]
+        if s >= gpus_per_node:
+            k = s // gpus_per_node
+            if node + k > nodes:
+                return None
+            out[i] = tuple(range(node * gpus_per_node, (node + k) * gpus_per_node))
+            node += k
+            continue
+        placed = False
+        for nd in sorted(free_in_node):
+            start = free_in_node[nd]
+            if start + s <= gpus_per_node:
+                out[i] = tuple(range(nd * gpus_per_node + start, nd * gpus_per_node + start + s))
+                free_in_node[nd] = start + s
+                placed = True
+                break
+        if not placed:
+            if node >= nodes:
+                return None
+            free_in_node[node] = s
+            out[i] = tuple(range(node * gpus_per_node, node * gpus_per_node + s))
+            node += 1
+    return out

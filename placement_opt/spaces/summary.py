@@ -1,0 +1,144 @@
+"""The whole Algorithm 2 space of an instance: bucketings, device buckets, partitions, configs.
+
+:class:`SearchSettings` holds the knobs of the enumeration; :func:`bucket_tasks` lists the
+(partition, configs) choices for one model bucket on ``n`` devices (one Algorithm 1 call
+each); :func:`summarize` counts every level before and after pruning.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from .buckets import DeviceBuckets, ModelBuckets, model_loads
+from .configs import ParallelConfigs
+from .partitions import GroupPartitions
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Enumeration knobs of the AlpaServe search (all are solver options of ``alpaserve``)."""
+
+    bucket_threshold: float = 2.5  #: models whose latencies differ by more than this ratio get separate buckets
+    max_buckets: int = 3  #: at most this many model buckets
+    device_unit: int = 0  #: device-bucket granularity; 0 = auto (see :func:`auto_unit`)
+    balance_tolerance: float = 2.0  #: keep device buckets whose devices/load ratios differ by at most this factor
+    group_sizes: Tuple[int, ...] = ()  #: allowed group sizes; empty = all that respect node boundaries
+    max_group_size: int = 0  #: 0 = no limit
+    tp: int = 0  #: force this tensor-parallel degree; 0 = any
+
+
+def auto_unit(n_gpus: int, gpus_per_node: int) -> int:
+    """The smallest divisor of the node size that cuts the cluster into at most 16 units."""
+    for u in range(1, gpus_per_node + 1):
+        if gpus_per_node % u == 0 and n_gpus % u == 0 and n_gpus // u <= 16:
+            return u
+    return gpus_per_node if n_gpus % gpus_per_node == 0 else 1
+
+
+def min_devices(instance, models) -> int:
+    """The fewest GPUs on which every model of the bucket fits in some profiled config."""
+    budget = instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
+    need = 1
+    for m in models:
+        sizes = [c.n_gpus for c in instance.model_profiles[m].configs.values() if c.max_stage_weight_bytes <= budget]
+        need = max(need, min(sizes) if sizes else instance.cluster.n_gpus)
+    return need
+
+
+def bucket_tasks(instance, models, n_devices: int, settings: SearchSettings):
+    """Every (group sizes, configs) for ``models`` on ``n_devices``: equal groups share one config,
+    the remainder group has its own."""
+    cl = instance.cluster
+    sizes = settings.group_sizes or None
+    tasks = []
+    for part in GroupPartitions(n_devices, cl.gpus_per_node, sizes):
+        s = part[0]
+        if settings.max_group_size and s > settings.max_group_size:
+            continue
+        tp = settings.tp or None
+        main = list(ParallelConfigs(instance, s, models, tp))
+        rem = part[-1] if part[-1] != s else None
+        rest = list(ParallelConfigs(instance, rem, models, tp)) if rem else [None]
+        for c, r in itertools.product(main, rest):
+            if rem and r is None:
+                continue
+            cfgs = tuple([c] * (len(part) - (1 if rem else 0)) + ([r] if rem else []))
+            tasks.append((part, cfgs))
+    return tasks
+
+
+def bucket_tasks_unpruned(instance, models, n_devices: int) -> int:
+    """Algorithm 1 calls without node-boundary and memory pruning: every group size x every
+    pp x tp factorisation of the equal groups and of the remainder group."""
+    total = 0
+    for s in range(1, n_devices + 1):
+        r = n_devices % s
+        total += ParallelConfigs(instance, s, models).count_unpruned() * (
+            ParallelConfigs(instance, r, models).count_unpruned() if r else 1)
+    return total
+
+
+@dataclass
+class Plan:
+    """The enumerated space: bucketings with their device compositions, and the distinct
+    (bucket, devices) pairs that need an Algorithm 1 search."""
+
+    bucketings: list
+    compositions: dict  # bucketing -> list of device tuples
+    pairs: list  # distinct (bucket, n_devices)
+    unit: int
+    counts: dict
+
+
+def plan(instance, settings: SearchSettings, requests=None) -> Plan:
+    cl = instance.cluster
+    unit = settings.device_unit or auto_unit(cl.n_gpus, cl.gpus_per_node)
+    loads = model_loads(instance, requests)
+    mb = ModelBuckets(instance, settings.bucket_threshold, max_buckets=settings.max_buckets)
+    bucketings = list(mb)
+    compositions = {}
+    pairs = {}
+    dev_unpruned = 0
+    for bk in bucketings:
+        db = DeviceBuckets(cl.n_gpus, [loads[list(b)].sum() for b in bk], unit, settings.balance_tolerance,
+                           [min_devices(instance, b) for b in bk])
+        comps = list(db)
+        dev_unpruned += db.count_unpruned()
+        compositions[bk] = comps
+        for comp in comps:
+            for b, n in zip(bk, comp):
+                pairs.setdefault((b, n), None)
+    counts = {"model_bucketings": (mb.count_unpruned(), len(bucketings)),
+              "device_buckets": (dev_unpruned, sum(len(v) for v in compositions.values()))}
+    return Plan(bucketings, compositions, list(pairs), unit, counts)
+
+
+def summarize(instance, settings: Optional[SearchSettings] = None) -> dict:
+    """Sizes of every level of the space, before and after pruning (``placeopt space``)."""
+    settings = settings or SearchSettings()
+    p = plan(instance, settings)
+    tasks_kept = 0
+    tasks_unpruned = 0
+    part_kept = part_unpruned = cfg_kept = cfg_unpruned = 0
+    for b, n in p.pairs:
+        gp = GroupPartitions(n, instance.cluster.gpus_per_node, settings.group_sizes or None)
+        part_kept += gp.count()
+        part_unpruned += gp.count_unpruned()
+        for part in gp:
+            pc = ParallelConfigs(instance, part[0], b)
+            cfg_kept += pc.count()
+            cfg_unpruned += pc.count_unpruned()
+        tasks_kept += len(bucket_tasks(instance, b, n, settings))
+        tasks_unpruned += bucket_tasks_unpruned(instance, b, n)
+    rows = {
+        "model_bucketings": p.counts["model_bucketings"],
+        "device_buckets": p.counts["device_buckets"],
+        "bucket_device_pairs": (None, len(p.pairs)),
+        "group_partitions": (part_unpruned, part_kept),
+        "parallel_configs": (cfg_unpruned, cfg_kept),
+        "greedy_calls": (tasks_unpruned, tasks_kept),
+    }
+    return {"instance": instance.name, "models": len(instance.models), "gpus": instance.cluster.n_gpus,
+            "device_unit": p.unit, "levels": rows}

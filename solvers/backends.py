@@ -1,0 +1,189 @@
+"""Execution backends for independent search branches, and progress reporting.
+
+A backend runs *tasks*: calls of a module-level function on picklable arguments, in a
+context (the instance) that every worker receives once. ``serial`` runs them in this
+process, ``local`` in a process pool over the machine's cores, ``ray`` on an existing Ray
+cluster (``address``; ``"local"`` starts a private one). All three call the same function
+on the same arguments, so they return the same answers; the search decides what to run
+next from results in task order, never from completion order.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any, Callable, Optional
+
+from placement_opt.errors import InputError
+
+BACKENDS = ("serial", "local", "ray")
+
+_CONTEXT: dict = {}
+
+
+def worker_context() -> dict:
+    """The context installed in this process (instance and per-worker caches)."""
+    return _CONTEXT
+
+
+def _install(context: dict) -> None:
+    _CONTEXT.clear()
+    _CONTEXT.update(context)
+
+
+def _pool_init(context: dict) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _install(context)
+
+
+class Progress:
+    """Throttled progress lines on stderr: candidates evaluated and best attainment so far."""
+
+    def __init__(self, label: str, enabled: bool = True, every_s: float = 1.0):
+        self.label = label
+        self.enabled = enabled
+        self.every_s = every_s
+        self.start = time.perf_counter()
+        self.last = 0.0
+
+    def update(self, evaluated: int, best: float, extra: str = "") -> None:
+        now = time.perf_counter()
+        if not self.enabled or now - self.last < self.every_s:
+            return
+        self.last = now
+        self._line(evaluated, best, extra)
+
+    def done(self, evaluated: int, best: float, extra: str = "") -> None:
+        if self.enabled:
+            self._line(evaluated, best, extra + " done")
+
+    def _line(self, evaluated, best, extra):
+        print(f"[{self.label}] {time.perf_counter() - self.start:7.1f}s  evaluated {evaluated}  "
+              f"best attainment {best:.4f} {extra}".rstrip(), file=sys.stderr, flush=True)
+
+
+class _Done:
+    """A finished task of the serial backend."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Backend:
+    """Submit tasks, wait for any to finish, cancel the rest."""
+
+    workers = 1
+
+    def submit(self, fn: Callable, *args) -> Any:
+        raise NotImplementedError
+
+    def wait_any(self, handles: list, timeout: Optional[float] = None) -> list:
+        """Handles (of ``handles``) that have finished; waits up to ``timeout`` for at least one."""
+        raise NotImplementedError
+
+    def result(self, handle) -> Any:
+        raise NotImplementedError
+
+    def cancel(self, handles: list) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class SerialBackend(Backend):
+    def __init__(self, context: dict):
+        _install(context)
+
+    def submit(self, fn, *args):
+        return _Done(fn(*args))
+
+    def wait_any(self, handles, timeout=None):
+        return list(handles)
+
+    def result(self, handle):
+        return handle.value
+
+
+class LocalBackend(Backend):
+    """A process pool; every worker gets the context once, at start."""
+
+    def __init__(self, context: dict, workers: int = 0):
+        self.workers = workers or os.cpu_count() or 1
+        self.pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_pool_init, initargs=(context,))
+
+    def submit(self, fn, *args):
+        return self.pool.submit(fn, *args)
+
+    def wait_any(self, handles, timeout=None):
+        done, _ = wait(handles, timeout=timeout, return_when=FIRST_COMPLETED)
+        return [h for h in handles if h in done]
+
+    def result(self, handle):
+        return handle.result()
+
+    def cancel(self, handles):
+        for h in handles:
+            h.cancel()
+
+    def close(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ray_call(context, fn, *args):
+    if _CONTEXT.get("instance") is not context["instance"]:
+        _install(context)
+    return fn(*args)
+
+
+class RayBackend(Backend):
+    """Tasks on a Ray cluster: ``address`` of an existing one, or ``local`` for a private one."""
+
+    def __init__(self, context: dict, address: str = "", workers: int = 0):
+        try:
+            import ray
+        except ImportError:
+            raise InputError("ray is not installed (pip install 'placeopt[ray]')", "solver.options.backend") from None
+        self.ray = ray
+        self.started = False
+        if not ray.is_initialized():
+            if address and address != "local":
+                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                         ignore_reinit_error=True)
+            self.started = True
+        self.workers = int(ray.cluster_resources().get("CPU", 1))
+        self.context_ref = ray.put(context)
+        self.remote = ray.remote(_ray_call)
+
+    def submit(self, fn, *args):
+        return self.remote.remote(self.context_ref, fn, *args)
+
+    def wait_any(self, handles, timeout=None):
+        done, _ = self.ray.wait(list(handles), num_returns=1, timeout=timeout)
+        return [h for h in handles if h in done]
+
+    def result(self, handle):
+        return self.ray.get(handle)
+
+    def cancel(self, handles):
+        for h in handles:
+            self.ray.cancel(h, force=True)
+
+    def close(self):
+        if self.started:
+            self.ray.shutdown()
+
+
+def make_backend(name: str, context: dict, workers: int = 0, address: str = "") -> Backend:
+    if name not in BACKENDS:
+        raise InputError(f"must be one of {', '.join(BACKENDS)}, got {name!r}", "solver.options.backend")
+    if name == "serial" or (name == "local" and (workers or os.cpu_count() or 1) == 1):
+        return SerialBackend(context)
+    if name == "local":
+        return LocalBackend(context, workers)
+    return RayBackend(context, address, workers)
