@@ -12,7 +12,7 @@ See docs/parallel.md for the cost model, its calibration and the algorithms.
 """
 
 from .api import (BATCH_SIZES, ParallelizedModel, architecture_profile, enumerate_parallel_configs, parallelize,
-                  parallelize_with)
+                  parallelize_uniform, parallelize_with)
 
 __all__ = ["BATCH_SIZES", "ParallelizedModel", "architecture_profile", "enumerate_parallel_configs", "parallelize",
-           "parallelize_with"]
+           "parallelize_uniform", "parallelize_with"]

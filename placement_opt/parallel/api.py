@@ -22,7 +22,7 @@ from ..profile import ConfigProfile, Profile, parallel_configs
 from .calibration import calibration_for
 from .costmodel import Calibration, CommModel
 from .graph import LayerGraph, model_units
-from .interop import stage_dp
+from .interop import stage_dp, uniform_partition
 from .intraop import IntraOpPlan, build_problem, evaluate, solve
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -164,8 +164,12 @@ def _parallelize_memo(arch, gpu, intra, inter, gpus_per_node, pp, tp, solver, ba
 
 
 def parallelize_with(arch: Architecture, cluster: Cluster, n_gpus: int, pp: int, tp: int, calib: Calibration,
-                     solver: str = "cp-sat", batch_sizes: Tuple[int, ...] = BATCH_SIZES) -> ParallelizedModel:
-    """:func:`parallelize` with explicit cost-model parameters (not memoised; used by the fit)."""
+                     solver: str = "cp-sat", batch_sizes: Tuple[int, ...] = BATCH_SIZES,
+                     bounds: Optional[Tuple[Tuple[int, int], ...]] = None) -> ParallelizedModel:
+    """:func:`parallelize` with explicit cost-model parameters (not memoised; used by the fit).
+
+    ``bounds`` imposes a stage split (e.g. :func:`.interop.uniform_partition`) instead of the DP's.
+    """
     units = model_units(arch)
     kinds = tuple(u.kind for u in units)
     comm = CommModel.for_group(cluster, tp, calib)
@@ -186,17 +190,21 @@ def parallelize_with(arch: Architecture, cluster: Cluster, n_gpus: int, pp: int,
 
     # the stage-s boundary cost at batch 1 (the activation leaving a transformer layer)
     send = np.array([send_time(s, arch.seq_len, units[1]) for s in range(pp)])
-    table = stage_dp(lat_fast, mem_fast, lat_lean, mem_lean, send, budget, pp)
-    part = table.partition(pp)
-    if not part.bounds:  # nothing fits: balance latency with the lean plans, report memory honestly
-        table = stage_dp(lat_lean, mem_lean, lat_lean, mem_lean, send, np.inf, pp)
-        part = table.partition(pp)
-        part_lean = tuple(True for _ in range(pp))
+    if bounds is not None:
+        if len(bounds) != pp or bounds[0][0] != 0 or bounds[-1][1] != len(units):
+            raise InputError(f"expected {pp} contiguous unit ranges covering 0..{len(units)}", "bounds")
+        stage_bounds = tuple(bounds)
+        part_lean = tuple(bool(mem_fast[a:b].sum() > budget) for a, b in stage_bounds)
     else:
+        part = stage_dp(lat_fast, mem_fast, lat_lean, mem_lean, send, budget, pp).partition(pp)
         part_lean = part.lean
+        if not part.bounds:  # nothing fits: balance latency with the lean plans, report memory honestly
+            part = stage_dp(lat_lean, mem_lean, lat_lean, mem_lean, send, np.inf, pp).partition(pp)
+            part_lean = tuple(True for _ in range(pp))
+        stage_bounds = part.bounds
     lat = np.zeros((len(batch_sizes), pp))
     weights, acts, colls = [], [], []
-    for s, ((a, b), lean) in enumerate(zip(part.bounds, part_lean)):
+    for s, ((a, b), lean) in enumerate(zip(stage_bounds, part_lean)):
         stage_units = kinds[a:b]
         for i, bs in enumerate(batch_sizes):
             per = [(costs[k].lean_latency if lean else costs[k].fast_latency)[i] for k in stage_units]
@@ -215,7 +223,7 @@ def parallelize_with(arch: Architecture, cluster: Cluster, n_gpus: int, pp: int,
             count["send-recv"] = 1
         colls.append(count)
     return ParallelizedModel(
-        pp=pp, tp=tp, batch_sizes=tuple(batch_sizes), units=kinds, stage_layers=part.bounds, stage_latency=lat,
+        pp=pp, tp=tp, batch_sizes=tuple(batch_sizes), units=kinds, stage_layers=stage_bounds, stage_latency=lat,
         stage_weight_bytes=tuple(weights), stage_activation_bytes=tuple(acts), stage_lean=tuple(part_lean),
         stage_collectives=tuple(colls), plans={k: (c.fast, c.lean) for k, c in costs.items()},
         memory_budget=budget, solver=solver,
@@ -297,3 +305,17 @@ def _profile_configs(arch, gpu, intra, inter, gpus_per_node, max_gpus):
                 configs.append(((pp, tp), pm.to_config_profile()))
         n *= 2
     return tuple(configs)
+
+
+def parallelize_uniform(model: Union[ModelSpec, Architecture], cluster: Cluster, n_gpus: int, pp: int, tp: int, *,
+                        solver: str = "cp-sat") -> ParallelizedModel:
+    """The manual baseline of the paper's Fig. 16: equal transformer layers per stage.
+
+    Same intra-op plans as :func:`parallelize`; only the stage split differs.
+    """
+    arch = _architecture(model)
+    _check_config(arch, cluster, n_gpus, pp, tp)
+    if pp > arch.layers:
+        raise InputError(f"{pp} stages exceed the {arch.layers} transformer layers", "pp")
+    return parallelize_with(arch, cluster, n_gpus, pp, tp, calibration_for(cluster.gpu), solver=solver,
+                            bounds=uniform_partition(arch.layers, pp))

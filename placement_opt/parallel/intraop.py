@@ -250,13 +250,13 @@ def _solve_cpsat(problem: IntraOpProblem, memory_budget: Optional[float]) -> Opt
 def _solve_highs(problem: IntraOpProblem, memory_budget: Optional[float]) -> Optional[Tuple[int, ...]]:
     import pulp
     m = pulp.LpProblem("intraop", pulp.LpMinimize)
-    x = [[pulp.LpVariable(f"x{i}_{s}", cat="Binary") for s in range(len(st))]
+    x = [[m.add_variable(f"x{i}_{s}", cat="Binary") for s in range(len(st))]
          for i, st in enumerate(problem.strategies)]
     for i, row in enumerate(x):
         m += pulp.lpSum(row) == 1, f"one_{i}"
     terms = [int(c) * x[i][s] for i, costs in enumerate(problem.node_cost) for s, c in enumerate(costs)]
     for u, v, mat in problem.edges:
-        e = [[pulp.LpVariable(f"e{u}_{v}_{a}_{b}", lowBound=0, upBound=1) for b in range(mat.shape[1])]
+        e = [[m.add_variable(f"e{u}_{v}_{a}_{b}", lowBound=0, upBound=1) for b in range(mat.shape[1])]
              for a in range(mat.shape[0])]
         for a in range(mat.shape[0]):
             m += pulp.lpSum(e[a]) == x[u][a], f"mu{u}_{v}_{a}"
