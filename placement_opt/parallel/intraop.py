@@ -18,6 +18,9 @@ very same objective and agree on the optimum.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -267,9 +270,30 @@ def _solve_highs(problem: IntraOpProblem, memory_budget: Optional[float]) -> Opt
         rows, cap = _memory_rows(problem, memory_budget)
         m += pulp.lpSum(int(w) * x[i][s] for i, r in enumerate(rows) for s, w in enumerate(r)) <= cap, "memory"
     m += pulp.lpSum(terms)
-    status = m.solve(pulp.HiGHS(msg=False, gapRel=0.0, gapAbs=0.5, threads=1))
+    with _quiet_stdout():  # highspy prints a banner on stdout when it creates a solver
+        status = m.solve(pulp.HiGHS(msg=False, gapRel=0.0, gapAbs=0.5, threads=1))
     if pulp.LpStatus[status] == "Infeasible":
         return None
     if pulp.LpStatus[status] != "Optimal" or m.sol_status != pulp.LpSolutionOptimal:
         raise RuntimeError(f"HiGHS did not prove optimality (status {pulp.LpStatus[status]})")
     return tuple(max(range(len(row)), key=lambda s: row[s].value()) for row in x)
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """Send file descriptor 1 to /dev/null for the duration (C-level output included)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no real stdout (e.g. captured): nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
