@@ -64,6 +64,7 @@ def solve(instance, solver_name, time_limit, seed, options, output, as_json):
     opts = parse_cli_options(options)
     name = solver_name or inst.solver
     check_solver(inst, instance, name, opts)
+    inst.requests()  # read a trace now, so its errors come before any progress line
     progress(f"solving {inst.name} ({len(inst.models)} models, {inst.cluster.n_gpus} GPUs) with {name}")
     try:
         placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)

@@ -271,7 +271,15 @@ def _check_models_fit(inst: Instance) -> None:
                              f"under the usable memory of {budget / 1e9:.2f} GB per GPU", f"models[{m.name}]")
 
 
+#: More synthetic requests than this (about 10 GB of request arrays) is taken for a typo.
+MAX_EXPECTED_REQUESTS = 5e8
+
+
 def _check_rates(inst: Instance) -> None:
     w = inst.workload
     if w.process is not None and w.process.rate <= 0:
         raise InputError("total rate must be > 0", "workload.arrival.rate")
+    total_rate = (w.process.rate if w.process is not None else 0.0) + sum(p.rate for p in w.per_model.values())
+    if total_rate * w.duration_s > MAX_EXPECTED_REQUESTS:
+        raise InputError(f"rate x duration_s = {total_rate * w.duration_s:.3g} expected requests, over the limit "
+                         f"of {MAX_EXPECTED_REQUESTS:.0e}", "workload")

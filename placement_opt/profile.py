@@ -231,7 +231,7 @@ def derive_profile_from_dict(name: str, d: dict, field: str, source: str = "") -
         get_number(d, "weight_gb", field, exclusive_minimum=0) * GB,
         max_gpus=get_int(d, "max_gpus", field, 64, minimum=1, maximum=4096),
         max_tp=get_int(d, "max_tp", field, 8, minimum=1, maximum=1024),
-        layers=get_int(d, "layers", field, 32, minimum=1),
+        layers=get_int(d, "layers", field, 32, minimum=1, maximum=100000),
         batch_sizes=tuple(sorted(set(batch_sizes))),
         source=source or "derived from a single-GPU latency and weight size (placement_opt.profile.derive_profile)",
     )

@@ -1,0 +1,347 @@
+"""Bad input through the CLI: one line on stderr naming file, field and reason; exit status 2.
+
+Every case writes a broken file (or passes a broken option) and runs ``placeopt validate``,
+``solve``, ``simulate`` or ``show`` in-process with click's CliRunner. A hypothesis fuzz test
+mutates a valid instance and checks that the CLI never ends in a traceback, and the last
+tests check that ``-o OUT`` is written atomically.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from placement_opt.cli.main import cli
+
+GOOD = {
+    "name": "two-models",
+    "cluster": {"nodes": 1, "gpus_per_node": 2,
+                "gpu": {"name": "V100-16GB", "memory_gb": 16, "usable_memory_gb": 13.96}},
+    "profiles": {"bert-6.7b": {"derive": {"latency_s": 0.4, "weight_gb": 13.4, "max_gpus": 2, "max_tp": 1,
+                                        "layers": 32}}},
+    "models": [{"name": "model-a", "profile": "bert-6.7b"}, {"name": "model-b", "profile": "bert-6.7b"}],
+    "workload": {"duration_s": 60, "arrival": {"process": "poisson", "rate": 3.0}, "slo": {"scale": 5}},
+    "solver": {"name": "round-robin"},
+    "seed": 0,
+}
+GOOD_PLACEMENT = {"groups": [{"devices": [0], "pp": 1, "tp": 1, "models": ["model-a"]},
+                             {"devices": [1], "pp": 1, "tp": 1, "models": ["model-b"]}]}
+
+
+def run_cli(args):
+    return CliRunner().invoke(cli, args, catch_exceptions=True)
+
+
+def assert_input_error(result, file: str, *needles: str):
+    """Exit status 2, no traceback, exactly one stderr line naming the file and the needles."""
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert isinstance(result.exception, SystemExit), result.exception
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    line = lines[0]
+    assert line.startswith("placeopt: error: "), line
+    assert "Traceback" not in result.output
+    assert file in line, line
+    for needle in needles:
+        assert needle in line, (needle, line)
+
+
+def write(tmp_path, name, data) -> str:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return str(path)
+
+
+def mutated(edit):
+    d = copy.deepcopy(GOOD)
+    edit(d)
+    return d
+
+
+# (case id, edit of the instance dict or raw text, expected substrings: field, reason)
+INSTANCE_CASES = [
+    ("malformed-json", '{"cluster": {"nodes": 1,', ["line 1", "malformed JSON"]),
+    ("not-an-object", "[1, 2, 3]", ["expected an object"]),
+    ("unknown-top-level-field", lambda d: d.update(colour="blue"), ["colour", "unknown field"]),
+    ("unknown-nested-field", lambda d: d["cluster"]["gpu"].update(colour="blue"), ["cluster.gpu.colour",
+                                                                                   "unknown field"]),
+    ("missing-field", lambda d: d.pop("workload"), ["workload", "missing required field"]),
+    ("missing-nested-field", lambda d: d["cluster"].pop("gpu"), ["cluster.gpu", "missing required field"]),
+    ("wrong-type", lambda d: d["cluster"].update(nodes="2"), ["cluster.nodes", "expected an integer"]),
+    ("wrong-type-bool", lambda d: d["workload"].update(duration_s=True), ["workload.duration_s",
+                                                                          "expected a number"]),
+    ("negative-rate", lambda d: d["workload"]["arrival"].update(rate=-1.0), ["workload.arrival.rate", ">= 0"]),
+    ("zero-rate", lambda d: d["workload"]["arrival"].update(rate=0), ["workload.arrival.rate", "> 0"]),
+    ("nan-rate", lambda d: d["workload"]["arrival"].update(rate=math.nan), ["workload.arrival.rate", "NaN"]),
+    ("infinite-rate", lambda d: d["workload"]["arrival"].update(rate=math.inf), ["workload.arrival.rate",
+                                                                                 "Infinity"]),
+    ("nan-in-a-free-text-field", lambda d: d.update(name=math.nan), ["name", "NaN"]),
+    ("absurd-request-count", lambda d: d["workload"]["arrival"].update(rate=1e12), ["workload",
+                                                                                    "expected requests"]),
+    ("zero-nodes", lambda d: d["cluster"].update(nodes=0), ["cluster.nodes", ">= 1"]),
+    ("usable-over-memory", lambda d: d["cluster"]["gpu"].update(usable_memory_gb=17),
+     ["cluster.gpu.usable_memory_gb", "exceeds"]),
+    ("fits-nowhere", lambda d: d["profiles"]["bert-6.7b"]["derive"].update(weight_gb=100),
+     ["models[model-a]", "fits nowhere"]),
+    ("unknown-profile", lambda d: d["models"][0].update(profile="gpt-9"), ["models[0].profile",
+                                                                          "no profile named 'gpt-9'"]),
+    ("duplicate-model-names", lambda d: d["models"][1].update(name="model-a"), ["models[1].name", "duplicate"]),
+    ("count-collides", lambda d: d["models"].extend([{"name": "x", "profile": "bert-6.7b", "count": 2},
+                                                     {"name": "x-1", "profile": "bert-6.7b"}]),
+     ["models[3].name", "duplicate model name 'x-1'"]),
+    ("empty-models", lambda d: d.update(models=[]), ["models", "non-empty"]),
+    ("slo-scale-and-seconds", lambda d: d["workload"].update(slo={"scale": 5, "seconds": 1}),
+     ["workload.slo", "exactly one"]),
+    ("negative-latency", lambda d: d["profiles"]["bert-6.7b"]["derive"].update(latency_s=-0.4),
+     ["profiles.bert-6.7b.derive.latency_s", "> 0"]),
+    ("bad-trace-path", lambda d: d.update(workload={"duration_s": 60, "trace": "missing.csv"}),
+     ["workload.trace.path", "not found"]),
+    ("unknown-solver", lambda d: d.update(solver={"name": "simulated-annealing"}), ["solver", "unknown solver"]),
+    ("unknown-solver-option", lambda d: d["solver"].update(options={"colour": 1}),
+     ["solver.options.colour", "unknown option"]),
+    ("ill-typed-solver-option", lambda d: d["solver"].update(options={"group_size": "two"}),
+     ["solver.options.group_size", "expected an integer"]),
+    ("unknown-dispatch", lambda d: d.update(simulator={"dispatch": "random"}), ["simulator.dispatch",
+                                                                               "must be one of"]),
+    ("negative-seed", lambda d: d.update(seed=-1), ["seed", ">= 0"]),
+]
+
+
+@pytest.mark.parametrize("command", ["validate", "solve"])
+@pytest.mark.parametrize("case", INSTANCE_CASES, ids=[c[0] for c in INSTANCE_CASES])
+def test_bad_instance(tmp_path, case, command):
+    name, edit, needles = case
+    path = write(tmp_path, "instance.json", edit if isinstance(edit, str) else mutated(edit))
+    assert_input_error(run_cli([command, path]), path, *needles)
+
+
+def test_malformed_trace_row(tmp_path):
+    write(tmp_path, "trace.csv", "arrival_s,model\n0.5,model-a\nsoon,model-b\n")
+    path = write(tmp_path, "instance.json", mutated(lambda d: d.update(
+        workload={"duration_s": 60, "trace": "trace.csv"})))
+    assert_input_error(run_cli(["validate", path]), "trace.csv", "line 3", "malformed row")
+
+
+def test_trace_with_unknown_model(tmp_path):
+    write(tmp_path, "trace.csv", "arrival_s,model\n0.5,model-a\n0.7,model-z\n")
+    path = write(tmp_path, "instance.json", mutated(lambda d: d.update(
+        workload={"duration_s": 60, "trace": "trace.csv"})))
+    assert_input_error(run_cli(["solve", path]), "trace.csv", "model", "'model-z'")
+
+
+def test_missing_profile_file(tmp_path):
+    path = write(tmp_path, "instance.json", mutated(lambda d: d["profiles"].update({"bert-6.7b": "nope.json"})))
+    assert_input_error(run_cli(["validate", path]), path, "profiles.bert-6.7b", "cannot read")
+
+
+def test_nan_literal_in_profile_file(tmp_path):
+    write(tmp_path, "profile.json", '{"weight_gb": 2.0, "configs": [{"pp": 1, "tp": 1, '
+                                    '"stage_latency_s": {"1": [NaN]}, "stage_weight_gb": [2.0]}]}')
+    path = write(tmp_path, "instance.json", mutated(lambda d: d["profiles"].update({"bert-6.7b": "profile.json"})))
+    assert_input_error(run_cli(["validate", path]), path, "profiles.bert-6.7b", "NaN")
+
+
+def test_not_utf8_and_missing_file(tmp_path):
+    path = tmp_path / "binary.json"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    assert_input_error(run_cli(["validate", str(path)]), str(path), "malformed JSON")
+    missing = str(tmp_path / "missing.json")
+    assert_input_error(run_cli(["solve", missing]), missing, "cannot read file")
+
+
+# (case id, edit of the placement dict or raw text, expected substrings)
+PLACEMENT_CASES = [
+    ("malformed-json", '{"groups": [', ["malformed JSON"]),
+    ("unknown-model", lambda p: p["groups"][0].update(models=["model-z"]), ["groups[0].models",
+                                                                          "no model named 'model-z'"]),
+    ("over-memory", lambda p: p["groups"][0].update(models=["model-a", "model-b"]), ["groups[0].models",
+                                                                                   "over the budget"]),
+    ("device-out-of-range", lambda p: p["groups"][1].update(devices=[7]), ["groups[1].devices",
+                                                                         "does not exist"]),
+    ("device-twice", lambda p: p["groups"][1].update(devices=[0]), ["groups[1].devices", "two groups"]),
+    ("devices-vs-config", lambda p: p["groups"][0].update(pp=2), ["groups[0].devices", "pp x tp"]),
+    ("unprofiled-config", lambda p: p["groups"][0].update(devices=[0, 1], pp=1, tp=2, models=["model-a"]) or
+     p["groups"].pop(1), ["groups[0].models", "no profile for pp=1 tp=2"]),
+    ("unknown-field", lambda p: p["groups"][0].update(colour="red"), ["groups[0].colour", "unknown field"]),
+    ("nan-in-metrics", lambda p: p.update(metrics={"slo_attainment": math.nan}), ["metrics.slo_attainment",
+                                                                                  "NaN"]),
+    ("newer-format", lambda p: p.update(format_version=99), ["format_version", "newer"]),
+]
+
+
+@pytest.mark.parametrize("case", PLACEMENT_CASES, ids=[c[0] for c in PLACEMENT_CASES])
+def test_bad_placement(tmp_path, case):
+    name, edit, needles = case
+    instance = write(tmp_path, "instance.json", GOOD)
+    if isinstance(edit, str):
+        data = edit
+    else:
+        data = copy.deepcopy(GOOD_PLACEMENT)
+        edit(data)
+    placement = write(tmp_path, "placement.json", data)
+    assert_input_error(run_cli(["simulate", instance, placement]), placement, *needles)
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--solver", "simulated-annealing"], ["solver", "unknown solver"]),
+    (["--solver", "round-robin", "-O", "colour=1"], ["solver.options.colour", "unknown option"]),
+    (["-O", "beam"], ["--option", "KEY=VALUE"]),
+    (["--time-limit", "nan"], ["--time-limit", "positive"]),
+    (["--time-limit", "-1"], ["--time-limit", "positive"]),
+    (["--seed", "-3"], ["--seed", ">= 0"]),
+])
+def test_bad_solve_options(tmp_path, args, needles):
+    path = write(tmp_path, "instance.json", GOOD)
+    result = run_cli(["solve", path] + args)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("placeopt: error: ")
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_show_bad_placement(tmp_path):
+    path = write(tmp_path, "placement.json", {"groups": [{"devices": [0], "pp": 1, "tp": 1}]})
+    assert_input_error(run_cli(["show", path]), path, "groups[0].models", "missing required field")
+
+
+def test_real_entry_point_prints_one_line(tmp_path):
+    """The installed console entry point (not only CliRunner) exits 2 with one stderr line."""
+    path = write(tmp_path, "instance.json", mutated(lambda d: d["workload"]["arrival"].update(rate=math.nan)))
+    proc = subprocess.run([sys.executable, "-c", "from placement_opt.cli.main import main; main()", "validate",
+                           path], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"placeopt: error: {path}: workload.arrival.rate: nan is not a valid "
+                                                "JSON number (NaN and Infinity are refused)"]
+
+
+# --- fuzzing -------------------------------------------------------------------------------
+
+json_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0, 10**6, -(10**9), 2**64]),
+    st.sampled_from([0.0, -1.5, 0.5, 1e-300, 1e9, 1e308, math.nan, math.inf, -math.inf]),
+    st.sampled_from(["", "x", "model-a", "bert-6.7b", "poisson", "gamma", "mmpp", "NaN", "../missing.json"]),
+    st.just([]), st.just({}), st.lists(st.integers(0, 3), max_size=3),
+)
+
+
+def _paths(value, prefix=()):
+    """Every (path, container) position in a JSON tree."""
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, prefix + (i,))
+
+
+@st.composite
+def mutated_documents(draw, good):
+    data = copy.deepcopy(good)
+    for _ in range(draw(st.integers(1, 3))):
+        paths = [p for p in _paths(data) if p]
+        if not paths:
+            break
+        path = draw(st.sampled_from(paths))
+        parent = data
+        for key in path[:-1]:
+            parent = parent[key]
+        action = draw(st.sampled_from(["replace", "delete", "add"]))
+        if action == "delete":
+            if isinstance(parent, dict):
+                del parent[path[-1]]
+            else:
+                parent.pop(path[-1])
+        elif action == "add" and isinstance(parent, dict):
+            key = draw(st.sampled_from(["extra", "count", "cv", "rates", "trace", "batching", "windows", "sm_share"]))
+            parent[key] = draw(json_values)
+        else:
+            parent[path[-1]] = draw(json_values)
+    return data
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(data=mutated_documents(GOOD))
+def test_fuzzed_instances_never_crash(tmp_path, data):
+    path = write(tmp_path, "instance.json", data)
+    result = run_cli(["validate", path])
+    event(f"exit status {result.exit_code}")
+    assert result.exit_code in (0, 2), (data, result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (data, result.exception)
+    if result.exit_code == 2:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"placeopt: error: {path}"), (data, result.stderr)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(data=mutated_documents(GOOD_PLACEMENT))
+def test_fuzzed_placements_never_crash(tmp_path, data):
+    instance = write(tmp_path, "instance.json", GOOD)
+    path = write(tmp_path, "placement.json", data)
+    result = run_cli(["simulate", instance, path])
+    event(f"exit status {result.exit_code}")
+    assert result.exit_code in (0, 2), (data, result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (data, result.exception)
+    if result.exit_code == 2:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"placeopt: error: {path}"), (data, result.stderr)
+
+
+# --- atomic output ----------------------------------------------------------------------------
+
+def test_output_is_written_atomically(tmp_path, monkeypatch):
+    """-o writes through a temporary file in the same folder and renames it over OUT."""
+    instance = write(tmp_path, "instance.json", GOOD)
+    out = tmp_path / "placement.json"
+    replaced = []
+    real_replace = os.replace
+
+    def spy(src, dst):
+        replaced.append((os.path.dirname(os.fspath(src)), os.fspath(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    result = run_cli(["solve", instance, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert replaced == [(str(tmp_path), str(out))]
+    assert json.loads(out.read_text())["groups"]
+    assert sorted(os.listdir(tmp_path)) == ["instance.json", "placement.json"]  # no temporary file left
+
+
+def test_failing_run_leaves_existing_output_untouched(tmp_path):
+    out = tmp_path / "placement.json"
+    out.write_text("previous result\n")
+    bad = write(tmp_path, "instance.json", mutated(lambda d: d["solver"].update(options={"colour": 1})))
+    assert_input_error(run_cli(["solve", bad, "-o", str(out)]), bad, "solver.options.colour")
+    good = write(tmp_path, "good.json", GOOD)
+    assert_input_error(run_cli(["solve", good, "--solver", "nope", "-o", str(out)]), good, "unknown solver")
+    assert out.read_text() == "previous result\n"
+    assert sorted(os.listdir(tmp_path)) == ["good.json", "instance.json", "placement.json"]
+
+
+def test_interrupted_write_leaves_existing_output_untouched(tmp_path, monkeypatch):
+    """If writing fails half-way, OUT keeps its old content and no temporary file is left."""
+    from placement_opt import io as pio
+    out = tmp_path / "placement.json"
+    out.write_text("previous result\n")
+
+    def failing_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pio.os, "replace", failing_replace)
+    with pytest.raises(OSError):
+        pio.atomic_write_json(str(out), {"groups": []})
+    assert out.read_text() == "previous result\n"
+    assert os.listdir(tmp_path) == ["placement.json"]
