@@ -89,3 +89,35 @@ def allocate_devices(sizes: Sequence[int], nodes: int, gpus_per_node: int) -> li
             out[i] = tuple(range(node * gpus_per_node, node * gpus_per_node + s))
             node += 1
     return out
+
+
+class AllPartitions:
+    """Every multiset of valid group sizes summing to at most ``n_devices`` (the exhaustive
+    search's partitions; devices left over stay unused). Iterates non-increasing size tuples.
+
+    ``count_unpruned`` counts the integer partitions of every total up to ``n_devices``
+    without the node-boundary rule.
+    """
+
+    def __init__(self, n_devices: int, gpus_per_node: int):
+        self.n_devices = n_devices
+        self.gpus_per_node = gpus_per_node
+
+    def _rec(self, left: int, largest: int, valid: bool):
+        yield ()
+        for s in range(min(left, largest), 0, -1):
+            if valid and not valid_group_size(s, self.gpus_per_node):
+                continue
+            for rest in self._rec(left - s, s, valid):
+                yield (s,) + rest
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        for sizes in self._rec(self.n_devices, self.n_devices, True):
+            if sizes and allocate_devices(sizes, self.n_devices // self.gpus_per_node or 1, self.gpus_per_node):
+                yield sizes
+
+    def count(self) -> int:
+        return sum(1 for _ in self)
+
+    def count_unpruned(self) -> int:
+        return sum(1 for s in self._rec(self.n_devices, self.n_devices, False) if s)

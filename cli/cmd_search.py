@@ -1,0 +1,156 @@
+"""Search commands: ``space`` (how big the placement space is), ``evaluate`` (score a placement
+on another workload) and ``compare`` (several solvers side by side)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+
+import click
+
+from placement_opt.errors import InputError
+from placement_opt.simulate import simulate
+from placement_opt.workload import Workload
+
+# registration of the search solvers (until solvers/__init__.py imports them)
+from placement_opt.solvers import alpaserve, alpaserve_greedy, clockwork, exhaustive, mp_baselines  # noqa: F401
+
+from .cmd_core import parse_cli_options
+from .common import INSTANCE, JSON_FLAG, emit_json, metrics_summary, progress, read_instance, read_placement, table
+
+OPTION = click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE",
+                      help="Search option (repeatable); as for `solve --solver alpaserve`.")
+
+
+@click.command()
+@INSTANCE
+@OPTION
+@JSON_FLAG
+def space(instance, options, as_json):
+    """Print the size of INSTANCE's AlpaServe search space, level by level, before and after pruning."""
+    from placement_opt.solvers.alpaserve import AlpaServe, settings_of
+    from placement_opt.solvers.base import parse_options
+    from placement_opt.spaces import summarize
+    inst = read_instance(instance)
+    opts = parse_options(AlpaServe.Options, parse_cli_options(options), "--option")
+    info = summarize(inst, settings_of(opts))
+    if as_json:
+        emit_json({**info, "levels": {k: {"unpruned": u, "kept": v} for k, (u, v) in info["levels"].items()}})
+        return
+    click.echo(f"{info['instance']}: {info['models']} models, {info['gpus']} GPUs, device unit {info['device_unit']}")
+    rows = [[k.replace("_", " "), u, v, f"{100 * (1 - v / u):.1f}%" if u else "-"]
+            for k, (u, v) in info["levels"].items()]
+    click.echo(table(["level", "before pruning", "after pruning", "pruned"], rows))
+
+
+def read_workload(path: str) -> Workload:
+    """A workload JSON object, or an instance file whose ``workload`` is taken."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise InputError(f"cannot read file: {e.strerror}", "", path) from None
+    except ValueError as e:
+        raise InputError(f"malformed JSON: {e}", "", path) from None
+    field = "workload"
+    if isinstance(data, dict) and "workload" in data:
+        data = data["workload"]
+    try:
+        return Workload.from_dict(data, field, os.path.dirname(os.path.abspath(path)))
+    except InputError as e:
+        raise e.with_file(path) from None
+
+
+@click.command()
+@INSTANCE
+@click.argument("placement", type=click.Path(dir_okay=False))
+@click.option("--workload", "workload_path", required=True, type=click.Path(dir_okay=False),
+              help="Workload JSON (or an instance file whose workload is used) to score on.")
+@click.option("--seed", type=int, default=None, help="Seed of the other workload (default: the instance's).")
+@JSON_FLAG
+def evaluate(instance, placement, workload_path, seed, as_json):
+    """Score PLACEMENT on a different workload than INSTANCE's (robustness, AlpaServe section 6.4).
+
+    Models and SLOs stay the instance's; only the arrivals change.
+    """
+    inst = read_instance(instance)
+    plc = read_placement(placement, inst)
+    other = read_workload(workload_path)
+    own = simulate(inst, plc)
+    moved = simulate(inst, plc, workload=other, seed=seed)
+    if as_json:
+        emit_json({"own_workload": own, "other_workload": moved})
+        return
+    keys = [("slo_attainment", "SLO attainment"), ("goodput_rps", "goodput (req/s)"),
+            ("latency_p99_s", "latency p99 (s)"), ("requests", "requests")]
+    click.echo(table(["metric", "own workload", "other workload"],
+                     [[label, own.get(k), moved.get(k)] for k, label in keys]))
+
+
+def split_options(options, names):
+    """``key=value`` applies to every solver that has the option; ``solver:key=value`` to one."""
+    from placement_opt.solvers import get_solver_class
+    per = {n: {} for n in names}
+    for key, value in parse_cli_options(options).items():
+        if ":" in key:
+            name, key = key.split(":", 1)
+            if name not in per:
+                raise InputError(f"solver {name!r} is not in --solvers", f"--option {name}:{key}")
+            per[name][key] = value
+            continue
+        takers = [n for n in names
+                  if key.replace("-", "_") in {f.name for f in dataclasses.fields(get_solver_class(n).Options)}]
+        if not takers:
+            raise InputError("no solver in --solvers has this option", f"--option {key}")
+        for n in takers:
+            per[n][key] = value
+    return per
+
+
+def compare_rows(inst, names, per_options=None, time_limit=None, seed=None, echo=None) -> list[dict]:
+    """Solve with each solver, simulate, and return one row of metrics per solver."""
+    from placement_opt.solvers import get_solver_class, run_solver
+    for n in names:
+        get_solver_class(n)
+    rows = []
+    for n in names:
+        if echo:
+            echo(f"solving {inst.name} with {n}")
+        start = time.perf_counter()
+        placement = run_solver(inst, n, time_limit=time_limit, seed=seed, options=(per_options or {}).get(n, {}))
+        wall = time.perf_counter() - start
+        m = placement.metrics
+        used = max(sum(1 for g in gs if g.models) for gs in placement.all_group_sets)
+        rows.append({"solver": n, "slo_attainment": m["slo_attainment"], "goodput_rps": m["goodput_rps"],
+                     "latency_p99_s": m.get("latency_p99_s"), "solve_s": round(wall, 3), "groups_used": used,
+                     "windows": len(placement.windows) or None})
+    return rows
+
+
+@click.command()
+@INSTANCE
+@click.option("--solvers", "solver_list", required=True, help="Comma-separated solver names.")
+@click.option("--time-limit", type=float, default=None, help="Per-solver time limit in seconds.")
+@click.option("--seed", type=int, default=None)
+@OPTION
+@JSON_FLAG
+def compare(instance, solver_list, time_limit, seed, options, as_json):
+    """Solve INSTANCE with several solvers and tabulate attainment, goodput, p99, solve time, groups."""
+    if time_limit is not None and time_limit <= 0:
+        raise InputError("must be > 0", "--time-limit")
+    names = [s.strip() for s in solver_list.split(",") if s.strip()]
+    if not names:
+        raise InputError("give at least one solver", "--solvers")
+    inst = read_instance(instance)
+    rows = compare_rows(inst, names, split_options(options, names), time_limit, seed, echo=progress)
+    if as_json:
+        emit_json({"instance": inst.name, "results": rows})
+        return
+    click.echo(table(["solver", "SLO attainment", "goodput (req/s)", "p99 latency (s)", "solve (s)", "groups used"],
+                     [[r["solver"], r["slo_attainment"], r["goodput_rps"], r["latency_p99_s"], r["solve_s"],
+                       r["groups_used"]] for r in rows]))
+
+
+COMMANDS = [space, evaluate, compare]

@@ -1,0 +1,94 @@
+"""``exhaustive``: every partition, parallel config and model selection (tiny instances only).
+
+The test oracle that measures the heuristics' optimality gap. Partitions are multisets of
+node-respecting group sizes (unused devices allowed), every group picks a profiled config
+that fits some model, every group a memory-feasible subset of the models; interchangeable
+groups (same size and config) are enumerated once (:class:`ModelSelections` with
+``symmetric=True``). Each candidate is simulated in full.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+from placement_opt.errors import InputError
+from placement_opt.evaluator import PlacementEvaluator
+from placement_opt.placement import Group, Placement
+from placement_opt.spaces import ModelSelections, ParallelConfigs, allocate_devices
+from placement_opt.spaces.partitions import AllPartitions
+
+from .backends import Progress
+from .base import Solver, register
+
+
+@dataclass(frozen=True)
+class ExhaustiveOptions:
+    max_candidates: int = 200000  #: refuse spaces larger than this (count is checked before searching)
+    progress: bool = True
+
+
+def exhaustive_space(instance):
+    """Yield (sizes, configs, ModelSelections) for every partition and config assignment."""
+    cl = instance.cluster
+    for sizes in AllPartitions(cl.n_gpus, cl.gpus_per_node):
+        per_size = {s: list(ParallelConfigs(instance, s)) for s in set(sizes)}
+        runs = [(s, len(list(g))) for s, g in itertools.groupby(sizes)]
+        choices = [list(itertools.combinations_with_replacement(per_size[s], k)) for s, k in runs]
+        for pick in itertools.product(*choices):
+            configs = [c for run in pick for c in run]
+            if len(configs) != len(sizes):
+                continue
+            yield sizes, configs, ModelSelections(instance, configs, symmetric=True)
+
+
+def count_exhaustive(instance) -> int:
+    return sum(sel.count() for _, _, sel in exhaustive_space(instance))
+
+
+@register
+class Exhaustive(Solver):
+    """Enumerate every placement and simulate each (tiny instances: the oracle for the heuristics)."""
+
+    name = "exhaustive"
+    summary = "every partition, config and model selection, simulated (tiny instances; test oracle)"
+    Options = ExhaustiveOptions
+
+    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+        total = count_exhaustive(instance)
+        if total > self.options.max_candidates:
+            raise InputError(f"the space has {total} placements, over max_candidates={self.options.max_candidates}",
+                             "solver.options.max_candidates")
+        start = time.perf_counter()
+        ev = PlacementEvaluator(instance)
+        all_models = tuple(range(len(instance.models)))
+        progress = Progress(self.name, enabled=self.options.progress)
+        best = (-1, None)
+        evaluated = 0
+        stopped = ""
+        try:
+            for sizes, configs, selections in exhaustive_space(instance):
+                for sel in selections:
+                    acc = int(ev.accepted_of_component(configs, sel, all_models).sum())
+                    evaluated += 1
+                    if acc > best[0]:
+                        best = (acc, (sizes, configs, sel))
+                    progress.update(evaluated, best[0] / max(ev.n_requests, 1))
+                    if time_limit is not None and time.perf_counter() - start > time_limit:
+                        raise TimeoutError
+        except TimeoutError:
+            stopped = "timed_out"
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+        sizes, configs, sel = best[1]
+        cl = instance.cluster
+        devices = allocate_devices(sizes, cl.nodes, cl.gpus_per_node)
+        names = instance.model_names
+        groups = tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(names[m] for m in ms))
+                       for d, (pp, tp), ms in zip(devices, configs, sel))
+        stats = {"space": total, "candidates_evaluated": evaluated, "best_attainment": best[0] / max(ev.n_requests, 1),
+                 "timed_out": stopped == "timed_out", "interrupted": stopped == "interrupted",
+                 "seconds": round(time.perf_counter() - start, 4)}
+        progress.done(evaluated, stats["best_attainment"])
+        return Placement(groups=groups, provenance={"search": stats})
