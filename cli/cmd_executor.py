@@ -118,10 +118,12 @@ def _architecture_from_file(path: str, model: str | None):
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
 @click.option("--warmup", type=int, default=5, show_default=True)
 @click.option("--repeats", type=int, default=20, show_default=True)
+@click.option("--gap", type=float, default=0.0, show_default=True,
+              help="Idle seconds before each timed repeat (0: back to back).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--cpu-threads", type=int, default=1, show_default=True)
 def profile_cmd(source, model, name, output, details, configs, devices, batch_sizes, backend, warmup, repeats,
-                seed, cpu_threads):
+                gap, seed, cpu_threads):
     """Measure per-stage and per-layer latency and memory of SOURCE's architecture on the devices present.
 
     SOURCE is an architecture JSON, or an instance JSON (read without loading its profiles)
@@ -156,8 +158,10 @@ def profile_cmd(source, model, name, output, details, configs, devices, batch_si
     sizes = tuple(sorted({int(b) for b in _floats(batch_sizes, "--batch-sizes")}))
     if warmup < 0 or repeats < 1:
         raise InputError("expected warmup >= 0 and repeats >= 1", "--repeats")
-    settings = ProfileSettings(configs=cfgs, batch_sizes=sizes, warmup=warmup, repeats=repeats, backend=resolved,
-                               seed=seed, cpu_threads=cpu_threads)
+    if gap < 0:
+        raise InputError("must be >= 0", "--gap")
+    settings = ProfileSettings(configs=cfgs, batch_sizes=sizes, warmup=warmup, repeats=repeats, gap_s=gap,
+                               backend=resolved, seed=seed, cpu_threads=cpu_threads)
     progress(f"profiling {name}: configs {', '.join(f'{p}x{t}' for p, t in cfgs)}, batch sizes {list(sizes)}, "
              f"{resolved}")
     try:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash instances/fidelity/run_gpu.sh PHASE...
-# Phases: setup check profile quick full alpaserve pack. Results go to $OUT (or ./fidelity-out).
+# Phases: setup check profile profilegap quick full alpaserve pack. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-fidelity-out}
@@ -29,6 +29,9 @@ for pp, tp in [(2, 1), (1, 2)]:
       placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1,1x2 --batch-sizes 1,2,4 \
         --warmup 5 --repeats 20 -o $F/profile-gpu.json --details $F/profile-gpu-details.json
       cp $F/profile-gpu.json $F/profile-gpu-details.json "$OUT/" ;;
+    profilegap)
+      placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1 --batch-sizes 1 \
+        --warmup 5 --repeats 20 --gap 0.02 -o "$OUT/profile-gpu-gap.json" ;;
     quick)
       for p in simple pipeline; do
         placeopt execute $F/two-models-poisson.json $F/placement-$p.json --duration 5 --slo-scale 5 -o "$R/quick-$p"
@@ -39,6 +42,15 @@ for pp, tp in [(2, 1), (1, 2)]:
       done; done ;;
     alpaserve)
       for a in poisson gamma; do
+        python3 -c "
+import placement_opt.solvers.alpaserve
+from placement_opt import load_instance
+from placement_opt.io import atomic_write_text
+from placement_opt.solvers import run_solver
+p = run_solver(load_instance('$F/two-models-$a.json'), 'alpaserve', seed=0)
+atomic_write_text('$F/placement-alpaserve-$a.json', p.to_json() + '\\n')
+print('alpaserve $a:', [(g.devices, g.pp, g.tp, g.models) for g in p.groups])"
+        cp $F/placement-alpaserve-$a.json "$R/"
         placeopt execute $F/two-models-$a.json $F/placement-alpaserve-$a.json --slo-scale "$SCALES" -o "$R/$a-alpaserve"
       done ;;
     pack)

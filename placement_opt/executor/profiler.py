@@ -37,18 +37,21 @@ class ProfileSettings:
     batch_sizes: Tuple[int, ...] = (1,)
     warmup: int = 5
     repeats: int = 20
+    gap_s: float = 0.0  # idle time before every timed repeat (a server with idle time, not back to back)
     backend: str = "gloo"
     seed: int = 0
     cpu_threads: int = 1
     timeout_s: float = 600.0
 
 
-def _time(fn, sync, warmup: int, repeats: int) -> float:
+def _time(fn, sync, warmup: int, repeats: int, gap_s: float = 0.0) -> float:
     for _ in range(warmup):
         fn()
     sync()
     samples = []
     for _ in range(repeats):
+        if gap_s > 0:
+            time.sleep(gap_s)
         t = time.perf_counter()
         fn()
         sync()
@@ -102,7 +105,7 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
                 lat = {}
                 for b in settings.batch_sizes:
                     x = request_tokens(arch, b, settings.seed, device) if rng[0] == 0 else hidden(b)
-                    lat[b] = _time(lambda: stage(x), sync, settings.warmup, settings.repeats)
+                    lat[b] = _time(lambda: stage(x), sync, settings.warmup, settings.repeats, settings.gap_s)
                 stages.append({"pp": pp, "stage": s, "layers": list(rng), "latency_s": lat,
                                "weight_bytes": stage.weight_bytes(), "peak_bytes": peak(base)})
                 del stage
@@ -117,7 +120,7 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
             for b in settings.batch_sizes:
                 x = request_tokens(arch, b, settings.seed, device) if kind == "embedding" else hidden(b)
                 with torch.inference_mode():
-                    lat = _time(lambda: module(x), sync, settings.warmup, settings.repeats)
+                    lat = _time(lambda: module(x), sync, settings.warmup, settings.repeats, settings.gap_s)
                 layer_rows.append({"piece": kind, "tp": tp, "batch": b, "latency_s": lat, "weight_bytes": weight,
                                    "peak_bytes": peak(base)})
             del module
@@ -182,11 +185,12 @@ def profile_architecture(name: str, arch: Architecture, settings: ProfileSetting
     smallest = min(configs.values(), key=lambda c: c.n_gpus)
     total = sum(smallest.stage_weight_bytes) * smallest.tp
     source = (f"measured by placeopt profile on {any_tp['device_name']} ({settings.backend}, torch "
-              f"{any_tp['torch']}, warmup {settings.warmup}, median of {settings.repeats})")
+              f"{any_tp['torch']}, warmup {settings.warmup}, median of {settings.repeats}"
+              + (f", {settings.gap_s:g} s idle before each repeat" if settings.gap_s else "") + ")")
     profile = Profile(name=name, weight_bytes=total, configs=configs, layers=arch.layers, source=source)
     details = {"name": name, "architecture": arch.to_dict(), "device": any_tp["device_name"],
                "backend": settings.backend, "torch": any_tp["torch"], "warmup": settings.warmup,
-               "repeats": settings.repeats, "batch_sizes": list(settings.batch_sizes),
+               "repeats": settings.repeats, "gap_s": settings.gap_s, "batch_sizes": list(settings.batch_sizes),
                "pieces": [r for tp in sorted(by_tp) for r in by_tp[tp]["pieces"]],
                "stages": [dict(r, tp=tp, latency_s={str(b): v for b, v in r["latency_s"].items()})
                           for tp in sorted(by_tp) for r in by_tp[tp]["stages"]]}
