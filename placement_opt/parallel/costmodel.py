@@ -29,8 +29,6 @@ from ..cluster import Cluster, GPUSpec, Link
 
 #: Operator families that carry their own fitted efficiency and overhead.
 FAMILIES = ("matmul", "attention", "norm", "elementwise", "embedding")
-#: Collective kinds of the alpha-beta model.
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
 
 
 @dataclass(frozen=True)

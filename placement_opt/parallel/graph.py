@@ -7,7 +7,7 @@ bytes *per token* (so a batch of ``b`` requests of ``seq_len`` tokens costs ``b 
 seq_len`` times as much) plus its weight bytes, and which sharding it admits:
 
 * ``matmul`` ``[K] x [K, N]``: replicated, column split (``N``), row split (``K``, the
-  contraction, resolved by all-reduce or reduce-scatter);
+  contraction, resolved by an all-reduce of the output);
 * ``attention`` core: replicated or split by heads;
 * ``embedding``: replicated, vocabulary split (all-reduce) or hidden split;
 * ``experts`` (MoE up/down projections): replicated, split inside every expert like a

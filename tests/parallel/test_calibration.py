@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from placement_opt.parallel.calibration import (H100, _params, _roofline, bert_predictions, calibration_for,
-                                                collective_samples, fit_alpha_beta, op_samples, rel_errors)
+                                                collective_samples, fit_alpha_beta, measured_links, op_samples,
+                                                rel_errors)
 from placement_opt.parallel.costmodel import CommModel, flat_collective_time
 from placement_opt import Link
 
@@ -33,6 +34,9 @@ def test_dgx_collectives_follow_alpha_beta():
         err = rel_errors(alpha + factor * nbytes / bw, secs)
         assert np.median(err) < 0.1
         assert 5e-6 < alpha < 1e-4
+    links = measured_links()
+    assert 250e9 < links["intra"].bandwidth < 450e9  # NVLink bus bandwidth of the 8-GPU all-reduce
+    assert 20e9 < links["inter"].bandwidth < 50e9  # one 400 Gb/s NIC
     # the alpha-beta formula itself: all-reduce moves 2(n-1)/n of the bytes
     link = Link(bandwidth=100e9, latency_s=1e-5)
     assert flat_collective_time("all-reduce", 1e9, 4, link) == pytest.approx(1e-5 + 1.5e-2)
