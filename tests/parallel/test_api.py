@@ -105,3 +105,34 @@ def test_instance_with_many_architecture_models_loads_fast():
     assert (32, 1) not in profiles[0].configs  # more stages than the 26 units
     assert elapsed < 30  # generous: two distinct architectures, each profiled once
     assert inst.slo_seconds()[0] == pytest.approx(5 * profiles[0].config(1, 1).latency(1))
+
+
+def test_lean_plans_when_the_fast_plan_does_not_fit():
+    from placement_opt import Cluster, GPUSpec, Link
+    tiny = Architecture(layers=4, hidden=512, heads=8, seq_len=8, vocab=1024)
+    slow = Link(bandwidth=1e9, latency_s=1e-2)  # collectives so slow that replication is fastest
+    roomy = GPUSpec(name="toy", memory_bytes=1e9, usable_memory_bytes=1e9, peak_fp16_flops=1e12,
+                    memory_bandwidth=1e11)
+    fast = parallelize(tiny, Cluster(1, 2, roomy, slow, slow), 2, 1, 2)
+    assert fast.stage_lean == (False,) and fast.stage_collectives[0] == {}
+    budget = fast.stage_weight_bytes[0] * 0.7
+    tight_gpu = GPUSpec(name="toy", memory_bytes=1e9, usable_memory_bytes=budget, peak_fp16_flops=1e12,
+                        memory_bandwidth=1e11)
+    lean = parallelize(tiny, Cluster(1, 2, tight_gpu, slow, slow), 2, 1, 2)
+    assert lean.stage_lean == (True,) and lean.fits_memory
+    assert lean.stage_weight_bytes[0] <= budget
+    assert lean.latency(1) > fast.latency(1)
+
+
+def test_two_dimensional_mesh_and_grouped_query_attention():
+    cluster = v100_cluster(nodes=2, gpus_per_node=8)
+    llama = Architecture(layers=8, hidden=4096, heads=32, kv_heads=8, seq_len=1024, vocab=32000)
+    in_node = parallelize(llama, cluster, 8, 1, 8)
+    across = parallelize(llama, cluster, 16, 1, 16)  # a stage spanning both nodes
+    ops = dict(zip(in_node.plans["transformer"][0].ops, in_node.plans["transformer"][0].choice))
+    assert ops["attention"] == "heads"  # 8 kv heads split over 8 GPUs
+    ops16 = dict(zip(across.plans["transformer"][0].ops, across.plans["transformer"][0].choice))
+    assert ops16["attention"] == "replicated"  # 8 kv heads cannot split 16 ways
+    assert across.stage_weight_bytes[0] < in_node.stage_weight_bytes[0]
+    # the inter-node all-reduces make the 16-GPU stage slower than the 8-GPU one
+    assert across.latency(1) > in_node.latency(1)
