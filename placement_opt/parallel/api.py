@@ -108,13 +108,18 @@ def _count(colls) -> Dict[str, int]:
 
 
 def _runs(kinds) -> List[str]:
-    """Compress a unit-kind sequence: ['embedding', 'transformer x12']."""
+    """Summarise a unit-kind sequence: ['embedding', 'transformer x12'] (counts if it alternates)."""
     out: List[list] = []
     for k in kinds:
         if out and out[-1][0] == k:
             out[-1][1] += 1
         else:
             out.append([k, 1])
+    if len(out) > 4:  # e.g. dense and MoE layers alternating: count each kind instead
+        counts: Dict[str, int] = {}
+        for k in kinds:
+            counts[k] = counts.get(k, 0) + 1
+        out = [[k, c] for k, c in counts.items()]
     return [k if c == 1 else f"{k} x{c}" for k, c in out]
 
 

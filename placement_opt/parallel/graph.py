@@ -121,7 +121,7 @@ def transformer_layer(arch: Architecture, moe: bool = False) -> LayerGraph:
             _elementwise("top_k", e, d, (i + 1,), reads=1, flops_per=4.0),
             Operator(name="experts_up", kind="experts_up", family="matmul", flops=2.0 * h * f * k,
                      bytes_moved=k * (h + f) * d, weight_bytes=e * (h * f + f) * d, out_bytes=k * f * d,
-                     inputs=(i + 2,), split_in=h, split_out=f, experts=e),
+                     inputs=(i, i + 2), split_in=h, split_out=f, experts=e),  # tokens from ln2, routing from gate
             _elementwise("gelu", k * f, d, (i + 3,), reads=1, flops_per=8.0),
             Operator(name="experts_down", kind="experts_down", family="matmul", flops=2.0 * f * h * k,
                      bytes_moved=k * (h + f) * d, weight_bytes=e * (f * h + h) * d, out_bytes=h * d,
