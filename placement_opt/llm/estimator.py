@@ -1,0 +1,179 @@
+"""MuxServe's throughput estimator (paper Eq. 3) and the parallel candidates (Algorithm 2).
+
+For LLM ``m`` colocated in a unit (a mesh and the LLMs on it)::
+
+    tpt(m) = min(b_m / (sum over the unit's LLMs i of prefill_i(b_i) + decode_m(b_m) x out_m), rate_m)
+
+prefill phases of colocated LLMs run one after another while their decode phases overlap.
+``b_m`` is the smallest batch whose estimate meets the rate (binary search), capped by
+``max_batch`` and by the KV cache the LLM's quota holds: the mesh's pool after weights is
+split in proportion to rate x per-token KV size (ADBS's quotas), and a request needs
+``prompt + output`` tokens of cache. Because each LLM's batch changes the others' prefill
+sum, the batches are found by a few rounds of fixed-point iteration.
+
+Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
+decode step of ``b`` requests at the mean context) are precomputed per (LLM, TP degree) at
+the candidate SM share, so the kernels below touch only flat arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import numpy as np
+from numba import njit
+
+from .interp import lookup
+from .units import LLMSpec
+
+SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
+FIXED_POINT_ROUNDS = 4
+
+
+@njit(cache=True)
+def _lookup_many(table, bgrid, lgrid, batches, length):
+    out = np.empty(batches.shape[0])
+    for i in range(batches.shape[0]):
+        out[i] = lookup(table, bgrid, lgrid, batches[i], length)
+    return out
+
+
+@njit(cache=True)
+def unit_throughput(rows, llms, P, D, out_len, rate, weights, kv, tokens, cap, max_batch, tpt, batch):
+    """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
+    bytes; writes per-member throughput and batch into ``tpt``/``batch`` and returns their
+    sum, or -1 when the weights leave no room for one request of each LLM."""
+    k = rows.shape[0]
+    pool = cap
+    need = 0.0
+    demand = 0.0
+    for i in range(k):
+        m = llms[i]
+        pool -= weights[m]
+        need += kv[m] * tokens[m]
+        demand += rate[m] * kv[m]
+    if pool < need:
+        return -1.0
+    maxb = np.empty(k, dtype=np.int64)
+    for i in range(k):
+        m = llms[i]
+        share = rate[m] * kv[m] / demand if demand > 0 else 1.0 / k
+        nb = int(pool * share / (kv[m] * tokens[m]))
+        maxb[i] = min(max(nb, 1), max_batch)
+        batch[i] = 1
+    total_p = 0.0
+    for i in range(k):
+        total_p += P[rows[i], 1]
+    for _ in range(FIXED_POINT_ROUNDS):
+        for i in range(k):
+            m = llms[i]
+            r = rows[i]
+            others = total_p - P[r, batch[i]]
+            lo, hi = 1, maxb[i]
+            if hi / (others + P[r, hi] + D[r, hi] * out_len[m]) >= rate[m]:
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if mid / (others + P[r, mid] + D[r, mid] * out_len[m]) >= rate[m]:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                b = lo
+            else:
+                b = hi
+            batch[i] = b
+            total_p = others + P[r, b]
+    s = 0.0
+    for i in range(k):
+        m = llms[i]
+        r = rows[i]
+        t = batch[i] / (total_p + D[r, batch[i]] * out_len[m])
+        tpt[i] = min(t, rate[m])
+        s += tpt[i]
+    return s
+
+
+@dataclass(frozen=True, eq=False)
+class EstimatorTables:
+    """Flat arrays of every LLM x TP-degree candidate (row ``llm * n_tp + t``)."""
+
+    tps: np.ndarray  # TP degrees considered, ascending
+    share: np.ndarray  # [llm, t] candidate SM share, 0 where infeasible
+    feasible: np.ndarray  # [llm, t] bool
+    P: np.ndarray  # [row, b] prefill seconds of b prompts, b = 0..max_batch
+    D: np.ndarray  # [row, b] decode-step seconds of b requests
+    out_len: np.ndarray
+    rate: np.ndarray
+    weights: np.ndarray
+    kv: np.ndarray
+    tokens: np.ndarray
+    max_batch: int
+
+    def row(self, llm: int, t: int) -> int:
+        return llm * len(self.tps) + t
+
+    def estimate(self, llms: Sequence[int], t: int, cap: float):
+        """(sum, per-LLM throughput, batches) of a unit of ``llms`` on TP index ``t``."""
+        llms = np.asarray(llms, dtype=np.int64)
+        rows = llms * len(self.tps) + t
+        tpt = np.zeros(len(llms))
+        batch = np.zeros(len(llms), dtype=np.int64)
+        s = unit_throughput(rows, llms, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
+                            self.tokens, cap, self.max_batch, tpt, batch)
+        return s, tpt, batch
+
+
+def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int):
+    """Prefill and decode-step seconds for batches 0..max_batch at the spec's mean lengths."""
+    bgrid, lgrid, p2, d2 = spec.table.at_share(tp, share)
+    b = np.arange(max_batch + 1, dtype=np.float64)
+    b[0] = 1.0
+    pre = _lookup_many(p2, bgrid, lgrid, b, spec.prompt_tokens)
+    dec = _lookup_many(d2, bgrid, lgrid, b, spec.prompt_tokens + spec.output_tokens / 2.0)
+    return pre, dec
+
+
+def build_tables(specs: List[LLMSpec], cluster, max_batch: int, kv_reserve_fraction: float,
+                 tps: Sequence[int] | None = None, full_share: bool = False) -> EstimatorTables:
+    """Candidates of Algorithm 2: per LLM and TP degree, the smallest SM share (30-100 %)
+    whose Eq. 3 estimate alone on the mesh meets the LLM's rate (all SMs if none does).
+
+    A TP degree is feasible when the cost table has it (or a lower one) and a mesh of that
+    size holds the weights plus one request's KV cache. ``full_share`` fixes every share at 1.
+    """
+    gpn = cluster.gpus_per_node
+    if tps is None:
+        tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= gpn]
+    tps = np.asarray(tps, dtype=np.int64)
+    n, nt = len(specs), len(tps)
+    per_gpu = cluster.gpu.usable_memory_bytes * (1.0 - kv_reserve_fraction)
+    share = np.zeros((n, nt))
+    feasible = np.zeros((n, nt), dtype=bool)
+    P = np.full((n * nt, max_batch + 1), np.inf)
+    D = np.full((n * nt, max_batch + 1), np.inf)
+    out_len = np.array([s.output_tokens for s in specs])
+    rate = np.array([s.rate for s in specs])
+    weights = np.array([s.weight_bytes for s in specs])
+    kv = np.array([s.kv_bytes_per_token for s in specs])
+    tokens = np.array([s.tokens_per_request for s in specs])
+    tpt = np.zeros(1)
+    batch = np.zeros(1, dtype=np.int64)
+    for i, spec in enumerate(specs):
+        lowest = min(spec.table.tp_degrees)
+        for t, tp in enumerate(tps):
+            cap = per_gpu * tp
+            if tp < lowest or spec.weight_bytes + kv[i] * tokens[i] > cap:
+                continue
+            feasible[i, t] = True
+            row = i * nt + t
+            chosen = 1.0
+            for sh in ([1.0] if full_share else SM_SHARES):
+                P[row], D[row] = latency_vectors(spec, int(tp), float(sh), max_batch)
+                est = unit_throughput(np.array([row]), np.array([i]), P, D, out_len, rate, weights, kv, tokens,
+                                      cap, max_batch, tpt, batch)
+                chosen = float(sh)
+                if est >= rate[i] * (1 - 1e-9):
+                    break
+            share[i, t] = chosen
+    return EstimatorTables(tps=tps, share=share, feasible=feasible, P=P, D=D, out_len=out_len, rate=rate,
+                           weights=weights, kv=kv, tokens=tokens, max_batch=max_batch)

@@ -1,0 +1,91 @@
+"""Greedy placement of LLMs onto the meshes of one mesh group (MuxServe Algorithm 1's inner loop).
+
+LLMs are taken in the given order (MuxServe: decreasing rate x size). Rule ``GAIN`` puts each
+on the mesh whose Eq. 3 estimate rises most (meshes whose SM shares still fit first, then
+any mesh with room); rule ``FREE_MEMORY`` (the paper's greedy ablation baseline) on the
+mesh with the most free memory. A mesh has room when its weights leave KV cache for one
+request of each of its LLMs. Returns the group's estimated throughput, -1 if an LLM fits
+nowhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .estimator import unit_throughput
+
+GAIN = 0
+FREE_MEMORY = 1
+
+
+@njit(cache=True)
+def place_on_meshes(mesh_t, mesh_cap, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
+                    max_batch, assign, unit_tpt):
+    """Fill ``assign[m]`` (mesh of LLM m) and ``unit_tpt[d]`` (estimate of mesh d)."""
+    nd = mesh_t.shape[0]
+    n = order.shape[0]
+    nt = feasible.shape[1]
+    members = np.full((nd, n), -1, dtype=np.int64)
+    cnt = np.zeros(nd, dtype=np.int64)
+    wused = np.zeros(nd)
+    kvneed = np.zeros(nd)
+    smsum = np.zeros(nd)
+    rows = np.empty(n, dtype=np.int64)
+    llms = np.empty(n, dtype=np.int64)
+    tpt = np.empty(n)
+    batch = np.empty(n, dtype=np.int64)
+    for d in range(nd):
+        unit_tpt[d] = 0.0
+    for i in range(n):
+        m = order[i]
+        best = -1
+        best_val = -np.inf
+        best_fit = False
+        best_new = 0.0
+        for d in range(nd):
+            t = mesh_t[d]
+            if not feasible[m, t]:
+                continue
+            if wused[d] + weights[m] + kvneed[d] + kv[m] * tokens[m] > mesh_cap[d]:
+                continue
+            sm_fit = rule == FREE_MEMORY or smsum[d] + share[m, t] <= 1.0 + 1e-9
+            new = 0.0
+            if rule == GAIN:
+                c = cnt[d]
+                for q in range(c):
+                    llms[q] = members[d, q]
+                    rows[q] = members[d, q] * nt + t
+                llms[c] = m
+                rows[c] = m * nt + t
+                new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
+                                      mesh_cap[d], max_batch, tpt, batch)
+                if new < 0:
+                    continue
+                val = new - unit_tpt[d]
+            else:
+                val = mesh_cap[d] - wused[d] - kvneed[d]
+            if (sm_fit and not best_fit) or (sm_fit == best_fit and val > best_val + 1e-12):
+                best, best_val, best_fit, best_new = d, val, sm_fit, new
+        if best < 0:
+            return -1.0
+        members[best, cnt[best]] = m
+        cnt[best] += 1
+        wused[best] += weights[m]
+        kvneed[best] += kv[m] * tokens[m]
+        smsum[best] += share[m, mesh_t[best]]
+        assign[m] = best
+        unit_tpt[best] = best_new
+    total = 0.0
+    for d in range(nd):
+        if cnt[d] == 0:
+            continue
+        if rule == FREE_MEMORY:
+            t = mesh_t[d]
+            for q in range(cnt[d]):
+                llms[q] = members[d, q]
+                rows[q] = members[d, q] * nt + t
+            unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
+                                          mesh_cap[d], max_batch, tpt, batch)
+        total += unit_tpt[d]
+    return total

@@ -1,0 +1,128 @@
+"""LLM baselines of the MuxServe evaluation: spatial partitioning, temporal multiplexing and
+the greedy-memory placement of its ablation.
+
+* ``spatial``: every LLM alone on its own mesh of the fewest GPUs that hold its weights and
+  one request's KV cache (and that its cost table covers); GPUs left over then go, one
+  doubling at a time, to the LLM whose Eq. 3 estimate falls furthest below its rate (when
+  the meshes still pack into the nodes). Whole SMs, continuous batching, no sharing.
+* ``temporal``: MuxServe's placement, but each mesh runs one job at a time on all its SMs
+  in FCFS order (AlpaServe-style temporal multiplexing). The placement records
+  ``provenance.llm_policy = "temporal"``, which the simulator honours.
+* ``greedy-memory``: per mesh group, the highest-rate LLM first onto the mesh with the most
+  free memory; the group with the best estimate wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from placement_opt.errors import InputError
+from placement_opt.llm.estimator import build_tables
+from placement_opt.llm.greedy import FREE_MEMORY
+from placement_opt.llm.units import llm_config, llm_specs
+from placement_opt.placement import Group, Placement
+
+from .base import NoOptions, Solver, register
+from .muxserve import MuxServeOptions, refine_by_simulation, search_mesh_groups, to_placement
+
+
+def pack_meshes(sizes, nodes: int, gpus_per_node: int):
+    """First-fit-decreasing of power-of-two meshes into nodes; device tuples or None."""
+    free = [gpus_per_node] * nodes
+    start = [0] * nodes
+    out = [None] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        for node in range(nodes):
+            if free[node] >= sizes[i]:
+                base = node * gpus_per_node + start[node]
+                out[i] = tuple(range(base, base + sizes[i]))
+                start[node] += sizes[i]
+                free[node] -= sizes[i]
+                break
+        else:
+            return None
+    return out
+
+
+@register
+class Spatial(Solver):
+    """Each LLM on dedicated GPUs (vLLM-style spatial partitioning)."""
+
+    name = "spatial"
+    summary = "each LLM alone on the fewest GPUs that hold it, spare GPUs to the most loaded (LLM baseline)"
+    family = "llm"
+    Options = NoOptions
+
+    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+        cfg = llm_config(instance)
+        specs = llm_specs(instance)
+        cl = instance.cluster
+        tables = build_tables(specs, cl, cfg.max_batch, cfg.kv_reserve_fraction, full_share=True)
+        cap = cl.gpu.usable_memory_bytes * (1.0 - cfg.kv_reserve_fraction)
+        t_of = {int(t): i for i, t in enumerate(tables.tps)}
+        sizes = []
+        for i, s in enumerate(specs):
+            ok = [int(t) for t, f in zip(tables.tps, tables.feasible[i]) if f]
+            if not ok:
+                raise InputError("fits no mesh of one node", f"models[{s.name}]")
+            sizes.append(min(ok))
+        if pack_meshes(sizes, cl.nodes, cl.gpus_per_node) is None:
+            raise InputError(f"the LLMs need {sum(sizes)} GPUs in dedicated meshes; the cluster cannot hold them",
+                             "models")
+
+        def deficit(i):
+            est, _, _ = tables.estimate([i], t_of[sizes[i]], cap * sizes[i])
+            return est / specs[i].rate if specs[i].rate > 0 else np.inf
+
+        grown = True
+        while grown:
+            grown = False
+            for i in sorted(range(len(specs)), key=lambda i: (deficit(i), i)):
+                if deficit(i) >= 1.0 - 1e-9:
+                    break
+                bigger = sizes[i] * 2
+                if bigger not in t_of or not tables.feasible[i, t_of[bigger]]:
+                    continue
+                trial = sizes[:i] + [bigger] + sizes[i + 1:]
+                if pack_meshes(trial, cl.nodes, cl.gpus_per_node) is not None:
+                    sizes = trial
+                    grown = True
+                    break
+        devices = pack_meshes(sizes, cl.nodes, cl.gpus_per_node)
+        groups = tuple(Group(devices=d, pp=1, tp=len(d), models=(s.name,), sm_share=(1.0,))
+                       for d, s in sorted(zip(devices, specs), key=lambda x: x[0][0]))
+        return Placement(groups=groups)
+
+
+@register
+class Temporal(Solver):
+    """MuxServe's placement served by temporal multiplexing (one job at a time per mesh)."""
+
+    name = "temporal"
+    summary = "MuxServe placement, one job at a time per mesh in FCFS order (LLM baseline)"
+    family = "llm"
+    Options = MuxServeOptions
+
+    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+        specs, tables, results, n_groups = search_mesh_groups(instance)
+        if self.options.refine > 0:
+            return refine_by_simulation(instance, specs, tables, results, self.options.refine, full_share=True,
+                                        mesh_groups=n_groups, llm_policy="temporal")
+        return to_placement(instance, specs, tables, results[0], full_share=True, mesh_groups=n_groups,
+                            llm_policy="temporal")
+
+
+@register
+class GreedyMemory(Solver):
+    """MuxServe's placement ablation baseline: highest rate first onto the most free memory."""
+
+    name = "greedy-memory"
+    summary = "highest-rate LLM first onto the mesh with the most free memory (LLM baseline)"
+    family = "llm"
+    Options = NoOptions
+
+    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+        specs, tables, results, n_groups = search_mesh_groups(instance, FREE_MEMORY)
+        return to_placement(instance, specs, tables, results[0], mesh_groups=n_groups)

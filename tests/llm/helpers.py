@@ -1,0 +1,11 @@
+"""Shared fixtures of the LLM tests: instance paths and a registry with the LLM solvers."""
+
+import os
+
+from placement_opt.solvers import llm_baselines, muxserve  # noqa: F401  (registers the LLM solvers)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MUX = os.path.join(ROOT, "instances", "muxserve")
+SMALL = os.path.join(MUX, "small-4llm-4gpu.json")
+ABLATION = os.path.join(MUX, "adbs-ablation.json")
+TABLES = os.path.join(ROOT, "placement_opt", "data", "muxserve")
