@@ -175,6 +175,8 @@ def parallelize_with(arch: Architecture, cluster: Cluster, n_gpus: int, pp: int,
 
     ``bounds`` imposes a stage split (e.g. :func:`.interop.uniform_partition`) instead of the DP's.
     """
+    if pp * tp != n_gpus:
+        raise InputError(f"pp x tp = {pp * tp} does not equal n_gpus = {n_gpus}", "n_gpus")
     units = model_units(arch)
     kinds = tuple(u.kind for u in units)
     comm = CommModel.for_group(cluster, tp, calib)
@@ -238,11 +240,12 @@ def parallelize_with(arch: Architecture, cluster: Cluster, n_gpus: int, pp: int,
 def _tied_head_bytes(emb_plan: IntraOpPlan, head_plan: IntraOpPlan) -> float:
     """LM-head weights saved when the head shares the embedding table in the same stage.
 
-    The table is shared only when both are sharded alike (both replicated or both split).
+    The table is shared only when both hold the same slice of it: both replicated, or both
+    split by vocabulary rows (embedding ``vocab+all-reduce``, head ``column``).
     """
-    emb_split = emb_plan.choice[0] != "replicated"
-    head_split = head_plan.choice[-1] != "replicated"
-    return head_plan.weight_bytes if emb_split == head_split else 0.0
+    emb, head = emb_plan.choice[0], head_plan.choice[-1]
+    shared = (emb, head) in (("replicated", "replicated"), ("vocab+all-reduce", "column"))
+    return head_plan.weight_bytes if shared else 0.0
 
 
 @lru_cache(maxsize=4096)

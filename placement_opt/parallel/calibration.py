@@ -87,7 +87,7 @@ def _read_csv(name: str) -> List[dict]:
 
 def op_samples() -> Dict[str, tuple]:
     """Per family: (flops, bytes, measured seconds) arrays of the Llama-2 H100 operator data."""
-    out: Dict[str, list] = {f: [] for f in set(OPS_FAMILY.values())}
+    out: Dict[str, list] = {f: [] for f in sorted(set(OPS_FAMILY.values()))}
     for model in ("llama2-7b", "llama2-70b"):
         for r in _read_csv(f"{model}-ops.csv"):
             nh, nkv, h, f = (int(r[c]) for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd"))
