@@ -22,7 +22,7 @@ from ..profile import ConfigProfile, Profile, parallel_configs
 from .calibration import calibration_for
 from .costmodel import Calibration, CommModel
 from .graph import LayerGraph, model_units
-from .interop import stage_dp, uniform_partition
+from .interop import InterOpTable, stage_dp, uniform_partition
 from .intraop import IntraOpPlan, build_problem, evaluate, solve
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -177,26 +177,11 @@ def parallelize_with(arch: Architecture, cluster: Cluster, n_gpus: int, pp: int,
     """
     if pp * tp != n_gpus:
         raise InputError(f"pp x tp = {pp * tp} does not equal n_gpus = {n_gpus}", "n_gpus")
-    units = model_units(arch)
-    kinds = tuple(u.kind for u in units)
-    comm = CommModel.for_group(cluster, tp, calib)
-    distinct = {u.kind: u for u in units}
-    costs = {k: _unit_costs(u, arch.seq_len, tp, cluster.gpu, comm, calib, solver, batch_sizes)
-             for k, u in distinct.items()}
+    chain = _Chain.build(arch, cluster, n_gpus, tp, calib, solver, batch_sizes)
+    units, kinds, costs, send_time = chain.units, chain.kinds, chain.costs, chain.send_time
+    lat_fast, mem_fast, lat_lean, mem_lean = chain.lat_fast, chain.mem_fast, chain.lat_lean, chain.mem_lean
     budget = cluster.gpu.usable_memory_bytes
-    lat_fast = np.array([costs[k].fast_latency[0] for k in kinds])
-    lat_lean = np.array([costs[k].lean_latency[0] for k in kinds])
-    mem_fast = np.array([costs[k].fast.weight_bytes for k in kinds])
-    mem_lean = np.array([costs[k].lean.weight_bytes for k in kinds])
-    send_comm = CommModel.for_group(cluster, 2, calib)
-    g = cluster.gpus_per_node
-
-    def send_time(stage: int, tokens: int, unit: LayerGraph) -> float:
-        cross = pp * tp > g and ((stage + 1) * tp) % g == 0
-        return send_comm.send_recv(unit.out_bytes * tokens, cross)
-
-    # the stage-s boundary cost at batch 1 (the activation leaving a transformer layer)
-    send = np.array([send_time(s, arch.seq_len, units[1]) for s in range(pp)])
+    send = chain.send_at_batch_1(pp)
     if bounds is not None:
         if len(bounds) != pp or bounds[0][0] != 0 or bounds[-1][1] != len(units):
             raise InputError(f"expected {pp} contiguous unit ranges covering 0..{len(units)}", "bounds")
@@ -235,6 +220,71 @@ def parallelize_with(arch: Architecture, cluster: Cluster, n_gpus: int, pp: int,
         stage_collectives=tuple(colls), plans={k: (c.fast, c.lean) for k, c in costs.items()},
         memory_budget=budget, solver=solver,
     )
+
+
+@dataclass(frozen=True, eq=False)
+class _Chain:
+    """The DP's inputs: per-unit fast/lean latency (batch 1) and weights on a tp-GPU mesh."""
+
+    arch: Architecture
+    units: Tuple[LayerGraph, ...]
+    kinds: Tuple[str, ...]
+    costs: Dict[str, UnitCosts]
+    send_comm: CommModel
+    group_gpus: int
+    tp: int
+    gpus_per_node: int
+    lat_fast: np.ndarray
+    mem_fast: np.ndarray
+    lat_lean: np.ndarray
+    mem_lean: np.ndarray
+
+    @classmethod
+    def build(cls, arch, cluster, n_gpus, tp, calib, solver, batch_sizes) -> "_Chain":
+        units = model_units(arch)
+        kinds = tuple(u.kind for u in units)
+        comm = CommModel.for_group(cluster, tp, calib)
+        distinct = {u.kind: u for u in units}
+        costs = {k: _unit_costs(u, arch.seq_len, tp, cluster.gpu, comm, calib, solver, batch_sizes)
+                 for k, u in distinct.items()}
+        return cls(arch=arch, units=units, kinds=kinds, costs=costs,
+                   send_comm=CommModel.for_group(cluster, 2, calib), group_gpus=n_gpus, tp=tp,
+                   gpus_per_node=cluster.gpus_per_node,
+                   lat_fast=np.array([costs[k].fast_latency[0] for k in kinds]),
+                   mem_fast=np.array([costs[k].fast.weight_bytes for k in kinds]),
+                   lat_lean=np.array([costs[k].lean_latency[0] for k in kinds]),
+                   mem_lean=np.array([costs[k].lean.weight_bytes for k in kinds]))
+
+    def send_time(self, stage: int, tokens: int, unit: LayerGraph) -> float:
+        """Send/recv after ``stage``; across nodes when the stage ends on a node boundary."""
+        g = self.gpus_per_node
+        cross = self.group_gpus > g and ((stage + 1) * self.tp) % g == 0
+        return self.send_comm.send_recv(unit.out_bytes * tokens, cross)
+
+    def send_at_batch_1(self, stages: int) -> np.ndarray:
+        # every boundary carries one layer's output activation (embedding and layers alike)
+        return np.array([self.send_time(s, self.arch.seq_len, self.units[1]) for s in range(stages)])
+
+
+def inter_op_table(model: Union[ModelSpec, Architecture], cluster: Cluster, n_gpus: int, tp: int, *,
+                   solver: str = "cp-sat") -> InterOpTable:
+    """The DP table for stages of ``tp`` GPUs within ``n_gpus`` GPUs, at batch 1.
+
+    ``table.cost[s, K]`` is the slowest-stage latency with ``s`` stages (up to
+    ``min(n_gpus // tp, K)``), ``table.best_stage_count()`` the best ``s`` and
+    ``table.partition(s)`` its split, so callers can pick.
+    """
+    arch = _architecture(model)
+    for name, v in (("n_gpus", n_gpus), ("tp", tp)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"must be a positive integer, got {v!r}", name)
+    if tp > n_gpus or n_gpus > cluster.n_gpus:
+        raise InputError(f"need tp <= n_gpus <= {cluster.n_gpus} GPUs of the cluster, got tp={tp}, "
+                         f"n_gpus={n_gpus}", "n_gpus")
+    max_stages = min(n_gpus // tp, arch.layers + 2)
+    chain = _Chain.build(arch, cluster, n_gpus, tp, calibration_for(cluster.gpu), solver, BATCH_SIZES)
+    return stage_dp(chain.lat_fast, chain.mem_fast, chain.lat_lean, chain.mem_lean,
+                    chain.send_at_batch_1(max_stages), cluster.gpu.usable_memory_bytes, max_stages)
 
 
 def _tied_head_bytes(emb_plan: IntraOpPlan, head_plan: IntraOpPlan) -> float:

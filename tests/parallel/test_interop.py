@@ -78,3 +78,17 @@ def test_dp_beats_uniform_with_heterogeneous_units():
     dp = parallelize(BERT_1_3B, cluster, 8, 8, 1)
     uni = parallelize_uniform(BERT_1_3B, cluster, 8, 8, 1)
     assert dp.stage_latency[0].max() < 0.95 * uni.stage_latency[0].max()
+
+
+def test_inter_op_table_matches_parallelize_and_picks_the_best_stage_count():
+    from placement_opt.parallel import inter_op_table
+    cluster = v100_cluster()
+    table = inter_op_table(BERT_1_3B, cluster, 16, 2)
+    assert table.max_stages == 8 and table.units == 26
+    for stages in (1, 2, 4, 8):
+        pm = parallelize(BERT_1_3B, cluster, stages * 2, stages, 2)
+        part = table.partition(stages)
+        assert part.max_latency == pytest.approx(pm.stage_latency[0].max(), rel=1e-9)
+    best = table.best_stage_count()
+    assert table.cost[best, 26] == table.cost[1:, 26].min()
+    assert best == 8  # more stages keep lowering the slowest stage of this model
