@@ -44,6 +44,7 @@ class ArrivalProcess:
             return cls(kind="mmpp", rate=mmpp_mean_rate(rates, switch), mmpp_rates=rates, mmpp_switch_rates=switch)
         if kind == "poisson" and "cv" in d:
             raise InputError("a poisson process has cv 1; use process gamma", f"{field}.cv")
+        check_keys(d, field, ["process"], ["rate", "cv"])  # rates/switch_rates belong to mmpp only
         rate = get_number(d, "rate", field, None if need_rate else 0.0, minimum=0)
         cv = get_number(d, "cv", field, 1.0, exclusive_minimum=0, maximum=100) if kind == "gamma" else 1.0
         return cls(kind=kind, rate=rate, cv=cv)
