@@ -29,7 +29,8 @@ def parallelize(instance, model_name, gpus, pp, tp, solver, as_json):
     if gpus < 1:
         raise InputError(f"must be >= 1, got {gpus}", "--gpus")
     if pp is None:
-        configs = enumerate_parallel_configs(model, gpus, inst.cluster, solver=solver)
+        configs = [run_parallelize(model, inst.cluster, gpus, cpp, ctp, solver=solver)
+                   for cpp, ctp in enumerate_parallel_configs(model, gpus, inst.cluster, solver=solver)]
         if as_json:
             emit_json({"model": model.name, "gpus": gpus, "configs": [c.to_dict() for c in configs]})
             return

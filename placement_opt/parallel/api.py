@@ -323,24 +323,19 @@ def _unit_costs(unit: LayerGraph, seq_len: int, tp: int, gpu, comm: CommModel, c
 
 
 def enumerate_parallel_configs(model: Union[ModelSpec, Architecture], n_gpus: int, cluster: Cluster, *,
-                               max_tp: Optional[int] = None, solver: str = "cp-sat") -> List[ParallelizedModel]:
-    """Every (pp, tp) with pp x tp = n_gpus whose stages fit the GPUs' usable memory.
+                               max_tp: Optional[int] = None, solver: str = "cp-sat") -> List[Tuple[int, int]]:
+    """Every ``(pp, tp)`` with pp x tp = n_gpus whose stages fit the GPUs' usable memory.
 
     ``tp`` runs over powers of two up to ``max_tp`` (default: GPUs per node, so tensor
     parallelism stays inside a node); ``pp`` is at most the unit count. Ordered by tp.
+    ``parallelize(model, cluster, n_gpus, pp, tp)`` then gives each plan (memoised).
     """
     arch = _architecture(model)
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, (int, np.integer)) or n_gpus < 1:
         raise InputError(f"must be a positive integer, got {n_gpus!r}", "n_gpus")
     max_tp = cluster.gpus_per_node if max_tp is None else max_tp
-    out = []
-    for pp, tp in parallel_configs(n_gpus, max_tp):
-        if pp > arch.layers + 2:
-            continue
-        pm = parallelize(arch, cluster, n_gpus, pp, tp, solver=solver)
-        if pm.fits_memory:
-            out.append(pm)
-    return out
+    return [(pp, tp) for pp, tp in parallel_configs(n_gpus, max_tp)
+            if pp <= arch.layers + 2 and parallelize(arch, cluster, n_gpus, pp, tp, solver=solver).fits_memory]
 
 
 def architecture_profile(name: str, arch: Architecture, cluster: Cluster) -> Profile:

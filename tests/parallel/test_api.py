@@ -65,11 +65,10 @@ def test_enumerate_keeps_only_configs_that_fit():
     cluster = v100_cluster()
     big = Architecture(layers=40, hidden=5120, heads=40)  # about 26 GB of weights
     assert enumerate_parallel_configs(big, 1, cluster) == []
-    two = enumerate_parallel_configs(big, 2, cluster)
-    assert [(c.pp, c.tp) for c in two] == [(2, 1), (1, 2)]
-    four = enumerate_parallel_configs(big, 4, cluster)
-    assert [(c.pp, c.tp) for c in four] == [(4, 1), (2, 2), (1, 4)]
-    assert all(c.fits_memory for c in four)
+    assert enumerate_parallel_configs(big, 2, cluster) == [(2, 1), (1, 2)]
+    four = enumerate_parallel_configs(ModelSpec(name="big", architecture=big), 4, cluster)
+    assert four == [(4, 1), (2, 2), (1, 4)]
+    assert all(parallelize(big, cluster, 4, pp, tp).fits_memory for pp, tp in four)
     # a config that does not fit keeps honest (over-budget) memory numbers
     over = parallelize(big, cluster, 1, 1, 1)
     assert not over.fits_memory and over.stage_weight_bytes[0] == pytest.approx(big.weight_bytes(), rel=1e-3)
