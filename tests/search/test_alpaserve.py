@@ -1,0 +1,58 @@
+"""Algorithm 2 end to end: beats the baselines, deterministic, anytime."""
+
+import pytest
+
+from placement_opt import check_placement
+from placement_opt.errors import InputError
+from placement_opt.solvers import run_solver
+
+from .helpers import shortened, tiny
+
+BASELINES = ("selective-replication", "round-robin", "mp-equal", "mp-greedy-2", "clockwork++")
+
+
+@pytest.mark.parametrize("name", ["tiny-4gpu-bert", "tiny-4gpu-mixed"])
+def test_alpaserve_at_least_every_baseline(name):
+    inst = tiny(name)
+    ours = run_solver(inst, "alpaserve", options={"backend": "serial", "progress": False})
+    check_placement(ours, inst)
+    for b in BASELINES:
+        opts = {"backend": "serial", "progress": False, "window_s": 20.0} if b == "clockwork++" else {}
+        theirs = run_solver(inst, b, options=opts)
+        assert ours.metrics["slo_attainment"] >= theirs.metrics["slo_attainment"] - 1e-12, b
+
+
+def test_alpaserve_on_a_bundled_instance_beats_replication():
+    inst = shortened("alpaserve/s1.json", 30)
+    ours = run_solver(inst, "alpaserve", options={"backend": "serial", "progress": False})
+    sr = run_solver(inst, "selective-replication")
+    check_placement(ours, inst)
+    assert ours.metrics["slo_attainment"] >= sr.metrics["slo_attainment"]
+    assert ours.provenance["search"]["tasks"] >= ours.provenance["search"]["screened"]
+
+
+def test_alpaserve_is_deterministic():
+    inst = tiny("tiny-4gpu-mixed")
+    a = run_solver(inst, "alpaserve", options={"backend": "serial", "progress": False})
+    b = run_solver(inst, "alpaserve", options={"backend": "serial", "progress": False})
+    assert a.groups == b.groups and a.metrics == b.metrics
+
+
+def test_time_limit_returns_valid_placement():
+    inst = shortened("alpaserve/s3.json", 30)
+    p = run_solver(inst, "alpaserve", time_limit=0.01, options={"backend": "serial", "progress": False})
+    check_placement(p, inst)
+    assert p.provenance["search"]["timed_out"]
+    assert p.metrics["slo_attainment"] > 0
+    assert sum(g.n_gpus for g in p.groups) <= inst.cluster.n_gpus
+
+
+def test_bad_options_are_input_errors():
+    inst = tiny("tiny-4gpu-bert")
+    for opts in ({"backend": "mpi"}, {"screen": "some"}, {"beam": 0}, {"bucket_threshold": "x"}):
+        with pytest.raises(InputError):
+            run_solver(inst, "alpaserve", options=opts)
+    with pytest.raises(InputError):
+        run_solver(inst, "alpaserve-greedy", options={"group_size": 3})
+    with pytest.raises(InputError):
+        run_solver(inst, "exhaustive", options={"max_candidates": 5, "progress": False})

@@ -1,0 +1,60 @@
+"""placeopt space / evaluate / compare."""
+
+import json
+
+from click.testing import CliRunner
+
+from placement_opt.cli.main import cli
+
+from .helpers import data
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_space_counts(tmp_path):
+    r = run("space", data("tiny-4gpu-mixed"), "--json")
+    assert r.exit_code == 0, r.output
+    levels = json.loads(r.output)["levels"]
+    assert levels["greedy_calls"]["kept"] >= 1
+    assert all(v["unpruned"] is None or v["kept"] <= v["unpruned"] for v in levels.values())
+    r = run("space", data("tiny-4gpu-mixed"), "-O", "bucket_threshold=2.0")
+    assert r.exit_code == 0 and "greedy calls" in r.output
+    r = CliRunner().invoke(cli, ["space", data("tiny-4gpu-mixed"), "-O", "nope=1"])
+    assert r.exit_code == 2 and "nope" in r.output
+
+
+def test_compare_json_and_table():
+    r = run("compare", data("tiny-4gpu-bert"), "--solvers", "alpaserve,selective-replication,round-robin",
+            "-O", "progress=false", "-O", "alpaserve:backend=serial", "--json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output[r.output.index("{"):])["results"]
+    assert [x["solver"] for x in rows] == ["alpaserve", "selective-replication", "round-robin"]
+    assert rows[0]["slo_attainment"] >= max(x["slo_attainment"] for x in rows[1:])
+    assert all(x["groups_used"] >= 1 and x["solve_s"] >= 0 for x in rows)
+    r = run("compare", data("tiny-4gpu-bert"), "--solvers", "round-robin,mp-equal")
+    assert r.exit_code == 0 and "p99 latency" in r.output
+    r = CliRunner().invoke(cli, ["compare", data("tiny-4gpu-bert"), "--solvers", "nosuch"])
+    assert r.exit_code == 2 and "unknown solver" in r.output
+
+
+def test_evaluate_on_other_workload(tmp_path):
+    plc = tmp_path / "p.json"
+    r = run("solve", data("tiny-4gpu-bert"), "--solver", "selective-replication", "-o", str(plc))
+    assert r.exit_code == 0, r.output
+    heavy = tmp_path / "heavy.json"
+    heavy.write_text(json.dumps({"duration_s": 60, "arrival": {"process": "gamma", "rate": 40, "cv": 4},
+                                 "slo": {"scale": 5}}))
+    r = run("evaluate", data("tiny-4gpu-bert"), str(plc), "--workload", str(heavy), "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["other_workload"]["requests"] > out["own_workload"]["requests"]
+    assert out["other_workload"]["slo_attainment"] < out["own_workload"]["slo_attainment"]
+    # an instance file works as the other workload too
+    r = run("evaluate", data("tiny-4gpu-bert"), str(plc), "--workload", data("tiny-4gpu-bert"))
+    assert r.exit_code == 0 and "other workload" in r.output
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"duration_s": -1}))
+    r = CliRunner().invoke(cli, ["evaluate", data("tiny-4gpu-bert"), str(plc), "--workload", str(bad)])
+    assert r.exit_code == 2 and "duration_s" in r.output

@@ -1,0 +1,77 @@
+"""Algorithm 1 and the exhaustive oracle: optimality gaps, exact pruning, fast mode, anytime stops."""
+
+import pytest
+
+from placement_opt import check_placement, simulate
+from placement_opt.evaluator import PlacementEvaluator
+from placement_opt.placement import Placement
+from placement_opt.solvers import run_solver
+from placement_opt.solvers.alpaserve_greedy import fixed_partition
+from placement_opt.solvers.exhaustive import count_exhaustive
+from placement_opt.solvers.greedy import greedy_selection
+
+from .helpers import TINY, repo_instance, shortened, tiny
+
+QUIET = {"progress": False}
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_alpaserve_within_two_points_of_exhaustive(name):
+    inst = tiny(name)
+    oracle = run_solver(inst, "exhaustive", options=QUIET)
+    assert oracle.provenance["search"]["candidates_evaluated"] == count_exhaustive(inst)
+    best = oracle.metrics["slo_attainment"]
+    for solver, opts in (("alpaserve", {"backend": "serial", **QUIET}), ("selective-replication", {})):
+        got = run_solver(inst, solver, options=opts).metrics["slo_attainment"]
+        assert got <= best + 1e-12  # nothing beats the oracle on its own space
+        if solver == "alpaserve":
+            assert best - got <= 0.02
+
+
+def test_bound_pruning_is_exact():
+    inst = shortened("alpaserve/s1.json", 30)
+    shells = fixed_partition(inst, 4, 1)
+    results = []
+    for prune in (True, False):
+        groups, stats = greedy_selection(inst, shells, beam=2, prune=prune)
+        results.append(([g.models for g in groups], stats["accepted"], stats["candidates_evaluated"]))
+    assert results[0][:2] == results[1][:2]
+    assert results[0][2] < results[1][2]
+
+
+def test_incremental_scores_match_full_simulation():
+    inst = tiny("tiny-4gpu-mixed")
+    shells = fixed_partition(inst, 2, 1)
+    groups, stats = greedy_selection(inst, shells, beam=1)
+    full = PlacementEvaluator(inst).attainment(groups)
+    assert full == pytest.approx(stats["best_attainment"])
+    metrics = simulate(inst, Placement(groups=tuple(groups)))
+    assert metrics["slo_attainment"] == pytest.approx(full)
+
+
+def test_fast_heuristic_close_to_full_greedy():
+    inst = shortened("alpaserve/s1.json", 60)
+    full = run_solver(inst, "alpaserve-greedy", options={"group_size": 4, **QUIET})
+    fast = run_solver(inst, "alpaserve-greedy", options={"group_size": 4, "fast": True, **QUIET})
+    check_placement(fast, inst)
+    assert fast.provenance["search"]["simulations"] < full.provenance["search"]["simulations"] / 10
+    assert fast.metrics["slo_attainment"] >= 0.95 * full.metrics["slo_attainment"]
+
+
+def test_greedy_stops_at_deadline_and_on_interrupt():
+    inst = repo_instance("alpaserve/s1.json")
+    shells = fixed_partition(inst, 2, 1)
+    groups, stats = greedy_selection(inst, shells, time_limit=0.0)
+    assert stats["timed_out"] and sum(len(g.models) for g in groups) <= 1
+    check_placement(Placement(groups=tuple(groups)), inst)
+
+    calls = []
+
+    def interrupt(evaluated, best):
+        calls.append(evaluated)
+        raise KeyboardInterrupt
+
+    groups, stats = greedy_selection(inst, shells, fast=True, progress=interrupt)
+    assert stats["interrupted"] and calls
+    check_placement(Placement(groups=tuple(groups)), inst)
+    assert stats["best_attainment"] > 0
