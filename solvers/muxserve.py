@@ -7,7 +7,9 @@
    to 19 LLMs on 4 x 8 GPUs, as the reference implementation evaluates).
 3. Per group, LLMs in decreasing rate x size go greedily to the mesh with the largest
    estimated throughput gain under memory and SM constraints (:mod:`placement_opt.llm.greedy`,
-   Numba); the group with the highest estimated throughput wins (ties: the first).
+   Numba); the group with the highest estimated throughput wins. Estimates saturate at the
+   rates, so ties are common: they go to the group that oversubscribes SMs least, then to
+   the one whose units estimate most at twice the rates (headroom), then the first.
 4. ``refine=K`` re-ranks the K best groups by simulating them (objective ``throughput``:
    requests/s; ``slo_attainment``: SLO attainment).
 
@@ -17,7 +19,7 @@ mesh, so every colocated LLM's decode job can run at once (a lone LLM gets the w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,6 +44,8 @@ class GroupResult:
     group: tuple  # per-node splits
     assign: np.ndarray  # mesh index of every LLM
     unit_tpt: np.ndarray
+    sm_excess: float  # SM shares beyond full meshes (LLMs forced onto meshes whose SMs were taken)
+    headroom: float = 0.0  # estimate of the same units at twice the rates (tie-break)
 
 
 def search_mesh_groups(instance, rule: int = GAIN, full_share: bool = False):
@@ -69,15 +73,36 @@ def search_mesh_groups(instance, rule: int = GAIN, full_share: bool = False):
         cap = np.array([per_gpu * s for s in sizes])
         assign = np.full(len(specs), -1, dtype=np.int64)
         unit_tpt = np.zeros(len(sizes))
+        excess = np.zeros(1)
         est = place_on_meshes(mesh_t, cap, order, rule, tables.feasible, tables.share, tables.P, tables.D,
                               tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
-                              tables.max_batch, assign, unit_tpt)
+                              tables.max_batch, assign, unit_tpt, excess)
         if est >= 0:
-            results.append(GroupResult(est, group, assign, unit_tpt))
+            results.append(GroupResult(est, group, assign, unit_tpt, float(excess[0])))
     if not results:
         raise InputError("no mesh group holds every LLM with room for its KV cache", "models")
-    results.sort(key=lambda r: -r.estimate)  # stable: ties keep enumeration order
-    return specs, tables, results, len(groups)
+    return specs, tables, rank(results, tables, cl.gpus_per_node, per_gpu), len(groups)
+
+
+def rank(results, tables: EstimatorTables, gpus_per_node: int, per_gpu: float):
+    """Best first: estimate (to 0.1 %), then less SM oversubscription, then more headroom
+    (the same units' estimate at twice the rates), then enumeration order."""
+    top = max(r.estimate for r in results)
+    tied = [r for r in results if r.estimate >= top * (1 - 1e-3)]
+    doubled = replace(tables, rate=tables.rate * 2.0)
+    scored = []
+    for r in tied:
+        head = 0.0
+        sizes = [s for split in r.group for s in split]
+        for d, size in enumerate(sizes):
+            members = np.flatnonzero(r.assign == d)
+            if len(members):
+                t = int(np.flatnonzero(tables.tps == size)[0])
+                head += doubled.estimate(members, t, per_gpu * size)[0]
+        scored.append(replace(r, headroom=head))
+    scored.sort(key=lambda r: (round(r.sm_excess, 6), -r.headroom))
+    rest = sorted((r for r in results if r.estimate < top * (1 - 1e-3)), key=lambda r: -r.estimate)
+    return scored + rest
 
 
 def to_placement(instance, specs, tables: EstimatorTables, result: GroupResult, full_share: bool = False,

@@ -177,3 +177,34 @@ def build_tables(specs: List[LLMSpec], cluster, max_batch: int, kv_reserve_fract
             share[i, t] = chosen
     return EstimatorTables(tps=tps, share=share, feasible=feasible, P=P, D=D, out_len=out_len, rate=rate,
                            weights=weights, kv=kv, tokens=tokens, max_batch=max_batch)
+
+
+def placement_estimates(instance, placement) -> dict:
+    """Eq. 3 throughput (req/s) of every placed LLM at the placement's meshes and SM shares."""
+    from .units import llm_config, llm_specs
+    cfg = llm_config(instance)
+    specs = llm_specs(instance)
+    index = {s.name: s.index for s in specs}
+    per_gpu = instance.cluster.gpu.usable_memory_bytes * (1.0 - cfg.kv_reserve_fraction)
+    columns = {a: np.array([getattr(s, a) for s in specs])
+               for a in ("output_tokens", "rate", "weight_bytes", "kv_bytes_per_token", "tokens_per_request")}
+    out = {}
+    for g in placement.groups:
+        if not g.models:
+            continue
+        members = [index[m] for m in g.models]
+        shares = g.sm_share or (1.0,) * len(members)
+        k = len(members)
+        P = np.empty((k, cfg.max_batch + 1))
+        D = np.empty_like(P)
+        for j, (i, sh) in enumerate(zip(members, shares)):
+            P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch)
+        tpt = np.zeros(k)
+        batch = np.zeros(k, dtype=np.int64)
+        unit_throughput(np.arange(k, dtype=np.int64), np.asarray(members, dtype=np.int64), P, D,
+                        columns["output_tokens"], columns["rate"], columns["weight_bytes"],
+                        columns["kv_bytes_per_token"], columns["tokens_per_request"], per_gpu * g.n_gpus,
+                        cfg.max_batch, tpt, batch)
+        for j, i in enumerate(members):
+            out[specs[i].name] = float(tpt[j])
+    return out

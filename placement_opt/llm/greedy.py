@@ -21,8 +21,9 @@ FREE_MEMORY = 1
 
 @njit(cache=True)
 def place_on_meshes(mesh_t, mesh_cap, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
-                    max_batch, assign, unit_tpt):
-    """Fill ``assign[m]`` (mesh of LLM m) and ``unit_tpt[d]`` (estimate of mesh d)."""
+                    max_batch, assign, unit_tpt, sm_excess):
+    """Fill ``assign[m]`` (mesh of LLM m), ``unit_tpt[d]`` (estimate of mesh d) and
+    ``sm_excess[0]`` (the SM shares placed beyond full meshes, summed over meshes)."""
     nd = mesh_t.shape[0]
     n = order.shape[0]
     nt = feasible.shape[1]
@@ -77,9 +78,11 @@ def place_on_meshes(mesh_t, mesh_cap, order, rule, feasible, share, P, D, out_le
         assign[m] = best
         unit_tpt[best] = best_new
     total = 0.0
+    sm_excess[0] = 0.0
     for d in range(nd):
         if cnt[d] == 0:
             continue
+        sm_excess[0] += max(smsum[d] - 1.0, 0.0)
         if rule == FREE_MEMORY:
             t = mesh_t[d]
             for q in range(cnt[d]):

@@ -15,7 +15,10 @@ Semantics (details in the kernel's docstring and ``docs/llm.md``):
   decode steps alone at batch 1 on the LLM's smallest TP degree with all SMs), or the
   absolute ``slo.seconds``;
 * arrivals stop at the workload's duration and the simulation runs ``llm.drain_s`` longer;
-  throughput is finished requests over ``max(duration, time the last mesh went idle)``.
+  an LLM's throughput is its finished requests over its span: the duration, or until its last
+  request finished if later, or the whole simulated time if some of its requests never
+  finished; the total is the sum over LLMs and ``throughput_weighted_rps`` their
+  rate-weighted mean (the MuxServe paper's metric).
 """
 
 from __future__ import annotations
@@ -201,6 +204,12 @@ def llm_metrics(instance, specs, req, prompt, output, first, finish, preempt, sl
     n = len(req)
     span = max(stop, req.duration_s)
     done = finish >= 0
+    # An LLM's serving span: the workload's duration, or until its last request finished, or the
+    # whole simulated time when some of its requests never did (it was overloaded).
+    model_span = np.full(len(specs), req.duration_s)
+    if done.any():
+        np.maximum.at(model_span, req.model[done], finish[done])
+    model_span[np.unique(req.model[finish == -1])] = span
     lat = finish - req.arrival
     ok = done & (lat <= slo * (1 + 1e-12))
     ttft = (first - req.arrival)[done]
@@ -218,13 +227,13 @@ def llm_metrics(instance, specs, req, prompt, output, first, finish, preempt, sl
             "requests": int(counts[m]), "accepted": int(good[m]), "finished": int(fin[m]),
             "slo_attainment": float(good[m] / counts[m]) if counts[m] else 1.0,
             "rate_rps": s.rate,
-            "throughput_rps": float(fin[m] / span), "tokens_per_s": float(tokens[m] / span),
+            "throughput_rps": float(fin[m] / model_span[m]), "tokens_per_s": float(tokens[m] / model_span[m]),
             "latency_mean_s": float(lat[mask].mean()) if mask.any() else None,
             "ttft_mean_s": float((first - req.arrival)[mask].mean()) if mask.any() else None,
             "kv_share": float(kv_share[m]),
         }
     rates = np.array([s.rate for s in specs])
-    tput = fin / span
+    tput = fin / model_span
     weighted = float((rates * tput).sum() / rates.sum()) if rates.sum() > 0 else 0.0
     n_gpu = np.array([g.n_gpus for g in groups], dtype=float)
     sm_u = np.array([gm["sm_utilisation"] for gm in group_metrics])
@@ -234,10 +243,10 @@ def llm_metrics(instance, specs, req, prompt, output, first, finish, preempt, sl
         "requests": int(n), "accepted": int(ok.sum()), "finished": int(done.sum()),
         "dropped": int((finish == -2).sum()), "unfinished": int((finish == -1).sum()),
         "slo_attainment": float(ok.sum() / n) if n else 1.0,
-        "goodput_rps": float(ok.sum() / span),
-        "throughput_rps": float(done.sum() / span),
+        "goodput_rps": float((good / model_span).sum()),
+        "throughput_rps": float(tput.sum()),
         "throughput_weighted_rps": weighted,
-        "tokens_per_s": float(output[done].sum() / span),
+        "tokens_per_s": float((tokens / model_span).sum()),
         "preemptions": int(preempt.sum()),
         "simulated_s": float(span),
     }
