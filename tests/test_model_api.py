@@ -180,3 +180,15 @@ def test_metrics_fields():
     assert m["goodput_rps"] == pytest.approx(m["accepted"] / 120)
     assert m["latency_p50_s"] <= m["latency_p90_s"] <= m["latency_p99_s"]
     assert all(0 <= b <= 1 for b in m["group_busy_fraction"])
+
+
+def test_api_doc_example(capsys):
+    """The example of docs/api.md runs as written."""
+    import os
+    import re
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "api.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+    exec(compile(blocks[-1], "docs/api.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "expected SLO attainment" in out and "under twice the load" in out
+    assert "refused: groups[0].devices device 7 does not exist" in out
