@@ -124,6 +124,18 @@ def ablation_requests(instance, seed=None, length_ratio: float = 4.0):
     return replace(req, prompt_tokens=prompt.astype(np.int32), output_tokens=output.astype(np.int32))
 
 
+def splitwise(table_dir: str) -> dict:
+    """Two LLMs (7B, 13B) on 2 GPUs replaying 120 s of the Splitwise conversation trace
+    (arrival times and token counts; requests alternate between the LLMs)."""
+    inst = build_instance("splitwise-conv-2llm", "LLaMA-7B and 13B on 2 A100 80 GB replaying the first 120 s of "
+                          "the Splitwise conversation trace (real arrivals and token counts, requests assigned "
+                          "round robin).", ["llama-7b", "llama-13b"], [0.0, 0.0], 1155.0, 211.0, 1, 2, 120.0,
+                          table_dir)
+    inst["workload"] = {"duration_s": 120.0, "trace": f"{table_dir}/splitwise-conv-120s.csv",
+                        "slo": {"scale": 8.0}}
+    return inst
+
+
 def parse_rates_yaml(text: str) -> dict:
     """The few fields of MuxServe's rate files (no YAML library needed): models, lengths."""
     models, cur, out = [], None, {}
@@ -164,6 +176,7 @@ def main(argv=None) -> int:
         atomic_write_json(os.path.join(out, f"chatlmsys-{load}.json"), chatlmsys(load, table_dir))
     atomic_write_json(os.path.join(out, "small-4llm-4gpu.json"), small(table_dir))
     atomic_write_json(os.path.join(out, "adbs-ablation.json"), ablation(table_dir))
+    atomic_write_json(os.path.join(out, "splitwise-conv-2llm.json"), splitwise(table_dir))
     return 0
 
 

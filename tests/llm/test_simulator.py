@@ -99,3 +99,14 @@ def test_temporal_runs_one_job_at_a_time_and_is_deterministic():
     assert a["groups"][0]["sm_share"] == [1.0] * 4 and a["groups"][0]["sm_peak"] == 1.0
     adbs = simulate_llm(inst, pl, None, "adbs")
     assert adbs["throughput_rps"] > a["throughput_rps"]
+
+
+def test_trace_workload_brings_real_token_counts():
+    inst = load_instance(os.path.join(os.path.dirname(SMALL), "splitwise-conv-2llm.json"))
+    req = inst.requests()
+    assert len(req) == 456 and req.prompt_tokens.mean() > 500  # Splitwise conversations: long prompts
+    m = simulate(inst, make_solver("muxserve").solve(inst))
+    assert m["finished"] == m["requests"]
+    # every LLM's span runs from 0 to its last finish (between the duration and the simulated time)
+    assert req.output_tokens.sum() / m["simulated_s"] <= m["tokens_per_s"] <= req.output_tokens.sum() / 120.0
+    assert m["ttft_p50_s"] < m["latency_p50_s"] and m["tpot_p50_s"] > 0
