@@ -36,3 +36,11 @@ def test_bad_llm_section_is_a_one_line_error(tmp_path):
     r = CliRunner().invoke(main, ["validate", str(bad)])
     assert r.exit_code == 2
     assert "llm.polcy" in r.output and "Traceback" not in r.output
+
+
+def test_compare_llm_solvers():
+    r = CliRunner().invoke(main, ["compare", SMALL, "--solvers", "muxserve,spatial,temporal", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output[r.output.index("{"):])["results"]
+    assert [row["solver"] for row in rows] == ["muxserve", "spatial", "temporal"]
+    assert all(0 <= row["slo_attainment"] <= 1 for row in rows)
