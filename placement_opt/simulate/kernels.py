@@ -37,12 +37,13 @@ def run_flow_shop(arrival, model, deadline, host_ptr, host_group, host_lat_ptr, 
     n = arrival.shape[0]
     n_groups = stage_ptr.shape[0] - 1
     # Per-group FIFO of accepted requests' completion times (monotone per group),
-    # kept as a linked list through ``nxt`` for the shortest-queue policy.
-    nxt = np.full(n, -1, dtype=np.int64)
+    # kept as a linked list through ``nxt`` for the shortest-queue policy (only it needs them).
+    nq = n if policy == SHORTEST_QUEUE else 0
+    nxt = np.full(nq, -1, dtype=np.int64)
     qhead = np.full(n_groups, -1, dtype=np.int64)
     qtail = np.full(n_groups, -1, dtype=np.int64)
     qlen = np.zeros(n_groups, dtype=np.int64)
-    done = np.empty(n, dtype=np.float64)
+    done = np.empty(nq, dtype=np.float64)
     accepted = 0
     for i in range(n):
         m = model[i]

@@ -90,7 +90,8 @@ def generate_requests(workload: Workload, model_names: Sequence[str], slo_second
     if workload.lengths is not None and prompt is None:
         prompt, output = _draw_lengths(workload, len(times), seed)
     deadline = times + slo[ids] if n else times.copy()
-    return Requests(times.astype(np.float64), ids.astype(np.int32), deadline, workload.duration_s, prompt, output)
+    return Requests(times.astype(np.float64, copy=False), ids.astype(np.int32, copy=False), deadline,
+                    workload.duration_s, prompt, output)
 
 
 def _trace_requests(workload: Workload, model_names, seed):
