@@ -80,8 +80,9 @@ class Instance:
 
     def _reference_latency(self, i: int) -> float:
         m = self.models[i]
-        if m.family == "llm" and m.cost_table is not None:
-            return self.cost_tables[m.cost_table].reference_latency()
+        if m.family == "llm":  # measured cost table, else the LLM roofline (never the DNN profile)
+            from .llm.units import cost_table_of
+            return cost_table_of(self, m).reference_latency()
         return self.model_profiles[i].reference_latency(self.cluster.gpu.usable_memory_bytes)
 
     def requests(self, workload: Optional[Workload] = None, seed: Optional[int] = None) -> Requests:

@@ -76,3 +76,21 @@ def test_llm_solvers_refuse_dnn_instances_and_vice_versa():
         run_solver(dnn, "muxserve")
     with pytest.raises(InputError):
         run_solver(load_instance(SMALL), "round-robin")
+
+
+def test_llms_without_cost_tables_use_the_roofline(tmp_path):
+    import json
+    with open(SMALL) as f:
+        data = json.load(f)
+    del data["cost_tables"]
+    for m in data["models"]:
+        del m["cost_table"]
+    path = tmp_path / "roofline.json"
+    path.write_text(json.dumps(data))
+    inst = load_instance(str(path))
+    measured = load_instance(SMALL)
+    ratio = inst.slo_seconds() / measured.slo_seconds()  # roofline vs measured reference latency
+    assert np.all((ratio > 0.6) & (ratio < 1.6))
+    pl = run_solver(inst, "muxserve")
+    assert sorted(m for g in pl.groups for m in g.models) == sorted(inst.model_names)
+    assert pl.metrics["finished"] > 0.9 * pl.metrics["requests"]
