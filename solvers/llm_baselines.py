@@ -14,8 +14,6 @@ the greedy-memory placement of its ablation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from placement_opt.errors import InputError

@@ -25,7 +25,7 @@ import numpy as np
 
 from placement_opt.errors import InputError
 from placement_opt.llm.estimator import EstimatorTables, build_tables
-from placement_opt.llm.greedy import FREE_MEMORY, GAIN, place_on_meshes
+from placement_opt.llm.greedy import GAIN, place_on_meshes
 from placement_opt.llm.meshes import mesh_devices, mesh_groups
 from placement_opt.llm.units import llm_config, llm_specs
 from placement_opt.placement import Group, Placement
@@ -81,10 +81,10 @@ def search_mesh_groups(instance, rule: int = GAIN, full_share: bool = False):
             results.append(GroupResult(est, group, assign, unit_tpt, float(excess[0])))
     if not results:
         raise InputError("no mesh group holds every LLM with room for its KV cache", "models")
-    return specs, tables, rank(results, tables, cl.gpus_per_node, per_gpu), len(groups)
+    return specs, tables, rank(results, tables, per_gpu), len(groups)
 
 
-def rank(results, tables: EstimatorTables, gpus_per_node: int, per_gpu: float):
+def rank(results, tables: EstimatorTables, per_gpu: float):
     """Best first: estimate (to 0.1 %), then less SM oversubscription, then more headroom
     (the same units' estimate at twice the rates), then enumeration order."""
     top = max(r.estimate for r in results)
