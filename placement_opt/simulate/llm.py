@@ -230,6 +230,7 @@ def llm_metrics(instance, specs, req, prompt, output, first, finish, preempt, sl
             "throughput_rps": float(fin[m] / model_span[m]), "tokens_per_s": float(tokens[m] / model_span[m]),
             "latency_mean_s": float(lat[mask].mean()) if mask.any() else None,
             "ttft_mean_s": float((first - req.arrival)[mask].mean()) if mask.any() else None,
+            "tpot_mean_s": float(tpot[req.model[multi] == m].mean()) if (req.model[multi] == m).any() else None,
             "kv_share": float(kv_share[m]),
         }
     rates = np.array([s.rate for s in specs])
