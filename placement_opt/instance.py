@@ -274,12 +274,21 @@ def _check_models_fit(inst: Instance) -> None:
 
 #: More synthetic requests than this (about 10 GB of request arrays) is taken for a typo.
 MAX_EXPECTED_REQUESTS = 5e8
+#: An MMPP switching state more often than this over the workload is taken for a typo.
+MAX_MMPP_SWITCHES = 1e7
 
 
 def _check_rates(inst: Instance) -> None:
     w = inst.workload
     if w.process is not None and w.process.rate <= 0:
         raise InputError("total rate must be > 0", "workload.arrival.rate")
+    for where, p in [("workload.arrival", w.process)] + [(f"workload.per_model.{k}", v) for k, v in w.per_model.items()]:
+        if p is not None and p.kind == "mmpp":
+            q0, q1 = p.mmpp_switch_rates
+            switches = 2.0 * w.duration_s * q0 * q1 / (q0 + q1)
+            if switches > MAX_MMPP_SWITCHES:
+                raise InputError(f"about {switches:.3g} state switches over duration_s, over the limit of "
+                                 f"{MAX_MMPP_SWITCHES:.0e}", f"{where}.switch_rates")
     total_rate = (w.process.rate if w.process is not None else 0.0) + sum(p.rate for p in w.per_model.values())
     if total_rate * w.duration_s > MAX_EXPECTED_REQUESTS:
         raise InputError(f"rate x duration_s = {total_rate * w.duration_s:.3g} expected requests, over the limit "

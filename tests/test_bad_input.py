@@ -87,6 +87,11 @@ INSTANCE_CASES = [
     ("nan-in-a-free-text-field", lambda d: d.update(name=math.nan), ["name", "NaN"]),
     ("absurd-request-count", lambda d: d["workload"]["arrival"].update(rate=1e12), ["workload",
                                                                                     "expected requests"]),
+    ("vanishing-cv", lambda d: d["workload"].update(arrival={"process": "gamma", "rate": 3, "cv": 1e-300}),
+     ["workload.arrival.cv", ">= 0.001"]),
+    ("mmpp-switching-too-often", lambda d: d["workload"].update(
+        arrival={"process": "mmpp", "rates": [1, 2], "switch_rates": [1e9, 1e9]}),
+     ["workload.arrival.switch_rates", "state switches"]),
     ("zero-nodes", lambda d: d["cluster"].update(nodes=0), ["cluster.nodes", ">= 1"]),
     ("usable-over-memory", lambda d: d["cluster"]["gpu"].update(usable_memory_gb=17),
      ["cluster.gpu.usable_memory_gb", "exceeds"]),

@@ -46,7 +46,8 @@ class ArrivalProcess:
             raise InputError("a poisson process has cv 1; use process gamma", f"{field}.cv")
         check_keys(d, field, ["process"], ["rate", "cv"])  # rates/switch_rates belong to mmpp only
         rate = get_number(d, "rate", field, None if need_rate else 0.0, minimum=0)
-        cv = get_number(d, "cv", field, 1.0, exclusive_minimum=0, maximum=100) if kind == "gamma" else 1.0
+        # below CV 1e-3 the process is deterministic for all purposes, and 1/cv^2 would overflow
+        cv = get_number(d, "cv", field, 1.0, minimum=1e-3, maximum=100) if kind == "gamma" else 1.0
         return cls(kind=kind, rate=rate, cv=cv)
 
     def scaled(self, factor: float) -> "ArrivalProcess":
@@ -97,7 +98,7 @@ class TraceSpec:
             path=path,
             refit_window_s=window,
             rate_scale=get_number(d, "rate_scale", field, 1.0, exclusive_minimum=0),
-            cv_scale=get_number(d, "cv_scale", field, 1.0, exclusive_minimum=0),
+            cv_scale=get_number(d, "cv_scale", field, 1.0, minimum=1e-3, maximum=1e3),
             time_scale=get_number(d, "time_scale", field, 1.0, exclusive_minimum=0),
         )
 
