@@ -15,15 +15,16 @@ plus one token fit (and, under ADBS, the LLM's quota); a decode step that needs 
 pool lacks *preempts* the LLM's most recently admitted requests, whose blocks are freed and
 whose context is recomputed by a later prefill (vLLM's recompute preemption).
 
-Policies (``policy``): ADBS (0): at most one prefill in flight on the mesh, chosen round
-robin over the LLMs; while an admissible prefill waits for SMs no decode starts; the
-remaining SMs are filled with decode jobs round robin; KV quotas start in proportion to ``rate x kvu`` and every
-``period`` seconds ``frac`` of the least utilised LLM's unused quota moves to the most
-utilised one. ROUND_ROBIN (1): one ring over the LLMs, each starting its prefill (if it
-can admit) and its decode when its share fits; no quotas. FCFS (2): LLMs in the order of their
-oldest request, each starting its next iteration (a prefill if it can admit, else a decode:
-continuous batching), stopping at the first whose share does not fit or whose oldest
-request cannot get KV blocks (head-of-line blocking); no quotas. The temporal baseline is FCFS with every share 1 (one job at a time).
+Policies (``policy``), following the MuxServe artifact's schedulers: ADBS (0) and
+ROUND_ROBIN (1) run at most one prefill at a time on the mesh, offered to the LLMs round
+robin; while an admissible prefill waits for SMs no decode starts; the remaining SMs are
+filled with decode jobs, offered round robin. ADBS adds KV quotas: they start in proportion
+to ``rate x kvu`` and every ``period`` seconds ``frac`` of the least utilised LLM's unused
+quota moves to the most utilised one; a prefill admits within its LLM's quota (an LLM with
+nothing running may exceed it). FCFS (2) prefills only the LLM with the oldest waiting
+request and starts decodes in the order of each LLM's oldest running request, stopping at
+the first whose share does not fit (head-of-line blocking); no quotas. The temporal
+baseline is FCFS with every share 1 (one job at a time).
 
 A request that cannot be admitted even when nothing else runs (it needs more KV than the
 whole pool) is dropped (``finish = -2``); requests unfinished at ``horizon`` keep -1.
@@ -109,7 +110,8 @@ def simulate_mesh(arrival, llm, prompt, output, n_llms, share, P, D, lgrid, kvu,
         finish[r] = -1.0
         preempt_count[r] = 0
     sm_used = 0.0
-    rr = 0
+    rr = 0  # next LLM offered a prefill (round robin)
+    rr_dec = 0  # next LLM offered a decode
     na = 0  # requests with arrival <= t
     done = 0
     t = 0.0
@@ -182,85 +184,71 @@ def simulate_mesh(arrival, llm, prompt, output, n_llms, share, P, D, lgrid, kvu,
         progress = True
         while progress:
             progress = False
-            if policy == ADBS:
-                prefill_inflight = False
-                for k in range(K):
-                    if pf_cnt[k] > 0:
-                        prefill_inflight = True
-                blocked = False
+            prefill_inflight = False
+            for k in range(K):
+                if pf_cnt[k] > 0:
+                    prefill_inflight = True
+            blocked = False
+            if policy != FCFS:  # ADBS and ROUND_ROBIN: one prefill at a time, round robin, before decodes
+                use_quota = policy == ADBS
                 if not prefill_inflight:
                     for i in range(K):
                         k = (rr + i) % K
+                        q = quota[k] if use_quota else pool
                         if not _head_fits(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, prompt, gen,
-                                          used, kvu, block, pool, quota[k], max_batch):
+                                          used, kvu, block, pool, q, max_batch):
                             continue
                         if sm_used + share[k] > 1.0 + eps:
                             blocked = True  # keep the SMs for this prefill: start no decode
                             break
                         if _start_prefill(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, pf_buf, pf_cnt,
                                           pf_end, prompt, gen, held, used, kvu, block, max_batch, token_budget,
-                                          pool, quota[k], True, P, lgrid):
+                                          pool, q, use_quota, P, lgrid):
                             sm_used += share[k]
                             rr = (k + 1) % K
                             progress = True
                             break
                 if not blocked:
                     for i in range(K):
-                        k = (rr + i) % K
+                        k = (rr_dec + i) % K
                         if dc_cnt[k] > 0 or run_cnt[k] == 0 or sm_used + share[k] > 1.0 + eps:
                             continue
                         if _start_decode(k, t, lptr, run_buf, run_cnt, dc_cnt, dc_end, pre_top, pre_buf, prompt,
                                          gen, held, used, kvu, block, pool, preempt_count, D, lgrid):
                             sm_used += share[k]
+                            rr_dec = (k + 1) % K
                         progress = True  # started, or preempted requests back to waiting
-            elif policy == ROUND_ROBIN:
-                for i in range(K):
-                    k = (rr + i) % K
-                    if pf_cnt[k] == 0 and sm_used + share[k] <= 1.0 + eps:
-                        if _start_prefill(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, pf_buf, pf_cnt,
-                                          pf_end, prompt, gen, held, used, kvu, block, max_batch, token_budget,
-                                          pool, pool, False, P, lgrid):
-                            sm_used += share[k]
-                            rr = (k + 1) % K
-                            progress = True
-                    if dc_cnt[k] == 0 and run_cnt[k] > 0 and sm_used + share[k] <= 1.0 + eps:
-                        if _start_decode(k, t, lptr, run_buf, run_cnt, dc_cnt, dc_end, pre_top, pre_buf, prompt,
-                                         gen, held, used, kvu, block, pool, preempt_count, D, lgrid):
-                            sm_used += share[k]
-                            rr = (k + 1) % K
-                        progress = True
-            else:  # FCFS: LLMs by their oldest request; each runs its next iteration (prefill first)
-                tried[:] = False
-                while True:
+            else:  # FCFS: the oldest waiting request's LLM prefills; decodes by oldest running request
+                if not prefill_inflight:
                     best, best_key = -1, np.inf
                     for k in range(K):
-                        if tried[k]:
-                            continue
-                        key = np.inf
                         r = _head(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf)
-                        if r >= 0 and pf_cnt[k] == 0:
-                            key = arrival[r]
-                        if run_cnt[k] > 0 and dc_cnt[k] == 0:
-                            key = min(key, arrival[run_buf[lptr[k]]])
-                        if key < best_key:
-                            best_key, best = key, k
-                    if best < 0 or sm_used + share[best] > 1.0 + eps:
-                        break
-                    k = best
-                    tried[k] = True
-                    waiting = _head(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf)
-                    if pf_cnt[k] == 0 and _start_prefill(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt,
-                                                         pf_buf, pf_cnt, pf_end, prompt, gen, held, used, kvu, block,
-                                                         max_batch, token_budget, pool, pool, False, P, lgrid):
-                        sm_used += share[k]
-                    elif dc_cnt[k] == 0 and run_cnt[k] > 0:
-                        if _start_decode(k, t, lptr, run_buf, run_cnt, dc_cnt, dc_end, pre_top, pre_buf, prompt,
-                                         gen, held, used, kvu, block, pool, preempt_count, D, lgrid):
-                            sm_used += share[k]
-                        else:
+                        if r >= 0 and arrival[r] < best_key:
+                            best_key, best = arrival[r], k
+                    if best >= 0 and _head_fits(best, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, prompt,
+                                                gen, used, kvu, block, pool, pool, max_batch):
+                        if sm_used + share[best] > 1.0 + eps:
+                            blocked = True
+                        elif _start_prefill(best, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, pf_buf,
+                                            pf_cnt, pf_end, prompt, gen, held, used, kvu, block, max_batch,
+                                            token_budget, pool, pool, False, P, lgrid):
+                            sm_used += share[best]
                             progress = True
-                    elif waiting >= 0:
-                        break  # the oldest request cannot start (no KV blocks): younger ones wait behind it
+                if not blocked:
+                    tried[:] = False
+                    while True:
+                        best, best_key = -1, np.inf
+                        for k in range(K):
+                            if not tried[k] and dc_cnt[k] == 0 and run_cnt[k] > 0:
+                                if arrival[run_buf[lptr[k]]] < best_key:
+                                    best_key, best = arrival[run_buf[lptr[k]]], k
+                        if best < 0 or sm_used + share[best] > 1.0 + eps:
+                            break  # head-of-line: younger LLMs wait for the oldest one's SMs
+                        tried[best] = True
+                        if _start_decode(best, t, lptr, run_buf, run_cnt, dc_cnt, dc_end, pre_top, pre_buf, prompt,
+                                         gen, held, used, kvu, block, pool, preempt_count, D, lgrid):
+                            sm_used += share[best]
+                        progress = True
         # ---- nothing runs although requests wait: the head request can never fit; drop it
         busy = False
         for k in range(K):
