@@ -94,3 +94,14 @@ def test_llms_without_cost_tables_use_the_roofline(tmp_path):
     pl = run_solver(inst, "muxserve")
     assert sorted(m for g in pl.groups for m in g.models) == sorted(inst.model_names)
     assert pl.metrics["finished"] > 0.9 * pl.metrics["requests"]
+
+
+def test_llm_path_never_asks_for_dnn_profiles(monkeypatch):
+    from placement_opt.instance import Instance
+
+    def refuse(self, model):
+        raise AssertionError(f"profile_of called for {model.name}")
+    monkeypatch.setattr(Instance, "profile_of", refuse)
+    inst = load_instance(SMALL)
+    for name in ("muxserve", "spatial", "temporal", "greedy-memory"):
+        assert run_solver(inst, name).metrics["requests"] == len(inst.requests())
