@@ -10,8 +10,8 @@ import click
 from placement_opt.errors import InputError
 from placement_opt.simulate import simulate
 
-from .common import (INSTANCE, JSON_FLAG, emit_json, metrics_summary, progress, read_instance, read_placement, table,
-                     write_output)
+from .common import (INSTANCE, JSON_FLAG, emit_json, metrics_summary, progress, read_instance, read_placement,
+                     read_requests, table, write_output)
 
 
 @click.command()
@@ -38,7 +38,7 @@ def validate(file, as_json):
         inst = read_instance(file)
         check_solver(inst, file)
         info = {"file": file, "kind": "instance", "name": inst.name, "models": len(inst.models),
-                "gpus": inst.cluster.n_gpus, "requests": len(inst.requests()), "sha256": inst.sha256}
+                "gpus": inst.cluster.n_gpus, "requests": len(read_requests(inst, file)), "sha256": inst.sha256}
     if as_json:
         emit_json({"valid": True, **info})
     else:
@@ -64,7 +64,7 @@ def solve(instance, solver_name, time_limit, seed, options, output, as_json):
     opts = parse_cli_options(options)
     name = solver_name or inst.solver
     check_solver(inst, instance, name, opts)
-    inst.requests()  # read a trace now, so its errors come before any progress line
+    read_requests(inst, instance)  # read a trace now, so its errors come before any progress line
     progress(f"solving {inst.name} ({len(inst.models)} models, {inst.cluster.n_gpus} GPUs) with {name}")
     try:
         placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)
@@ -122,6 +122,7 @@ def simulate_cmd(instance, placement, seed, as_json):
     """Simulate PLACEMENT (as written by `placeopt solve`) on INSTANCE's workload."""
     check_run_options(None, seed)
     inst = read_instance(instance)
+    read_requests(inst, instance)
     plc = read_placement(placement, inst)
     metrics = simulate(inst, plc, seed=seed)
     if as_json:

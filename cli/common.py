@@ -20,6 +20,16 @@ def read_instance(path: str):
     return load_instance(path)
 
 
+def read_requests(instance, path: str):
+    """The instance's requests; errors in the workload (e.g. a trace) name ``path`` unless they
+    name their own file."""
+    from placement_opt.errors import InputError
+    try:
+        return instance.requests()
+    except InputError as e:
+        raise e.with_file(path) from None
+
+
 def read_placement(path: str, instance=None):
     placement = load_placement(path)
     if instance is not None:

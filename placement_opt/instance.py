@@ -152,6 +152,9 @@ def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: O
     )
     _check_models_fit(inst)
     _check_rates(inst)
+    for name in workload.per_model:
+        if name not in inst.model_names:
+            raise InputError(f"no model named {name!r} (after count expansion)", f"workload.per_model.{name}")
     return inst
 
 

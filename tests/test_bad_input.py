@@ -92,6 +92,8 @@ INSTANCE_CASES = [
     ("mmpp-switching-too-often", lambda d: d["workload"].update(
         arrival={"process": "mmpp", "rates": [1, 2], "switch_rates": [1e9, 1e9]}),
      ["workload.arrival.switch_rates", "state switches"]),
+    ("per-model-process-of-unknown-model", lambda d: d["workload"].update(
+        per_model={"model-z": {"process": "poisson", "rate": 1}}), ["workload.per_model.model-z", "no model named"]),
     ("zero-nodes", lambda d: d["cluster"].update(nodes=0), ["cluster.nodes", ">= 1"]),
     ("usable-over-memory", lambda d: d["cluster"]["gpu"].update(usable_memory_gb=17),
      ["cluster.gpu.usable_memory_gb", "exceeds"]),
@@ -141,6 +143,21 @@ def test_trace_with_unknown_model(tmp_path):
     path = write(tmp_path, "instance.json", mutated(lambda d: d.update(
         workload={"duration_s": 60, "trace": "trace.csv"})))
     assert_input_error(run_cli(["solve", path]), "trace.csv", "model", "'model-z'")
+
+
+def test_too_many_refit_windows(tmp_path):
+    write(tmp_path, "trace.csv", "arrival_s,model\n0.5,model-a\n")
+    path = write(tmp_path, "instance.json", mutated(lambda d: d.update(
+        workload={"duration_s": 60, "trace": {"path": "trace.csv", "refit_window_s": 1e-6}})))
+    assert_input_error(run_cli(["validate", path]), path, "workload.trace.refit_window_s", "windows")
+
+
+def test_absurd_trace_rate_scale(tmp_path):
+    write(tmp_path, "trace.csv", "arrival_s,model\n0.5,model-a\n1.5,model-b\n")
+    path = write(tmp_path, "instance.json", mutated(lambda d: d.update(
+        workload={"duration_s": 60, "trace": {"path": "trace.csv", "rate_scale": 1e300}})))
+    for command in (["validate", path], ["solve", path]):
+        assert_input_error(run_cli(command), path, "workload.trace.rate_scale", "over the limit")
 
 
 def test_missing_profile_file(tmp_path):

@@ -13,6 +13,10 @@ from .spec import ArrivalProcess, Workload
 from .trace import read_trace, refit_arrivals
 
 
+#: More requests than this from a rescaled trace (about 10 GB of arrays) is taken for a typo.
+MAX_TRACE_REQUESTS = 5e8
+
+
 @dataclass(frozen=True, eq=False)
 class Requests:
     """Requests sorted by arrival: times (float64), model ids (int32), absolute deadlines (float64).
@@ -109,6 +113,9 @@ def _trace_requests(workload: Workload, model_names, seed):
         ids = (np.arange(len(t)) % max(n, 1)).astype(np.int32)
     keep = t < workload.duration_s
     t, ids = t[keep], ids[keep]
+    if len(t) * spec.rate_scale > MAX_TRACE_REQUESTS:
+        raise InputError(f"{len(t)} requests x rate_scale {spec.rate_scale:g} is over the limit of "
+                         f"{MAX_TRACE_REQUESTS:.0e} requests", "workload.trace.rate_scale")
     prompt = trace.prompt_tokens[keep] if trace.prompt_tokens is not None else None
     output = trace.output_tokens[keep] if trace.output_tokens is not None else None
     if spec.refit_window_s is None and spec.rate_scale == 1.0:

@@ -20,6 +20,8 @@ from .._validate import check_keys, get_int, get_number, get_str
 from ..errors import InputError
 
 PROCESSES = ("poisson", "gamma", "mmpp")
+#: Refitting a trace in more windows than this is taken for a typo (each window is a Python step).
+MAX_WINDOWS = 1e6
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,9 @@ class Workload:
             for name, spec in pm.items():
                 per_model[name] = ArrivalProcess.from_dict(spec, f"{field}.per_model.{name}")
         trace = TraceSpec.from_dict(d["trace"], f"{field}.trace", base_dir) if "trace" in d else None
+        if trace is not None and trace.refit_window_s is not None and duration / trace.refit_window_s > MAX_WINDOWS:
+            raise InputError(f"{duration / trace.refit_window_s:.3g} windows in duration_s, over the limit of "
+                             f"{MAX_WINDOWS:.0e}", f"{field}.trace.refit_window_s")
         if trace is None and process is None and not per_model:
             raise InputError("give an arrival process, per_model processes or a trace", field)
         if trace is not None and (process is not None or per_model):
