@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash instances/fidelity/run_gpu.sh PHASE...
-# Phases: setup check profile profilegap quick full alpaserve pack. Results go to $OUT (or ./fidelity-out).
+# Phases: setup check profile profilegap quick full fullgap alpaserve pack. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-fidelity-out}
@@ -31,7 +31,8 @@ for pp, tp in [(2, 1), (1, 2)]:
       cp $F/profile-gpu.json $F/profile-gpu-details.json "$OUT/" ;;
     profilegap)
       placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1 --batch-sizes 1 \
-        --warmup 5 --repeats 20 --gap 0.02 -o "$OUT/profile-gpu-gap.json" ;;
+        --warmup 5 --repeats 20 --gap 0.02 -o $F/profile-gpu-gap.json
+      cp $F/profile-gpu-gap.json "$OUT/" ;;
     quick)
       for p in simple pipeline; do
         placeopt execute $F/two-models-poisson.json $F/placement-$p.json --duration 5 --slo-scale 5 -o "$R/quick-$p"
@@ -39,6 +40,10 @@ for pp, tp in [(2, 1), (1, 2)]:
     full)
       for a in poisson gamma; do for p in simple pipeline; do
         placeopt execute $F/two-models-$a.json $F/placement-$p.json --slo-scale "$SCALES" -o "$R/$a-$p"
+      done; done ;;
+    fullgap)
+      for a in poisson gamma; do for p in simple pipeline; do
+        placeopt execute $F/two-models-$a-gap.json $F/placement-$p.json --slo-scale "$SCALES" -o "$R/gap-$a-$p"
       done; done ;;
     alpaserve)
       for a in poisson gamma; do
