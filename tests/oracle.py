@@ -46,11 +46,16 @@ def _stage_times(start, clocks, lats):
     return ends
 
 
-def oracle_flow_shop(arrival, model, deadline, hosts, n_stages, overhead, policy):
-    """One request at a time with admission control; ``policy`` is "earliest" or "shortest_queue"."""
+def _initial_clocks(n_stages, clocks):
+    return [[0.0] * s for s in n_stages] if clocks is None else [list(map(float, c)) for c in clocks]
+
+
+def oracle_flow_shop(arrival, model, deadline, hosts, n_stages, overhead, policy, clocks=None):
+    """One request at a time with admission control; ``policy`` is "earliest" or "shortest_queue".
+    ``clocks`` optionally gives every group's initial stage clocks (default: all 0)."""
     n = len(arrival)
     n_groups = len(n_stages)
-    clocks = [[0.0] * s for s in n_stages]
+    clocks = _initial_clocks(n_stages, clocks)
     completions = [[] for _ in range(n_groups)]  # last-stage end of every accepted request
     busy = [0.0] * n_groups
     finish, group, batch = [-1.0] * n, [-1] * n, [1] * n
@@ -77,7 +82,7 @@ def oracle_flow_shop(arrival, model, deadline, hosts, n_stages, overhead, policy
     return finish, group, batch, busy, clocks
 
 
-def oracle_batched(arrival, model, deadline, hosts, n_stages, overhead, batch_sizes):
+def oracle_batched(arrival, model, deadline, hosts, n_stages, overhead, batch_sizes, clocks=None):
     """Per-model FIFO queues; the group that can start first serves the oldest head's model.
 
     Requests join their model's queue once no group can start before they arrive. A head that
@@ -87,7 +92,7 @@ def oracle_batched(arrival, model, deadline, hosts, n_stages, overhead, batch_si
     """
     n = len(arrival)
     n_groups = len(n_stages)
-    clocks = [[0.0] * s for s in n_stages]
+    clocks = _initial_clocks(n_stages, clocks)
     busy = [0.0] * n_groups
     finish, group, batch = [-1.0] * n, [-1] * n, [1] * n
     lat_of = {}  # (model, group) -> {batch size: stage latencies}
@@ -145,8 +150,9 @@ def oracle_batched(arrival, model, deadline, hosts, n_stages, overhead, batch_si
     return finish, group, batch, busy, clocks
 
 
-def oracle_simulate(instance, groups, requests, config):
-    """Run the oracle selected by ``config`` (the counterpart of ``flowshop.run_tables``)."""
+def oracle_simulate(instance, groups, requests, config, clocks=None):
+    """Run the oracle selected by ``config`` (the counterpart of ``flowshop.run_tables``);
+    ``clocks`` optionally gives every group's initial stage clocks."""
     from placement_opt.simulate.tables import batch_size_grid
     if config.batching:
         sizes = [int(b) for b in batch_size_grid(instance.model_profiles, config.max_batch)]
@@ -158,5 +164,5 @@ def oracle_simulate(instance, groups, requests, config):
     model = [int(x) for x in requests.model]
     deadline = [float(x) for x in requests.deadline]
     if config.batching:
-        return oracle_batched(arrival, model, deadline, hosts, n_stages, config.overhead_s, sizes)
-    return oracle_flow_shop(arrival, model, deadline, hosts, n_stages, config.overhead_s, config.dispatch)
+        return oracle_batched(arrival, model, deadline, hosts, n_stages, config.overhead_s, sizes, clocks)
+    return oracle_flow_shop(arrival, model, deadline, hosts, n_stages, config.overhead_s, config.dispatch, clocks)

@@ -3,9 +3,10 @@
 Hypothesis draws small random instances (models, profiles with several batch sizes,
 groups of 1-4 stages, some models hosted twice and some nowhere), random requests with
 tied arrivals and tight or loose deadlines, and random simulator settings (both dispatch
-policies, overheads, batching). The kernel must agree with the oracle exactly: the same
-accepted requests, bit-identical finish times, the same group and batch of every request,
-and the same busy seconds and final clocks.
+policies, overheads, batching, stages already busy at the start). The kernel must agree
+with the oracle exactly: the same accepted requests, bit-identical finish times, the same
+group and batch of every request, and the same busy seconds and final clocks. Time-varying
+placements (windows) are checked the same way.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oracle import oracle_simulate
-from placement_opt import Group, SimulatorConfig, instance_from_dict
-from placement_opt.simulate import build_tables, run_tables
+from placement_opt import Group, Placement, SimulatorConfig, Window, instance_from_dict
+from placement_opt.simulate import build_tables, run_tables, run_windows
 from placement_opt.workload import Requests
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -76,13 +77,17 @@ def cases(draw, batching: bool):
         max_batch=draw(st.sampled_from([1, 2, 4, 16])),
     )
     requests = Requests(arrival, model, deadline, float(arrival[-1]) + 1.0 if n else 1.0)
-    return inst, groups, requests, config
+    initial = None
+    if draw(st.integers(0, 3)) == 0:  # stages busy at the start, as in a later window of a time-varying placement
+        initial = [[draw(st.sampled_from([0.0, 0.3, 1.0])) for _ in range(pp)] for pp, _ in shapes]
+    return inst, groups, requests, config, initial
 
 
-def assert_same(inst, groups, requests, config):
+def assert_same(inst, groups, requests, config, initial=None):
     tables = build_tables(inst, groups, config)
-    got = run_tables(tables, requests, len(inst.models), config)
-    finish, group, batch, busy, clocks = oracle_simulate(inst, groups, requests, config)
+    start = None if initial is None else np.array([c for per_group in initial for c in per_group])
+    got = run_tables(tables, requests, len(inst.models), config, start)
+    finish, group, batch, busy, clocks = oracle_simulate(inst, groups, requests, config, initial)
     expected_finish = np.array(finish, dtype=np.float64)
     assert np.array_equal(got.finish >= 0, expected_finish >= 0), "accepted sets differ"
     assert got.finish.tobytes() == expected_finish.tobytes(), "finish times differ"
@@ -142,3 +147,67 @@ def test_rejected_request_uses_no_resources():
     requests = Requests(np.array([0.0, 0.5, 1.5]), np.zeros(3, dtype=np.int32), np.array([1.0, 1.9, 2.5]), 3.0)
     got = assert_same(inst, groups, requests, config)
     assert got.finish.tolist() == [1.0, -1.0, 2.5]
+
+
+def oracle_windows(inst, placement, requests, config):
+    """Time-varying placements: each window's groups serve the requests arriving in it; a stage
+    starts free no earlier than the latest clock of its devices in earlier windows."""
+    finish = [-1.0] * len(requests)
+    device_free = [0.0] * inst.cluster.n_gpus
+    starts = [w.start_s for w in placement.windows] + [np.inf]
+    for k, window in enumerate(placement.windows):
+        picked = [i for i, a in enumerate(requests.arrival)
+                  if (starts[k] <= a < starts[k + 1]) or (k == 0 and a < starts[0])]
+        sub = requests.select(np.array(picked, dtype=np.int64))
+        initial = [[max(device_free[d] for d in g.devices[s * g.tp:(s + 1) * g.tp]) for s in range(g.pp)]
+                   for g in window.groups]
+        sub_finish, _, _, _, clocks = oracle_simulate(inst, window.groups, sub, config, initial)
+        for i, f in zip(picked, sub_finish):
+            finish[i] = f
+        for g, stage_clocks in zip(window.groups, clocks):
+            for s, c in enumerate(stage_clocks):
+                for d in g.devices[s * g.tp:(s + 1) * g.tp]:
+                    device_free[d] = c
+    return finish
+
+
+@st.composite
+def windowed_cases(draw):
+    n_models = draw(st.integers(1, 4))
+    configs = [{"pp": pp, "tp": 1, "stage_latency_s": {"1": [draw(latency) for _ in range(pp)]},
+                "stage_weight_gb": [0.01] * pp} for pp in (1, 2, 4)]
+    inst = instance_from_dict({
+        "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu": {"name": "test", "memory_gb": 16}},
+        "profiles": {"p": {"weight_gb": 0.03, "configs": configs}},
+        "models": [{"name": "m", "profile": "p", "count": n_models}] if n_models > 1 else
+                  [{"name": "m", "profile": "p"}],
+        "workload": {"duration_s": 100, "arrival": {"process": "poisson", "rate": 1.0}},
+        "simulator": {"dispatch": draw(st.sampled_from(["earliest", "shortest_queue"])),
+                      "batching": draw(st.booleans())},
+    })
+    windows, start = [], draw(st.sampled_from([0.0, 0.5]))
+    for _ in range(draw(st.integers(1, 3))):
+        devices = draw(st.permutations(range(4)))
+        groups, used = [], 0
+        for size in draw(st.lists(st.sampled_from([1, 2, 4]), max_size=3)):
+            if used + size > 4:
+                break
+            hosted = draw(st.lists(st.sampled_from(inst.model_names), unique=True, max_size=n_models))
+            groups.append(Group(devices=tuple(devices[used:used + size]), pp=size, models=tuple(hosted)))
+            used += size
+        windows.append(Window(start, tuple(groups)))
+        start += draw(st.sampled_from([0.2, 0.5, 1.0]))
+    n = draw(st.integers(0, 40))
+    arrival = np.cumsum(np.array(draw(st.lists(gap, min_size=n, max_size=n)), dtype=np.float64))
+    model = np.array(draw(st.lists(st.integers(0, n_models - 1), min_size=n, max_size=n)), dtype=np.int32)
+    deadline = arrival + np.array(draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)), dtype=np.float64)
+    return inst, Placement(groups=(), windows=tuple(windows)), Requests(arrival, model, deadline, 10.0)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(windowed_cases())
+def test_time_varying_placement_matches_oracle(case):
+    inst, placement, requests = case
+    finish, _ = run_windows(inst, placement, requests)
+    expected = np.array(oracle_windows(inst, placement, requests, inst.simulator), dtype=np.float64)
+    assert finish.tobytes() == expected.tobytes()
