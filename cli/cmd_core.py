@@ -10,8 +10,8 @@ import click
 from placement_opt.errors import InputError
 from placement_opt.simulate import simulate
 
-from .common import (INSTANCE, JSON_FLAG, emit_json, metrics_summary, progress, read_instance, read_placement,
-                     read_requests, table, write_output)
+from .common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
+                     read_placement, read_requests, table, write_output)
 
 
 @click.command()
@@ -60,6 +60,7 @@ def solve(instance, solver_name, time_limit, seed, options, output, as_json):
     """Find a placement for INSTANCE and print (or write) it with its simulated metrics."""
     from placement_opt.solvers import run_solver
     check_run_options(time_limit, seed)
+    check_output_path(output)
     inst = read_instance(instance)
     opts = parse_cli_options(options)
     name = solver_name or inst.solver

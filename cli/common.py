@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Iterable, Sequence
 
@@ -50,11 +51,28 @@ def emit_json(data) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
+def check_output_path(path: str | None) -> None:
+    """Refuse an output path that cannot be written, before any long computation."""
+    from placement_opt.errors import InputError
+    if path is None or path == "-":
+        return
+    if os.path.isdir(path):
+        raise InputError("is a directory", "--output", path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"folder {folder} does not exist", "--output", path)
+
+
 def write_output(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (``-``: stdout); a failure is an input error."""
+    from placement_opt.errors import InputError
     if path == "-":
         sys.stdout.write(text)
-    else:
+        return
+    try:
         atomic_write_text(path, text)
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror}", "--output", path) from None
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:

@@ -367,3 +367,22 @@ def test_interrupted_write_leaves_existing_output_untouched(tmp_path, monkeypatc
         pio.atomic_write_json(str(out), {"groups": []})
     assert out.read_text() == "previous result\n"
     assert os.listdir(tmp_path) == ["placement.json"]
+
+
+def test_unwritable_output_is_an_input_error(tmp_path, monkeypatch):
+    instance = write(tmp_path, "instance.json", GOOD)
+    missing = str(tmp_path / "no-such-folder" / "p.json")
+    assert_input_error(run_cli(["solve", instance, "-o", missing]), missing, "--output", "does not exist")
+    assert_input_error(run_cli(["solve", instance, "-o", str(tmp_path)]), str(tmp_path), "--output",
+                       "is a directory")
+    from placement_opt import io as pio
+
+    def disk_full(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pio.os, "replace", disk_full)
+    out = str(tmp_path / "p.json")
+    result = run_cli(["solve", instance, "-o", out])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert result.stderr.strip().splitlines()[-1] == f"placeopt: error: {out}: --output: cannot write: No space left on device"
+    assert sorted(os.listdir(tmp_path)) == ["instance.json"]
