@@ -285,7 +285,8 @@ def _check_rates(inst: Instance) -> None:
     w = inst.workload
     if w.process is not None and w.process.rate <= 0:
         raise InputError("total rate must be > 0", "workload.arrival.rate")
-    for where, p in [("workload.arrival", w.process)] + [(f"workload.per_model.{k}", v) for k, v in w.per_model.items()]:
+    processes = [("workload.arrival", w.process)] + [(f"workload.per_model.{k}", v) for k, v in w.per_model.items()]
+    for where, p in processes:
         if p is not None and p.kind == "mmpp":
             q0, q1 = p.mmpp_switch_rates
             switches = 2.0 * w.duration_s * q0 * q1 / (q0 + q1)

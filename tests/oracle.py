@@ -127,7 +127,8 @@ def oracle_batched(arrival, model, deadline, hosts, n_stages, overhead, batch_si
         q = queues[m]
         lats = lat_of[(m, g)]
         alone = lats.get(1, [float("inf")] * n_stages[g])
-        while q and arrival[q[0]] <= start and not _stage_times(start, clocks[g], alone)[-1] + overhead <= deadline[q[0]]:
+        alone_finish = _stage_times(start, clocks[g], alone)[-1] + overhead
+        while q and arrival[q[0]] <= start and not alone_finish <= deadline[q[0]]:
             q.popleft()  # dropped: finish stays -1
         if not q or arrival[q[0]] > start:
             continue

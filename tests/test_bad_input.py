@@ -384,5 +384,6 @@ def test_unwritable_output_is_an_input_error(tmp_path, monkeypatch):
     out = str(tmp_path / "p.json")
     result = run_cli(["solve", instance, "-o", out])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
-    assert result.stderr.strip().splitlines()[-1] == f"placeopt: error: {out}: --output: cannot write: No space left on device"
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == f"placeopt: error: {out}: --output: cannot write: No space left on device"
     assert sorted(os.listdir(tmp_path)) == ["instance.json"]
