@@ -148,8 +148,12 @@ def per_model_text(metrics: dict) -> str:
     per = metrics.get("per_model", {})
     if not per:
         return ""
-    rows = [[name, v.get("requests"), v.get("slo_attainment"), v.get("throughput_rps")] for name, v in per.items()]
-    return table(["model", "requests", "SLO attainment", "throughput (req/s)"], rows)
+    headers = ["model", "requests", "accepted", "SLO attainment"]
+    keys = ["requests", "accepted", "slo_attainment"]
+    if any("throughput_rps" in v for v in per.values()):  # LLM metrics
+        headers.append("throughput (req/s)")
+        keys.append("throughput_rps")
+    return table(headers, [[name] + [v.get(k) for k in keys] for name, v in per.items()])
 
 
 @click.command()

@@ -81,7 +81,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join(out)
+    return "\n".join(row.rstrip() for row in out)
 
 
 def _fmt(value) -> str:
