@@ -22,14 +22,16 @@ def validate(file, as_json):
     try:
         with open(file) as f:
             head = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # the loaders below report what is wrong
         head = None
     if isinstance(head, dict) and "groups" in head and "cluster" not in head:
         placement = read_placement(file)
         info = {"file": file, "kind": "placement", "groups": len(placement.groups)}
     elif isinstance(head, dict) and "configs" in head and "cluster" not in head:
         from placement_opt.profile import Profile
+        from placement_opt._validate import reject_non_finite
         try:
+            reject_non_finite(head)
             profile = Profile.from_dict(file, head, "")
         except InputError as e:
             raise e.with_file(file) from None

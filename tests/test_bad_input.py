@@ -172,6 +172,19 @@ def test_nan_literal_in_profile_file(tmp_path):
     assert_input_error(run_cli(["validate", path]), path, "profiles.bert-6.7b", "NaN")
 
 
+def test_deeply_nested_json(tmp_path):
+    deep = write(tmp_path, "deep.json", "[" * 100000 + "]" * 100000)
+    assert_input_error(run_cli(["validate", deep]), deep, "nested too deeply")
+    placement = write(tmp_path, "p.json", '{"groups": ' + "[" * 100000 + "]" * 100000 + "}")
+    assert_input_error(run_cli(["show", placement]), placement, "nested too deeply")
+
+
+def test_nan_in_a_profile_file_alone(tmp_path):
+    path = write(tmp_path, "profile.json", '{"weight_gb": 2.0, "source": NaN, "configs": [{"pp": 1, "tp": 1, '
+                                           '"stage_latency_s": {"1": [0.1]}, "stage_weight_gb": [2.0]}]}')
+    assert_input_error(run_cli(["validate", path]), path, "source", "NaN")
+
+
 def test_not_utf8_and_missing_file(tmp_path):
     path = tmp_path / "binary.json"
     path.write_bytes(b"\xff\xfe\x00garbage")
