@@ -400,3 +400,27 @@ def test_unwritable_output_is_an_input_error(tmp_path, monkeypatch):
     last = result.stderr.strip().splitlines()[-1]
     assert last == f"placeopt: error: {out}: --output: cannot write: No space left on device"
     assert sorted(os.listdir(tmp_path)) == ["instance.json"]
+
+
+csv_cells = st.one_of(st.sampled_from(["0", "0.5", "-1", "1e30", "inf", "nan", "", "model-a", "model-b", "x", "3"]),
+                      st.text(max_size=4))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(header=st.lists(st.sampled_from(["arrival_s", "model", "prompt_tokens", "output_tokens", "junk"]),
+                       min_size=1, max_size=4),
+       rows=st.lists(st.lists(csv_cells, max_size=5), max_size=6),
+       raw=st.one_of(st.just(b""), st.binary(max_size=8)))
+def test_fuzzed_traces_never_crash(tmp_path, header, rows, raw):
+    text = ",".join(header) + "\n" + "\n".join(",".join(r) for r in rows) + "\n"
+    (tmp_path / "trace.csv").write_bytes(text.encode("utf-8", "surrogatepass") + raw)
+    path = write(tmp_path, "instance.json", mutated(lambda d: d.update(
+        workload={"duration_s": 60, "trace": "trace.csv"})))
+    result = run_cli(["validate", path])
+    event(f"exit status {result.exit_code}")
+    assert result.exit_code in (0, 2), (text, raw, result.output, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (text, raw, result.exception)
+    if result.exit_code == 2:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("placeopt: error: "), result.stderr

@@ -47,6 +47,9 @@ def read_trace(path: str) -> Trace:
             rows = list(reader)
     except OSError as e:
         raise InputError(f"cannot read trace: {e.strerror}", "workload.trace.path", path) from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        reason = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"malformed CSV: {e}"
+        raise InputError(reason, "", path) from None
     if not header:
         raise InputError("empty trace file", "header", path)
     header = [h.strip() for h in header]
@@ -69,7 +72,7 @@ def read_trace(path: str) -> Trace:
                 models.append(row[cols["model"]].strip())
             for k, arr in tokens.items():
                 arr[i] = int(float(row[cols[k]]))
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, OverflowError):
             raise InputError("malformed row", f"line {i + 2}", path) from None
     if not np.all(np.isfinite(arrival)):
         raise InputError("arrival times must be finite", "arrival_s", path)
