@@ -15,6 +15,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from inputs import GOOD, mutated_documents
 from placement_opt import InputError, instance_from_dict, load_instance, solve
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -91,7 +92,6 @@ def test_solved_placement_validates():
 
 
 def test_schema_refuses_what_the_loader_refuses():
-    from test_bad_input import GOOD
     v = validator(INSTANCE_SCHEMA)
     assert errors(v, GOOD) == []
     for edit in (lambda d: d.update(colour=1), lambda d: d["cluster"].update(nodes=0),
@@ -107,13 +107,8 @@ def test_schema_refuses_what_the_loader_refuses():
             instance_from_dict(bad)
 
 
-def _mutations():
-    from test_bad_input import GOOD, mutated_documents
-    return mutated_documents(GOOD)
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(document=_mutations())
+@given(document=mutated_documents(GOOD))
 def test_loader_never_accepts_what_the_schema_refuses(document):
     try:
         instance_from_dict(document)
