@@ -47,7 +47,7 @@ from .greedy import greedy_selection
 
 @dataclass(frozen=True)
 class AlpaServeOptions:
-    bucket_threshold: float = 2.5  #: latency ratio above which models go to different buckets
+    bucket_threshold: float = 3.0  #: latency ratio above which models go to different buckets
     max_buckets: int = 3  #: most model buckets in a bucketing
     device_unit: int = 0  #: device-bucket granularity in GPUs; 0 = auto
     balance_tolerance: float = 2.0  #: prune device buckets whose devices-per-load differ more than this factor
@@ -56,7 +56,7 @@ class AlpaServeOptions:
     tp: int = 0  #: force this tensor-parallel degree (0 = any)
     beam: int = 1  #: beam width of Algorithm 1
     screen: str = "fast"  #: fast (heuristic screening, then refine) or full (Algorithm 1 everywhere)
-    refine: int = 2  #: refine this many best combinations with the full greedy
+    refine: int = 2  #: refine this many best combinations (plus the best of every bucket count) with the full greedy
     refine_tasks: int = 2  #: per bucket of a refined combination, refine this many best configs
     backend: str = "local"  #: serial, local (process pool) or ray
     address: str = ""  #: Ray cluster address (backend=ray); empty or "local" starts a private one
@@ -94,7 +94,7 @@ def run_bucket_task(bucket: tuple, sizes: tuple, configs: tuple, fast: bool, bea
     return stats["accepted"], tuple(tuple(index[n] for n in g.models) for g in groups), stats
 
 
-def task_upper_bound(instance, counts, slo, bucket, sizes, configs, duration) -> int:
+def task_upper_bound(instance, counts, slo, bucket, sizes, configs, duration, cache=None) -> int:
     """Requests a task can accept at most: those of models that fit some group and meet
     their SLO there, capped by the groups' pipeline capacity (no batching)."""
     budget = instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
@@ -109,7 +109,12 @@ def task_upper_bound(instance, counts, slo, bucket, sizes, configs, duration) ->
             cfg = prof.config(pp, tp)
             if cfg is None or cfg.max_stage_weight_bytes > budget:
                 continue
-            lat = stage_latencies(prof, pp, tp, one, sim)[0]
+            key = (m, pp, tp)
+            lat = None if cache is None else cache.get(key)
+            if lat is None:
+                lat = stage_latencies(prof, pp, tp, one, sim)[0]
+                if cache is not None:
+                    cache[key] = lat
             if lat.sum() + sim.overhead_s <= slo[m] * (1 + 1e-12):
                 servable.add(m)
                 fastest = min(fastest, float(lat.max()))
@@ -157,6 +162,9 @@ class _Search:
                       "simulations": 0, "timed_out": False, "interrupted": False}
         self.screened = {}  # (pair index, task index) -> (accepted, model lists)
         self.refined = {}
+        self.pair_best = {}  # pair index -> (accepted, kind, -task)
+        self.values = {}  # (pair index, refined?) -> accepted values
+        self._lat_cache = {}
         self.evaluated = 0
 
     # -- bookkeeping -------------------------------------------------------------------------
@@ -169,18 +177,16 @@ class _Search:
                 out.append((bk, comp, tuple(index[(b, n)] for b, n in zip(bk, comp))))
         return out
 
-    def _pair_value(self, p: int, refined_too: bool = True):
-        """Best (accepted, -task, kind) of a pair, or None when nothing of it was evaluated."""
-        best = None
-        for source, kind in ((self.screened, 0), (self.refined, 1)):
-            if kind and not refined_too:
-                continue
-            for (pi, t), (acc, _) in source.items():
-                if pi == p:
-                    cand = (acc, kind, -t)
-                    if best is None or cand > best:
-                        best = cand
-        return best
+    def _pair_value(self, p: int):
+        """Best (accepted, kind, -task) of a pair (kind 1: refined), or None when nothing of it ran."""
+        return self.pair_best.get(p)
+
+    def _record(self, store: dict, p: int, t: int, acc: int, lists) -> None:
+        store[(p, t)] = (acc, lists)
+        self.values.setdefault((p, store is self.refined), []).append(acc)
+        cand = (acc, 1 if store is self.refined else 0, -t)
+        if p not in self.pair_best or cand > self.pair_best[p]:
+            self.pair_best[p] = cand
 
     def _time_up(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
@@ -192,7 +198,7 @@ class _Search:
     def run(self) -> Placement:
         o = self.o
         inst = self.instance
-        combos = self._combos()
+        combos = self.combos = self._combos()
         # pairs in the order the combinations need them (the best-balanced combination first)
         pair_order = []
         for _, _, pis in sorted(combos, key=lambda c: (len(c[0]), c[2])):
@@ -204,7 +210,8 @@ class _Search:
         for p in pair_order:
             bucket, n = self.plan.pairs[p]
             tasks = bucket_tasks(inst, bucket, n, settings_of(o))
-            bounds = [task_upper_bound(inst, self.counts, self.slo, bucket, s, c, duration) for s, c in tasks]
+            bounds = [task_upper_bound(inst, self.counts, self.slo, bucket, s, c, duration, self._lat_cache)
+                      for s, c in tasks]
             self.tasks[p] = [(t, s, c, ub) for t, ((s, c), ub) in enumerate(zip(tasks, bounds))]
             self.stats["tasks"] += len(tasks)
         context = {"instance": inst}
@@ -226,7 +233,7 @@ class _Search:
         return self.stats["timed_out"] or self.stats["interrupted"]
 
     def _kth_best(self, store, p: int) -> int | None:
-        vals = sorted((acc for (pi, _), (acc, _) in store.items() if pi == p), reverse=True)
+        vals = sorted(self.values.get((p, store is self.refined), ()), reverse=True)
         k = self.o.refine_tasks
         return vals[k - 1] if len(vals) >= k else None
 
@@ -251,12 +258,13 @@ class _Search:
                 for h in backend.wait_any(list(pending), timeout=0.5):
                     p, t = pending.pop(h)
                     acc, lists, st = backend.result(h)
-                    store[(p, t)] = (acc, lists)
+                    self._record(store, p, t, acc, lists)
                     self.stats["screened" if store is self.screened else "refined"] += 1
                     self.stats["simulations"] += st["simulations"]
                     self.evaluated += st["candidates_evaluated"]
-                self.progress.update(self.evaluated, self._best_so_far(),
-                                     f"tasks {self.stats['screened']}+{self.stats['refined']}")
+                if self.progress.due():
+                    self.progress.update(self.evaluated, self._best_so_far(),
+                                         f"tasks {self.stats['screened']}+{self.stats['refined']}")
                 if self._time_up() and not self.stats["timed_out"]:
                     self.stats["timed_out"] = True
                     queue.clear()
@@ -272,22 +280,24 @@ class _Search:
 
     def _best_so_far(self) -> float:
         best = 0
-        for _, _, pis in self._combos_cache():
+        for _, _, pis in self.combos:
             v = self._combo_value(pis)
             if v is not None and v > best:
                 best = v
         return best / self.n_requests
 
-    def _combos_cache(self):
-        if not hasattr(self, "_cc"):
-            self._cc = self._combos()
-        return self._cc
-
     def _refine_jobs(self, combos):
         ranked = sorted(((self._combo_value(pis), i) for i, (_, _, pis) in enumerate(combos)
                          if self._combo_value(pis) is not None), key=lambda x: (-x[0], x[1]))
+        chosen = [i for _, i in ranked[:self.o.refine]]
+        # also the best combination of every bucket count: the fast screen's errors differ between
+        # one and several buckets, so a near-miss of the other kind still gets the full greedy
+        for k in sorted({len(c[0]) for c in combos}):
+            best_k = next((i for _, i in ranked if len(combos[i][0]) == k), None)
+            if best_k is not None and best_k not in chosen:
+                chosen.append(best_k)
         jobs = []
-        for _, i in ranked[:self.o.refine]:
+        for i in chosen:
             for p in combos[i][2]:
                 scored = sorted(((acc, -t) for (pi, t), (acc, _) in self.screened.items() if pi == p), reverse=True)
                 for _, neg_t in scored[:self.o.refine_tasks]:
@@ -311,7 +321,7 @@ class _Search:
             if self._pair_value(p) is None and self.tasks.get(p):
                 t, sizes, configs, _ = self.tasks[p][0]
                 acc, lists, _ = run_bucket_task(self.plan.pairs[p][0], sizes, configs, True, 1, None)
-                self.screened[(p, t)] = (acc, lists)
+                self._record(self.screened, p, t, acc, lists)
         backend.close()
 
     def _assemble(self, combos) -> Placement:

@@ -49,6 +49,10 @@ class Progress:
         self.start = time.perf_counter()
         self.last = 0.0
 
+    def due(self) -> bool:
+        """Whether the next :meth:`update` would print (lets callers skip computing its numbers)."""
+        return self.enabled and time.perf_counter() - self.last >= self.every_s
+
     def update(self, evaluated: int, best: float, extra: str = "") -> None:
         now = time.perf_counter()
         if not self.enabled or now - self.last < self.every_s:

@@ -20,7 +20,7 @@ from .partitions import GroupPartitions
 class SearchSettings:
     """Enumeration knobs of the AlpaServe search (all are solver options of ``alpaserve``)."""
 
-    bucket_threshold: float = 2.5  #: models whose latencies differ by more than this ratio get separate buckets
+    bucket_threshold: float = 3.0  #: models whose latencies differ by more than this ratio get separate buckets
     max_buckets: int = 3  #: at most this many model buckets
     device_unit: int = 0  #: device-bucket granularity; 0 = auto (see :func:`auto_unit`)
     balance_tolerance: float = 2.0  #: keep device buckets whose devices/load ratios differ by at most this factor
