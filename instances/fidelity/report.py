@@ -33,6 +33,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("runs")
     ap.add_argument("--gap-profile")
+    ap.add_argument("--prefix", default="", help="run folder prefix (gap- for the fullgap phase)")
+    ap.add_argument("--instance-suffix", default="", help="instance file suffix (-gap for the fullgap phase)")
     args = ap.parse_args()
     print("| arrivals | placement | SLO scale | attainment simulated | measured | diff (pp) | mean latency "
           "simulated (ms) | measured (ms) | diff | late | stage-0 median (ms)"
@@ -40,14 +42,14 @@ def main():
     print("|" + "---|" * (11 + bool(args.gap_profile)))
     worst = 0.0
     for arrivals in ("poisson", "gamma"):
-        inst = load_instance(os.path.join(HERE, f"two-models-{arrivals}.json"))
+        inst = load_instance(os.path.join(HERE, f"two-models-{arrivals}{args.instance_suffix}.json"))
         gap_inst = None
         if args.gap_profile:
             with open(args.gap_profile) as f:
                 prof = Profile.from_dict("transformer-5b", json.load(f), "profile")
             gap_inst = dataclasses.replace(inst, profiles={"transformer-5b": prof})
         for plc in ("simple", "pipeline", "alpaserve"):
-            run = os.path.join(args.runs, f"{arrivals}-{plc}")
+            run = os.path.join(args.runs, f"{args.prefix}{arrivals}-{plc}")
             if not os.path.isdir(run):
                 continue
             with open(os.path.join(run, "trials.json")) as f:
