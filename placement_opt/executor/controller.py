@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import select
 import socket
 import time
 import zlib
@@ -197,11 +198,16 @@ class _Workers:
             if proc.exitcode is not None and rank not in self.finished:
                 raise ExecutorError(f"{self.describe(rank)} died (exit code {proc.exitcode})")
 
-    def send(self, ranks, command) -> None:
+    def send(self, ranks, command, wait) -> None:
+        """Send ``command`` to every rank; while a rank's pipe is full, call ``wait()`` (which
+        handles reports and raises on failure or hang) instead of blocking."""
         for r in ranks:
+            conn = self.commands[r]
             try:
-                self.commands[r].send(command)
-            except (BrokenPipeError, OSError):
+                while not select.select([], [conn.fileno()], [], 0)[1]:
+                    wait()
+                conn.send(command)
+            except (BrokenPipeError, OSError, ValueError):
                 raise ExecutorError(f"{self.describe(r)} is gone (its command pipe is closed)") from None
 
     def stop(self, timeout: float) -> None:
@@ -247,9 +253,9 @@ def _trial_requests(instance, duration_s: Optional[float]) -> Requests:
 class _Trial:
     """Replay one request set on running workers."""
 
-    def __init__(self, name, instance, placement, requests, workers: _Workers, config: ExecutorConfig, log):
+    def __init__(self, name, instance, placement, requests, workers: _Workers, config: ExecutorConfig):
         self.instance, self.placement, self.requests = instance, placement, requests
-        self.workers, self.config, self.log = workers, config, log
+        self.workers, self.config = workers, config
         self.rec = TrialRecord.empty(name, requests)
         self.n_stages = [g.pp for g in placement.groups]
         self.group_ranks = {}
@@ -295,7 +301,8 @@ class _Trial:
             self.rec.predicted_stage_end[i] = d.stage_ends
             self.outstanding[i] = d.finish
             self.rec.dispatch[i] = time.monotonic() - self.t0
-            self.workers.send(self.group_ranks[d.group], ((trial_index, i), int(req.model[i])))
+            self.workers.send(self.group_ranks[d.group], ((trial_index, i), int(req.model[i])),
+                              lambda: self._watch(0.01))
         while self.outstanding:
             self._watch(0.05)
 
@@ -328,7 +335,7 @@ def execute(instance, placement: Placement, out_dir: str, config: ExecutorConfig
         log(f"workers ready after {startup:.1f} s")
         for k, (name, inst) in enumerate(trials):
             requests = _trial_requests(inst, config.duration_s)
-            current = _Trial(name, inst, placement, requests, workers, config, log)
+            current = _Trial(name, inst, placement, requests, workers, config)
             log(f"trial {name}: replaying {len(requests)} requests over {requests.duration_s:g} s")
             current.run(k)
             summaries.append(_save(current, out_dir, len(trials) > 1, backend, "complete", startup))

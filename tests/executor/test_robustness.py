@@ -127,3 +127,29 @@ def test_ctrl_c_saves_and_exits(placement, tmp_path):
     assert code == 130 and "interrupted" in err
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["status"] == "interrupted"
     assert _gone(pids)
+
+
+def test_full_command_pipe_does_not_block_the_controller():
+    """A worker that stops reading fills its command pipe; the controller keeps watching instead of blocking."""
+    import multiprocessing
+
+    from placement_opt.executor.controller import ExecutorError, _Workers
+
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    workers = object.__new__(_Workers)
+    workers.commands = [writer]
+    workers.specs = []
+    workers.describe = lambda r: f"worker {r}"
+    calls = []
+
+    def wait():
+        calls.append(1)
+        if len(calls) > 3:
+            raise ExecutorError("no progress")
+
+    with pytest.raises(ExecutorError, match="no progress"):
+        for _ in range(100000):  # far more than any pipe buffer holds
+            workers.send([0], ("x" * 200, 1), wait)
+    assert len(calls) == 4
+    reader.close()
+    writer.close()
