@@ -263,11 +263,15 @@ class _Trial:
             self.group_ranks.setdefault(spec.plan.group, []).append(spec.plan.rank)
         self.outstanding = {}  # request -> predicted finish (relative)
         self.t0 = 0.0
+        self.index = 0
 
     def _on_stage(self, key, stage, start, end):
-        _, i = key
-        self.rec.stage_times.setdefault(i, {})[stage] = (start - self.t0, end - self.t0)
-        if stage == self.n_stages[self.rec.group[i]] - 1:
+        trial, i = key
+        if trial != self.index:  # cannot happen: a trial ends only when all its reports are in
+            raise ExecutorError(f"a report of trial {trial} arrived during trial {self.index}")
+        times = self.rec.stage_times.setdefault(i, {})
+        times[stage] = (start - self.t0, end - self.t0)
+        if len(times) == self.n_stages[self.rec.group[i]]:  # every stage reported (pipes may reorder)
             self.outstanding.pop(i, None)
 
     def _watch(self, timeout: float) -> None:
@@ -283,6 +287,7 @@ class _Trial:
                                     "a worker hangs")
 
     def run(self, trial_index: int) -> None:
+        self.index = trial_index
         dispatcher = Dispatcher(self.instance, self.placement.groups)
         req = self.requests
         self.t0 = time.monotonic() + self.config.lead_s

@@ -66,3 +66,24 @@ def test_input_errors_are_one_line(tmp_path):
     bad.write_text(json.dumps(inst))
     r = CliRunner().invoke(cli, ["execute", str(bad), str(placement), "--backend", "gloo", "-o", str(tmp_path / "o")])
     assert r.exit_code == 2 and "models[tiny-a].weights:" in r.output
+
+
+def test_pipeline_placement_over_slo_scales(tmp_path):
+    placement = tmp_path / "pipeline.json"
+    placement.write_text(json.dumps({"groups": [{"devices": [0, 1], "pp": 2, "tp": 1,
+                                                 "models": ["tiny-a", "tiny-b"]}]}))
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, ["execute", TINY, str(placement), "--backend", "gloo", "--duration", "3",
+                                 "--slo-scale", "5,20", "--warmup", "1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    trials = json.loads((out / "trials.json").read_text())
+    assert [t["trial"] for t in trials] == ["slo-5", "slo-20"]
+    assert all(t["status"] == "complete" and t["unfinished"] == 0 for t in trials)
+    loose, tight = (json.loads((out / name / "simulated.json").read_text()) for name in ("slo-20", "slo-5"))
+    assert loose["accepted"] >= tight["accepted"]
+    with open(out / "slo-20" / "requests.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["admitted"] == "1"]
+    assert rows
+    for row in rows:  # the activation goes from stage 0 to stage 1
+        assert float(row["stage0_end_s"]) <= float(row["stage1_start_s"]) <= float(row["stage1_end_s"])
+        assert float(row["stage1_end_s"]) == float(row["finish_s"])
