@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash instances/fidelity/run_gpu.sh PHASE...
-# Phases: setup check profile profilegap quick full fullgap alpaserve pack. Results go to $OUT (or ./fidelity-out).
+# Phases: setup check profile profilegap quick full tp2 repeat fullgap alpaserve pack. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-fidelity-out}
@@ -41,6 +41,14 @@ for pp, tp in [(2, 1), (1, 2)]:
       for a in poisson gamma; do for p in simple pipeline; do
         placeopt execute $F/two-models-$a.json $F/placement-$p.json --slo-scale "$SCALES" -o "$R/$a-$p"
       done; done ;;
+    tp2)
+      for a in poisson gamma; do
+        placeopt execute $F/two-models-$a.json $F/placement-tp2.json --slo-scale "$SCALES" -o "$R/$a-tp2"
+      done ;;
+    repeat)
+      for p in simple pipeline; do
+        placeopt execute $F/two-models-gamma.json $F/placement-$p.json --slo-scale "$SCALES" -o "$R/repeat-gamma-$p"
+      done ;;
     fullgap)
       for a in poisson gamma; do for p in simple pipeline; do
         placeopt execute $F/two-models-$a-gap.json $F/placement-$p.json --slo-scale "$SCALES" -o "$R/gap-$a-$p"
