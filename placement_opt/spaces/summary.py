@@ -122,7 +122,9 @@ def summarize(instance, settings: Optional[SearchSettings] = None) -> dict:
     tasks_kept = 0
     tasks_unpruned = 0
     part_kept = part_unpruned = cfg_kept = cfg_unpruned = 0
+    per_pair = {}
     for b, n in p.pairs:
+        per_pair[(b, n)] = len(bucket_tasks(instance, b, n, settings))
         gp = GroupPartitions(n, instance.cluster.gpus_per_node, settings.group_sizes or None)
         part_kept += gp.count()
         part_unpruned += gp.count_unpruned()
@@ -130,7 +132,7 @@ def summarize(instance, settings: Optional[SearchSettings] = None) -> dict:
             pc = ParallelConfigs(instance, part[0], b)
             cfg_kept += pc.count()
             cfg_unpruned += pc.count_unpruned()
-        tasks_kept += len(bucket_tasks(instance, b, n, settings))
+        tasks_kept += per_pair[(b, n)]
         tasks_unpruned += bucket_tasks_unpruned(instance, b, n)
     rows = {
         "model_bucketings": p.counts["model_bucketings"],
@@ -139,6 +141,10 @@ def summarize(instance, settings: Optional[SearchSettings] = None) -> dict:
         "group_partitions": (part_unpruned, part_kept),
         "parallel_configs": (cfg_unpruned, cfg_kept),
         "greedy_calls": (tasks_unpruned, tasks_kept),
+        # the paper's nested loops call Algorithm 1 again for a bucket in every bucketing and
+        # device split that contains it; a (bucket, devices) pair is searched once here
+        "greedy_calls_reused": (sum(per_pair[(b, n)] for bk in p.bucketings for comp in p.compositions[bk]
+                                    for b, n in zip(bk, comp)), tasks_kept),
     }
     return {"instance": instance.name, "models": len(instance.models), "gpus": instance.cluster.n_gpus,
             "device_unit": p.unit, "levels": rows}

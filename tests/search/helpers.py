@@ -8,7 +8,7 @@ from placement_opt.solvers import alpaserve, alpaserve_greedy, clockwork, exhaus
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(os.path.dirname(HERE))
-TINY = ["tiny-3gpu-mixed", "tiny-4gpu-bert", "tiny-4gpu-mixed", "tiny-2gpu-tight"]
+TINY = ["tiny-3gpu-mixed", "tiny-4gpu-bert", "tiny-4gpu-mixed", "tiny-2gpu-tight", "tiny-4gpu-skewed"]
 
 
 def data(name: str) -> str:

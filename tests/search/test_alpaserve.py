@@ -56,3 +56,23 @@ def test_bad_options_are_input_errors():
         run_solver(inst, "alpaserve-greedy", options={"group_size": 3})
     with pytest.raises(InputError):
         run_solver(inst, "exhaustive", options={"max_candidates": 5, "progress": False})
+
+
+def test_ctrl_c_returns_best_so_far(monkeypatch):
+    from placement_opt.solvers import alpaserve as mod
+    real = mod.run_bucket_task
+    calls = []
+
+    def interrupted_third_call(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(mod, "run_bucket_task", interrupted_third_call)
+    inst = tiny("tiny-4gpu-mixed")
+    p = run_solver(inst, "alpaserve", options={"backend": "serial", "progress": False})
+    check_placement(p, inst)
+    assert p.provenance["search"]["interrupted"]
+    assert p.provenance["search"]["screened"] == 2
+    assert p.metrics["slo_attainment"] > 0
