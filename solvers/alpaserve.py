@@ -225,7 +225,6 @@ class _Search:
         except KeyboardInterrupt:
             self.stats["interrupted"] = True
         finally:
-            backend.cancel([])
             backend.close()
         return self._assemble(combos)
 

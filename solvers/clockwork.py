@@ -16,7 +16,7 @@ import numpy as np
 
 from placement_opt.errors import InputError
 from placement_opt.evaluator import PlacementEvaluator
-from placement_opt.placement import Placement, Window
+from placement_opt.placement import Group, Placement, Window
 
 from .backends import BACKENDS, Progress, make_backend, worker_context
 from .base import Solver, register
@@ -68,9 +68,12 @@ class ClockworkPlusPlus(Solver):
         backend = make_backend(o.backend, {"instance": instance}, o.workers, o.address)
         results = [None] * len(bounds)
         evaluated = 0
+        interrupted = False
         try:
-            left = None if deadline is None else deadline - time.perf_counter()
-            handles = [backend.submit(solve_window, a, b, o.beam, left) for a, b in bounds]
+            handles = []
+            for a, b in bounds:  # the serial backend solves at submit: recompute the time left each time
+                handles.append(backend.submit(solve_window, a, b, o.beam,
+                                              None if deadline is None else deadline - time.perf_counter()))
             pending = list(handles)
             while pending:
                 for h in backend.wait_any(pending, timeout=0.5):
@@ -79,14 +82,18 @@ class ClockworkPlusPlus(Solver):
                     results[k] = backend.result(h)
                     evaluated += results[k][1]["candidates_evaluated"]
                 progress.update(evaluated, 0.0, f"windows {sum(r is not None for r in results)}/{len(bounds)}")
+        except KeyboardInterrupt:  # windows not solved yet keep the previous window's placement
+            interrupted = True
         finally:
             backend.close()
         windows = []
         for (a, _), res in zip(bounds, results):
             groups = res[0] if res is not None else windows[-1].groups if windows else ()
             windows.append(Window(start_s=a, groups=tuple(groups)))
+        if not windows[0].groups:  # interrupted before the first window: a placement with every GPU empty
+            windows[0] = Window(start_s=0.0, groups=tuple(Group(devices=(d,)) for d in range(instance.cluster.n_gpus)))
         stats = {"windows": len(windows), "window_s": o.window_s, "candidates_evaluated": evaluated,
-                 "timed_out": any(r is not None and r[1]["timed_out"] for r in results),
+                 "timed_out": any(r is not None and r[1]["timed_out"] for r in results), "interrupted": interrupted,
                  "seconds": round(time.perf_counter() - start, 4)}
         progress.done(evaluated, 0.0, f"windows {len(windows)}")
         return Placement(groups=windows[0].groups, windows=tuple(windows), provenance={"search": stats})

@@ -29,3 +29,15 @@ def test_one_window_is_selective_replication():
     assert len(cw.windows) == 1
     assert cw.windows[0].groups == sr.groups
     assert cw.metrics["slo_attainment"] == pytest.approx(sr.metrics["slo_attainment"])
+
+
+def test_time_limit_spans_all_windows():
+    import time
+
+    inst = tiny("tiny-4gpu-mixed")
+    start = time.perf_counter()
+    p = run_solver(inst, "clockwork++", time_limit=0.0,
+                   options={"window_s": 5.0, "backend": "serial", "progress": False})
+    check_placement(p, inst)
+    assert len(p.windows) == 12 and p.provenance["search"]["timed_out"]
+    assert time.perf_counter() - start < 5
