@@ -137,7 +137,65 @@ def tiny_gaps():
     return rows
 
 
-def markdown(main, sw, duration, wall, gaps) -> str:
+def paper_style_greedy(inst, shells):
+    """Algorithm 1 as the paper states it (the same-run baseline): every candidate simulated in full."""
+    import numpy as np
+
+    from placement_opt.evaluator import PlacementEvaluator
+    from placement_opt.memory import fits, model_stage_bytes
+    from placement_opt.solvers.greedy import to_groups
+    ev = PlacementEvaluator(inst)
+    models = [[] for _ in shells]
+    used = [np.zeros(pp) for _, pp, _ in shells]
+    best = 0
+    while True:
+        top = None
+        for m in range(len(inst.models)):
+            for g, (_, pp, tp) in enumerate(shells):
+                if m in models[g] or not fits(inst, used[g], m, pp, tp):
+                    continue
+                trial = [list(x) for x in models]
+                trial[g].append(m)
+                acc = int(ev.accepted_per_model(to_groups(inst, shells, trial)).sum())
+                if top is None or acc > top[0]:
+                    top = (acc, m, g)
+        if top is None:
+            return best
+        acc, m, g = top
+        models[g].append(m)
+        used[g] = used[g] + model_stage_bytes(inst, m, *shells[g][1:])
+        best = max(best, acc)
+
+
+def speed():
+    """Same-run ratios: the paper-style greedy vs ours, and a full-greedy search vs screen-then-refine."""
+    from placement_opt.solvers import run_solver
+    from placement_opt.solvers.alpaserve_greedy import fixed_partition
+    from placement_opt.solvers.greedy import greedy_selection
+    inst = variant(load_json("s1"), "s1-30s", duration=30)
+    shells = fixed_partition(inst, 4, 1)
+    t0 = time.perf_counter()
+    paper = paper_style_greedy(inst, shells)
+    t1 = time.perf_counter()
+    _, stats = greedy_selection(inst, shells)
+    t2 = time.perf_counter()
+    full = run_solver(inst, "alpaserve", options={**QUIET, "backend": "serial", "screen": "full"})
+    t3 = time.perf_counter()
+    fast = run_solver(inst, "alpaserve", options={**QUIET, "backend": "serial"})
+    t4 = time.perf_counter()
+    out = {"greedy_paper_s": t1 - t0, "greedy_ours_s": t2 - t1, "greedy_same_answer": paper == stats["accepted"],
+           "search_full_s": t3 - t2, "search_fast_s": t4 - t3,
+           "search_full_attainment": full.metrics["slo_attainment"],
+           "search_fast_attainment": fast.metrics["slo_attainment"]}
+    print(f"greedy (S1, 30 s, 4-GPU groups): paper-style {out['greedy_paper_s']:.2f} s, ours {out['greedy_ours_s']:.2f} s, "
+          f"ratio {out['greedy_paper_s'] / out['greedy_ours_s']:.1f}x, same answer {out['greedy_same_answer']}")
+    print(f"alpaserve search (S1, 30 s, serial): screen=full {out['search_full_s']:.2f} s "
+          f"({out['search_full_attainment']:.4f}), screen=fast {out['search_fast_s']:.2f} s "
+          f"({out['search_fast_attainment']:.4f}), ratio {out['search_full_s'] / out['search_fast_s']:.1f}x")
+    return out
+
+
+def markdown(main, sw, duration, wall, gaps, sp) -> str:
     lines = ["# Solver comparison", "",
              "Written by `benchmarks/solver_comparison.py` (simulated SLO attainment; solve times are wall",
              f"seconds on this machine, whole run {wall:.0f} s). Sweeps use {duration:g} s workloads;",
@@ -149,6 +207,13 @@ def markdown(main, sw, duration, wall, gaps) -> str:
         att = {r["solver"]: r["slo_attainment"] for r in v["rows"]}
         lines.append(f"| {v['instance']} | " + " | ".join(f"{att[s]:.3f}" for s in MAIN_SOLVERS)
                      + f" | {v['alpaserve_solve_s']:.1f} |")
+    lines += ["", "## Search speed (same run, S1 model set with a 30 s workload, one process)", "",
+              "| measurement | paper-style | ours | ratio |", "|---|---|---|---|",
+              f"| Algorithm 1 on 4-GPU groups (same answer: {sp['greedy_same_answer']}) | {sp['greedy_paper_s']:.2f} s | "
+              f"{sp['greedy_ours_s']:.2f} s | {sp['greedy_paper_s'] / sp['greedy_ours_s']:.1f}x |",
+              f"| alpaserve: full greedy on every task vs screen-then-refine (attainment "
+              f"{sp['search_full_attainment']:.4f} vs {sp['search_fast_attainment']:.4f}) | {sp['search_full_s']:.2f} s | "
+              f"{sp['search_fast_s']:.2f} s | {sp['search_full_s'] / sp['search_fast_s']:.1f}x |"]
     lines += ["", "## Optimality gaps on tiny instances (percentage points below `exhaustive`)", "",
               "| instance | models | GPUs | placements | exhaustive | " + " | ".join(k for k, _ in GAP_SOLVERS) + " |",
               "|" + "---|" * (5 + len(GAP_SOLVERS))]
@@ -213,6 +278,7 @@ def main(argv=None):
         inst = variant(load_json(name), name)
         main_results.append(run_variant(inst, MAIN_SOLVERS))
     gaps = tiny_gaps()
+    sp = speed()
     sw = sweeps(args.quick, args.sweep_duration)
     wall = time.perf_counter() - start
     all_variants = main_results + sw.pop("unique")
@@ -225,7 +291,7 @@ def main(argv=None):
     if not args.no_docs:
         os.makedirs(DOCS, exist_ok=True)
         atomic_write_text(os.path.join(DOCS, "solver_comparison.md"), markdown(main_results, sw,
-                                                                              args.sweep_duration, wall, gaps))
+                                                                              args.sweep_duration, wall, gaps, sp))
         for p in plots(sw):
             print(f"wrote {os.path.relpath(p, ROOT)}", file=sys.stderr)
     gap = max(100 * (r["exhaustive"] - r["alpaserve"]) for r in gaps)

@@ -41,6 +41,7 @@ class PlacementEvaluator:
         self._memo: dict = {}
         self._subsets: dict = {}
         self._lat: dict = {}
+        self._blocks: dict = {}
         self._batch_sizes = (batch_size_grid(instance.model_profiles, self.config.max_batch) if self.config.batching
                              else np.array([1], dtype=np.int64))
 
@@ -136,36 +137,47 @@ class PlacementEvaluator:
                 self._subsets[models] = req
         return req
 
+    def _block(self, pp: int, tp: int, models: tuple):
+        """One group's models (array), their latencies back to back, and each one's offset (cached)."""
+        key = (pp, tp, models)
+        block = self._blocks.get(key)
+        if block is None:
+            lats = [self._latencies(m, pp, tp) for m in models]
+            offsets = np.zeros(len(models), dtype=np.int64)
+            if lats:
+                offsets[1:] = np.cumsum([x.size for x in lats[:-1]])
+            block = (np.asarray(models, dtype=np.int64), np.concatenate(lats) if lats else np.zeros(0), offsets)
+            if len(self._blocks) < MEMO_LIMIT:
+                self._blocks[key] = block
+        return block
+
     def shell_tables(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]]) -> HostTables:
-        """Kernel tables for groups given as ``(pp, tp)`` and model-index lists (same layout as
-        :func:`~placement_opt.simulate.tables.build_tables`: hosts by model, then group order)."""
+        """Kernel tables for groups given as ``(pp, tp)`` and model-index lists (same host order as
+        :func:`~placement_opt.simulate.tables.build_tables`: by model, then group; latencies are
+        laid out group by group from cached per-group blocks)."""
         n_groups = len(configs)
         stage_ptr = np.zeros(n_groups + 1, dtype=np.int64)
-        for g, (pp, _) in enumerate(configs):
-            stage_ptr[g + 1] = stage_ptr[g] + pp
-        pairs = sorted((m, g) for g, ms in enumerate(model_lists) for m in ms)
+        stage_ptr[1:] = np.cumsum([c[0] for c in configs])
+        blocks = [self._block(c[0], c[1], tuple(sorted(ms))) for c, ms in zip(configs, model_lists)]
+        sizes = np.array([b[1].size for b in blocks], dtype=np.int64)
+        base = np.zeros(n_groups, dtype=np.int64)
+        base[1:] = np.cumsum(sizes[:-1])
+        counts = np.array([b[0].size for b in blocks], dtype=np.int64)
+        models = np.concatenate([b[0] for b in blocks]) if n_groups else np.zeros(0, dtype=np.int64)
+        groups = np.repeat(np.arange(n_groups, dtype=np.int64), counts)
+        ptrs = np.concatenate([b[2] + base[g] for g, b in enumerate(blocks)]) if n_groups else \
+            np.zeros(0, dtype=np.int64)
+        order = np.lexsort((groups, models))
+        host_model = models[order]
+        host_group = groups[order]
         host_ptr = np.zeros(self.n_models + 1, dtype=np.int64)
-        host_group = np.empty(len(pairs), dtype=np.int64)
-        host_model = np.empty(len(pairs), dtype=np.int64)
-        host_lat_ptr = np.empty(len(pairs), dtype=np.int64)
-        parts = []
-        offset = 0
-        for h, (m, g) in enumerate(pairs):
-            pp, tp = configs[g]
-            lat = self._latencies(m, pp, tp)
-            host_group[h] = g
-            host_model[h] = m
-            host_lat_ptr[h] = offset
-            parts.append(lat)
-            offset += lat.size
-            host_ptr[m + 1] += 1
-        np.cumsum(host_ptr, out=host_ptr)
-        order = np.argsort(host_group, kind="stable")
+        host_ptr[1:] = np.cumsum(np.bincount(host_model, minlength=self.n_models))
         group_host_ptr = np.zeros(n_groups + 1, dtype=np.int64)
-        np.cumsum(np.bincount(host_group, minlength=n_groups), out=group_host_ptr[1:])
+        group_host_ptr[1:] = np.cumsum(np.bincount(host_group, minlength=n_groups))
         return HostTables(host_ptr=host_ptr, host_group=host_group, host_model=host_model,
-                          host_lat_ptr=host_lat_ptr, lat=np.concatenate(parts) if parts else np.zeros(0),
-                          stage_ptr=stage_ptr, group_host_ptr=group_host_ptr, group_hosts=order.astype(np.int64),
+                          host_lat_ptr=ptrs[order], lat=np.concatenate([b[1] for b in blocks]) if n_groups
+                          else np.zeros(0), stage_ptr=stage_ptr, group_host_ptr=group_host_ptr,
+                          group_hosts=np.argsort(host_group, kind="stable").astype(np.int64),
                           batch_sizes=self._batch_sizes)
 
     def accepted_of_component(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]],

@@ -75,3 +75,20 @@ def test_greedy_stops_at_deadline_and_on_interrupt():
     assert stats["interrupted"] and calls
     check_placement(Placement(groups=tuple(groups)), inst)
     assert stats["best_attainment"] > 0
+
+
+@pytest.mark.parametrize("simulator", [{"batching": True}, {"dispatch": "shortest_queue"}])
+def test_incremental_scores_match_full_simulation_other_simulators(simulator):
+    import json
+
+    from placement_opt import instance_from_dict
+
+    from .helpers import data
+    with open(data("tiny-4gpu-mixed")) as f:
+        d = json.load(f)
+    d["simulator"] = simulator
+    inst = instance_from_dict(d)
+    for size in (1, 2):
+        groups, stats = greedy_selection(inst, fixed_partition(inst, size, 1), beam=2)
+        metrics = simulate(inst, Placement(groups=tuple(groups)))
+        assert metrics["slo_attainment"] == pytest.approx(stats["best_attainment"])
