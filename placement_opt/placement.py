@@ -85,12 +85,24 @@ class Window:
     groups: Tuple[Group, ...]
 
 
+#: Mesh scheduling policies of LLM placements (see :mod:`placement_opt.simulate.llm`).
+SCHEDULING_POLICIES = ("adbs", "round-robin", "fcfs", "temporal")
+
+
 @dataclass(frozen=True)
 class Placement:
+    """Groups (or time windows of groups), plus how LLM meshes schedule their jobs.
+
+    ``scheduling`` overrides the instance's ``llm.policy`` for this placement; the
+    ``temporal`` baseline sets it to run one job at a time per mesh. ``None`` means the
+    instance's policy. DNN placements leave it unset.
+    """
+
     groups: Tuple[Group, ...]
     windows: Tuple[Window, ...] = ()
     metrics: Dict[str, Any] = field(default_factory=dict)
     provenance: Dict[str, Any] = field(default_factory=dict)
+    scheduling: Optional[str] = None
 
     @property
     def all_group_sets(self) -> Tuple[Tuple[Group, ...], ...]:
@@ -108,6 +120,8 @@ class Placement:
         d: Dict[str, Any] = {"format_version": FORMAT_VERSION, "groups": [g.to_dict() for g in self.groups]}
         if self.windows:
             d["windows"] = [{"start_s": w.start_s, "groups": [g.to_dict() for g in w.groups]} for w in self.windows]
+        if self.scheduling is not None:
+            d["scheduling"] = self.scheduling
         d["metrics"] = self.metrics
         d["provenance"] = self.provenance
         return d
@@ -117,7 +131,7 @@ class Placement:
 
     @classmethod
     def from_dict(cls, d: Any) -> "Placement":
-        check_keys(d, "", ["groups"], ["format_version", "windows", "metrics", "provenance"])
+        check_keys(d, "", ["groups"], ["format_version", "windows", "metrics", "provenance", "scheduling"])
         version = get_int(d, "format_version", "", FORMAT_VERSION, minimum=1)
         if version > FORMAT_VERSION:
             raise InputError(f"format version {version} is newer than this placeopt reads ({FORMAT_VERSION})",
@@ -138,7 +152,9 @@ class Placement:
         provenance = d.get("provenance", {}) or {}
         if not isinstance(metrics, dict) or not isinstance(provenance, dict):
             raise InputError("expected an object", "metrics" if not isinstance(metrics, dict) else "provenance")
-        return cls(groups=groups, windows=tuple(windows), metrics=metrics, provenance=provenance)
+        scheduling = get_str(d, "scheduling", "", choices=SCHEDULING_POLICIES) if "scheduling" in d else None
+        return cls(groups=groups, windows=tuple(windows), metrics=metrics, provenance=provenance,
+                   scheduling=scheduling)
 
     @classmethod
     def from_json(cls, text: str) -> "Placement":

@@ -7,7 +7,7 @@ the greedy-memory placement of its ablation.
   the meshes still pack into the nodes). Whole SMs, continuous batching, no sharing.
 * ``temporal``: MuxServe's placement, but each mesh runs one job at a time on all its SMs
   in FCFS order (AlpaServe-style temporal multiplexing). The placement records
-  ``provenance.llm_policy = "temporal"``, which the simulator honours.
+  ``Placement.scheduling = "temporal"``, which the simulator honours.
 * ``greedy-memory``: per mesh group, the highest-rate LLM first onto the mesh with the most
   free memory; the group with the best estimate wins.
 """
@@ -107,9 +107,9 @@ class Temporal(Solver):
         specs, tables, results, n_groups = search_mesh_groups(instance)
         if self.options.refine > 0:
             return refine_by_simulation(instance, specs, tables, results, self.options.refine, full_share=True,
-                                        mesh_groups=n_groups, llm_policy="temporal")
+                                        mesh_groups=n_groups, scheduling="temporal")
         return to_placement(instance, specs, tables, results[0], full_share=True, mesh_groups=n_groups,
-                            llm_policy="temporal")
+                            scheduling="temporal")
 
 
 @register

@@ -20,6 +20,7 @@ mesh, so every colocated LLM's decode job can run at once (a lone LLM gets the w
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 
@@ -106,7 +107,7 @@ def rank(results, tables: EstimatorTables, per_gpu: float):
 
 
 def to_placement(instance, specs, tables: EstimatorTables, result: GroupResult, full_share: bool = False,
-                 **provenance) -> Placement:
+                 scheduling: Optional[str] = None, **provenance) -> Placement:
     """Groups of the non-empty meshes with their LLMs and SM shares."""
     devices = mesh_devices(result.group, instance.cluster.gpus_per_node)
     out = []
@@ -125,17 +126,18 @@ def to_placement(instance, specs, tables: EstimatorTables, result: GroupResult, 
                          sm_share=shares))
     search = {"mesh_groups": provenance.pop("mesh_groups", None), "estimated_throughput_rps": result.estimate,
               "mesh_group": [list(s) for s in result.group]}
-    return Placement(groups=tuple(out), provenance={"search": search, **provenance})
+    return Placement(groups=tuple(out), provenance={"search": search, **provenance}, scheduling=scheduling)
 
 
-def refine_by_simulation(instance, specs, tables, results, k: int, full_share: bool = False, **provenance):
+def refine_by_simulation(instance, specs, tables, results, k: int, full_share: bool = False,
+                         scheduling: Optional[str] = None, **provenance):
     """The best of the ``k`` top groups by simulated objective (ties: the better estimate)."""
     from placement_opt.simulate.llm import simulate_llm
     key = "slo_attainment" if instance.objective == "slo_attainment" else "throughput_rps"
     best, best_val = None, -np.inf
     for r in results[:k]:
-        pl = to_placement(instance, specs, tables, r, full_share, **provenance)
-        val = simulate_llm(instance, pl, None, provenance.get("llm_policy"))[key]
+        pl = to_placement(instance, specs, tables, r, full_share, scheduling, **provenance)
+        val = simulate_llm(instance, pl)[key]
         if val > best_val + 1e-12:
             best, best_val = pl, val
     return best

@@ -39,9 +39,9 @@ _POLICY_CODE = {"adbs": ADBS, "round-robin": ROUND_ROBIN, "fcfs": FCFS, "tempora
 
 
 def resolve_policy(instance, placement, policy: Optional[str] = None) -> str:
-    """An explicit policy, else the placement's ``provenance.llm_policy`` (the temporal
-    baseline records it there), else the instance's ``llm.policy``."""
-    policy = policy or placement.provenance.get("llm_policy") or llm_config(instance).policy
+    """An explicit policy, else the placement's ``scheduling`` (the temporal baseline sets
+    it), else the instance's ``llm.policy``."""
+    policy = policy or placement.scheduling or llm_config(instance).policy
     if policy not in POLICIES:
         raise InputError(f"must be one of {', '.join(POLICIES)}, got {policy!r}", "llm.policy")
     return policy

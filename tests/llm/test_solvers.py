@@ -7,7 +7,7 @@ import pytest
 
 from placement_opt import load_instance
 from placement_opt.errors import InputError
-from placement_opt.placement import check_placement
+from placement_opt.placement import Placement, check_placement
 from placement_opt.simulate import simulate
 from placement_opt.solvers.base import make_solver, run_solver
 
@@ -49,7 +49,8 @@ def test_spatial_gives_each_llm_its_own_gpus():
 def test_temporal_records_its_policy_and_the_simulator_uses_it():
     inst = load_instance(SMALL)
     pl = run_solver(inst, "temporal")
-    assert pl.provenance["llm_policy"] == "temporal"
+    assert pl.scheduling == "temporal"
+    assert Placement.from_json(pl.to_json()).scheduling == "temporal"
     assert pl.metrics["policy"] == "temporal"
     assert simulate(inst, pl)["throughput_rps"] == pl.metrics["throughput_rps"]
     mux = run_solver(inst, "muxserve")
