@@ -18,7 +18,7 @@ from placement_opt.workload import Workload
 from placement_opt.solvers import alpaserve, alpaserve_greedy, clockwork, exhaustive, mp_baselines  # noqa: F401
 
 from .cmd_core import parse_cli_options
-from .common import INSTANCE, JSON_FLAG, emit_json, metrics_summary, progress, read_instance, read_placement, table
+from .common import INSTANCE, JSON_FLAG, emit_json, progress, read_instance, read_placement, table
 
 OPTION = click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE",
                       help="Search option (repeatable); as for `solve --solver alpaserve`.")
