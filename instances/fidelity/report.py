@@ -48,7 +48,7 @@ def main():
             with open(args.gap_profile) as f:
                 prof = Profile.from_dict("transformer-5b", json.load(f), "profile")
             gap_inst = dataclasses.replace(inst, profiles={"transformer-5b": prof})
-        for plc in ("simple", "pipeline", "alpaserve"):
+        for plc in ("simple", "pipeline", "tp2", "alpaserve"):
             run = os.path.join(args.runs, f"{args.prefix}{arrivals}-{plc}")
             if not os.path.isdir(run):
                 continue
