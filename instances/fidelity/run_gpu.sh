@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash instances/fidelity/run_gpu.sh PHASE...
-# Phases: setup check profile profilegap quick full tp2 repeat fullgap alpaserve pack. Results go to $OUT (or ./fidelity-out).
+# Phases: setup check profile profilegap quick full tp2 repeat diag fullgap alpaserve pack. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-fidelity-out}
@@ -49,6 +49,20 @@ for pp, tp in [(2, 1), (1, 2)]:
       for p in simple pipeline; do
         placeopt execute $F/two-models-gamma.json $F/placement-$p.json --slo-scale "$SCALES" -o "$R/repeat-gamma-$p"
       done ;;
+    diag)
+      # read-only GPU telemetry while profiling and serving the tp=2 and the simple placement
+      nvidia-smi --query-gpu=index,timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+        --format=csv,noheader -lms 250 > "$OUT/smi.csv" &
+      SMI=$!
+      echo "profile $(date -u +%T.%N)"
+      placeopt profile $F/arch.json --name transformer-5b --configs 1x1,1x2 --batch-sizes 1 --repeats 100 \
+        -o $F/profile-gpu.json
+      for p in tp2 simple; do
+        echo "$p $(date -u +%T.%N)"
+        placeopt execute $F/two-models-gamma.json $F/placement-$p.json --slo-scale 5 -o "$R/diag-$p"
+      done
+      echo "end $(date -u +%T.%N)"
+      kill $SMI ;;
     fullgap)
       for a in poisson gamma; do for p in simple pipeline; do
         placeopt execute $F/two-models-$a-gap.json $F/placement-$p.json --slo-scale "$SCALES" -o "$R/gap-$a-$p"
