@@ -169,7 +169,7 @@ class _Search:
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _combos(self):
-        """(bucketing, devices per bucket, pair indices), best-balanced first within a bucketing."""
+        """(bucketing, devices per bucket, pair indices); device splits best-balanced first."""
         index = {p: i for i, p in enumerate(self.plan.pairs)}
         out = []
         for bk in self.plan.bucketings:
@@ -199,9 +199,11 @@ class _Search:
         o = self.o
         inst = self.instance
         combos = self.combos = self._combos()
-        # pairs in the order the combinations need them (the best-balanced combination first)
+        # pairs in the order the combinations need them, so an early stop finds one complete
         pair_order = []
-        for _, _, pis in sorted(combos, key=lambda c: (len(c[0]), c[2])):
+        ordered = sorted(combos, key=lambda c: len(c[0]))  # fewest buckets first, then best-balanced
+        self.first_combo = ordered[0] if ordered else None
+        for _, _, pis in ordered:
             for p in pis:
                 if p not in pair_order:
                     pair_order.append(p)
@@ -316,7 +318,7 @@ class _Search:
         if any(self._combo_value(pis) is not None for _, _, pis in combos):
             return
         backend = make_backend("serial", {"instance": self.instance})
-        for p in combos[0][2]:
+        for p in self.first_combo[2]:
             if self._pair_value(p) is None and self.tasks.get(p):
                 t, sizes, configs, _ = self.tasks[p][0]
                 acc, lists, _ = run_bucket_task(self.plan.pairs[p][0], sizes, configs, True, 1, None)

@@ -81,7 +81,8 @@ class DeviceBuckets:
 
     A composition is kept when every bucket's devices per unit of load is within a factor
     ``tolerance`` of the cluster's average (the paper's "similar requests per second per
-    bucket"); the best-balanced composition is always kept. Iterates tuples of counts.
+    bucket"); the best-balanced composition is always kept. Iterates tuples of counts,
+    best-balanced first.
     """
 
     def __init__(self, n_devices: int, loads: Sequence[float], unit: int = 1, tolerance: float = 2.0,
@@ -117,7 +118,9 @@ class DeviceBuckets:
         if not scored:
             return []
         best = min(scored)[1]
-        return [tuple(u * self.unit for u in c) for s, c in scored if s <= self.tolerance or c == best]
+        kept = [(s, c) for s, c in scored if s <= self.tolerance or c == best]
+        kept.sort(key=lambda sc: sc[0])  # best-balanced first (stable: ties keep enumeration order)
+        return [tuple(u * self.unit for u in c) for _, c in kept]
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
         if self._kept is None:
