@@ -155,7 +155,11 @@ class RayBackend(Backend):
         self.started = False
         if not ray.is_initialized():
             if address and address != "local":
-                ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+                try:
+                    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+                except Exception as e:  # ray raises ConnectionError, TimeoutError or RuntimeError here
+                    raise InputError(f"cannot connect to the Ray cluster at {address}: {e}",
+                                     "solver.options.address") from None
             else:
                 ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False,
                          ignore_reinit_error=True)
