@@ -48,8 +48,8 @@ class Attention(nn.Module):
         self.local_heads = arch.heads // tp_size
         self.local_kv_heads = kvh // tp_size
         kv_rows = kvh * self.head_dim
-        self.qkv = ColumnParallelLinear(source, [(f"{prefix}.q", h), (f"{prefix}.k", kv_rows), (f"{prefix}.v", kv_rows)],
-                                        h, tp_rank, tp_size, dtype, device)
+        blocks = [(f"{prefix}.q", h), (f"{prefix}.k", kv_rows), (f"{prefix}.v", kv_rows)]
+        self.qkv = ColumnParallelLinear(source, blocks, h, tp_rank, tp_size, dtype, device)
         self.out = RowParallelLinear(source, f"{prefix}.out", h, h, tp_rank, tp_size, tp_group, dtype, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -108,8 +108,9 @@ class Embedding(nn.Module):
 
     def __init__(self, source, arch: Architecture, dtype, device):
         super().__init__()
-        self.tokens = nn.Parameter(source("embed.tokens.weight", (arch.vocab, arch.hidden)).to(device=device, dtype=dtype),
-                                   requires_grad=False)
+        self.tokens = nn.Parameter(
+            source("embed.tokens.weight", (arch.vocab, arch.hidden)).to(device=device, dtype=dtype),
+            requires_grad=False)
         self.positions = nn.Parameter(
             source("embed.positions.weight", (arch.seq_len, arch.hidden)).to(device=device, dtype=dtype),
             requires_grad=False)
