@@ -18,7 +18,8 @@ from .common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_
 @click.argument("file", type=click.Path(dir_okay=False))
 @JSON_FLAG
 def validate(file, as_json):
-    """Check an instance, a placement (has "groups") or a profile (has "configs") for errors."""
+    """Check an instance, a placement (has "groups"), a profile (has "configs") or an
+    architecture (has "layers", "hidden", "heads"; the input of `placeopt profile`) for errors."""
     try:
         with open(file) as f:
             head = json.load(f)
@@ -27,6 +28,13 @@ def validate(file, as_json):
     if isinstance(head, dict) and "groups" in head and "cluster" not in head:
         placement = read_placement(file)
         info = {"file": file, "kind": "placement", "groups": len(placement.groups)}
+    elif isinstance(head, dict) and {"layers", "hidden", "heads"} <= set(head) and "cluster" not in head:
+        from placement_opt.model import Architecture
+        try:
+            Architecture.from_dict(head, "")
+        except InputError as e:
+            raise e.with_file(file) from None
+        info = {"file": file, "kind": "architecture", "layers": head["layers"]}
     elif isinstance(head, dict) and "configs" in head and "cluster" not in head:
         from placement_opt.profile import Profile
         from placement_opt._validate import reject_non_finite
@@ -46,7 +54,8 @@ def validate(file, as_json):
     else:
         detail = {"instance": lambda: f"{info['models']} models, {info['gpus']} GPUs, {info['requests']} requests",
                   "placement": lambda: f"{info['groups']} groups",
-                  "profile": lambda: f"{info['configs']} parallel configs"}[info["kind"]]()
+                  "profile": lambda: f"{info['configs']} parallel configs",
+                  "architecture": lambda: f"{info['layers']} layers"}[info["kind"]]()
         click.echo(f"{file}: valid {info['kind']} ({detail})")
 
 

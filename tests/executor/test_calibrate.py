@@ -11,14 +11,15 @@ from placement_opt.cluster import GPUSpec, Link  # noqa: E402
 from placement_opt.executor.calibrate import calibration_report  # noqa: E402
 from placement_opt.profile import Profile  # noqa: E402
 
-FIDELITY = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "instances", "fidelity")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIDELITY = os.path.join(ROOT, "instances", "fidelity")
+RESULTS = os.path.join(ROOT, "benchmarks", "fidelity", "results")
 
 
 def test_report_on_measured_h200_profile():
     with open(os.path.join(FIDELITY, "profile-gpu.json")) as f:
         profile = Profile.from_dict("m", json.load(f), "profile")
-    with open(os.path.join(FIDELITY, "profile-gpu-details.json")) as f:
+    with open(os.path.join(RESULTS, "profile-gpu-details.json")) as f:
         details = json.load(f)
     gpu = GPUSpec("H200", 141e9, 130e9, 989e12, 4.8e12)
     report = calibration_report(profile, details, gpu, Link(450e9, 5e-6))

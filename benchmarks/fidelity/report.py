@@ -1,6 +1,6 @@
 """Tables of docs/fidelity.md from a fidelity run's output (see run_gpu.sh).
 
-Usage: python instances/fidelity/report.py RUNS_DIR [--gap-profile profile-gpu-gap.json]
+Usage: python benchmarks/fidelity/report.py RUNS_DIR [--gap-profile profile-gpu-gap.json]
 RUNS_DIR holds poisson-simple/, gamma-pipeline/, ... as `placeopt execute --slo-scale` wrote them.
 With --gap-profile the simulator is re-run on the same requests with that profile, to show how
 much of the latency gap the back-to-back profile explains.

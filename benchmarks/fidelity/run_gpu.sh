@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash instances/fidelity/run_gpu.sh PHASE...
+# Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash benchmarks/fidelity/run_gpu.sh PHASE...
 # Phases: setup check profile profilegap quick full tp2 repeat diag fullgap alpaserve pack. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -27,8 +27,8 @@ for pp, tp in [(2, 1), (1, 2)]:
 ' ;;
     profile)
       placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1,1x2 --batch-sizes 1,2,4 \
-        --warmup 5 --repeats 20 -o $F/profile-gpu.json --details $F/profile-gpu-details.json
-      cp $F/profile-gpu.json $F/profile-gpu-details.json "$OUT/" ;;
+        --warmup 5 --repeats 20 -o $F/profile-gpu.json --details "$OUT/profile-gpu-details.json"
+      cp $F/profile-gpu.json "$OUT/" ;;
     profilegap)
       placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1 --batch-sizes 1 \
         --warmup 5 --repeats 20 --gap 0.02 -o $F/profile-gpu-gap.json
