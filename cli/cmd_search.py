@@ -34,6 +34,8 @@ def space(instance, options, as_json):
     from placement_opt.solvers.base import parse_options
     from placement_opt.spaces import summarize
     inst = read_instance(instance)
+    if inst.is_llm:
+        raise InputError("the AlpaServe search space is defined for DNN (non-LLM) instances", "models")
     opts = parse_options(AlpaServe.Options, parse_cli_options(options), "--option")
     info = summarize(inst, settings_of(opts))
     if as_json:

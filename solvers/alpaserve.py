@@ -65,10 +65,23 @@ class AlpaServeOptions:
 
 
 def settings_of(o) -> SearchSettings:
+    """The enumeration settings of ``alpaserve`` options (checked: bad values are input errors)."""
+    sizes = []
+    for s in o.group_sizes:
+        try:
+            sizes.append(int(s))
+        except (TypeError, ValueError):
+            raise InputError(f"expected integers, got {s!r}", "solver.options.group_sizes") from None
+        if sizes[-1] < 1:
+            raise InputError("group sizes must be >= 1", "solver.options.group_sizes")
+    for key in ("max_buckets", "device_unit", "max_group_size", "tp"):
+        if getattr(o, key) < 0 or (key == "max_buckets" and o.max_buckets < 1):
+            raise InputError("must be >= 1" if key == "max_buckets" else "must be >= 0", f"solver.options.{key}")
+    if o.balance_tolerance < 1:
+        raise InputError("must be >= 1 (a ratio)", "solver.options.balance_tolerance")
     return SearchSettings(bucket_threshold=o.bucket_threshold, max_buckets=o.max_buckets,
                           device_unit=o.device_unit, balance_tolerance=o.balance_tolerance,
-                          group_sizes=tuple(int(s) for s in o.group_sizes), max_group_size=o.max_group_size,
-                          tp=o.tp)
+                          group_sizes=tuple(sizes), max_group_size=o.max_group_size, tp=o.tp)
 
 
 def run_bucket_task(bucket: tuple, sizes: tuple, configs: tuple, fast: bool, beam: int,

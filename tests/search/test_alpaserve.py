@@ -49,7 +49,8 @@ def test_time_limit_returns_valid_placement():
 
 def test_bad_options_are_input_errors():
     inst = tiny("tiny-4gpu-bert")
-    for opts in ({"backend": "mpi"}, {"screen": "some"}, {"beam": 0}, {"bucket_threshold": "x"}):
+    for opts in ({"backend": "mpi"}, {"screen": "some"}, {"beam": 0}, {"bucket_threshold": "x"},
+                 {"group_sizes": "2,x"}, {"max_buckets": 0}, {"balance_tolerance": 0.5}, {"device_unit": 3}):
         with pytest.raises(InputError):
             run_solver(inst, "alpaserve", options=opts)
     with pytest.raises(InputError):
