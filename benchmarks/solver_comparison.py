@@ -3,7 +3,8 @@
 Writes ``docs/solver_comparison.md`` (tables) and, when matplotlib is installed (the
 ``plots`` extra), ``docs/solver_comparison_fig12.png`` and ``docs/solver_comparison_fig17.png``:
 
-* the bundled instances (``instances/alpaserve/*.json``, full workloads) with every baseline;
+* the bundled instances (``instances/alpaserve/*.json``, full workloads; ``arch-*`` have profiles
+  from the auto-parallelization cost model) with every baseline;
 * paper Fig. 12: SLO attainment of AlpaServe, Selective Replication and Clockwork++ as the
   number of GPUs, the rate scale, the CV scale and the SLO scale vary, on the S3 model set;
 * paper Fig. 17 (ablation): full search (``alpaserve``) vs greedy with fixed 4-stage groups
@@ -32,7 +33,7 @@ from placement_opt.io import atomic_write_text
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INSTANCES = os.path.join(ROOT, "instances", "alpaserve")
 DOCS = os.path.join(ROOT, "docs")
-BUNDLED = ["s1", "s2", "s3", "s4", "align-bert2.6b"]
+BUNDLED = ["s1", "s2", "s3", "s4", "align-bert2.6b", "arch-s1", "arch-s2", "arch-s3", "arch-s4"]
 TINY_DIR = os.path.join(ROOT, "tests", "search", "data")
 TINY = ["tiny-2gpu-tight", "tiny-3gpu-mixed", "tiny-4gpu-bert", "tiny-4gpu-mixed", "tiny-4gpu-skewed", "tiny-2x2-five"]
 GAP_SOLVERS = [("alpaserve", {"backend": "serial"}), ("alpaserve screen=full", {"backend": "serial", "screen": "full"}),
