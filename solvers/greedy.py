@@ -44,9 +44,6 @@ class _State:
     accepted: np.ndarray  # per model (whole instance)
     total: int  # accepted requests in all
 
-    def key(self):
-        return tuple(self.models)
-
 
 class _Components:
     """Connected components of a state's model-group graph, with their unserved requests."""
