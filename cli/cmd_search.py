@@ -14,9 +14,6 @@ from placement_opt.errors import InputError
 from placement_opt.simulate import simulate
 from placement_opt.workload import Workload
 
-# registration of the search solvers (until solvers/__init__.py imports them)
-from placement_opt.solvers import alpaserve, alpaserve_greedy, clockwork, exhaustive, mp_baselines  # noqa: F401
-
 from .cmd_core import parse_cli_options
 from .common import INSTANCE, JSON_FLAG, emit_json, progress, read_instance, read_placement, table
 

@@ -70,7 +70,6 @@ for pp, tp in [(2, 1), (1, 2)]:
     alpaserve)
       for a in poisson gamma; do
         python3 -c "
-import placement_opt.solvers.alpaserve
 from placement_opt import load_instance
 from placement_opt.io import atomic_write_text
 from placement_opt.solvers import run_solver

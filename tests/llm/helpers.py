@@ -1,8 +1,6 @@
-"""Shared fixtures of the LLM tests: instance paths and a registry with the LLM solvers."""
+"""Shared fixtures of the LLM tests: instance and data paths."""
 
 import os
-
-from placement_opt.solvers import llm_baselines, muxserve  # noqa: F401  (registers the LLM solvers)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MUX = os.path.join(ROOT, "instances", "muxserve")

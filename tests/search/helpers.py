@@ -1,10 +1,8 @@
-"""Shared helpers of the search tests: instance paths and solver registration."""
+"""Shared helpers of the search tests: instance paths."""
 
 import os
 
 from placement_opt import load_instance
-# the search solvers register on import (solvers/__init__.py may not import them yet)
-from placement_opt.solvers import alpaserve, alpaserve_greedy, clockwork, exhaustive, mp_baselines  # noqa: F401
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(os.path.dirname(HERE))
