@@ -6,13 +6,14 @@ torch is imported only when a command runs, so the CLI works without the executo
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
 
 from placement_opt.errors import InputError
 
-from .common import INSTANCE, emit_json, progress, read_instance, read_placement, table
+from .common import INSTANCE, check_output_path, emit_json, progress, read_instance, read_placement, table
 
 
 def _floats(text, field):
@@ -59,6 +60,8 @@ def execute_cmd(instance, placement, backend, output_dir, slo_scales, duration, 
         raise InputError("timeouts must be > 0", "--hang-timeout" if hang_timeout <= 0 else "--start-timeout")
     if warmup < 0 or cpu_threads < 1:
         raise InputError("expected warmup >= 0 and cpu threads >= 1", "--warmup" if warmup < 0 else "--cpu-threads")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise InputError("exists and is not a folder", "--output-dir", output_dir)
     config = ExecutorConfig(backend=backend, hang_timeout_s=hang_timeout, start_timeout_s=start_timeout,
                             warmup=warmup, cpu_threads=cpu_threads, duration_s=duration)
     try:
@@ -89,6 +92,8 @@ def _architecture_from_file(path: str, model: str | None):
         raise InputError(f"malformed JSON: {e.msg}", f"line {e.lineno} column {e.colno}", path) from None
     try:
         if isinstance(data, dict) and "models" in data:
+            if not isinstance(data["models"], list):
+                raise InputError(f"expected a list, got {type(data['models']).__name__}", "models")
             candidates = [(i, m) for i, m in enumerate(data["models"])
                           if isinstance(m, dict) and "architecture" in m and (model is None or m.get("name") == model)]
             if not candidates:
@@ -140,6 +145,15 @@ def profile_cmd(source, model, name, output, details, configs, devices, batch_si
     from placement_opt.io import atomic_write_json
 
     model_name, arch = _architecture_from_file(source, model)
+    check_output_path(output)
+    try:
+        check_output_path(details)
+    except InputError as e:
+        raise InputError(e.reason, "--details", e.file) from None
+    if devices is not None and devices < 1:
+        raise InputError(f"must be >= 1, got {devices}", "--devices")
+    if cpu_threads < 1:
+        raise InputError(f"must be >= 1, got {cpu_threads}", "--cpu-threads")
     name = name or model_name
     if not name:
         raise InputError("name the profile", "--name")

@@ -87,3 +87,14 @@ def test_pipeline_placement_over_slo_scales(tmp_path):
     for row in rows:  # the activation goes from stage 0 to stage 1
         assert float(row["stage0_end_s"]) <= float(row["stage1_start_s"]) <= float(row["stage1_end_s"])
         assert float(row["stage1_end_s"]) == float(row["finish_s"])
+
+
+def test_output_dir_that_is_a_file_is_an_input_error(tmp_path):
+    """-o naming an existing file is refused before any worker starts (was a FileExistsError traceback)."""
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"groups": [{"devices": [0], "pp": 1, "tp": 1, "models": ["tiny-a"]}]}))
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    r = CliRunner().invoke(cli, ["execute", TINY, str(placement), "--backend", "gloo", "-o", str(taken)])
+    assert r.exit_code == 2, r.output
+    assert "--output-dir: exists and is not a folder" in r.output

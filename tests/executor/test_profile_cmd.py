@@ -38,3 +38,23 @@ def test_profile_bad_config_is_one_line_error(tmp_path):
                                  "-o", str(tmp_path / "p.json")])
     assert r.exit_code == 2
     assert "--configs: 3 stages but only 2 layers" in r.output
+
+
+@pytest.mark.parametrize("content, args, message", [
+    ({"models": 5}, [], "models: expected a list"),
+    ({"layers": 2, "hidden": 64, "heads": 4}, ["--devices", "-2"], "--devices: must be >= 1"),
+    ({"layers": 2, "hidden": 64, "heads": 4}, ["--devices", "0"], "--devices: must be >= 1"),
+    ({"layers": 2, "hidden": 64, "heads": 4}, ["--cpu-threads", "0"], "--cpu-threads: must be >= 1"),
+    ({"layers": 2, "hidden": 64, "heads": 4}, ["-o", "/nonexistent-folder/p.json"], "does not exist"),
+    ({"layers": 2, "hidden": 64, "heads": 4}, ["--details", "/nonexistent-folder/d.json"], "--details: folder"),
+])
+def test_profile_bad_input_is_one_line_error_before_profiling(tmp_path, content, args, message):
+    """Malformed sources and options are refused up front with exit 2, not a traceback
+    (nor a failure after the profiling ran)."""
+    src = tmp_path / "src.json"
+    src.write_text(json.dumps(content))
+    base = ["profile", str(src), "--name", "t", "--backend", "gloo", "--configs", "1x1", "-o", str(tmp_path / "p.json")]
+    r = CliRunner().invoke(cli, base + args)
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert len(r.output.strip().splitlines()) == 1
