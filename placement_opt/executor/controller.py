@@ -74,6 +74,11 @@ def model_seed(instance_seed: int, name: str) -> int:
     return (instance_seed * 7919 + zlib.crc32(name.encode())) % (2**31)
 
 
+def host_memory_bytes() -> int:
+    """Physical memory of this host."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def check_executable(instance, placement: Placement, backend: str) -> None:
     """Everything the executor needs, reported as input errors before any process starts."""
     from .model import check_supported
@@ -99,6 +104,13 @@ def check_executable(instance, placement: Placement, backend: str) -> None:
                 if not os.path.exists(spec.weights):
                     raise InputError(f"file not found: {spec.weights}", f"models[{name}].weights")
             model_layer_range(grp, 0, spec.architecture.layers)  # checks stage_layers against the depth
+    if backend == "gloo":  # CPU workers build every group's models in fp32 in this host's memory
+        need = sum(instance.models[instance.model_index(name)].architecture.param_count() * 4
+                   for grp in placement.groups for name in grp.models)
+        have = host_memory_bytes()
+        if need > have:
+            raise InputError(f"the CPU workers would hold {need / 1e9:.1f} GB of fp32 weights but this host has "
+                             f"{have / 1e9:.1f} GB of memory", "groups")
     if backend == "nccl":
         import torch
         have = torch.cuda.device_count()

@@ -98,3 +98,19 @@ def test_output_dir_that_is_a_file_is_an_input_error(tmp_path):
     r = CliRunner().invoke(cli, ["execute", TINY, str(placement), "--backend", "gloo", "-o", str(taken)])
     assert r.exit_code == 2, r.output
     assert "--output-dir: exists and is not a folder" in r.output
+
+
+def test_cpu_workers_that_cannot_fit_host_memory_are_refused(monkeypatch):
+    """A gloo run whose fp32 weights exceed the host's memory is an input error before any
+    worker starts (it used to spawn one process per device and exhaust the host)."""
+    from placement_opt.errors import InputError
+    from placement_opt.executor import controller
+    from placement_opt.placement import Group, Placement
+
+    inst = load_instance(TINY)
+    placement = Placement(groups=(Group(devices=(0,), pp=1, tp=1, models=("tiny-a",)),
+                                  Group(devices=(1,), pp=1, tp=1, models=("tiny-b",))))
+    controller.check_executable(inst, placement, "gloo")  # fits the real host
+    monkeypatch.setattr(controller, "host_memory_bytes", lambda: 10**6)
+    with pytest.raises(InputError, match="groups: the CPU workers would hold"):
+        controller.check_executable(inst, placement, "gloo")
