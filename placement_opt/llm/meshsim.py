@@ -168,18 +168,7 @@ def simulate_mesh(arrival, llm, prompt, output, n_llms, share, P, D, lgrid, kvu,
         # ---- ADBS quota re-balancing: part of the least utilised LLM's spare quota to the most utilised
         while t >= next_rebalance:
             next_rebalance += period
-            lo, hi = -1, -1
-            ulo, uhi = np.inf, -1.0
-            for k in range(K):
-                u = used[k] / quota[k] if quota[k] > 0 else 1.0
-                if quota[k] > 0 and u < ulo:
-                    ulo, lo = u, k
-                if u > uhi:
-                    uhi, hi = u, k
-            if lo >= 0 and hi >= 0 and lo != hi and uhi > ulo + 0.1:
-                moved = np.int64(frac * (quota[lo] - used[lo]))
-                quota[lo] -= moved
-                quota[hi] += moved
+            _rebalance(used, quota, frac)
         # ---- schedule
         progress = True
         while progress:
@@ -287,6 +276,28 @@ def simulate_mesh(arrival, llm, prompt, output, n_llms, share, P, D, lgrid, kvu,
             return horizon
         _accumulate(t, t_next, sm_used, used, total, sm_bins, kv_bins, kv_llm_time, bin_w, n_bins)
         t = t_next
+
+
+@njit(cache=True)
+def _rebalance(used, quota, frac):
+    """Move ``frac`` of the least utilised LLM's unused quota to the most utilised one.
+
+    Decode steps may take an LLM past its quota; an LLM with no unused quota donates nothing
+    (else the move would run backwards, from the most utilised LLM to the least).
+    """
+    lo, hi = -1, -1
+    ulo, uhi = np.inf, -1.0
+    for k in range(used.shape[0]):
+        u = used[k] / quota[k] if quota[k] > 0 else 1.0
+        if quota[k] > 0 and u < ulo:
+            ulo, lo = u, k
+        if u > uhi:
+            uhi, hi = u, k
+    if lo >= 0 and hi >= 0 and lo != hi and uhi > ulo + 0.1:
+        moved = np.int64(frac * (quota[lo] - used[lo]))
+        if moved > 0:
+            quota[lo] -= moved
+            quota[hi] += moved
 
 
 @njit(cache=True)

@@ -109,3 +109,16 @@ def test_trace_workload_brings_real_token_counts():
     # every LLM's span runs from 0 to its last finish (between the duration and the simulated time)
     assert req.output_tokens.sum() / m["simulated_s"] <= m["tokens_per_s"] <= req.output_tokens.sum() / 120.0
     assert m["ttft_p50_s"] < m["latency_p50_s"] and m["tpot_p50_s"] > 0
+
+
+def test_adbs_rebalancing_moves_quota_from_the_least_to_the_most_utilised_llm():
+    """Decode steps can take every LLM past its quota; re-balancing must then leave the quotas
+    alone rather than move quota from the most utilised LLM to the least (it used to)."""
+    from placement_opt.llm.meshsim import _rebalance
+
+    quota = np.array([100, 100], dtype=np.int64)
+    _rebalance(np.array([20, 90], dtype=np.int64), quota, 0.5)
+    assert quota.tolist() == [60, 140]  # half of LLM 0's 80 unused KiB go to LLM 1
+    quota = np.array([100, 100], dtype=np.int64)
+    _rebalance(np.array([120, 200], dtype=np.int64), quota, 0.5)
+    assert quota.tolist() == [100, 100]
