@@ -139,7 +139,8 @@ class Placement:
         groups = tuple(Group.from_dict(g, f"groups[{i}]") for i, g in enumerate(get_list(d, "groups", "",
                                                                                           nonempty=False)))
         windows = []
-        for i, w in enumerate(d.get("windows", []) or []):
+        raw_windows = [] if d.get("windows") is None else get_list(d, "windows", "", nonempty=False)
+        for i, w in enumerate(raw_windows):
             where = f"windows[{i}]"
             check_keys(w, where, ["start_s", "groups"])
             windows.append(Window(

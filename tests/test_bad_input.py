@@ -197,6 +197,8 @@ PLACEMENT_CASES = [
     ("nan-in-metrics", lambda p: p.update(metrics={"slo_attainment": math.nan}), ["metrics.slo_attainment",
                                                                                   "NaN"]),
     ("newer-format", lambda p: p.update(format_version=99), ["format_version", "newer"]),
+    ("windows-a-number", lambda p: p.update(windows=5), ["windows", "expected a list, got int"]),
+    ("windows-an-object", lambda p: p.update(windows={"start_s": 0}), ["windows", "expected a list, got dict"]),
 ]
 
 
