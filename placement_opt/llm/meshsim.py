@@ -238,7 +238,8 @@ def simulate_mesh(arrival, llm, prompt, output, n_llms, share, P, D, lgrid, kvu,
                                          gen, held, used, kvu, block, pool, preempt_count, D, lgrid):
                             sm_used += share[best]
                         progress = True
-        # ---- nothing runs although requests wait: the head request can never fit; drop it
+        # ---- nothing runs although requests wait: a head request that can never fit (it needs
+        # more than the whole, now empty, pool) is dropped; the others are admitted next round
         busy = False
         for k in range(K):
             if pf_cnt[k] > 0 or dc_cnt[k] > 0:
@@ -246,12 +247,11 @@ def simulate_mesh(arrival, llm, prompt, output, n_llms, share, P, D, lgrid, kvu,
         if not busy:
             dropped = False
             for k in range(K):
-                if _has_waiting(k, pre_top, nxt, lptr, lst, arrival, t):
+                r = _head(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf)
+                if r >= 0 and _blocks(prompt[r] + gen[r] + 1, block) * block * kvu[k] > pool:
                     if pre_top[k] > 0:
                         pre_top[k] -= 1
-                        r = pre_buf[lptr[k] + pre_top[k]]
                     else:
-                        r = lst[nxt[k]]
                         nxt[k] += 1
                     finish[r] = -2.0
                     done += 1
@@ -328,13 +328,6 @@ def _sum(a):
     for i in range(a.shape[0]):
         s += a[i]
     return s
-
-
-@njit(cache=True)
-def _has_waiting(k, pre_top, nxt, lptr, lst, arrival, t):
-    if pre_top[k] > 0:
-        return True
-    return nxt[k] < lptr[k + 1] and arrival[lst[nxt[k]]] <= t
 
 
 @njit(cache=True)

@@ -122,3 +122,28 @@ def test_adbs_rebalancing_moves_quota_from_the_least_to_the_most_utilised_llm():
     quota = np.array([100, 100], dtype=np.int64)
     _rebalance(np.array([120, 200], dtype=np.int64), quota, 0.5)
     assert quota.tolist() == [100, 100]
+
+
+@pytest.mark.parametrize("policy", ["adbs", "round-robin", "fcfs"])
+def test_only_the_request_that_cannot_fit_the_pool_is_dropped(policy):
+    """FCFS tries only the oldest LLM's prefill; when that request can never fit, the other
+    LLMs' waiting requests (which fit) must not be dropped with it (they used to be)."""
+    from placement_opt.llm.meshsim import simulate_mesh
+    from placement_opt.simulate.llm import _POLICY_CODE
+
+    K, max_batch = 2, 4
+    lgrid = np.array([1.0, 10000.0])
+    P = np.full((K, max_batch + 1, 2), 0.01)
+    D = np.full((K, max_batch + 1, 2), 0.01)
+    arrival = np.array([0.0, 0.0, 0.5])
+    llm = np.array([0, 1, 1], dtype=np.int64)
+    prompt = np.array([2000, 10, 10], dtype=np.int64)  # the first needs 2000 KiB of a 1000 KiB pool
+    output = np.array([5, 5, 5], dtype=np.int64)
+    first, finish = np.empty(3), np.empty(3)
+    preempt = np.zeros(3, dtype=np.int64)
+    simulate_mesh(arrival, llm, prompt, output, K, np.array([0.5, 0.5]), P, D, lgrid,
+                  np.array([1, 1], dtype=np.int64), np.array([1.0, 1.0]), 1000, 16, max_batch, 4096,
+                  _POLICY_CODE[policy], 5.0, 0.5, 100.0, 10, first, finish, preempt, np.zeros(10), np.zeros(10),
+                  np.zeros(K), np.zeros(2))
+    assert finish[0] == -2.0
+    assert finish[1] > 0 and finish[2] > 0
