@@ -88,6 +88,7 @@ def check_executable(instance, placement: Placement, backend: str) -> None:
     if placement.windows:
         raise InputError("the executor runs static placements; this one has time windows", "windows")
     check_placement(placement, instance)
+    Dispatcher(instance, placement.groups)  # the simulator settings and profile tables the controller needs
     for g, grp in enumerate(placement.groups):
         for name in grp.models:
             spec = instance.models[instance.model_index(name)]

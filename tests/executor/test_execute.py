@@ -114,3 +114,24 @@ def test_cpu_workers_that_cannot_fit_host_memory_are_refused(monkeypatch):
     monkeypatch.setattr(controller, "host_memory_bytes", lambda: 10**6)
     with pytest.raises(InputError, match="groups: the CPU workers would hold"):
         controller.check_executable(inst, placement, "gloo")
+
+
+def test_dispatch_input_errors_come_before_any_worker_starts(tmp_path, monkeypatch):
+    """simulator.batching (which the executor cannot replay) is refused before the workers
+    are spawned and build their models (it used to be found only when the first trial began)."""
+    from placement_opt.executor import controller
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("workers were started")
+
+    monkeypatch.setattr(controller, "_Workers", no_workers)
+    inst = json.loads(open(TINY).read())
+    inst["simulator"]["batching"] = True
+    inst["profiles"]["tiny-transformer"] = os.path.join(ROOT, "instances", "tiny", "executor-cpu-profile.json")
+    bad = tmp_path / "batching.json"
+    bad.write_text(json.dumps(inst))
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"groups": [{"devices": [0], "pp": 1, "tp": 1, "models": ["tiny-a"]}]}))
+    r = CliRunner().invoke(cli, ["execute", str(bad), str(placement), "--backend", "gloo", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2, r.output
+    assert "simulator.batching" in r.output
