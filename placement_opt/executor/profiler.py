@@ -27,6 +27,7 @@ import numpy as np
 from ..model import Architecture
 from ..profile import ConfigProfile, Profile
 from .topology import even_layer_split
+from .worker import _die_with_parent
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ def _time(fn, sync, warmup: int, repeats: int, gap_s: float = 0.0) -> float:
 
 def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSettings, init: str, out) -> None:
     """Body of one profiling process; TP rank 0 sends its measurements through ``out``."""
+    _die_with_parent()
     try:
         import torch
         import torch.distributed as dist

@@ -11,6 +11,7 @@ receives pair up and the pipeline overlaps requests as the simulator's flow shop
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import signal
 import time
@@ -49,12 +50,16 @@ class WorkerSpec:
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the controller dies, so no worker is orphaned."""
+    """Ask Linux to SIGKILL this process when the controller dies, so no worker is orphaned;
+    exit at once if it already died while this process was starting (before the request)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(3)
 
 
 class _Runner:

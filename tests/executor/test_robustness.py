@@ -153,3 +153,48 @@ def test_full_command_pipe_does_not_block_the_controller():
     assert len(calls) == 4
     reader.close()
     writer.close()
+
+
+def _spawned_children(parent, timeout=60.0, count=2):
+    """Pids of the multiprocessing-spawned children of ``parent`` (not its resource tracker)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().split(")")[-1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+            if ppid == parent and b"spawn_main" in cmdline:
+                found.append(int(entry))
+        if len(found) >= count:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"no {count} profiling processes appeared")
+
+
+def test_profiler_processes_die_with_a_killed_parent(tmp_path):
+    """SIGKILL of `placeopt profile` leaves no profiling process behind (they used to run on)."""
+    arch = tmp_path / "arch.json"
+    arch.write_text(json.dumps({"layers": 2, "hidden": 64, "heads": 4, "seq_len": 16, "vocab": 50}))
+    cmd = [sys.executable, "-m", "placement_opt.cli.main", "profile", str(arch), "--name", "t", "--backend", "gloo",
+           "--configs", "1x2", "--repeats", "100000000", "-o", str(tmp_path / "p.json")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        children = _spawned_children(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    try:
+        assert _gone(children)
+    finally:
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
