@@ -54,6 +54,10 @@ def execute_cmd(instance, placement, backend, output_dir, slo_scales, duration, 
     inst = read_instance(instance)
     plc = read_placement(placement, inst)
     scales = _floats(slo_scales, "--slo-scale") if slo_scales else None
+    names = [f"{x:g}" for x in scales or ()]
+    repeated = [n for i, n in enumerate(names) if n in names[:i]]
+    if repeated:
+        raise InputError(f"{repeated[0]} is repeated (each scale's trial writes folder slo-X)", "--slo-scale")
     if duration is not None and duration <= 0:
         raise InputError("must be > 0", "--duration")
     if hang_timeout <= 0 or start_timeout <= 0:

@@ -135,3 +135,14 @@ def test_dispatch_input_errors_come_before_any_worker_starts(tmp_path, monkeypat
     r = CliRunner().invoke(cli, ["execute", str(bad), str(placement), "--backend", "gloo", "-o", str(tmp_path / "o")])
     assert r.exit_code == 2, r.output
     assert "simulator.batching" in r.output
+
+
+def test_repeated_slo_scales_are_an_input_error(tmp_path):
+    """Two equal --slo-scale values would write the same slo-X folder, the second trial
+    overwriting the first; they are refused up front."""
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"groups": [{"devices": [0], "pp": 1, "tp": 1, "models": ["tiny-a"]}]}))
+    r = CliRunner().invoke(cli, ["execute", TINY, str(placement), "--backend", "gloo", "--slo-scale", "2,1.5,2.0",
+                                 "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2, r.output
+    assert "--slo-scale: 2 is repeated" in r.output
