@@ -116,6 +116,19 @@ def test_cpu_workers_that_cannot_fit_host_memory_are_refused(monkeypatch):
         controller.check_executable(inst, placement, "gloo")
 
 
+def _execute_variant(tmp_path, edit):
+    """`placeopt execute` of tiny-a alone on a copy of the tiny instance changed by ``edit``."""
+    inst = json.loads(open(TINY).read())
+    edit(inst)
+    inst["profiles"]["tiny-transformer"] = os.path.join(ROOT, "instances", "tiny", "executor-cpu-profile.json")
+    variant = tmp_path / "variant.json"
+    variant.write_text(json.dumps(inst))
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"groups": [{"devices": [0], "pp": 1, "tp": 1, "models": ["tiny-a"]}]}))
+    return CliRunner().invoke(cli, ["execute", str(variant), str(placement), "--backend", "gloo",
+                                    "-o", str(tmp_path / "o")])
+
+
 def test_dispatch_input_errors_come_before_any_worker_starts(tmp_path, monkeypatch):
     """simulator.batching (which the executor cannot replay) is refused before the workers
     are spawned and build their models (it used to be found only when the first trial began)."""
@@ -125,14 +138,7 @@ def test_dispatch_input_errors_come_before_any_worker_starts(tmp_path, monkeypat
         raise AssertionError("workers were started")
 
     monkeypatch.setattr(controller, "_Workers", no_workers)
-    inst = json.loads(open(TINY).read())
-    inst["simulator"]["batching"] = True
-    inst["profiles"]["tiny-transformer"] = os.path.join(ROOT, "instances", "tiny", "executor-cpu-profile.json")
-    bad = tmp_path / "batching.json"
-    bad.write_text(json.dumps(inst))
-    placement = tmp_path / "p.json"
-    placement.write_text(json.dumps({"groups": [{"devices": [0], "pp": 1, "tp": 1, "models": ["tiny-a"]}]}))
-    r = CliRunner().invoke(cli, ["execute", str(bad), str(placement), "--backend", "gloo", "-o", str(tmp_path / "o")])
+    r = _execute_variant(tmp_path, lambda inst: inst["simulator"].update(batching=True))
     assert r.exit_code == 2, r.output
     assert "simulator.batching" in r.output
 
