@@ -11,10 +11,11 @@ import time
 import click
 
 from placement_opt.errors import InputError
+from placement_opt.instance import check_workload
 from placement_opt.simulate import simulate
 from placement_opt.workload import Workload
 
-from .cmd_core import parse_cli_options
+from .cmd_core import check_run_options, parse_cli_options
 from .common import INSTANCE, JSON_FLAG, emit_json, progress, read_instance, read_placement, table
 
 OPTION = click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE",
@@ -44,8 +45,9 @@ def space(instance, options, as_json):
     click.echo(table(["level", "before pruning", "after pruning", "pruned"], rows))
 
 
-def read_workload(path: str) -> Workload:
-    """A workload JSON object, or an instance file whose ``workload`` is taken."""
+def read_workload(path: str, instance=None) -> Workload:
+    """A workload JSON object, or an instance file whose ``workload`` is taken (checked
+    against ``instance``: its model names and request volume)."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -57,7 +59,10 @@ def read_workload(path: str) -> Workload:
     if isinstance(data, dict) and "workload" in data:
         data = data["workload"]
     try:
-        return Workload.from_dict(data, field, os.path.dirname(os.path.abspath(path)))
+        workload = Workload.from_dict(data, field, os.path.dirname(os.path.abspath(path)))
+        if instance is not None:
+            check_workload(instance, workload)
+        return workload
     except InputError as e:
         raise e.with_file(path) from None
 
@@ -74,9 +79,10 @@ def evaluate(instance, placement, workload_path, seed, as_json):
 
     Models and SLOs stay the instance's; only the arrivals change.
     """
+    check_run_options(None, seed)
     inst = read_instance(instance)
     plc = read_placement(placement, inst)
-    other = read_workload(workload_path)
+    other = read_workload(workload_path, inst)
     own = simulate(inst, plc)
     moved = simulate(inst, plc, workload=other, seed=seed)
     if as_json:
@@ -137,8 +143,7 @@ def compare_rows(inst, names, per_options=None, time_limit=None, seed=None, echo
 @JSON_FLAG
 def compare(instance, solver_list, time_limit, seed, options, as_json):
     """Solve INSTANCE with several solvers and tabulate attainment, goodput, p99, solve time, groups."""
-    if time_limit is not None and time_limit <= 0:
-        raise InputError("must be > 0", "--time-limit")
+    check_run_options(time_limit, seed)
     names = [s.strip() for s in solver_list.split(",") if s.strip()]
     if not names:
         raise InputError("give at least one solver", "--solvers")

@@ -89,6 +89,8 @@ class Instance:
         """The instance's requests (memoised for its own workload and seed)."""
         if workload is None and seed is None:
             return self._requests
+        if workload is not None:
+            check_workload(self, workload)
         return generate_requests(workload or self.workload, self.model_names, self.slo_seconds(),
                                  self.seed if seed is None else seed)
 
@@ -151,10 +153,7 @@ def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: O
         sha256=sha256, path=path,
     )
     _check_models_fit(inst)
-    _check_rates(inst)
-    for name in workload.per_model:
-        if name not in inst.model_names:
-            raise InputError(f"no model named {name!r} (after count expansion)", f"workload.per_model.{name}")
+    check_workload(inst, workload)
     return inst
 
 
@@ -281,8 +280,12 @@ MAX_EXPECTED_REQUESTS = 5e8
 MAX_MMPP_SWITCHES = 1e7
 
 
-def _check_rates(inst: Instance) -> None:
-    w = inst.workload
+def check_workload(inst: Instance, w: Workload) -> None:
+    """``w`` must fit ``inst``: per-model entries name its models, and the rates are sane
+    (also for a workload other than the instance's own, e.g. ``placeopt evaluate --workload``)."""
+    for name in w.per_model:
+        if name not in inst.model_names:
+            raise InputError(f"no model named {name!r} (after count expansion)", f"workload.per_model.{name}")
     if w.process is not None and w.process.rate <= 0:
         raise InputError("total rate must be > 0", "workload.arrival.rate")
     processes = [("workload.arrival", w.process)] + [(f"workload.per_model.{k}", v) for k, v in w.per_model.items()]

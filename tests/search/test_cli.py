@@ -58,3 +58,30 @@ def test_evaluate_on_other_workload(tmp_path):
     bad.write_text(json.dumps({"duration_s": -1}))
     r = CliRunner().invoke(cli, ["evaluate", data("tiny-4gpu-bert"), str(plc), "--workload", str(bad)])
     assert r.exit_code == 2 and "duration_s" in r.output
+
+
+def test_evaluate_refuses_a_workload_the_instance_would_refuse(tmp_path):
+    """The other workload gets the instance's own checks: model names, MMPP switching and request
+    volume (these used to hang or run out of memory with a traceback), and --seed must be >= 0."""
+    plc = tmp_path / "p.json"
+    assert run("solve", data("tiny-4gpu-bert"), "--solver", "round-robin", "-o", str(plc)).exit_code == 0
+    cases = [({"duration_s": 10, "arrival": {"process": "mmpp", "rates": [1, 1], "switch_rates": [1e9, 1e9]}},
+              "switch_rates"),
+             ({"duration_s": 1e8, "arrival": {"process": "poisson", "rate": 1e4}}, "expected requests"),
+             ({"duration_s": 10, "arrival": {"process": "poisson", "rate": 1},
+               "per_model": {"nosuch": {"process": "poisson", "rate": 1}}}, "no model named 'nosuch'")]
+    for i, (workload, needle) in enumerate(cases):
+        path = tmp_path / f"w{i}.json"
+        path.write_text(json.dumps({**workload, "slo": {"scale": 5}}))
+        r = CliRunner().invoke(cli, ["evaluate", data("tiny-4gpu-bert"), str(plc), "--workload", str(path)])
+        assert r.exit_code == 2 and needle in r.output and str(path) in r.output, r.output
+    r = CliRunner().invoke(cli, ["evaluate", data("tiny-4gpu-bert"), str(plc), "--workload",
+                                 data("tiny-4gpu-bert"), "--seed", "-1"])
+    assert r.exit_code == 2 and "--seed" in r.output, r.output
+
+
+def test_compare_checks_time_limit_and_seed():
+    for args, needle in ((["--time-limit", "nan"], "--time-limit"), (["--time-limit", "inf"], "--time-limit"),
+                         (["--seed", "-3"], "--seed")):
+        r = CliRunner().invoke(cli, ["compare", data("tiny-4gpu-bert"), "--solvers", "round-robin", *args])
+        assert r.exit_code == 2 and needle in r.output, r.output
