@@ -12,6 +12,7 @@ def atomic_write_text(path: str, text: str) -> None:
     directory = os.path.dirname(os.path.abspath(path)) or "."
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; give it the mode open() would
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -23,6 +24,13 @@ def atomic_write_text(path: str, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    """The process umask (read by setting a strict one for an instant, then restoring it)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_json(path: str, data) -> None:

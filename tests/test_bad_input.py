@@ -298,6 +298,9 @@ def test_output_is_written_atomically(tmp_path, monkeypatch):
     assert replaced == [(str(tmp_path), str(out))]
     assert json.loads(out.read_text())["groups"]
     assert sorted(os.listdir(tmp_path)) == ["instance.json", "placement.json"]  # no temporary file left
+    umask = os.umask(0o077)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it, not mkstemp's 0600
 
 
 def test_failing_run_leaves_existing_output_untouched(tmp_path):
