@@ -163,6 +163,8 @@ def profile_cmd(source, model, name, output, details, configs, devices, batch_si
         raise InputError("name the profile", "--name")
     resolved = ExecutorConfig(backend=backend).resolved_backend()
     present = torch.cuda.device_count() if resolved == "nccl" else 1
+    if present == 0:
+        raise InputError("nccl needs CUDA GPUs; none is present", "--backend")
     n_dev = devices or present
     if resolved == "nccl" and n_dev > present:
         raise InputError(f"only {present} GPUs are present", "--devices")

@@ -58,3 +58,13 @@ def test_profile_bad_input_is_one_line_error_before_profiling(tmp_path, content,
     assert r.exit_code == 2, r.output
     assert message in r.output
     assert len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA GPUs")
+def test_profile_nccl_without_gpus_is_one_line_error(tmp_path):
+    """--backend nccl on a host without GPUs is an input error (it was a StopIteration traceback)."""
+    arch = tmp_path / "arch.json"
+    arch.write_text(json.dumps({"layers": 2, "hidden": 64, "heads": 4}))
+    r = CliRunner().invoke(cli, ["profile", str(arch), "--name", "t", "--backend", "nccl", "-o", str(tmp_path / "p")])
+    assert r.exit_code == 2, r.output
+    assert "--backend: nccl needs CUDA GPUs; none is present" in r.output
