@@ -38,6 +38,10 @@ from .base import Solver, register
 class MuxServeOptions:
     refine: int = 0  #: re-rank this many best mesh groups with the simulator (0: estimator only)
 
+    def __post_init__(self):
+        if self.refine < 0:
+            raise InputError(f"must be >= 0, got {self.refine}", "solver.options.refine")
+
 
 @dataclass(frozen=True)
 class GroupResult:

@@ -106,3 +106,10 @@ def test_llm_path_never_asks_for_dnn_profiles(monkeypatch):
     inst = load_instance(SMALL)
     for name in ("muxserve", "spatial", "temporal", "greedy-memory"):
         assert run_solver(inst, name).metrics["requests"] == len(inst.requests())
+
+
+@pytest.mark.parametrize("solver", ["muxserve", "temporal"])
+def test_negative_refine_is_an_input_error(solver):
+    """refine=-1 used to be taken silently as 0."""
+    with pytest.raises(InputError, match="solver.options.refine: must be >= 0"):
+        make_solver(solver, {"refine": -1})
