@@ -62,11 +62,10 @@ class AlpaServeGreedy(Solver):
     name = "alpaserve-greedy"
     summary = "AlpaServe Algorithm 1: fixed group partition and config, greedy model selection"
     Options = AlpaServeGreedyOptions
+    positive_options = ("tp", "beam")
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         o = self.options
-        if o.beam < 1:
-            raise InputError("must be >= 1", "solver.options.beam")
         size = o.group_size or smallest_pipeline_size(instance, o.tp)
         shells = fixed_partition(instance, size, o.tp)
         reporter = Progress(self.name, enabled=o.progress)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, ClassVar, Dict, Optional, Type
+from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
 from placement_opt import __version__
 from placement_opt.errors import InputError
@@ -31,9 +31,13 @@ class Solver:
     summary: ClassVar[str] = ""
     family: ClassVar[str] = "dnn"  # which instances it solves: dnn, llm or any
     Options: ClassVar[type] = NoOptions
+    positive_options: ClassVar[Tuple[str, ...]] = ()  #: integer options that must be >= 1 (e.g. tp, beam)
 
     def __init__(self, **options: Any):
         self.options = parse_options(self.Options, options, "solver.options")
+        for key in self.positive_options:
+            if getattr(self.options, key) < 1:
+                raise InputError(f"must be >= 1, got {getattr(self.options, key)}", f"solver.options.{key}")
 
     def solve(self, instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         raise NotImplementedError

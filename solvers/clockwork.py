@@ -52,6 +52,7 @@ class ClockworkPlusPlus(Solver):
     name = "clockwork++"
     summary = "selective replication re-solved per time window, zero swap cost (baseline)"
     Options = ClockworkOptions
+    positive_options = ("beam",)
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         o = self.options

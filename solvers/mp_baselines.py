@@ -35,6 +35,7 @@ class MPGreedyOptions:
 class _MPGreedy(Solver):
     group_size = 0
     Options = MPGreedyOptions
+    positive_options = ("tp", "beam")
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         size = min(self.group_size, instance.cluster.n_gpus)
@@ -77,6 +78,7 @@ class MPEqual(Solver):
     name = "mp-equal"
     summary = "one model per equal-size group, fixed config (dedicated model parallelism baseline)"
     Options = MPEqualOptions
+    positive_options = ("tp",)
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         cl = instance.cluster

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from placement_opt.errors import InputError
 from placement_opt.memory import fits, model_stage_bytes
 from placement_opt.placement import Group, Placement
 
@@ -31,11 +32,17 @@ class RoundRobin(Solver):
     name = "round-robin"
     summary = "fixed-size groups, models assigned in turn (baseline)"
     Options = RoundRobinOptions
+    positive_options = ("tp",)
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         opts = self.options
         size = opts.group_size or smallest_pipeline_size(instance, opts.tp)
+        if size > instance.cluster.n_gpus:
+            raise InputError(f"group size {size} exceeds the cluster's {instance.cluster.n_gpus} GPUs",
+                             "solver.options.group_size")
         tp = min(opts.tp, size)
+        if size % tp:
+            raise InputError(f"tp {tp} does not divide group size {size}", "solver.options.tp")
         devices = equal_groups(instance.cluster.n_gpus, instance.cluster.gpus_per_node, size)
         pp = size // tp
         used = [np.zeros(pp) for _ in devices]

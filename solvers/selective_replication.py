@@ -23,6 +23,7 @@ class SelectiveReplication(Solver):
     name = "selective-replication"
     summary = "one GPU per group, greedy replica selection by simulation (baseline)"
     Options = SelectiveReplicationOptions
+    positive_options = ("beam",)
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         shells = [((d,), 1, 1) for d in range(instance.cluster.n_gpus)]

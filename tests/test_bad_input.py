@@ -222,6 +222,14 @@ def test_bad_placement(tmp_path, case):
     (["--time-limit", "nan"], ["--time-limit", "positive"]),
     (["--time-limit", "-1"], ["--time-limit", "positive"]),
     (["--seed", "-3"], ["--seed", ">= 0"]),
+    # degrees and beam widths below 1 (were tracebacks or silently taken as 1)
+    (["--solver", "round-robin", "-O", "tp=0"], ["solver.options.tp", ">= 1"]),
+    (["--solver", "round-robin", "-O", "tp=-1"], ["solver.options.tp", ">= 1"]),
+    (["--solver", "mp-equal", "-O", "tp=0"], ["solver.options.tp", ">= 1"]),
+    (["--solver", "alpaserve-greedy", "-O", "tp=0"], ["solver.options.tp", ">= 1"]),
+    (["--solver", "selective-replication", "-O", "beam=0"], ["solver.options.beam", ">= 1"]),
+    (["--solver", "clockwork++", "-O", "beam=0"], ["solver.options.beam", ">= 1"]),
+    (["--solver", "mp-greedy-2", "-O", "beam=-1"], ["solver.options.beam", ">= 1"]),
 ])
 def test_bad_solve_options(tmp_path, args, needles):
     path = write(tmp_path, "instance.json", GOOD)
@@ -231,6 +239,19 @@ def test_bad_solve_options(tmp_path, args, needles):
     assert len(lines) == 1 and lines[0].startswith("placeopt: error: ")
     for needle in needles:
         assert needle in lines[0]
+
+
+@pytest.mark.parametrize("gpus,options,needles", [
+    (2, ["group_size=4"], ["solver.options.group_size", "exceeds the cluster's 2 GPUs"]),  # was an empty placement
+    (4, ["group_size=4", "tp=3"], ["solver.options.tp", "does not divide group size 4"]),  # named field 'groups'
+])
+def test_round_robin_group_shape_errors(tmp_path, gpus, options, needles):
+    """Errors that depend on the instance come after the `solving ...` progress line."""
+    path = write(tmp_path, "instance.json", mutated(lambda d: d["cluster"].update(gpus_per_node=gpus)))
+    result = run_cli(["solve", path, "--solver", "round-robin"] + [a for o in options for a in ("-O", o)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"placeopt: error: {path}: ") and all(n in last for n in needles), last
 
 
 def test_show_bad_placement(tmp_path):
