@@ -154,6 +154,8 @@ class AlpaServe(Solver):
         for key in ("beam", "refine_tasks"):
             if getattr(o, key) < 1:
                 raise InputError("must be >= 1", f"solver.options.{key}")
+        if o.refine < 0:  # a negative count sliced the ranking from its end
+            raise InputError(f"must be >= 0, got {o.refine}", "solver.options.refine")
         search = _Search(instance, o, time_limit)
         return search.run()
 

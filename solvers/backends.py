@@ -190,6 +190,8 @@ class RayBackend(Backend):
 def make_backend(name: str, context: dict, workers: int = 0, address: str = "") -> Backend:
     if name not in BACKENDS:
         raise InputError(f"must be one of {', '.join(BACKENDS)}, got {name!r}", "solver.options.backend")
+    if workers < 0:
+        raise InputError(f"must be >= 0 (0: all cores), got {workers}", "solver.options.workers")
     if name == "serial" or (name == "local" and (workers or os.cpu_count() or 1) == 1):
         return SerialBackend(context)
     if name == "local":

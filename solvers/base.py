@@ -9,6 +9,7 @@ timing, simulation of the result and provenance, so every entry point reports al
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
@@ -81,6 +82,8 @@ def _coerce(value, default, where):
                 raise InputError("expected a number", where) from None
         if default is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise InputError("expected a number", where)
+        if default is not None and not math.isfinite(value):  # as in instance files: NaN and Infinity refused
+            raise InputError(f"expected a finite number, got {value}", where)
         return value
     if isinstance(default, str):
         if not isinstance(value, str):
@@ -89,6 +92,8 @@ def _coerce(value, default, where):
     if isinstance(default, tuple):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v]
+        elif isinstance(value, int) and not isinstance(value, bool):  # -O group_sizes=4 (parsed as JSON)
+            value = [value]
         if not isinstance(value, (list, tuple)):
             raise InputError("expected a list", where)
         return tuple(value)

@@ -230,6 +230,9 @@ def test_bad_placement(tmp_path, case):
     (["--solver", "selective-replication", "-O", "beam=0"], ["solver.options.beam", ">= 1"]),
     (["--solver", "clockwork++", "-O", "beam=0"], ["solver.options.beam", ">= 1"]),
     (["--solver", "mp-greedy-2", "-O", "beam=-1"], ["solver.options.beam", ">= 1"]),
+    # non-finite numbers, refused as in instance files (nan ran; window_s=nan was a traceback)
+    (["--solver", "alpaserve", "-O", "bucket_threshold=nan"], ["solver.options.bucket_threshold", "finite"]),
+    (["--solver", "clockwork++", "-O", "window_s=nan"], ["solver.options.window_s", "finite"]),
 ])
 def test_bad_solve_options(tmp_path, args, needles):
     path = write(tmp_path, "instance.json", GOOD)
@@ -252,6 +255,27 @@ def test_round_robin_group_shape_errors(tmp_path, gpus, options, needles):
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"placeopt: error: {path}: ") and all(n in last for n in needles), last
+
+
+@pytest.mark.parametrize("solver,option,needles", [
+    ("alpaserve", "workers=-1", ["solver.options.workers", ">= 0"]),  # was a ValueError traceback
+    ("clockwork++", "workers=-1", ["solver.options.workers", ">= 0"]),
+    ("alpaserve", "refine=-1", ["solver.options.refine", ">= 0"]),  # silently refined all but the last
+])
+def test_search_option_errors(tmp_path, solver, option, needles):
+    path = write(tmp_path, "instance.json", GOOD)
+    result = run_cli(["solve", path, "--solver", solver, "-O", option, "-O", "progress=false"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"placeopt: error: {path}: ") and all(n in last for n in needles), last
+
+
+def test_a_single_group_size_is_a_list_of_one():
+    """`-O group_sizes=4` parses as the JSON number 4; it means the list [4]."""
+    from placement_opt.solvers.alpaserve import AlpaServe
+    from placement_opt.solvers.base import parse_options
+    assert parse_options(AlpaServe.Options, {"group_sizes": 4}, "-O").group_sizes == (4,)
+    assert parse_options(AlpaServe.Options, {"group_sizes": "2,4"}, "-O").group_sizes == ("2", "4")
 
 
 def test_show_bad_placement(tmp_path):
