@@ -24,15 +24,18 @@ def model_loads(instance, requests=None) -> np.ndarray:
     n = len(instance.models)
     counts = np.bincount(req.model, minlength=n).astype(np.float64)
     duration = max(req.duration_s, 1e-9)
-    lat = np.array([p.reference_latency() for p in instance.model_profiles])
+    budget = instance.cluster.gpu.usable_memory_bytes
+    lat = np.array([p.reference_latency(budget) for p in instance.model_profiles])
     return counts / duration * lat
 
 
 def latency_classes(instance, models: Sequence[int]) -> list[tuple[float, tuple[int, ...]]]:
-    """Models grouped by equal reference latency, in increasing latency."""
+    """Models grouped by equal reference latency (the SLO's: on the fewest GPUs that hold the
+    model), in increasing latency."""
+    budget = instance.cluster.gpu.usable_memory_bytes
     by_lat: dict = {}
     for m in models:
-        lat = round(instance.model_profiles[m].reference_latency(), 12)
+        lat = round(instance.model_profiles[m].reference_latency(budget), 12)
         by_lat.setdefault(lat, []).append(m)
     return [(lat, tuple(ms)) for lat, ms in sorted(by_lat.items())]
 

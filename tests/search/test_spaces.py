@@ -120,3 +120,28 @@ def test_summary_reports_pruning():
     tasks = bucket_tasks(inst, tuple(range(len(inst.models))), 48, SearchSettings())
     assert all(sum(s) == 48 and len(c) == len(s) for s, c in tasks)
     assert len(tasks) >= 3
+
+
+def test_buckets_use_the_slo_reference_latency_of_models_that_do_not_fit_one_gpu():
+    """A model whose one-GPU config exceeds the memory budget is bucketed (and loaded) by its
+    latency on the fewest GPUs that hold it -- the SLO's reference latency -- not by the
+    infeasible one-GPU number."""
+    from placement_opt import instance_from_dict
+    from placement_opt.spaces.buckets import model_loads
+
+    def cfg(pp, lat, gb):
+        return {"pp": pp, "tp": 1, "stage_latency_s": {"1": [lat / pp] * pp}, "stage_weight_gb": [gb / pp] * pp}
+
+    inst = instance_from_dict({
+        "cluster": {"nodes": 1, "gpus_per_node": 2, "gpu": {"name": "g", "memory_gb": 16, "usable_memory_gb": 10}},
+        "profiles": {"small": {"weight_gb": 2, "configs": [cfg(1, 0.1, 2)]},
+                     "big": {"weight_gb": 16, "configs": [cfg(1, 0.12, 16), cfg(2, 0.5, 16)]}},
+        "models": [{"name": "s", "profile": "small"}, {"name": "b", "profile": "big"}],
+        "workload": {"duration_s": 10, "arrival": {"process": "poisson", "rate": 2}, "slo": {"scale": 5}},
+    })
+    budget = inst.cluster.gpu.usable_memory_bytes
+    assert inst.model_profiles[1].reference_latency(budget) == pytest.approx(0.5)
+    assert list(ModelBuckets(inst, threshold=3.0)) == [((0,), (1,))]  # 0.5 / 0.1 > 3: never together
+    req = inst.requests()
+    rate_b = (req.model == 1).sum() / req.duration_s
+    assert model_loads(inst)[1] == pytest.approx(rate_b * 0.5)
