@@ -147,6 +147,14 @@ def test_trace_time_scale_and_round_robin_models(tmp_path):
     np.testing.assert_array_equal(req.model, [0, 1, 0, 1, 0, 1])
 
 
+def test_trace_with_a_byte_order_mark(tmp_path):
+    """Spreadsheet exports start with a UTF-8 BOM; the header is still found."""
+    (tmp_path / "bom.csv").write_bytes("\ufeffarrival_s,model\n0.5,m-0\n".encode("utf-8"))
+    trace = read_trace(str(tmp_path / "bom.csv"))
+    np.testing.assert_array_equal(trace.arrival_s, [0.5])
+    assert trace.model == ["m-0"]
+
+
 def test_malformed_trace(tmp_path):
     (tmp_path / "bad.csv").write_text("arrival_s,model\n1.0,m-0\n-2.0,m-0\n")
     with pytest.raises(InputError, match="must be >= 0"):

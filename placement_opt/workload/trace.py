@@ -41,7 +41,7 @@ def read_trace(path: str) -> Trace:
     ``num_prefill_tokens``, ``num_decode_tokens``); a trace without a ``model`` column
     leaves model names empty (the workload then assigns requests round-robin)."""
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a leading BOM is not header text
             reader = csv.reader(f)
             header = next(reader, None)
             rows = list(reader)
