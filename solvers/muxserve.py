@@ -135,9 +135,13 @@ def to_placement(instance, specs, tables: EstimatorTables, result: GroupResult, 
 
 def refine_by_simulation(instance, specs, tables, results, k: int, full_share: bool = False,
                          scheduling: Optional[str] = None, **provenance):
-    """The best of the ``k`` top groups by simulated objective (ties: the better estimate)."""
+    """The best of the ``k`` top groups by simulated objective (ties: the better estimate).
+
+    The ``throughput`` objective is rate-weighted (``throughput_weighted_rps``, the MuxServe
+    paper's metric); ``slo_attainment`` is the share of requests within their SLO.
+    """
     from placement_opt.simulate.llm import simulate_llm
-    key = "slo_attainment" if instance.objective == "slo_attainment" else "throughput_rps"
+    key = "slo_attainment" if instance.objective == "slo_attainment" else "throughput_weighted_rps"
     best, best_val = None, -np.inf
     for r in results[:k]:
         pl = to_placement(instance, specs, tables, r, full_share, scheduling, **provenance)

@@ -68,7 +68,28 @@ def test_refine_reranks_with_the_simulator():
     inst = load_instance(SMALL)
     pl = run_solver(inst, "muxserve", options={"refine": 3})
     base = run_solver(inst, "muxserve")
-    assert pl.metrics["throughput_rps"] >= base.metrics["throughput_rps"] - 1e-9
+    assert pl.metrics["throughput_weighted_rps"] >= base.metrics["throughput_weighted_rps"] - 1e-9
+
+
+def test_refine_ranks_by_the_rate_weighted_throughput(monkeypatch):
+    """The throughput objective is rate-weighted (issue 5), not the plain req/s total: with a
+    simulator whose two throughputs disagree, refine follows the weighted one."""
+    import importlib
+
+    from placement_opt.solvers.muxserve import refine_by_simulation, search_mesh_groups
+    inst = load_instance(SMALL)
+    specs, tables, results, _ = search_mesh_groups(inst)
+    calls = []
+
+    def fake(instance, placement, *args):
+        calls.append(placement)
+        n = len(calls)
+        return {"throughput_rps": -n, "throughput_weighted_rps": n, "slo_attainment": 0.0}
+
+    # the module, not ``placement_opt.simulate`` (the package namespace exports the function)
+    monkeypatch.setattr(importlib.import_module("placement_opt.simulate.llm"), "simulate_llm", fake)
+    chosen = refine_by_simulation(inst, specs, tables, results, 3)
+    assert len(calls) == 3 and chosen is calls[-1]
 
 
 def test_llm_solvers_refuse_dnn_instances_and_vice_versa():
