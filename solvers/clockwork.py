@@ -69,6 +69,8 @@ class ClockworkPlusPlus(Solver):
         backend = make_backend(o.backend, {"instance": instance}, o.workers, o.address)
         results = [None] * len(bounds)
         evaluated = 0
+        n_requests = max(len(instance.requests()), 1)
+        accepted = 0  # of the solved windows, each simulated alone (clocks not carried over)
         interrupted = False
         try:
             handles = []
@@ -82,7 +84,8 @@ class ClockworkPlusPlus(Solver):
                     k = handles.index(h)
                     results[k] = backend.result(h)
                     evaluated += results[k][1]["candidates_evaluated"]
-                progress.update(evaluated, 0.0, f"windows {sum(r is not None for r in results)}/{len(bounds)}")
+                    accepted += results[k][1]["accepted"]
+                progress.update(evaluated, accepted / n_requests, f"windows {sum(r is not None for r in results)}/{len(bounds)}")
         except KeyboardInterrupt:  # windows not solved yet keep the previous window's placement
             interrupted = True
         finally:
@@ -96,5 +99,5 @@ class ClockworkPlusPlus(Solver):
         stats = {"windows": len(windows), "window_s": o.window_s, "candidates_evaluated": evaluated,
                  "timed_out": any(r is not None and r[1]["timed_out"] for r in results), "interrupted": interrupted,
                  "seconds": round(time.perf_counter() - start, 4)}
-        progress.done(evaluated, 0.0, f"windows {len(windows)}")
+        progress.done(evaluated, accepted / n_requests, f"windows {len(windows)}")
         return Placement(groups=windows[0].groups, windows=tuple(windows), provenance={"search": stats})

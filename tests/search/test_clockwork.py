@@ -41,3 +41,13 @@ def test_time_limit_spans_all_windows():
     check_placement(p, inst)
     assert len(p.windows) == 12 and p.provenance["search"]["timed_out"]
     assert time.perf_counter() - start < 5
+
+
+def test_progress_reports_the_attainment_of_the_solved_windows(capsys):
+    """Progress lines used to print 'best attainment 0.0000' whatever the windows achieved."""
+    inst = tiny("tiny-4gpu-bert")
+    p = run_solver(inst, "clockwork++", options={"window_s": 1000.0, "backend": "serial"})
+    done = capsys.readouterr().err.strip().splitlines()[-1]
+    assert done.startswith("[clockwork++]") and done.endswith("done")
+    shown = float(done.split("best attainment ")[1].split()[0])
+    assert shown == pytest.approx(p.metrics["slo_attainment"], abs=1e-4)  # one window: the whole simulation
