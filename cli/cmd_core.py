@@ -84,6 +84,8 @@ def solve(instance, solver_name, time_limit, seed, options, output, as_json):
         raise e.with_file(instance) from None
     if output:
         write_output(output, placement.to_json() + "\n")
+        if output == "-":  # stdout holds the placement JSON alone, so it can be redirected or piped
+            return
         progress(f"wrote {output}")
     if as_json:
         click.echo(placement.to_json())

@@ -348,6 +348,15 @@ def test_output_is_written_atomically(tmp_path, monkeypatch):
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would make it, not mkstemp's 0600
 
 
+def test_output_dash_writes_only_the_placement_to_stdout(tmp_path):
+    """`-o -` used to append the human table (or, with --json, a second copy) after the JSON."""
+    instance = write(tmp_path, "instance.json", GOOD)
+    for extra in ([], ["--json"]):
+        result = run_cli(["solve", instance, "-o", "-"] + extra)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["groups"]
+
+
 def test_failing_run_leaves_existing_output_untouched(tmp_path):
     out = tmp_path / "placement.json"
     out.write_text("previous result\n")
