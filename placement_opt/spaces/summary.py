@@ -126,10 +126,12 @@ def summarize(instance, settings: Optional[SearchSettings] = None) -> dict:
     for b, n in p.pairs:
         per_pair[(b, n)] = len(bucket_tasks(instance, b, n, settings))
         gp = GroupPartitions(n, instance.cluster.gpus_per_node, settings.group_sizes or None)
-        part_kept += gp.count()
         part_unpruned += gp.count_unpruned()
         for part in gp:
-            pc = ParallelConfigs(instance, part[0], b)
+            if settings.max_group_size and part[0] > settings.max_group_size:
+                continue  # as bucket_tasks prunes it
+            part_kept += 1
+            pc = ParallelConfigs(instance, part[0], b, settings.tp or None)
             cfg_kept += pc.count()
             cfg_unpruned += pc.count_unpruned()
         tasks_kept += per_pair[(b, n)]

@@ -122,6 +122,17 @@ def test_summary_reports_pruning():
     assert len(tasks) >= 3
 
 
+def test_summary_counts_follow_max_group_size_and_tp():
+    """Partitions and configs kept are those the search enumerates (they ignored both options)."""
+    inst = tiny("tiny-4gpu-mixed")
+    every = summarize(inst, SearchSettings())["levels"]
+    small = summarize(inst, SearchSettings(max_group_size=1))["levels"]
+    assert small["group_partitions"][1] < every["group_partitions"][1]
+    assert small["parallel_configs"][1] == small["greedy_calls"][1]  # one (1, 1) config per 1-GPU partition
+    tp2 = summarize(inst, SearchSettings(tp=2))["levels"]
+    assert tp2["parallel_configs"][1] < every["parallel_configs"][1]
+
+
 def test_buckets_use_the_slo_reference_latency_of_models_that_do_not_fit_one_gpu():
     """A model whose one-GPU config exceeds the memory budget is bucketed (and loaded) by its
     latency on the fewest GPUs that hold it -- the SLO's reference latency -- not by the
