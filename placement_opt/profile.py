@@ -77,8 +77,10 @@ class ConfigProfile:
         rows = []
         for key, row in lat.items():
             where = f"{field}.stage_latency_s.{key}"
-            if not key.isdigit() or int(key) < 1:
+            if not (key.isascii() and key.isdigit()) or int(key) < 1:
                 raise InputError("batch size keys must be positive integers", where)
+            if int(key) in batches:
+                raise InputError(f"duplicate batch size {int(key)}", where)
             if not isinstance(row, list) or len(row) != pp:
                 raise InputError(f"expected a list of {pp} stage latencies", where)
             rows.append([as_number(x, where, exclusive_minimum=0) for x in row])

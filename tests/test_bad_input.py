@@ -172,6 +172,15 @@ def test_nan_in_a_profile_file_alone(tmp_path):
     assert_input_error(run_cli(["validate", path]), path, "source", "NaN")
 
 
+@pytest.mark.parametrize("key,needle", [("\u00b2", "positive integers"),  # a digit to str.isdigit, not to int()
+                                        ("01", "duplicate batch size 1")])  # "01" and "1" are both batch 1
+def test_bad_batch_size_key_in_a_profile(tmp_path, key, needle):
+    profile = {"weight_gb": 2.0, "configs": [{"pp": 1, "tp": 1, "stage_latency_s": {"1": [0.1], key: [0.2]},
+                                              "stage_weight_gb": [2.0]}]}
+    path = write(tmp_path, "profile.json", profile)
+    assert_input_error(run_cli(["validate", path]), path, "stage_latency_s", needle)
+
+
 def test_not_utf8_and_missing_file(tmp_path):
     path = tmp_path / "binary.json"
     path.write_bytes(b"\xff\xfe\x00garbage")
