@@ -43,8 +43,15 @@ def exhaustive_space(instance):
             yield sizes, configs, ModelSelections(instance, configs, symmetric=True)
 
 
-def count_exhaustive(instance) -> int:
-    return sum(sel.count() for _, _, sel in exhaustive_space(instance))
+def count_exhaustive(instance, limit: int | None = None) -> int:
+    """Placements in the exhaustive space; with ``limit``, stops counting once past it (the
+    space of a non-tiny instance is astronomically large, and so is the time to count it)."""
+    total = 0
+    for _, _, sel in exhaustive_space(instance):
+        total += sel.count()
+        if limit is not None and total > limit:
+            break
+    return total
 
 
 @register
@@ -56,9 +63,9 @@ class Exhaustive(Solver):
     Options = ExhaustiveOptions
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
-        total = count_exhaustive(instance)
+        total = count_exhaustive(instance, limit=self.options.max_candidates)
         if total > self.options.max_candidates:
-            raise InputError(f"the space has {total} placements, over max_candidates={self.options.max_candidates}",
+            raise InputError(f"the space has more than {self.options.max_candidates} placements (max_candidates)",
                              "solver.options.max_candidates")
         start = time.perf_counter()
         ev = PlacementEvaluator(instance)

@@ -6,7 +6,7 @@ from placement_opt import check_placement
 from placement_opt.errors import InputError
 from placement_opt.solvers import run_solver
 
-from .helpers import shortened, tiny
+from .helpers import repo_instance, shortened, tiny
 
 BASELINES = ("selective-replication", "round-robin", "mp-equal", "mp-greedy-2", "clockwork++")
 
@@ -77,3 +77,13 @@ def test_ctrl_c_returns_best_so_far(monkeypatch):
     assert p.provenance["search"]["interrupted"]
     assert p.provenance["search"]["screened"] == 2
     assert p.metrics["slo_attainment"] > 0
+
+
+def test_exhaustive_refuses_a_large_space_without_counting_all_of_it():
+    """Counting S1's space to compare it with max_candidates used to run for hours."""
+    from placement_opt.solvers.exhaustive import count_exhaustive
+    inst = tiny("tiny-4gpu-bert")
+    full = count_exhaustive(inst)
+    assert 5 < count_exhaustive(inst, limit=5) < full
+    with pytest.raises(InputError, match="more than 200000"):
+        run_solver(repo_instance("alpaserve/s1.json"), "exhaustive", options={"progress": False})
