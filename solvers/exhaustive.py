@@ -88,6 +88,8 @@ class Exhaustive(Solver):
             stopped = "timed_out"
         except KeyboardInterrupt:
             stopped = "interrupted"
+        if best[1] is None:  # Ctrl-C before the first candidate: nothing to return
+            raise KeyboardInterrupt
         sizes, configs, sel = best[1]
         cl = instance.cluster
         devices = allocate_devices(sizes, cl.nodes, cl.gpus_per_node)

@@ -87,3 +87,15 @@ def test_exhaustive_refuses_a_large_space_without_counting_all_of_it():
     assert 5 < count_exhaustive(inst, limit=5) < full
     with pytest.raises(InputError, match="more than 200000"):
         run_solver(repo_instance("alpaserve/s1.json"), "exhaustive", options={"progress": False})
+
+
+def test_exhaustive_interrupted_before_any_candidate(monkeypatch):
+    """Ctrl-C before the first simulation is an interruption (exit 130), not a TypeError."""
+    from placement_opt.evaluator import PlacementEvaluator
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PlacementEvaluator, "accepted_of_component", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_solver(tiny("tiny-4gpu-bert"), "exhaustive", options={"progress": False})
