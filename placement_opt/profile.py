@@ -157,9 +157,10 @@ class Profile:
         check_keys(d, field, ["weight_gb", "configs"], ["layers", "source"])
         configs = {}
         for i, c in enumerate(get_list(d, "configs", field)):
-            cfg = ConfigProfile.from_dict(c, f"{field}.configs[{i}]")
+            where = f"{field}.configs[{i}]" if field else f"configs[{i}]"  # a profile file alone: field ""
+            cfg = ConfigProfile.from_dict(c, where)
             if (cfg.pp, cfg.tp) in configs:
-                raise InputError(f"duplicate config pp={cfg.pp} tp={cfg.tp}", f"{field}.configs[{i}]")
+                raise InputError(f"duplicate config pp={cfg.pp} tp={cfg.tp}", where)
             configs[(cfg.pp, cfg.tp)] = cfg
         return cls(
             name=name,

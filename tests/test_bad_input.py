@@ -178,7 +178,7 @@ def test_bad_batch_size_key_in_a_profile(tmp_path, key, needle):
     profile = {"weight_gb": 2.0, "configs": [{"pp": 1, "tp": 1, "stage_latency_s": {"1": [0.1], key: [0.2]},
                                               "stage_weight_gb": [2.0]}]}
     path = write(tmp_path, "profile.json", profile)
-    assert_input_error(run_cli(["validate", path]), path, "stage_latency_s", needle)
+    assert_input_error(run_cli(["validate", path]), path, f"{path}: configs[0].stage_latency_s", needle)
 
 
 def test_not_utf8_and_missing_file(tmp_path):
