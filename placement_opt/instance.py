@@ -89,6 +89,8 @@ class Instance:
         """The instance's requests (memoised for its own workload and seed)."""
         if workload is None and seed is None:
             return self._requests
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise InputError(f"must be a non-negative integer, got {seed!r}", "seed")
         if workload is not None:
             check_workload(self, workload)
         return generate_requests(workload or self.workload, self.model_names, self.slo_seconds(),

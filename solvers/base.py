@@ -135,6 +135,9 @@ def run_solver(instance, name: Optional[str] = None, *, time_limit: Optional[flo
         kind = "LLM" if instance.is_llm else "non-LLM"
         raise InputError(f"solver {name!r} does not solve {kind} instances", "solver")
     seed = instance.seed if seed is None else seed
+    if seed != instance.seed:
+        # the seed drives the workload: solve and score on the requests it draws
+        instance = dataclasses.replace(instance, seed=seed)
     start = time.perf_counter()
     placement = solver.solve(instance, time_limit=time_limit, seed=seed)
     wall = time.perf_counter() - start
