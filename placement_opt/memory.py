@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import InputError
 from .placement import Group
 
 
-def stage_bytes(instance, group: Group) -> np.ndarray:
-    """Weight bytes each GPU of every stage of ``group`` holds for its models."""
+def stage_bytes(instance, group: Group, where: str = "groups") -> np.ndarray:
+    """Weight bytes each GPU of every stage of ``group`` holds for its models.
+
+    A model without a profile for the group's (pp, tp) is an input error at ``where``.
+    """
     out = np.zeros(group.pp)
     for name in group.models:
         cfg = instance.model_profiles[instance.model_index(name)].config(group.pp, group.tp)
+        if cfg is None:
+            raise InputError(f"model {name!r} has no profile for pp={group.pp} tp={group.tp}", f"{where}.models")
         out += np.asarray(cfg.stage_weight_bytes)
     return out
 

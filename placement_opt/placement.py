@@ -185,6 +185,7 @@ def load_placement(path: str) -> Placement:
 
 def check_placement(placement: Placement, instance) -> None:
     """Validate a placement against an instance: devices, configurations, models, memory."""
+    from .memory import stage_bytes  # memory builds on this module
     names = set(instance.model_names)
     n_gpus = instance.cluster.n_gpus
     budget = instance.cluster.gpu.usable_memory_bytes
@@ -206,13 +207,7 @@ def check_placement(placement: Placement, instance) -> None:
                 raise InputError("a model is listed twice", f"{where}.models")
             if instance.is_llm:
                 continue
-            stage_bytes = [0.0] * g.pp
-            for m in g.models:
-                cfg = instance.model_profiles[instance.model_index(m)].config(g.pp, g.tp)
-                if cfg is None:
-                    raise InputError(f"model {m!r} has no profile for pp={g.pp} tp={g.tp}", f"{where}.models")
-                for s in range(g.pp):
-                    stage_bytes[s] += cfg.stage_weight_bytes[s]
-            if max(stage_bytes, default=0.0) > budget * (1 + 1e-9):
-                raise InputError(f"models need {max(stage_bytes) / 1e9:.2f} GB per GPU, over the budget of "
+            need = stage_bytes(instance, g, where).max(initial=0.0)
+            if need > budget * (1 + 1e-9):
+                raise InputError(f"models need {need / 1e9:.2f} GB per GPU, over the budget of "
                                  f"{budget / 1e9:.2f} GB", f"{where}.models")
