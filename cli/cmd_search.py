@@ -116,9 +116,10 @@ def split_options(options, names):
 
 def compare_rows(inst, names, per_options=None, time_limit=None, seed=None, echo=None) -> list[dict]:
     """Solve with each solver, simulate, and return one row of metrics per solver."""
-    from placement_opt.solvers import get_solver_class, run_solver
-    for n in names:
-        get_solver_class(n)
+    from placement_opt.solvers import run_solver
+    from placement_opt.solvers.base import solver_for
+    for n in names:  # every solver and its options are checked before the first solve
+        solver_for(inst, n, (per_options or {}).get(n, {}))
     rows = []
     for n in names:
         if echo:
@@ -128,9 +129,13 @@ def compare_rows(inst, names, per_options=None, time_limit=None, seed=None, echo
         wall = time.perf_counter() - start
         m = placement.metrics
         used = max(sum(1 for g in gs if g.models) for gs in placement.all_group_sets)
-        rows.append({"solver": n, "slo_attainment": m["slo_attainment"], "goodput_rps": m["goodput_rps"],
-                     "latency_p99_s": m.get("latency_p99_s"), "solve_s": round(wall, 3), "groups_used": used,
-                     "windows": len(placement.windows) or None})
+        row = {"solver": n, "slo_attainment": m["slo_attainment"], "goodput_rps": m.get("goodput_rps"),
+               "latency_p99_s": m.get("latency_p99_s"), "solve_s": round(wall, 3), "groups_used": used,
+               "windows": len(placement.windows) or None}
+        if inst.is_llm:
+            row["throughput_rps"] = m.get("throughput_rps")
+            row["throughput_weighted_rps"] = m.get("throughput_weighted_rps")
+        rows.append(row)
     return rows
 
 
@@ -148,13 +153,19 @@ def compare(instance, solver_list, time_limit, seed, options, as_json):
     if not names:
         raise InputError("give at least one solver", "--solvers")
     inst = read_instance(instance)
-    rows = compare_rows(inst, names, split_options(options, names), time_limit, seed, echo=progress)
+    try:
+        rows = compare_rows(inst, names, split_options(options, names), time_limit, seed, echo=progress)
+    except InputError as e:
+        raise e.with_file(instance) from None
     if as_json:
         emit_json({"instance": inst.name, "results": rows})
         return
-    click.echo(table(["solver", "SLO attainment", "goodput (req/s)", "p99 latency (s)", "solve (s)", "groups used"],
-                     [[r["solver"], r["slo_attainment"], r["goodput_rps"], r["latency_p99_s"], r["solve_s"],
-                       r["groups_used"]] for r in rows]))
+    headers = ["solver", "SLO attainment", "goodput (req/s)", "p99 latency (s)", "solve (s)", "groups used"]
+    keys = ["solver", "slo_attainment", "goodput_rps", "latency_p99_s", "solve_s", "groups_used"]
+    if inst.is_llm:
+        headers += ["throughput (req/s)", "rate-weighted throughput (req/s)"]
+        keys += ["throughput_rps", "throughput_weighted_rps"]
+    click.echo(table(headers, [[r[k] for k in keys] for r in rows]))
 
 
 COMMANDS = [space, evaluate, compare]

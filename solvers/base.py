@@ -122,11 +122,9 @@ def make_solver(name: str, options: Optional[Dict[str, Any]] = None) -> Solver:
     return get_solver_class(name)(**(options or {}))
 
 
-def run_solver(instance, name: Optional[str] = None, *, time_limit: Optional[float] = None,
-               seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Placement:
-    """Solve, simulate the result and attach metrics and provenance."""
-    from placement_opt.simulate import simulate
-    name = name or instance.solver
+def solver_for(instance, name: str, options: Optional[Dict[str, Any]] = None) -> Solver:
+    """The configured solver ``name`` for ``instance`` (the instance's own options apply when
+    it names this solver; ``options`` override them). Refuses a solver of the other family."""
     merged = dict(instance.solver_options) if name == instance.solver else {}
     merged.update(options or {})
     solver = make_solver(name, merged)
@@ -134,6 +132,15 @@ def run_solver(instance, name: Optional[str] = None, *, time_limit: Optional[flo
     if cls.family != "any" and (cls.family == "llm") != instance.is_llm:
         kind = "LLM" if instance.is_llm else "non-LLM"
         raise InputError(f"solver {name!r} does not solve {kind} instances", "solver")
+    return solver
+
+
+def run_solver(instance, name: Optional[str] = None, *, time_limit: Optional[float] = None,
+               seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Placement:
+    """Solve, simulate the result and attach metrics and provenance."""
+    from placement_opt.simulate import simulate
+    name = name or instance.solver
+    solver = solver_for(instance, name, options)
     seed = instance.seed if seed is None else seed
     if seed != instance.seed:
         # the seed drives the workload: solve and score on the requests it draws

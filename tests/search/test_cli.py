@@ -1,12 +1,13 @@
 """placeopt space / evaluate / compare."""
 
 import json
+import os
 
 from click.testing import CliRunner
 
 from placement_opt.cli.main import cli
 
-from .helpers import data
+from .helpers import ROOT, data
 
 
 def run(*args):
@@ -85,3 +86,20 @@ def test_compare_checks_time_limit_and_seed():
                          (["--seed", "-3"], "--seed")):
         r = CliRunner().invoke(cli, ["compare", data("tiny-4gpu-bert"), "--solvers", "round-robin", *args])
         assert r.exit_code == 2 and needle in r.output, r.output
+
+
+def test_compare_checks_every_solver_before_solving():
+    """A solver of the wrong family is refused up front, naming the instance file."""
+    path = os.path.join(ROOT, "instances", "tiny", "two-models.json")
+    r = CliRunner().invoke(cli, ["compare", path, "--solvers", "round-robin,muxserve"])
+    assert r.exit_code == 2
+    assert "solving" not in r.output
+    assert "two-models.json: solver: solver 'muxserve' does not solve non-LLM instances" in r.output
+
+
+def test_compare_shows_throughput_on_llm_instances():
+    path = os.path.join(ROOT, "instances", "muxserve", "small-4llm-4gpu.json")
+    r = CliRunner().invoke(cli, ["compare", path, "--solvers", "spatial", "--json"])
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.stdout)["results"][0]
+    assert row["throughput_rps"] > 0 and row["throughput_weighted_rps"] > 0
