@@ -18,8 +18,9 @@ from .common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_
 @click.argument("file", type=click.Path(dir_okay=False))
 @JSON_FLAG
 def validate(file, as_json):
-    """Check an instance, a placement (has "groups"), a profile (has "configs") or an
-    architecture (has "layers", "hidden", "heads"; the input of `placeopt profile`) for errors."""
+    """Check an instance, a placement (has "groups"), a profile (has "configs"), an LLM cost
+    table (has "format" and "tp") or an architecture (has "layers", "hidden", "heads"; the
+    input of `placeopt profile`) for errors."""
     try:
         with open(file) as f:
             head = json.load(f)
@@ -35,6 +36,15 @@ def validate(file, as_json):
         except InputError as e:
             raise e.with_file(file) from None
         info = {"file": file, "kind": "architecture", "layers": head["layers"]}
+    elif isinstance(head, dict) and "format" in head and "tp" in head and "cluster" not in head:
+        from placement_opt.llm.costtable import CostTable
+        from placement_opt._validate import reject_non_finite
+        try:
+            reject_non_finite(head)
+            table_ = CostTable.from_dict(file, head, "")
+        except InputError as e:
+            raise e.with_file(file) from None
+        info = {"file": file, "kind": "cost table", "model": table_.model}
     elif isinstance(head, dict) and "configs" in head and "cluster" not in head:
         from placement_opt.profile import Profile
         from placement_opt._validate import reject_non_finite
@@ -55,7 +65,8 @@ def validate(file, as_json):
         detail = {"instance": lambda: f"{info['models']} models, {info['gpus']} GPUs, {info['requests']} requests",
                   "placement": lambda: f"{info['groups']} groups",
                   "profile": lambda: f"{info['configs']} parallel configs",
-                  "architecture": lambda: f"{info['layers']} layers"}[info["kind"]]()
+                  "architecture": lambda: f"{info['layers']} layers",
+                  "cost table": lambda: f"LLM {info['model']}"}[info["kind"]]()
         click.echo(f"{file}: valid {info['kind']} ({detail})")
 
 
