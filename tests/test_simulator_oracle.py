@@ -11,6 +11,8 @@ placements (windows) are checked the same way.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -211,3 +213,18 @@ def test_time_varying_placement_matches_oracle(case):
     finish, _ = run_windows(inst, placement, requests)
     expected = np.array(oracle_windows(inst, placement, requests, inst.simulator), dtype=np.float64)
     assert finish.tobytes() == expected.tobytes()
+
+
+def test_time_varying_placement_reports_busy_fractions_per_window():
+    from placement_opt import load_instance, simulate
+    inst = load_instance(os.path.join(os.path.dirname(__file__), "..", "instances", "tiny", "two-models.json"))
+    g0 = Group((0,), 1, 1, ("model-a",))
+    g1 = Group((1,), 1, 1, ("model-b",))
+    both = Group((0, 1), 2, 1, ("model-a", "model-b"))
+    placement = Placement(groups=(g0, g1), windows=(Window(0.0, (g0, g1)), Window(300.0, (both,))))
+    m = simulate(inst, placement)
+    fractions = m["window_group_busy_fraction"]
+    assert [len(f) for f in fractions] == [2, 1]
+    assert all(0 < x < 1.5 for f in fractions for x in f)
+    # one model's share of one GPU in the first window: about rate x latency
+    assert abs(fractions[0][0] - 1.5 * 0.4) < 0.15

@@ -70,7 +70,7 @@ def run_windows(instance, placement: Placement, requests: Requests,
     Requests arriving in a window use that window's groups. Device time carries over:
     a stage of a new window starts free no earlier than the latest clock of its devices
     in the previous window (swapping models is free, as Clockwork++ assumes).
-    Returns per-request finish times and (busy, stages) per window group.
+    Returns per-request finish times and, per window, the busy seconds of its groups.
     """
     config = config or instance.simulator
     finish = np.full(len(requests), -1.0)
@@ -92,18 +92,30 @@ def run_windows(instance, placement: Placement, requests: Requests,
         for g, grp in enumerate(window.groups):
             for s, devs in enumerate(_stage_devices(grp)):
                 device_free[list(devs)] = res.clocks[tables.stage_ptr[g] + s]
-            busy_rows.append((res.busy[g], grp.pp))
+        busy_rows.append(res.busy)
     return finish, busy_rows
+
+
+def _window_busy_fractions(placement: Placement, busy: list, duration_s: float) -> list:
+    """Per window, every group's busy seconds / (stages x the window's length)."""
+    starts = [w.start_s for w in placement.windows]
+    ends = starts[1:] + [max(duration_s, starts[-1])]
+    out = []
+    for w, b, start, end in zip(placement.windows, busy, starts, ends):
+        length = end - start
+        out.append([float(x / (g.pp * length)) if length > 0 else 0.0 for x, g in zip(b, w.groups)])
+    return out
 
 
 def simulate_dnn(instance, placement: Placement, requests: Optional[Requests] = None) -> dict:
     """Metrics of a DNN placement on the instance's (or the given) requests."""
     requests = instance.requests() if requests is None else requests
     if placement.windows:
-        finish, rows = run_windows(instance, placement, requests)
+        finish, busy = run_windows(instance, placement, requests)
         metrics = serving_metrics(requests.arrival, requests.model, finish, instance.model_names,
                                   requests.duration_s)
         metrics["windows"] = len(placement.windows)
+        metrics["window_group_busy_fraction"] = _window_busy_fractions(placement, busy, requests.duration_s)
         return metrics
     res = run_groups(instance, placement.groups, requests)
     return serving_metrics(requests.arrival, requests.model, res.finish, instance.model_names,
