@@ -6,6 +6,7 @@ torch is imported only when a command runs, so the CLI works without the executo
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -21,8 +22,8 @@ def _floats(text, field):
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(f"expected comma-separated numbers, got {text!r}", field) from None
-    if not values or any(v <= 0 for v in values):
-        raise InputError("expected positive numbers", field)
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise InputError("expected positive finite numbers", field)
     return values
 
 
@@ -58,10 +59,11 @@ def execute_cmd(instance, placement, backend, output_dir, slo_scales, duration, 
     repeated = [n for i, n in enumerate(names) if n in names[:i]]
     if repeated:
         raise InputError(f"{repeated[0]} is repeated (each scale's trial writes folder slo-X)", "--slo-scale")
-    if duration is not None and duration <= 0:
-        raise InputError("must be > 0", "--duration")
-    if hang_timeout <= 0 or start_timeout <= 0:
-        raise InputError("timeouts must be > 0", "--hang-timeout" if hang_timeout <= 0 else "--start-timeout")
+    if duration is not None and not (math.isfinite(duration) and duration > 0):
+        raise InputError("must be a finite number > 0", "--duration")
+    for value, flag in ((hang_timeout, "--hang-timeout"), (start_timeout, "--start-timeout")):
+        if not (math.isfinite(value) and value > 0):
+            raise InputError("timeouts must be finite and > 0", flag)
     if warmup < 0 or cpu_threads < 1:
         raise InputError("expected warmup >= 0 and cpu threads >= 1", "--warmup" if warmup < 0 else "--cpu-threads")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):

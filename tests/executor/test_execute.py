@@ -152,3 +152,14 @@ def test_repeated_slo_scales_are_an_input_error(tmp_path):
                                  "-o", str(tmp_path / "o")])
     assert r.exit_code == 2, r.output
     assert "--slo-scale: 2 is repeated" in r.output
+
+
+@pytest.mark.parametrize("flag,value", [("--duration", "nan"), ("--hang-timeout", "inf"), ("--start-timeout", "nan"),
+                                        ("--slo-scale", "2,nan")])
+def test_non_finite_numbers_are_input_errors(tmp_path, flag, value):
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"groups": [{"devices": [0], "pp": 1, "tp": 1, "models": ["tiny-a"]}]}))
+    r = CliRunner().invoke(cli, ["execute", TINY, str(placement), "--backend", "gloo", flag, value,
+                                 "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2, r.output
+    assert flag in r.output and "Traceback" not in r.output
