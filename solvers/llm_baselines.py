@@ -23,7 +23,7 @@ from placement_opt.llm.units import llm_config, llm_specs
 from placement_opt.placement import Group, Placement
 
 from .base import NoOptions, Solver, register
-from .muxserve import MuxServeOptions, refine_by_simulation, search_mesh_groups, to_placement
+from .muxserve import MuxServeOptions, best_mesh_group_placement, search_mesh_groups, to_placement
 
 
 def pack_meshes(sizes, nodes: int, gpus_per_node: int):
@@ -104,12 +104,7 @@ class Temporal(Solver):
     Options = MuxServeOptions
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
-        specs, tables, results, n_groups = search_mesh_groups(instance)
-        if self.options.refine > 0:
-            return refine_by_simulation(instance, specs, tables, results, self.options.refine, full_share=True,
-                                        mesh_groups=n_groups, scheduling="temporal")
-        return to_placement(instance, specs, tables, results[0], full_share=True, mesh_groups=n_groups,
-                            scheduling="temporal")
+        return best_mesh_group_placement(instance, self.options.refine, full_share=True, scheduling="temporal")
 
 
 @register

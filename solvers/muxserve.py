@@ -161,8 +161,15 @@ class MuxServe(Solver):
     Options = MuxServeOptions
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
-        specs, tables, results, n_groups = search_mesh_groups(instance, GAIN)
-        if self.options.refine > 0:
-            return refine_by_simulation(instance, specs, tables, results, self.options.refine,
-                                        mesh_groups=n_groups)
-        return to_placement(instance, specs, tables, results[0], mesh_groups=n_groups)
+        return best_mesh_group_placement(instance, self.options.refine)
+
+
+def best_mesh_group_placement(instance, refine: int, full_share: bool = False,
+                              scheduling: Optional[str] = None) -> Placement:
+    """The estimator's best mesh group, or with ``refine`` > 0 the simulator's best of the top ``refine``."""
+    specs, tables, results, n_groups = search_mesh_groups(instance, GAIN)
+    if refine > 0:
+        return refine_by_simulation(instance, specs, tables, results, refine, full_share=full_share,
+                                    scheduling=scheduling, mesh_groups=n_groups)
+    return to_placement(instance, specs, tables, results[0], full_share=full_share, scheduling=scheduling,
+                        mesh_groups=n_groups)

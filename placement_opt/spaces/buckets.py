@@ -11,6 +11,7 @@ bucket's share of the load are pruned.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -98,7 +99,6 @@ class DeviceBuckets:
         self.tolerance = tolerance
         k = len(self.loads)
         self.min_units = [max(1, math.ceil((minimum[b] if minimum else 1) / unit)) for b in range(k)]
-        self._kept = None
 
     def _compositions(self, b: int, left: int):
         k = len(self.loads)
@@ -116,7 +116,8 @@ class DeviceBuckets:
         ratio = share / (self.loads / self.loads.sum())
         return float(ratio.max() / ratio.min())
 
-    def _compute(self):
+    @cached_property
+    def _kept(self):
         scored = [(self._imbalance(c), c) for c in self._compositions(0, self.n_units)]
         if not scored:
             return []
@@ -126,8 +127,6 @@ class DeviceBuckets:
         return [tuple(u * self.unit for u in c) for _, c in kept]
 
     def __iter__(self) -> Iterator[tuple[int, ...]]:
-        if self._kept is None:
-            self._kept = self._compute()
         return iter(self._kept)
 
     def count(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Iterator, Sequence
 
 
@@ -31,9 +32,9 @@ class ParallelConfigs:
         self.size = size
         self.models = list(range(len(instance.models))) if models is None else list(models)
         self.tp = tp
-        self._kept = None
 
-    def _compute(self) -> list[tuple[int, int]]:
+    @cached_property
+    def _kept(self) -> list[tuple[int, int]]:
         budget = self.instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
         kept = set()
         for m in self.models:
@@ -51,8 +52,6 @@ class ParallelConfigs:
         return sorted(kept, key=lambda c: (-c[0], c[1]))
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        if self._kept is None:
-            self._kept = self._compute()
         return iter(self._kept)
 
     def count(self) -> int:
