@@ -30,8 +30,8 @@ from dataclasses import replace
 import numpy as np
 
 from placement_opt import load_instance
-from placement_opt.llm.catalog import ablation_requests
-from placement_opt.llm.estimator import placement_estimates
+from placement_opt.offline.llm_catalog import ablation_requests
+from placement_opt.solvers.llm_estimator import placement_estimates
 from placement_opt.simulate.llm import simulate_llm
 from placement_opt.solvers import llm_baselines, muxserve  # noqa: F401  (registration)
 from placement_opt.solvers.base import make_solver

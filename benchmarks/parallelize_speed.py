@@ -20,8 +20,8 @@ import numpy as np
 
 from placement_opt import Architecture, Cluster, GPUSpec, Link
 from placement_opt.parallel import api
-from placement_opt.parallel.calibration import calibration_for
-from placement_opt.parallel.costmodel import CommModel
+from placement_opt.costs.calibration import calibration_for
+from placement_opt.costs.costmodel import CommModel
 from placement_opt.parallel.graph import transformer_layer
 from placement_opt.parallel.interop import stage_dp
 from placement_opt.parallel.intraop import build_problem, solve

@@ -142,8 +142,8 @@ def paper_style_greedy(inst, shells):
     """Algorithm 1 as the paper states it (the same-run baseline): every candidate simulated in full."""
     import numpy as np
 
-    from placement_opt.evaluator import PlacementEvaluator
-    from placement_opt.memory import fits, model_stage_bytes
+    from placement_opt.simulate.evaluator import PlacementEvaluator
+    from placement_opt.feasibility import fits, model_stage_bytes
     from placement_opt.solvers.greedy import to_groups
     ev = PlacementEvaluator(inst)
     models = [[] for _ in shells]

@@ -10,7 +10,7 @@ import click
 from placement_opt.errors import InputError
 from placement_opt.simulate import simulate
 
-from .common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
+from placement_opt.cli.common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
                      read_placement, read_requests, table, write_output)
 
 
@@ -37,8 +37,8 @@ def validate(file, as_json):
             raise e.with_file(file) from None
         info = {"file": file, "kind": "architecture", "layers": head["layers"]}
     elif isinstance(head, dict) and "format" in head and "tp" in head and "cluster" not in head:
-        from placement_opt.llm.costtable import CostTable
-        from placement_opt._validate import reject_non_finite
+        from placement_opt.costs.costtable import CostTable
+        from placement_opt.validation import reject_non_finite
         try:
             reject_non_finite(head)
             table_ = CostTable.from_dict(file, head, "")
@@ -47,7 +47,7 @@ def validate(file, as_json):
         info = {"file": file, "kind": "cost table", "model": table_.model}
     elif isinstance(head, dict) and "configs" in head and "cluster" not in head:
         from placement_opt.profile import Profile
-        from placement_opt._validate import reject_non_finite
+        from placement_opt.validation import reject_non_finite
         try:
             reject_non_finite(head)
             profile = Profile.from_dict(file, head, "")

@@ -14,7 +14,7 @@ import click
 
 from placement_opt.errors import InputError
 
-from .common import INSTANCE, check_output_path, emit_json, progress, read_instance, read_placement, table
+from placement_opt.cli.common import INSTANCE, check_output_path, emit_json, progress, read_instance, read_placement, table
 
 
 def _floats(text, field):
@@ -146,7 +146,7 @@ def profile_cmd(source, model, name, output, details, configs, devices, batch_si
     import torch
 
     from placement_opt.executor.controller import ExecutorConfig, ExecutorError
-    from placement_opt.executor.model import check_supported
+    from placement_opt.executor.network import check_supported
     from placement_opt.executor.profiler import ProfileSettings, default_configs, parse_configs, profile_architecture
     from placement_opt.io import atomic_write_json
 

@@ -6,7 +6,7 @@ import click
 
 from placement_opt.errors import InputError
 
-from .common import INSTANCE, JSON_FLAG, emit_json, read_instance, table
+from placement_opt.cli.common import INSTANCE, JSON_FLAG, emit_json, read_instance, table
 
 
 @click.command()

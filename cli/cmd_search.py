@@ -15,8 +15,8 @@ from placement_opt.instance import check_workload
 from placement_opt.simulate import simulate
 from placement_opt.workload import Workload
 
-from .cmd_core import check_run_options, parse_cli_options
-from .common import INSTANCE, JSON_FLAG, emit_json, progress, read_instance, read_placement, table
+from placement_opt.cli.cmd_core import check_run_options, parse_cli_options
+from placement_opt.cli.common import INSTANCE, JSON_FLAG, emit_json, progress, read_instance, read_placement, table
 
 OPTION = click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE",
                       help="Search option (repeatable); as for `solve --solver alpaserve`.")

@@ -9,9 +9,11 @@ from typing import Iterable, Sequence
 
 import click
 
+from placement_opt.errors import InputError
 from placement_opt.instance import load_instance
 from placement_opt.io import atomic_write_text
-from placement_opt.placement import check_placement, load_placement
+from placement_opt.feasibility import check_placement
+from placement_opt.placement import load_placement
 
 INSTANCE = click.argument("instance", type=click.Path(dir_okay=False))
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
@@ -24,7 +26,6 @@ def read_instance(path: str):
 def read_requests(instance, path: str):
     """The instance's requests; errors in the workload (e.g. a trace) name ``path`` unless they
     name their own file."""
-    from placement_opt.errors import InputError
     try:
         return instance.requests()
     except InputError as e:
@@ -34,7 +35,6 @@ def read_requests(instance, path: str):
 def read_placement(path: str, instance=None):
     placement = load_placement(path)
     if instance is not None:
-        from placement_opt.errors import InputError
         try:
             check_placement(placement, instance)
         except InputError as e:
@@ -53,7 +53,6 @@ def emit_json(data) -> None:
 
 def check_output_path(path: str | None) -> None:
     """Refuse an output path that cannot be written, before any long computation."""
-    from placement_opt.errors import InputError
     if path is None or path == "-":
         return
     if os.path.isdir(path):
@@ -65,7 +64,6 @@ def check_output_path(path: str | None) -> None:
 
 def write_output(path: str, text: str) -> None:
     """Write ``text`` to ``path`` atomically (``-``: stdout); a failure is an input error."""
-    from placement_opt.errors import InputError
     if path == "-":
         sys.stdout.write(text)
         return

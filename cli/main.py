@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from placement_opt import __version__
+from placement_opt.version import __version__
 from placement_opt.errors import InputError
 
 

@@ -10,16 +10,17 @@ Library entry points::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 
-from .cluster import Cluster, GPUSpec, Link
-from .errors import InputError
-from .instance import Instance, instance_from_dict, load_instance
-from .model import Architecture, ModelSpec
-from .placement import Group, Placement, Window, check_placement, load_placement
-from .profile import ConfigProfile, Profile, derive_profile
-from .simulate import SimulatorConfig, simulate
-from .workload import Workload
+from placement_opt.cluster import Cluster, GPUSpec, Link
+from placement_opt.errors import InputError
+from placement_opt.instance import Instance, instance_from_dict, load_instance
+from placement_opt.model import Architecture, ModelSpec
+from placement_opt.feasibility import check_placement
+from placement_opt.placement import Group, Placement, Window, load_placement
+from placement_opt.profile import ConfigProfile, Profile, derive_profile
+from placement_opt.simulate import SimulatorConfig, simulate
+from placement_opt.workload import Workload
 
 
 def solve(instance, solver: str | None = None, time_limit: float | None = None, seed: int | None = None,
@@ -29,7 +30,7 @@ def solve(instance, solver: str | None = None, time_limit: float | None = None, 
     Options given here override the instance's ``solver.options``. The returned placement
     carries its simulated metrics and provenance.
     """
-    from .solvers import run_solver
+    from placement_opt.solvers import run_solver
     return run_solver(instance, solver, time_limit=time_limit, seed=seed, options=options)
 
 

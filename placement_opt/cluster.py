@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validate import check_keys, get_int, get_number, get_str
-from .errors import InputError
+from placement_opt.validation import check_keys, get_int, get_number, get_str
+from placement_opt.errors import InputError
 
 GB = 1e9
 

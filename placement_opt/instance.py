@@ -2,6 +2,17 @@
 
 :func:`load_instance` reads and validates an instance JSON file; every problem is reported
 as an :class:`~placement_opt.errors.InputError` naming the file, the field and the reason.
+
+Loading has two steps. Parsing turns the JSON sections into the problem's descriptions
+(cluster, models, measured profiles and cost tables, workload, settings). Resolution gives
+every model its costs: a DNN model's :attr:`Instance.model_profiles` entry is its measured
+profile or the auto-parallelizer's profile of its architecture, an LLM's
+:attr:`Instance.llm_cost_tables` entry is its measured cost table or the roofline estimate.
+Both are computed once per instance, by the instance itself, from the layers below it
+(:mod:`placement_opt.costs`, :mod:`placement_opt.parallel`), as cached properties: an
+instance derived with ``dataclasses.replace`` resolves afresh, never from stale caches.
+:func:`instance_from_dict` resolves the profiles at load time, so that a model that fits
+nowhere is an input error there.
 """
 
 from __future__ import annotations
@@ -15,13 +26,16 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ._validate import check_keys, get_int, get_list, get_number, get_str, reject_non_finite
-from .cluster import Cluster
-from .errors import InputError
-from .model import FAMILIES, Architecture, ModelSpec
-from .profile import Profile
-from .simulate.config import SimulatorConfig
-from .workload import Requests, SLOSpec, Workload, generate_requests
+from placement_opt.cluster import Cluster
+from placement_opt.costs.costtable import CostTable
+from placement_opt.costs.roofline import roofline_cost_table
+from placement_opt.errors import InputError
+from placement_opt.model import FAMILIES, Architecture, ModelSpec
+from placement_opt.parallel import architecture_profile
+from placement_opt.profile import Profile
+from placement_opt.settings import LLMConfig, SimulatorConfig
+from placement_opt.validation import check_keys, get_int, get_list, get_number, get_str, reject_non_finite
+from placement_opt.workload import Requests, SLOSpec, Workload, generate_requests
 
 OBJECTIVES = ("slo_attainment", "throughput")
 TOP_LEVEL_KEYS = ("name", "description", "cluster", "models", "profiles", "workload", "objective", "solver",
@@ -43,8 +57,8 @@ class Instance:
     seed: int = 0
     simulator: SimulatorConfig = SimulatorConfig()
     slo_overrides: Dict[str, SLOSpec] = field(default_factory=dict)
-    cost_tables: Dict[str, Any] = field(default_factory=dict)
-    llm: Any = None
+    cost_tables: Dict[str, CostTable] = field(default_factory=dict)
+    llm: Optional[LLMConfig] = None
     description: str = ""
     sha256: str = ""
     path: Optional[str] = None
@@ -64,11 +78,30 @@ class Instance:
         """The model's measured profile, or one built from its architecture by the cost model."""
         if model.profile is not None:
             return self.profiles[model.profile]
-        return _architecture_profile(model, self.cluster)
+        assert model.architecture is not None  # parsing requires an architecture or a profile
+        return architecture_profile(model.name, model.architecture, self.cluster)
 
     @cached_property
     def model_profiles(self) -> Tuple[Profile, ...]:
+        """Every model's profile, in model order (resolved once per instance)."""
         return tuple(self.profile_of(m) for m in self.models)
+
+    def cost_table_of(self, model: ModelSpec) -> CostTable:
+        """An LLM's measured cost table, or the roofline estimate from its architecture."""
+        if model.cost_table is not None:
+            return self.cost_tables[model.cost_table]
+        assert model.architecture is not None  # parsing requires an architecture for LLMs
+        return roofline_cost_table(model.name, model.architecture, self.cluster)
+
+    @cached_property
+    def llm_cost_tables(self) -> Tuple[Optional[CostTable], ...]:
+        """Every model's LLM cost table in model order (None for non-LLM models)."""
+        return tuple(self.cost_table_of(m) if m.family == "llm" else None for m in self.models)
+
+    @property
+    def llm_settings(self) -> LLMConfig:
+        """The ``llm`` section, or its defaults when the instance has none."""
+        return self.llm if self.llm is not None else LLMConfig()
 
     def slo_seconds(self) -> np.ndarray:
         """The SLO of every model in seconds."""
@@ -81,8 +114,9 @@ class Instance:
     def _reference_latency(self, i: int) -> float:
         m = self.models[i]
         if m.family == "llm":  # measured cost table, else the LLM roofline (never the DNN profile)
-            from .llm.units import cost_table_of
-            return cost_table_of(self, m).reference_latency()
+            table = self.llm_cost_tables[i]
+            assert table is not None
+            return table.reference_latency()
         return self.model_profiles[i].reference_latency(self.cluster.gpu.usable_memory_bytes)
 
     def requests(self, workload: Optional[Workload] = None, seed: Optional[int] = None) -> Requests:
@@ -99,11 +133,6 @@ class Instance:
     @cached_property
     def _requests(self) -> Requests:
         return generate_requests(self.workload, self.model_names, self.slo_seconds(), self.seed)
-
-
-def _architecture_profile(model: ModelSpec, cluster: Cluster) -> Profile:
-    from .parallel import architecture_profile  # the cost model (auto-parallelization)
-    return architecture_profile(model.name, model.architecture, cluster)
 
 
 def load_instance(path: str) -> Instance:
@@ -144,7 +173,6 @@ def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: O
     simulator = SimulatorConfig.from_dict(data.get("simulator", {}))
     llm = None
     if any(m.family == "llm" for m in models) or "llm" in data:
-        from .llm.config import LLMConfig
         llm = LLMConfig.from_dict(data.get("llm", {}), "llm")
     inst = Instance(
         name=get_str(data, "name", "", os.path.splitext(os.path.basename(path))[0] if path else "instance"),
@@ -197,9 +225,6 @@ def _load_profiles(d: Any, base_dir: str) -> Dict[str, Profile]:
 def _load_cost_tables(d: Any, base_dir: str) -> Dict[str, Any]:
     if not isinstance(d, dict):
         raise InputError("expected an object {table name: cost table or path}", "cost_tables")
-    if not d:
-        return {}
-    from .llm.costtable import CostTable
     return {name: CostTable.from_dict(name, _load_json_ref(v, f"cost_tables.{name}", base_dir), f"cost_tables.{name}")
             for name, v in d.items()}
 

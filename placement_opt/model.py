@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ._validate import check_keys, get_int, get_number, get_str
-from .errors import InputError
+from placement_opt.validation import check_keys, get_int, get_number, get_str
+from placement_opt.errors import InputError
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1}
 FAMILIES = ("dnn", "llm")

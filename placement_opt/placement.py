@@ -12,8 +12,11 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
 
-from ._validate import as_int, check_keys, get_int, get_list, get_number, get_str, reject_non_finite
-from .errors import InputError
+from placement_opt.errors import InputError
+from placement_opt.profile import _parse_stage_layers
+from placement_opt.settings import POLICIES
+from placement_opt.validation import (as_int, as_number, check_keys, get_int, get_list, get_number, get_str,
+                                      reject_non_finite)
 
 FORMAT_VERSION = 1
 
@@ -65,14 +68,12 @@ class Group:
             raise InputError("expected a list of model names", f"{where}.models")
         stage_layers = None
         if "stage_layers" in d:
-            from .profile import _parse_stage_layers
             stage_layers = _parse_stage_layers(d["stage_layers"], pp, f"{where}.stage_layers")
         sm = None
         if "sm_share" in d:
             sm_list = get_list(d, "sm_share", where)
             if len(sm_list) != len(models):
                 raise InputError("needs one share per model", f"{where}.sm_share")
-            from ._validate import as_number
             sm = tuple(as_number(x, f"{where}.sm_share", exclusive_minimum=0, maximum=1) for x in sm_list)
         return cls(devices=devices, pp=pp, tp=tp, models=models, stage_layers=stage_layers, sm_share=sm)
 
@@ -83,10 +84,6 @@ class Window:
 
     start_s: float
     groups: Tuple[Group, ...]
-
-
-#: Mesh scheduling policies of LLM placements (see :mod:`placement_opt.simulate.llm`).
-SCHEDULING_POLICIES = ("adbs", "round-robin", "fcfs", "temporal")
 
 
 @dataclass(frozen=True)
@@ -153,7 +150,7 @@ class Placement:
         provenance = d.get("provenance", {}) or {}
         if not isinstance(metrics, dict) or not isinstance(provenance, dict):
             raise InputError("expected an object", "metrics" if not isinstance(metrics, dict) else "provenance")
-        scheduling = get_str(d, "scheduling", "", choices=SCHEDULING_POLICIES) if "scheduling" in d else None
+        scheduling = get_str(d, "scheduling", "", choices=POLICIES) if "scheduling" in d else None
         return cls(groups=groups, windows=tuple(windows), metrics=metrics, provenance=provenance,
                    scheduling=scheduling)
 
@@ -181,33 +178,3 @@ def load_placement(path: str) -> Placement:
         return Placement.from_json(text)
     except InputError as e:
         raise e.with_file(path) from None
-
-
-def check_placement(placement: Placement, instance) -> None:
-    """Validate a placement against an instance: devices, configurations, models, memory."""
-    from .memory import stage_bytes  # memory builds on this module
-    names = set(instance.model_names)
-    n_gpus = instance.cluster.n_gpus
-    budget = instance.cluster.gpu.usable_memory_bytes
-    for wi, groups in enumerate(placement.all_group_sets):
-        prefix = f"windows[{wi}]." if placement.windows else ""
-        used = set()
-        for gi, g in enumerate(groups):
-            where = f"{prefix}groups[{gi}]"
-            for dev in g.devices:
-                if dev >= n_gpus:
-                    raise InputError(f"device {dev} does not exist (cluster has {n_gpus})", f"{where}.devices")
-                if dev in used:
-                    raise InputError(f"device {dev} is in two groups", f"{where}.devices")
-                used.add(dev)
-            for m in g.models:
-                if m not in names:
-                    raise InputError(f"no model named {m!r} in the instance", f"{where}.models")
-            if len(set(g.models)) != len(g.models):
-                raise InputError("a model is listed twice", f"{where}.models")
-            if instance.is_llm:
-                continue
-            need = stage_bytes(instance, g, where).max(initial=0.0)
-            if need > budget * (1 + 1e-9):
-                raise InputError(f"models need {need / 1e9:.2f} GB per GPU, over the budget of "
-                                 f"{budget / 1e9:.2f} GB", f"{where}.models")

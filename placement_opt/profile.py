@@ -16,9 +16,9 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from ._validate import as_number, check_keys, get_int, get_list, get_number
-from .cluster import GB
-from .errors import InputError
+from placement_opt.validation import as_number, check_keys, get_int, get_list, get_number
+from placement_opt.cluster import GB
+from placement_opt.errors import InputError
 
 #: Latency of tensor-parallel degree t relative to t=1 and of batch size b relative to
 #: b=1, both measured on the BERT-1.3B V100 profile shipped in ``placement_opt/data``

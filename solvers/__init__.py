@@ -5,7 +5,7 @@ Importing this package registers every solver module listed in ``_SOLVER_MODULES
 
 import importlib
 
-from .base import Solver, get_solver_class, make_solver, parse_options, register, run_solver, solver_names
+from placement_opt.solvers.base import Solver, get_solver_class, make_solver, parse_options, register, run_solver, solver_names
 
 _SOLVER_MODULES = (
     "round_robin", "selective_replication",  # spine baselines

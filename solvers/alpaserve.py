@@ -34,15 +34,15 @@ from typing import Tuple
 import numpy as np
 
 from placement_opt.errors import InputError
-from placement_opt.evaluator import PlacementEvaluator
+from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement
 from placement_opt.simulate.tables import stage_latencies
 from placement_opt.spaces import allocate_devices
 from placement_opt.spaces.summary import SearchSettings, bucket_tasks, plan
 
-from .backends import BACKENDS, Progress, make_backend, worker_context
-from .base import Solver, register
-from .greedy import greedy_selection
+from placement_opt.solvers.backends import BACKENDS, Progress, make_backend, worker_context
+from placement_opt.solvers.base import Solver, register
+from placement_opt.solvers.greedy import greedy_selection
 
 
 @dataclass(frozen=True)

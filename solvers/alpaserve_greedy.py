@@ -14,10 +14,10 @@ from placement_opt.errors import InputError
 from placement_opt.placement import Placement
 from placement_opt.spaces import GroupPartitions, allocate_devices
 
-from .backends import Progress
-from .base import Solver, register
-from .greedy import greedy_selection
-from .round_robin import smallest_pipeline_size
+from placement_opt.solvers.backends import Progress
+from placement_opt.solvers.base import Solver, register
+from placement_opt.solvers.greedy import greedy_selection
+from placement_opt.solvers.round_robin import smallest_pipeline_size
 
 
 @dataclass(frozen=True)

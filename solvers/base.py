@@ -13,9 +13,10 @@ import math
 import time
 from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
-from placement_opt import __version__
+from placement_opt.version import __version__
 from placement_opt.errors import InputError
 from placement_opt.placement import Placement
+from placement_opt.simulate import simulate
 
 _REGISTRY: Dict[str, Type["Solver"]] = {}
 
@@ -138,7 +139,6 @@ def solver_for(instance, name: str, options: Optional[Dict[str, Any]] = None) ->
 def run_solver(instance, name: Optional[str] = None, *, time_limit: Optional[float] = None,
                seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Placement:
     """Solve, simulate the result and attach metrics and provenance."""
-    from placement_opt.simulate import simulate
     name = name or instance.solver
     solver = solver_for(instance, name, options)
     seed = instance.seed if seed is None else seed

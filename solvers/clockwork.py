@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement_opt.errors import InputError
-from placement_opt.evaluator import PlacementEvaluator
+from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement, Window
 
-from .backends import BACKENDS, Progress, make_backend, worker_context
-from .base import Solver, register
-from .greedy import greedy_selection
+from placement_opt.solvers.backends import BACKENDS, Progress, make_backend, worker_context
+from placement_opt.solvers.base import Solver, register
+from placement_opt.solvers.greedy import greedy_selection
 
 
 @dataclass(frozen=True)

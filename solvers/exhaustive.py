@@ -14,13 +14,13 @@ import time
 from dataclasses import dataclass
 
 from placement_opt.errors import InputError
-from placement_opt.evaluator import PlacementEvaluator
+from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement
 from placement_opt.spaces import ModelSelections, ParallelConfigs, allocate_devices
 from placement_opt.spaces.partitions import AllPartitions
 
-from .backends import Progress
-from .base import Solver, register
+from placement_opt.solvers.backends import Progress
+from placement_opt.solvers.base import Solver, register
 
 
 @dataclass(frozen=True)

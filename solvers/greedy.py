@@ -32,8 +32,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from placement_opt.evaluator import PlacementEvaluator
-from placement_opt.memory import model_stage_bytes
+from placement_opt.simulate.evaluator import PlacementEvaluator
+from placement_opt.feasibility import model_stage_bytes
 from placement_opt.placement import Group
 
 

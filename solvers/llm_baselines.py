@@ -17,13 +17,13 @@ from __future__ import annotations
 import numpy as np
 
 from placement_opt.errors import InputError
-from placement_opt.llm.estimator import build_tables
-from placement_opt.llm.greedy import FREE_MEMORY
-from placement_opt.llm.units import llm_config, llm_specs
+from placement_opt.solvers.llm_estimator import build_tables
+from placement_opt.solvers.mesh_greedy import FREE_MEMORY
+from placement_opt.llm_units import llm_config, llm_specs
 from placement_opt.placement import Group, Placement
 
-from .base import NoOptions, Solver, register
-from .muxserve import MuxServeOptions, best_mesh_group_placement, search_mesh_groups, to_placement
+from placement_opt.solvers.base import NoOptions, Solver, register
+from placement_opt.solvers.muxserve import MuxServeOptions, best_mesh_group_placement, search_mesh_groups, to_placement
 
 
 def pack_meshes(sizes, nodes: int, gpus_per_node: int):

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement_opt.errors import InputError
-from placement_opt.memory import fits
+from placement_opt.feasibility import fits
 from placement_opt.placement import Group, Placement
 from placement_opt.spaces import valid_group_size
 from placement_opt.spaces.buckets import model_loads
 
-from .alpaserve_greedy import fixed_partition
-from .backends import Progress
-from .base import Solver, register
-from .greedy import greedy_selection
+from placement_opt.solvers.alpaserve_greedy import fixed_partition
+from placement_opt.solvers.backends import Progress
+from placement_opt.solvers.base import Solver, register
+from placement_opt.solvers.greedy import greedy_selection
 
 MP_GREEDY_SIZES = (2, 4, 8)
 

@@ -1,12 +1,12 @@
 """MuxServe placement (ICML'24, Algorithms 1 and 2): colocate LLMs on meshes for throughput.
 
-1. Parallel candidates (Algorithm 2, :func:`placement_opt.llm.estimator.build_tables`): per
+1. Parallel candidates (Algorithm 2, :func:`placement_opt.solvers.llm_estimator.build_tables`): per
    LLM and TP degree, the smallest SM share (30-100 %) whose Eq. 3 estimate meets its rate.
-2. Mesh groups (:mod:`placement_opt.llm.meshes`): one power-of-two split per node, pruned to
+2. Mesh groups (:mod:`placement_opt.spaces.meshes`): one power-of-two split per node, pruned to
    at most one mesh per LLM and a largest mesh that holds the largest LLM (267 groups for 16
    to 19 LLMs on 4 x 8 GPUs, as the reference implementation evaluates).
 3. Per group, LLMs in decreasing rate x size go greedily to the mesh with the largest
-   estimated throughput gain under memory and SM constraints (:mod:`placement_opt.llm.greedy`,
+   estimated throughput gain under memory and SM constraints (:mod:`placement_opt.solvers.mesh_greedy`,
    Numba); the group with the highest estimated throughput wins. Estimates saturate at the
    rates, so ties are common: they go to the group that oversubscribes SMs least, then to
    the one whose units estimate most at twice the rates (headroom), then the first.
@@ -25,13 +25,14 @@ from typing import Optional
 import numpy as np
 
 from placement_opt.errors import InputError
-from placement_opt.llm.estimator import EstimatorTables, build_tables
-from placement_opt.llm.greedy import GAIN, place_on_meshes
-from placement_opt.llm.meshes import mesh_devices, mesh_groups
-from placement_opt.llm.units import llm_config, llm_specs
+from placement_opt.solvers.llm_estimator import EstimatorTables, build_tables
+from placement_opt.solvers.mesh_greedy import GAIN, place_on_meshes
+from placement_opt.spaces.meshes import mesh_devices, mesh_groups
+from placement_opt.llm_units import llm_config, llm_specs
 from placement_opt.placement import Group, Placement
+from placement_opt.simulate.llm import simulate_llm
 
-from .base import Solver, register
+from placement_opt.solvers.base import Solver, register
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,6 @@ def refine_by_simulation(instance, specs, tables, results, k: int, full_share: b
     The ``throughput`` objective is rate-weighted (``throughput_weighted_rps``, the MuxServe
     paper's metric); ``slo_attainment`` is the share of requests within their SLO.
     """
-    from placement_opt.simulate.llm import simulate_llm
     key = "slo_attainment" if instance.objective == "slo_attainment" else "throughput_weighted_rps"
     best, best_val = None, -np.inf
     for r in results[:k]:

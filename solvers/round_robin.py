@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement_opt.errors import InputError
-from placement_opt.memory import fits, model_stage_bytes
+from placement_opt.feasibility import fits, model_stage_bytes
 from placement_opt.placement import Group, Placement
 
-from .base import Solver, register
-from .partition import equal_groups
+from placement_opt.solvers.base import Solver, register
+from placement_opt.solvers.partition import equal_groups
 
 
 @dataclass(frozen=True)

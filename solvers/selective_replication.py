@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from placement_opt.placement import Placement
 
-from .base import Solver, register
-from .greedy import greedy_selection
+from placement_opt.solvers.base import Solver, register
+from placement_opt.solvers.greedy import greedy_selection
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from placement_opt import check_placement, instance_from_dict, load_instance, simulate, solve
-from placement_opt.evaluator import PlacementEvaluator
-from placement_opt.memory import stage_bytes
+from placement_opt.simulate.evaluator import PlacementEvaluator
+from placement_opt.feasibility import stage_bytes
 from placement_opt.placement import Group, Placement
 from placement_opt.solvers import solver_names
 from placement_opt.solvers.greedy import greedy_selection

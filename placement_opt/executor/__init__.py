@@ -16,13 +16,13 @@ from __future__ import annotations
 
 def execute(*args, **kwargs):
     """See :func:`placement_opt.executor.controller.execute`."""
-    from .controller import execute as run
+    from placement_opt.executor.controller import execute as run
     return run(*args, **kwargs)
 
 
 def profile_architecture(*args, **kwargs):
     """See :func:`placement_opt.executor.profiler.profile_architecture`."""
-    from .profiler import profile_architecture as run
+    from placement_opt.executor.profiler import profile_architecture as run
     return run(*args, **kwargs)
 
 
@@ -31,7 +31,7 @@ def require_torch() -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        from ..errors import InputError
+        from placement_opt.errors import InputError
         raise InputError("the executor needs PyTorch: pip install -e .[executor]", "torch") from None
 
 

@@ -24,15 +24,16 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from ..io import atomic_write_json
-from ..placement import Placement, check_placement
-from ..simulate.flowshop import simulate_dnn
-from ..workload import Requests, SLOSpec
-from .dispatch import Dispatcher
-from .records import TrialRecord, write_trial
-from .topology import model_layer_range, rank_plans, tp_groups
-from .worker import ModelBuild, WorkerSpec, worker_main
+from placement_opt.errors import InputError
+from placement_opt.io import atomic_write_json
+from placement_opt.feasibility import check_placement
+from placement_opt.placement import Placement
+from placement_opt.simulate.flowshop import simulate_dnn
+from placement_opt.workload import Requests, SLOSpec
+from placement_opt.executor.dispatch import Dispatcher
+from placement_opt.executor.records import TrialRecord, write_trial
+from placement_opt.executor.topology import model_layer_range, rank_plans, tp_groups
+from placement_opt.executor.worker import ModelBuild, WorkerSpec, worker_main
 
 BACKENDS = ("nccl", "gloo")
 
@@ -81,7 +82,7 @@ def host_memory_bytes() -> int:
 
 def check_executable(instance, placement: Placement, backend: str) -> None:
     """Everything the executor needs, reported as input errors before any process starts."""
-    from .model import check_supported
+    from placement_opt.executor.network import check_supported
 
     if instance.is_llm:
         raise InputError("the executor runs DNN (non-LLM) instances", "models.family")

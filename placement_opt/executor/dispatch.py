@@ -18,10 +18,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from ..placement import Group
-from ..simulate.config import SimulatorConfig
-from ..simulate.tables import build_tables
+from placement_opt.errors import InputError
+from placement_opt.placement import Group
+from placement_opt.settings import SimulatorConfig
+from placement_opt.simulate.tables import build_tables
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,11 @@ from typing import Tuple
 
 import numpy as np
 
-from ..model import Architecture
-from ..profile import ConfigProfile, Profile
-from .topology import even_layer_split
-from .worker import _die_with_parent
+from placement_opt.model import Architecture
+from placement_opt.errors import InputError
+from placement_opt.profile import ConfigProfile, Profile, parallel_configs
+from placement_opt.executor.topology import even_layer_split
+from placement_opt.executor.worker import _die_with_parent
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,8 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
         import torch
         import torch.distributed as dist
 
-        from .layers import seeded_source
-        from .model import Block, Embedding, TransformerStage, compute_dtype, request_tokens
+        from placement_opt.executor.layers import seeded_source
+        from placement_opt.executor.network import Block, Embedding, TransformerStage, compute_dtype, request_tokens
 
         if settings.backend == "nccl":
             torch.cuda.set_device(tp_rank)
@@ -141,7 +142,7 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
 def _run_tp(arch: Architecture, tp: int, settings: ProfileSettings) -> dict:
     import torch.multiprocessing as mp
 
-    from .controller import ExecutorError, _free_port
+    from placement_opt.executor.controller import ExecutorError, _free_port
 
     ctx = mp.get_context("spawn")
     init = f"tcp://127.0.0.1:{_free_port()}"
@@ -201,7 +202,6 @@ def profile_architecture(name: str, arch: Architecture, settings: ProfileSetting
 
 def default_configs(n_devices: int, layers: int, max_tp: int = 8) -> Tuple[Tuple[int, int], ...]:
     """Every (pp, tp) on a power-of-two number of devices up to ``n_devices``."""
-    from ..profile import parallel_configs
 
     out = []
     n = 1
@@ -213,7 +213,6 @@ def default_configs(n_devices: int, layers: int, max_tp: int = 8) -> Tuple[Tuple
 
 def parse_configs(text: str, field: str = "--configs") -> Tuple[Tuple[int, int], ...]:
     """"1x1,2x1,1x2" (pp x tp) into pairs."""
-    from ..errors import InputError
 
     out = []
     for item in (t.strip() for t in text.split(",") if t.strip()):

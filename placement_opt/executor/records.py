@@ -20,8 +20,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ..io import atomic_write_json, atomic_write_text
-from ..simulate.metrics import serving_metrics
+from placement_opt.io import atomic_write_json, atomic_write_text
+from placement_opt.simulate.metrics import serving_metrics
 
 
 @dataclass

@@ -14,10 +14,10 @@ import traceback
 
 import numpy as np
 
-from ..model import Architecture
-from ..placement import Group
-from .topology import model_layer_range, rank_plans, tp_groups
-from .worker import ModelBuild, WorkerSpec, _die_with_parent, _Runner
+from placement_opt.model import Architecture
+from placement_opt.placement import Group
+from placement_opt.executor.topology import model_layer_range, rank_plans, tp_groups
+from placement_opt.executor.worker import ModelBuild, WorkerSpec, _die_with_parent, _Runner
 
 
 def _check_main(spec: WorkerSpec, out) -> None:
@@ -39,7 +39,7 @@ def sharded_forward(arch: Architecture, pp: int, tp: int, backend: str = "gloo",
     """Output of one request through ``pp`` stages of ``tp`` processes (devices 0..pp*tp-1)."""
     import torch.multiprocessing as mp
 
-    from .controller import ExecutorError, _free_port
+    from placement_opt.executor.controller import ExecutorError, _free_port
 
     group = Group(devices=tuple(range(pp * tp)), pp=pp, tp=tp, models=("model",))
     plans = rank_plans([group], {"model": arch.layers})
@@ -79,8 +79,8 @@ def reference_forward(arch: Architecture, seed: int = 0, device: str = "cpu") ->
     """Output of the unsharded model for the same request, computed in this process."""
     import torch
 
-    from .layers import seeded_source
-    from .model import TransformerStage, request_tokens
+    from placement_opt.executor.layers import seeded_source
+    from placement_opt.executor.network import TransformerStage, request_tokens
 
     dev = torch.device(device)
     stage = TransformerStage(arch, (0, arch.layers), seeded_source(seed, dev), device=dev)

@@ -12,8 +12,8 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import InputError
-from ..placement import Group
+from placement_opt.errors import InputError
+from placement_opt.placement import Group
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Optional, Tuple
 
-from ..model import Architecture
-from .topology import RankPlan
+from placement_opt.model import Architecture
+from placement_opt.executor.topology import RankPlan
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,8 @@ class _Runner:
         import torch
         import torch.distributed as dist
 
-        from .layers import safetensors_source, seeded_source
-        from .model import TransformerStage, request_tokens
+        from placement_opt.executor.layers import safetensors_source, seeded_source
+        from placement_opt.executor.network import TransformerStage, request_tokens
 
         self.torch, self.dist, self.spec = torch, dist, spec
         plan = spec.plan

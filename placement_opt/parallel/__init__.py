@@ -12,7 +12,7 @@ Entry points::
 See docs/parallel.md for the cost model, its calibration and the algorithms.
 """
 
-from .api import (BATCH_SIZES, ParallelizedModel, architecture_profile, enumerate_parallel_configs, inter_op_table,
+from placement_opt.parallel.api import (BATCH_SIZES, ParallelizedModel, architecture_profile, enumerate_parallel_configs, inter_op_table,
                   parallelize, parallelize_uniform, parallelize_with)
 
 __all__ = ["BATCH_SIZES", "ParallelizedModel", "architecture_profile", "enumerate_parallel_configs", "inter_op_table",

@@ -15,15 +15,15 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ..cluster import Cluster
-from ..errors import InputError
-from ..model import Architecture, ModelSpec
-from ..profile import ConfigProfile, Profile, parallel_configs
-from .calibration import calibration_for
-from .costmodel import Calibration, CommModel
-from .graph import LayerGraph, model_units
-from .interop import InterOpTable, stage_dp, uniform_partition
-from .intraop import IntraOpPlan, build_problem, evaluate, solve
+from placement_opt.cluster import Cluster
+from placement_opt.errors import InputError
+from placement_opt.model import Architecture, ModelSpec
+from placement_opt.profile import ConfigProfile, Profile, parallel_configs
+from placement_opt.costs.calibration import calibration_for
+from placement_opt.costs.costmodel import Calibration, CommModel
+from placement_opt.parallel.graph import LayerGraph, model_units
+from placement_opt.parallel.interop import InterOpTable, stage_dp, uniform_partition
+from placement_opt.parallel.intraop import IntraOpPlan, build_problem, evaluate, solve
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
 #: Largest GPU count :func:`architecture_profile` enumerates.

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Tuple
 
-from ..model import Architecture
+from placement_opt.model import Architecture
 
 
 @dataclass(frozen=True)

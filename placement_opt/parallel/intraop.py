@@ -26,10 +26,10 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from ..errors import InputError
-from ..cluster import GPUSpec
-from .costmodel import Calibration, CommModel, op_time
-from .graph import LayerGraph, Operator, merge_followers
+from placement_opt.errors import InputError
+from placement_opt.cluster import GPUSpec
+from placement_opt.costs.costmodel import Calibration, CommModel, op_time
+from placement_opt.parallel.graph import LayerGraph, Operator, merge_followers
 
 R, S, E = 0, 1, 2  # activation layouts
 LAYOUT_NAMES = ("R", "S", "E")

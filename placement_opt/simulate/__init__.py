@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..placement import Placement, check_placement
-from .config import SimulatorConfig
-from .flowshop import FlowShopResult, run_groups, run_tables, run_windows, simulate_dnn
-from .metrics import serving_metrics
-from .tables import HostTables, build_tables
+from placement_opt.feasibility import check_placement
+from placement_opt.placement import Placement
+from placement_opt.settings import SimulatorConfig
+from placement_opt.simulate.llm import simulate_llm
+from placement_opt.simulate.flowshop import FlowShopResult, run_groups, run_tables, run_windows, simulate_dnn
+from placement_opt.simulate.metrics import serving_metrics
+from placement_opt.simulate.tables import HostTables, build_tables
 
 
 def simulate(instance, placement: Placement, workload=None, seed: Optional[int] = None) -> dict:
@@ -19,7 +21,6 @@ def simulate(instance, placement: Placement, workload=None, seed: Optional[int] 
     check_placement(placement, instance)
     requests = None if workload is None and seed is None else instance.requests(workload, seed)
     if instance.is_llm:
-        from .llm import simulate_llm
         return simulate_llm(instance, placement, requests)
     return simulate_dnn(instance, placement, requests)
 

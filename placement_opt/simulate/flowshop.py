@@ -7,12 +7,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..placement import Group, Placement
-from ..workload import Requests
-from .config import SimulatorConfig
-from .kernels import EARLIEST, SHORTEST_QUEUE, run_batched, run_flow_shop
-from .metrics import serving_metrics
-from .tables import HostTables, build_tables
+from placement_opt.placement import Group, Placement
+from placement_opt.workload import Requests
+from placement_opt.settings import SimulatorConfig
+from placement_opt.simulate.kernels import EARLIEST, SHORTEST_QUEUE, run_batched, run_flow_shop
+from placement_opt.simulate.metrics import serving_metrics
+from placement_opt.simulate.tables import HostTables, build_tables
 
 
 @dataclass(frozen=True, eq=False)

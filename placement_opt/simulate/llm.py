@@ -2,7 +2,7 @@
 
 :func:`simulate_llm` checks a placement's meshes (one stage each, weights plus KV cache
 within memory), splits the requests over the meshes that host their LLM, runs the Numba
-kernel :func:`placement_opt.llm.meshsim.simulate_mesh` per mesh and computes the metrics.
+kernel :func:`placement_opt.simulate.meshsim.simulate_mesh` per mesh and computes the metrics.
 
 Semantics (details in the kernel's docstring and ``docs/llm.md``):
 
@@ -27,11 +27,11 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import InputError
-from ..llm.config import POLICIES
-from ..llm.interp import lookup_batches, lookup_lengths
-from ..llm.meshsim import ADBS, FCFS, ROUND_ROBIN, simulate_mesh
-from ..llm.units import llm_config, llm_specs, mesh_kv_pool_bytes
+from placement_opt.errors import InputError
+from placement_opt.settings import POLICIES
+from placement_opt.costs.interp import lookup_batches, lookup_lengths
+from placement_opt.simulate.meshsim import ADBS, FCFS, ROUND_ROBIN, simulate_mesh
+from placement_opt.llm_units import llm_config, llm_specs, mesh_kv_pool_bytes
 
 KIB = 1024
 UTILISATION_BINS = 60

@@ -7,8 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..placement import Group
-from .config import SimulatorConfig
+from placement_opt.placement import Group
+from placement_opt.settings import SimulatorConfig
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,11 +13,11 @@ Each space enumerates lazily (iterate it) and counts itself without enumerating
 * :func:`summarize` -- the whole AlpaServe (Algorithm 2) space of an instance.
 """
 
-from .buckets import DeviceBuckets, ModelBuckets, model_loads
-from .configs import ParallelConfigs
-from .partitions import GroupPartitions, allocate_devices, valid_group_size
-from .selections import ModelSelections
-from .summary import SearchSettings, summarize
+from placement_opt.spaces.buckets import DeviceBuckets, ModelBuckets, model_loads
+from placement_opt.spaces.configs import ParallelConfigs
+from placement_opt.spaces.partitions import GroupPartitions, allocate_devices, valid_group_size
+from placement_opt.spaces.selections import ModelSelections
+from placement_opt.spaces.summary import SearchSettings, summarize
 
 __all__ = ["DeviceBuckets", "GroupPartitions", "ModelBuckets", "ModelSelections", "ParallelConfigs",
            "SearchSettings", "allocate_devices", "model_loads", "summarize", "valid_group_size"]

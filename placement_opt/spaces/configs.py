@@ -3,31 +3,31 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+from placement_opt.instance import Instance
+from placement_opt.parallel import enumerate_parallel_configs
 
 
-def _auto_parallel(instance, model: int, n_gpus: int):
-    """(pp, tp) pairs from the auto-parallelization module when it is available, else None."""
-    try:
-        from placement_opt.parallel import enumerate_parallel_configs
-    except ImportError:
+def _auto_parallel(instance: Instance, model: int, n_gpus: int) -> Optional[List[Tuple[int, int]]]:
+    """(pp, tp) pairs the auto-parallelizer finds for a model with an architecture, else None
+    (a model known only by its measured profile)."""
+    spec = instance.models[model]
+    if spec.architecture is None:
         return None
-    try:
-        return [tuple(c) for c in enumerate_parallel_configs(instance.models[model], n_gpus, instance.cluster)]
-    except Exception:  # a model without architecture, or an older signature: fall back to profiles
-        return None
+    return [tuple(c) for c in enumerate_parallel_configs(spec, n_gpus, instance.cluster)]
 
 
 class ParallelConfigs:
     """(pp, tp) with pp x tp = ``size`` that at least one of ``models`` can run in memory.
 
-    Candidates come from :func:`placement_opt.parallel.enumerate_parallel_configs` when it
-    is importable, else from the models' profiles; a kept config must be profiled (the
+    Candidates come from :func:`placement_opt.parallel.enumerate_parallel_configs` for a
+    model with an architecture, else from the model's profile; a kept config must be profiled (the
     simulator needs its latencies) and fit the usable memory for some model.
     ``count_unpruned`` is every factorisation of ``size`` into pp x tp.
     """
 
-    def __init__(self, instance, size: int, models: Sequence[int] | None = None, tp: int | None = None):
+    def __init__(self, instance: Instance, size: int, models: Sequence[int] | None = None, tp: int | None = None):
         self.instance = instance
         self.size = size
         self.models = list(range(len(instance.models))) if models is None else list(models)

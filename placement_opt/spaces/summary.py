@@ -11,9 +11,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from .buckets import DeviceBuckets, ModelBuckets, model_loads
-from .configs import ParallelConfigs
-from .partitions import GroupPartitions
+from placement_opt.spaces.buckets import DeviceBuckets, ModelBuckets, model_loads
+from placement_opt.spaces.configs import ParallelConfigs
+from placement_opt.spaces.partitions import GroupPartitions
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Workloads: arrival processes, traces, and their vectorised request arrays."""
 
-from .generate import Requests, generate_requests, model_processes
-from .processes import gamma_arrivals, mmpp_arrivals, mmpp_mean_rate, poisson_arrivals, power_law_split
-from .spec import ArrivalProcess, LengthSpec, SLOSpec, TraceSpec, Workload
-from .trace import Trace, fit_gamma, read_trace, refit_arrivals
+from placement_opt.workload.generate import Requests, generate_requests, model_processes
+from placement_opt.workload.processes import gamma_arrivals, mmpp_arrivals, mmpp_mean_rate, poisson_arrivals, power_law_split
+from placement_opt.workload.spec import ArrivalProcess, LengthSpec, SLOSpec, TraceSpec, Workload
+from placement_opt.workload.trace import Trace, fit_gamma, read_trace, refit_arrivals
 
 __all__ = [
     "ArrivalProcess", "LengthSpec", "Requests", "SLOSpec", "Trace", "TraceSpec", "Workload",

@@ -7,10 +7,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import InputError
-from .processes import gamma_arrivals, mmpp_arrivals, power_law_split
-from .spec import ArrivalProcess, Workload
-from .trace import read_trace, refit_arrivals
+from placement_opt.errors import InputError
+from placement_opt.workload.processes import gamma_arrivals, mmpp_arrivals, power_law_split
+from placement_opt.workload.spec import ArrivalProcess, Workload
+from placement_opt.workload.trace import read_trace, refit_arrivals
 
 
 #: More requests than this from a rescaled trace (about 10 GB of arrays) is taken for a typo.

@@ -16,8 +16,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
-from .._validate import check_keys, get_int, get_number, get_str
-from ..errors import InputError
+from placement_opt.errors import InputError
+from placement_opt.validation import as_number, check_keys, get_int, get_number, get_str
+from placement_opt.workload.processes import mmpp_mean_rate
 
 PROCESSES = ("poisson", "gamma", "mmpp")
 #: Refitting a trace in more windows than this is taken for a typo (each window is a Python step).
@@ -42,7 +43,6 @@ class ArrivalProcess:
             check_keys(d, field, ["process", "rates", "switch_rates"], [])
             rates = _pair(d, "rates", field, minimum=0)
             switch = _pair(d, "switch_rates", field, exclusive_minimum=0)
-            from .processes import mmpp_mean_rate
             return cls(kind="mmpp", rate=mmpp_mean_rate(rates, switch), mmpp_rates=rates, mmpp_switch_rates=switch)
         if kind == "poisson" and "cv" in d:
             raise InputError("a poisson process has cv 1; use process gamma", f"{field}.cv")
@@ -67,7 +67,6 @@ class ArrivalProcess:
 
 
 def _pair(d, key, field, **bounds):
-    from .._validate import as_number
     v = d.get(key)
     where = f"{field}.{key}"
     if not isinstance(v, list) or len(v) != 2:

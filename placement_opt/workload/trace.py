@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import InputError
-from .processes import gamma_arrivals
+from placement_opt.errors import InputError
+from placement_opt.workload.processes import gamma_arrivals
 
 
 @dataclass(frozen=True, eq=False)

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("placement_opt.parallel")
 
 from placement_opt.cluster import GPUSpec, Link  # noqa: E402
-from placement_opt.executor.calibrate import calibration_report  # noqa: E402
+from placement_opt.offline.executor_calibration import calibration_report  # noqa: E402
 from placement_opt.profile import Profile  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

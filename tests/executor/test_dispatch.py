@@ -8,7 +8,7 @@ from placement_opt.errors import InputError
 from placement_opt.executor.dispatch import Dispatcher
 from placement_opt.placement import Group
 from placement_opt.simulate.flowshop import run_groups
-from placement_opt.simulate.config import SimulatorConfig
+from placement_opt.settings import SimulatorConfig
 
 
 def _instance(dispatch, process=None):

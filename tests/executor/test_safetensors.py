@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from placement_opt.executor.layers import safetensors_source, seeded_source  # noqa: E402
-from placement_opt.executor.model import TransformerStage, request_tokens  # noqa: E402
+from placement_opt.executor.network import TransformerStage, request_tokens  # noqa: E402
 from placement_opt.model import Architecture  # noqa: E402
 
 ARCH = Architecture(layers=2, hidden=64, heads=4, seq_len=16, vocab=100)

@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from placement_opt.errors import InputError  # noqa: E402
-from placement_opt.executor.model import check_supported  # noqa: E402
+from placement_opt.executor.network import check_supported  # noqa: E402
 from placement_opt.executor.selfcheck import reference_forward, sharded_forward  # noqa: E402
 from placement_opt.model import Architecture  # noqa: E402
 

@@ -3,7 +3,7 @@
 import pytest
 
 from placement_opt.errors import InputError
-from placement_opt.llm.config import LLMConfig
+from placement_opt.settings import LLMConfig
 
 
 def test_defaults_and_round_trip():

@@ -8,9 +8,9 @@ import pytest
 
 from placement_opt.cluster import Cluster
 from placement_opt.errors import InputError
-from placement_opt.llm.convert import convert_muxserve
-from placement_opt.llm.costtable import CostTable, fill_missing
-from placement_opt.llm.roofline import roofline_cost_table
+from placement_opt.offline.convert_muxserve import convert_muxserve
+from placement_opt.costs.costtable import CostTable, fill_missing
+from placement_opt.costs.roofline import roofline_cost_table
 from placement_opt.model import Architecture
 
 from .helpers import TABLES

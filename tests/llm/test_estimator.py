@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from placement_opt import load_instance
-from placement_opt.llm.estimator import build_tables
-from placement_opt.llm.units import llm_specs
+from placement_opt.solvers.llm_estimator import build_tables
+from placement_opt.llm_units import llm_specs
 
 from .helpers import SMALL
 

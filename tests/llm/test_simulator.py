@@ -9,7 +9,7 @@ import pytest
 
 from placement_opt import load_instance
 from placement_opt.errors import InputError
-from placement_opt.llm.catalog import ablation_requests
+from placement_opt.offline.llm_catalog import ablation_requests
 from placement_opt.placement import Group, Placement
 from placement_opt.simulate import simulate
 from placement_opt.simulate.llm import simulate_llm
@@ -114,7 +114,7 @@ def test_trace_workload_brings_real_token_counts():
 def test_adbs_rebalancing_moves_quota_from_the_least_to_the_most_utilised_llm():
     """Decode steps can take every LLM past its quota; re-balancing must then leave the quotas
     alone rather than move quota from the most utilised LLM to the least (it used to)."""
-    from placement_opt.llm.meshsim import _rebalance
+    from placement_opt.simulate.meshsim import _rebalance
 
     quota = np.array([100, 100], dtype=np.int64)
     _rebalance(np.array([20, 90], dtype=np.int64), quota, 0.5)
@@ -128,7 +128,7 @@ def test_adbs_rebalancing_moves_quota_from_the_least_to_the_most_utilised_llm():
 def test_only_the_request_that_cannot_fit_the_pool_is_dropped(policy):
     """FCFS tries only the oldest LLM's prefill; when that request can never fit, the other
     LLMs' waiting requests (which fit) must not be dropped with it (they used to be)."""
-    from placement_opt.llm.meshsim import simulate_mesh
+    from placement_opt.simulate.meshsim import simulate_mesh
     from placement_opt.simulate.llm import _POLICY_CODE
 
     K, max_batch = 2, 4

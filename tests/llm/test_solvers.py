@@ -7,7 +7,8 @@ import pytest
 
 from placement_opt import load_instance
 from placement_opt.errors import InputError
-from placement_opt.placement import Placement, check_placement
+from placement_opt.feasibility import check_placement
+from placement_opt.placement import Placement
 from placement_opt.simulate import simulate
 from placement_opt.solvers.base import make_solver, run_solver
 
@@ -86,8 +87,8 @@ def test_refine_ranks_by_the_rate_weighted_throughput(monkeypatch):
         n = len(calls)
         return {"throughput_rps": -n, "throughput_weighted_rps": n, "slo_attainment": 0.0}
 
-    # the module, not ``placement_opt.simulate`` (the package namespace exports the function)
-    monkeypatch.setattr(importlib.import_module("placement_opt.simulate.llm"), "simulate_llm", fake)
+    # the name muxserve's refinement calls (it imports the function into its module)
+    monkeypatch.setattr(importlib.import_module("placement_opt.solvers.muxserve"), "simulate_llm", fake)
     chosen = refine_by_simulation(inst, specs, tables, results, 3)
     assert len(calls) == 3 and chosen is calls[-1]
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from placement_opt.parallel.calibration import (H100, _params, _roofline, bert_predictions, calibration_for,
-                                                collective_samples, fit_alpha_beta, measured_links, op_samples,
-                                                rel_errors)
-from placement_opt.parallel.costmodel import CommModel, flat_collective_time
+from placement_opt.costs.calibration import _params, calibration_for, measured_links
+from placement_opt.offline.fit_calibration import (H100, _roofline, bert_predictions, collective_samples,
+                                                   fit_alpha_beta, op_samples, rel_errors)
+from placement_opt.costs.costmodel import CommModel, flat_collective_time
 from placement_opt import Link
 
 from parallel_fixtures import V100

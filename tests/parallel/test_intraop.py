@@ -5,8 +5,8 @@ import itertools
 import pytest
 
 from placement_opt import Architecture, Link
-from placement_opt.parallel.calibration import calibration_for
-from placement_opt.parallel.costmodel import CommModel
+from placement_opt.costs.calibration import calibration_for
+from placement_opt.costs.costmodel import CommModel
 from placement_opt.parallel.graph import embedding_unit, head_unit, mlp_chain, transformer_layer
 from placement_opt.parallel.intraop import build_problem, evaluate, solve
 

@@ -91,7 +91,7 @@ def test_exhaustive_refuses_a_large_space_without_counting_all_of_it():
 
 def test_exhaustive_interrupted_before_any_candidate(monkeypatch):
     """Ctrl-C before the first simulation is an interruption (exit 130), not a TypeError."""
-    from placement_opt.evaluator import PlacementEvaluator
+    from placement_opt.simulate.evaluator import PlacementEvaluator
 
     def interrupted(*args):
         raise KeyboardInterrupt

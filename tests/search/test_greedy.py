@@ -3,7 +3,7 @@
 import pytest
 
 from placement_opt import check_placement, simulate
-from placement_opt.evaluator import PlacementEvaluator
+from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Placement
 from placement_opt.solvers import run_solver
 from placement_opt.solvers.alpaserve_greedy import fixed_partition

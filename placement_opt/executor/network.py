@@ -14,9 +14,9 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from ..errors import InputError
-from ..model import Architecture
-from .layers import ColumnParallelLinear, FullTensorSource, RowParallelLinear
+from placement_opt.errors import InputError
+from placement_opt.model import Architecture
+from placement_opt.executor.layers import ColumnParallelLinear, FullTensorSource, RowParallelLinear
 
 
 def check_supported(arch: Architecture, tp: int, field: str) -> None:

@@ -13,10 +13,11 @@ from typing import List
 
 import numpy as np
 
-from ..errors import InputError
-from ..workload.generate import model_processes
-from .costtable import CostTable
-from .roofline import roofline_cost_table
+from placement_opt.costs.costtable import CostTable
+from placement_opt.errors import InputError
+from placement_opt.instance import Instance
+from placement_opt.settings import LLMConfig
+from placement_opt.workload.generate import model_processes
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,19 +38,9 @@ class LLMSpec:
         return self.prompt_tokens + self.output_tokens
 
 
-def cost_table_of(instance, model) -> CostTable:
-    """The model's measured cost table, or the roofline estimate from its architecture."""
-    if model.cost_table is not None:
-        return instance.cost_tables[model.cost_table]
-    cache = instance.__dict__.setdefault("_llm_roofline_tables", {})
-    if model.name not in cache:
-        cache[model.name] = roofline_cost_table(model.name, model.architecture, instance.cluster)
-    return cache[model.name]
-
-
-def llm_config(instance):
-    from .config import LLMConfig
-    return instance.llm if instance.llm is not None else LLMConfig()
+def llm_config(instance: Instance) -> LLMConfig:
+    """The instance's ``llm`` section (its defaults when it has none)."""
+    return instance.llm_settings
 
 
 def model_rates(instance) -> np.ndarray:
@@ -88,7 +79,7 @@ def llm_specs(instance) -> List[LLMSpec]:
         if m.family != "llm":
             raise InputError("an LLM instance cannot mix in non-LLM models", f"models[{m.name}].family")
         arch = m.architecture
-        out.append(LLMSpec(name=m.name, index=i, table=cost_table_of(instance, m),
+        out.append(LLMSpec(name=m.name, index=i, table=instance.llm_cost_tables[i],
                            weight_bytes=float(arch.weight_bytes()),
                            kv_bytes_per_token=float(arch.kv_bytes_per_token()),
                            rate=float(rates[i]), prompt_tokens=float(prompt[i]), output_tokens=float(output[i])))

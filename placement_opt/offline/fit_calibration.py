@@ -1,4 +1,4 @@
-"""Fitted cost-model parameters, and the fit that produces them from measured data.
+"""The fit of the cost model's parameters to measured data (offline; writes ``params.json``).
 
 Shipped data (``placement_opt/data/calibration``, subsets of ``shared/data``; see the
 README there): per-operator times of Llama-2 7B/70B layers on H100 by token count and
@@ -15,7 +15,7 @@ stage latencies of BERT-1.3B on V100 (AlpaServe's profiling database).
 * The DGX collectives give the alpha and bandwidth of the H100 links (reported, and
   usable as an H100 cluster's ``intra_node_link``/``inter_node_link``).
 
-``python -m placement_opt.parallel.calibration`` refits and rewrites ``params.json``.
+``python -m placement_opt.offline.fit_calibration`` refits and rewrites ``params.json``.
 """
 
 from __future__ import annotations
@@ -23,16 +23,17 @@ from __future__ import annotations
 import csv
 import json
 import os
-from functools import lru_cache
 from typing import Dict, List
 
 import numpy as np
 
-from ..cluster import GPUSpec, Link
-from .costmodel import FAMILIES, Calibration, FamilyParams
+from placement_opt.cluster import Cluster, GPUSpec, Link
+from placement_opt.costs.calibration import DATA_DIR, PARAMS_FILE, _params, calibration_for
+from placement_opt.costs.costmodel import FAMILIES, Calibration, FamilyParams
+from placement_opt.io import atomic_write_json
+from placement_opt.model import Architecture
+from placement_opt.parallel.api import parallelize_with
 
-DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "calibration")
-PARAMS_FILE = os.path.join(DATA_DIR, "params.json")
 #: H100 SXM reference used for the op-level fit (dense fp16 tensor-core peak, HBM3 bandwidth).
 H100 = GPUSpec(name="H100-SXM-80GB", memory_bytes=80e9, usable_memory_bytes=72e9, peak_fp16_flops=989e12,
                memory_bandwidth=3.35e12)
@@ -49,31 +50,6 @@ OPS_FAMILY = {
     "attn_rope": "elementwise", "mlp_act": "elementwise", "add": "elementwise",
 }
 
-
-@lru_cache(maxsize=None)
-def _params() -> dict:
-    with open(PARAMS_FILE) as f:
-        return json.load(f)
-
-
-def calibration_for(gpu: GPUSpec) -> Calibration:
-    """The fitted parameters whose GPU key occurs in ``gpu.name`` (else the default key)."""
-    params = _params()
-    key = next((k for k in params["gpus"] if k.lower() in gpu.name.lower()), params["default"])
-    return _calibration(key)
-
-
-@lru_cache(maxsize=None)
-def _calibration(key: str) -> Calibration:
-    entry = _params()["gpus"][key]
-    fams = tuple((name, FamilyParams(**entry["families"][name])) for name in FAMILIES)
-    return Calibration(gpu_key=key, families=fams, comm_eff=float(entry.get("comm_eff", 1.0)))
-
-
-def measured_links() -> Dict[str, Link]:
-    """Alpha-beta links fitted to the DGX H100 collectives (intra: NVLink, inter: one NIC)."""
-    links = _params()["h100_links"]
-    return {k: Link(bandwidth=v["bandwidth_gbps"] * 1e9, latency_s=v["latency_s"]) for k, v in links.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,7 +182,7 @@ def fit_all() -> dict:
         links[key] = {"latency_s": alpha, "bandwidth_gbps": bw / 1e9}
     errors.update(link_err)
     params = {
-        "source": ("fitted by placement_opt.parallel.calibration.fit_all from placement_opt/data/calibration "
+        "source": ("fitted by placement_opt.costs.calibration.fit_all from placement_opt/data/calibration "
                    "(subsets of shared/data/profiles/h100 and shared/data/alpaserve)"),
         "default": "H100",
         "gpus": {"H100": _entry(h100, 1.0)},
@@ -236,9 +212,6 @@ def bert_profile() -> dict:
 
 def bert_predictions(calib: Calibration):
     """(measured, predicted) stage latencies of every BERT-1.3B V100 config and batch size."""
-    from ..cluster import Cluster
-    from ..model import Architecture
-    from .api import parallelize_with
     arch = Architecture(**BERT_1_3B)
     cluster = Cluster(nodes=4, gpus_per_node=8, gpu=V100, intra_node_link=V100_REFERENCE_LINK,
                       inter_node_link=Link(bandwidth=12.5e9, latency_s=2e-5))
@@ -265,9 +238,6 @@ def _fit_v100(h100: dict, params: dict):
         fams["attention"] = fams["matmul"]
         return Calibration("V100", tuple((k, fams[k]) for k in FAMILIES), comm_eff), fams
 
-    from .api import parallelize_with
-    from ..cluster import Cluster
-    from ..model import Architecture
     arch = Architecture(**BERT_1_3B)
     one = Cluster(nodes=1, gpus_per_node=1, gpu=V100, intra_node_link=V100_REFERENCE_LINK,
                   inter_node_link=V100_REFERENCE_LINK)
@@ -290,7 +260,6 @@ def _fit_v100(h100: dict, params: dict):
 
 
 def main() -> None:
-    from ..io import atomic_write_json
     params = fit_all()
     atomic_write_json(PARAMS_FILE, params)
     for k, v in params["fit_errors"].items():

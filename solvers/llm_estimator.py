@@ -24,8 +24,8 @@ from typing import List, Sequence
 import numpy as np
 from numba import njit
 
-from .interp import lookup
-from .units import LLMSpec
+from placement_opt.costs.interp import lookup
+from placement_opt.llm_units import LLMSpec, llm_config, llm_specs
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
 FIXED_POINT_ROUNDS = 4
@@ -181,7 +181,6 @@ def build_tables(specs: List[LLMSpec], cluster, max_batch: int, kv_reserve_fract
 
 def placement_estimates(instance, placement) -> dict:
     """Eq. 3 throughput (req/s) of every placed LLM at the placement's meshes and SM shares."""
-    from .units import llm_config, llm_specs
     cfg = llm_config(instance)
     specs = llm_specs(instance)
     index = {s.name: s.index for s in specs}

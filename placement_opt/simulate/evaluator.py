@@ -14,10 +14,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .placement import Group
-from .simulate.flowshop import run_tables
-from .simulate.tables import HostTables, batch_size_grid, build_tables, stage_latencies
-from .workload import Requests
+from placement_opt.placement import Group
+from placement_opt.simulate.flowshop import run_tables
+from placement_opt.simulate.tables import HostTables, batch_size_grid, build_tables, stage_latencies
+from placement_opt.workload import Requests
 
 #: Component simulations remembered per evaluator (keys are small tuples, values small arrays).
 MEMO_LIMIT = 200_000

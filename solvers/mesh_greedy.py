@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .estimator import unit_throughput
+from placement_opt.solvers.llm_estimator import unit_throughput
 
 GAIN = 0
 FREE_MEMORY = 1

@@ -25,9 +25,9 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from .._validate import as_int, as_number, check_keys, get_list, get_str
-from ..errors import InputError
-from .interp import lookup
+from placement_opt.validation import as_int, as_number, check_keys, get_list, get_str
+from placement_opt.errors import InputError
+from placement_opt.costs.interp import lookup
 
 FORMAT = "placeopt-llm-cost-table"
 

@@ -8,7 +8,7 @@ the ChatLMSYS set has 16 LLMs with the per-LLM rates of MuxServe's
 ``chatlmsys-rates-condense*.yaml`` (kept in ``placement_opt/data/muxserve/chatlmsys-rates.json``)
 and 100 / 261 tokens mean. Poisson arrivals; lengths exponential around the means.
 
-``python -m placement_opt.llm.catalog OUTDIR`` writes every instance.
+``python -m placement_opt.offline.llm_catalog OUTDIR`` writes every instance.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from ..io import atomic_write_json
+from placement_opt.io import atomic_write_json
 
 LLAMA = {
     "llama-7b": {"layers": 32, "heads": 32, "hidden": 4096},
@@ -158,7 +158,7 @@ def parse_rates_yaml(text: str) -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (1, 2):
-        print("usage: python -m placement_opt.llm.catalog OUTDIR [RATES_YAML_DIR]", file=sys.stderr)
+        print("usage: python -m placement_opt.offline.llm_catalog OUTDIR [RATES_YAML_DIR]", file=sys.stderr)
         return 2
     out = argv[0]
     if len(argv) == 2:  # refresh the shipped rates from MuxServe's YAML files

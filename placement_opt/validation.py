@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from .errors import InputError
+from placement_opt.errors import InputError
 
 
 def check_keys(d: Any, field: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict:

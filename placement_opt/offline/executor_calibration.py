@@ -9,7 +9,7 @@ LM head) and fits one factor per tensor-parallel degree on the one-stage configu
 the calibrated model transfers. The per-piece measurements (one embedding, one layer,
 timed alone) are compared with the model's units as well.
 
-Run ``python -m placement_opt.executor.calibrate PROFILE DETAILS --gpu-name H200``.
+Run ``python -m placement_opt.offline.executor_calibration PROFILE DETAILS --gpu-name H200``.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import sys
 
 import numpy as np
 
-from ..cluster import Cluster, GPUSpec, Link
-from ..model import Architecture
-from ..profile import Profile
+from placement_opt.cluster import Cluster, GPUSpec, Link
+from placement_opt.model import Architecture
+from placement_opt.profile import Profile
 
 
 def unit_latencies(arch: Architecture, gpu: GPUSpec, link: Link, tp: int) -> tuple[float, float]:
     """Cost-model batch-1 latency of the embedding and of one transformer layer on ``tp`` GPUs."""
-    from ..parallel import inter_op_table
+    from placement_opt.parallel import inter_op_table
 
     roomy = GPUSpec(gpu.name, gpu.memory_bytes * 1e3, gpu.usable_memory_bytes * 1e3, gpu.peak_fp16_flops,
                     gpu.memory_bandwidth)  # price the fast plans; memory is not in question here
@@ -96,7 +96,7 @@ def main(argv=None) -> None:
     gpu = GPUSpec(args.gpu_name, 80e9, 72e9, args.peak_tflops * 1e12, args.bandwidth_gbps * 1e9)
     report = calibration_report(profile, details, gpu, Link(args.link_gbps * 1e9, 5e-6))
     if args.output:
-        from ..io import atomic_write_json
+        from placement_opt.io import atomic_write_json
         atomic_write_json(args.output, report)
     print("factors (fitted on pp=1): " + ", ".join(f"tp={tp} x{f:.3f}" for tp, f in report["factors"].items()))
     print("config  stage  layers   measured ms  cost model ms (err)  calibrated ms (err)")

@@ -4,7 +4,7 @@ MuxServe's ``llama-a100-cost.json`` (public artifact, A100 80 GB) nests
 ``model -> GPUs (tp) -> SM % -> batch -> sequence length -> {"prefill", "decoding"}`` in ms,
 with ``-1`` for points that were not measured (they become ``null``).
 
-Run ``python -m placement_opt.llm.convert SRC OUTDIR`` to write one table per model
+Run ``python -m placement_opt.offline.convert_muxserve SRC OUTDIR`` to write one table per model
 (``OUTDIR/<model>-a100.json``).
 """
 
@@ -14,12 +14,12 @@ import json
 import os
 import sys
 
-from ..errors import InputError
-from ..io import atomic_write_json
-from .costtable import FORMAT
+from placement_opt.errors import InputError
+from placement_opt.io import atomic_write_json
+from placement_opt.costs.costtable import FORMAT
 
 SOURCE = ("MuxServe artifact profiling data llama-a100-cost.json (A100 80 GB; ms; -1 = not measured), "
-          "converted by placement_opt.llm.convert")
+          "converted by placement_opt.offline.convert_muxserve")
 
 
 def convert_muxserve(data: dict, gpu: str = "A100-80GB") -> dict:
@@ -58,7 +58,7 @@ def convert_muxserve(data: dict, gpu: str = "A100-80GB") -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m placement_opt.llm.convert SRC OUTDIR", file=sys.stderr)
+        print("usage: python -m placement_opt.offline.convert_muxserve SRC OUTDIR", file=sys.stderr)
         return 2
     with open(argv[0]) as f:
         tables = convert_muxserve(json.load(f))

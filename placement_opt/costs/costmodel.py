@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Tuple
 
-from ..cluster import Cluster, GPUSpec, Link
+from placement_opt.cluster import Cluster, GPUSpec, Link
 
 #: Operator families that carry their own fitted efficiency and overhead.
 FAMILIES = ("matmul", "attention", "norm", "elementwise", "embedding")

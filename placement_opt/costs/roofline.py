@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import Cluster
-from ..model import Architecture
-from .costtable import CostTable, TPTable
+from placement_opt.cluster import Cluster
+from placement_opt.model import Architecture
+from placement_opt.costs.costtable import CostTable, TPTable
 
 COMPUTE_EFFICIENCY = 0.55
 BANDWIDTH_EFFICIENCY = 0.75
@@ -72,4 +72,4 @@ def roofline_cost_table(name: str, arch: Architecture, cluster: Cluster,
     if not tables:
         tables[1] = roofline_cost_table(name, arch, cluster, (1,)).tables[1]
     return CostTable(name=name, model=name, tables=tables, gpu=cluster.gpu.name,
-                     source="roofline estimate (placement_opt.llm.roofline)")
+                     source="roofline estimate (placement_opt.costs.roofline)")
