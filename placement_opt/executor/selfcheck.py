@@ -10,6 +10,7 @@ same call checks NCCL.
 from __future__ import annotations
 
 import os
+import time
 import traceback
 
 import numpy as np
@@ -21,15 +22,21 @@ from placement_opt.executor.worker import ModelBuild, WorkerSpec, _die_with_pare
 
 
 def _check_main(spec: WorkerSpec, out) -> None:
+    """One rank of the check: its stage's forward, then a barrier so that no rank leaves
+    (rank 0 hosts the rendezvous store) before every rank is done; reports ``ok`` (the last
+    stage's output), then ``done`` or ``error`` with this rank's whole traceback."""
     _die_with_parent()
+    rank = spec.plan.rank
     try:
         runner = _Runner(spec)
         y, _, _ = runner.forward(0)
         if spec.plan.is_last_stage and spec.plan.tp_rank == 0:
-            out.send(("ok", y.float().cpu().numpy()))
+            out.send(("ok", rank, y.float().cpu().numpy()))
         runner.close()
+        runner.dist.barrier()
+        out.send(("done", rank, None))
     except BaseException:
-        out.send(("error", traceback.format_exc()))
+        out.send(("error", rank, traceback.format_exc()))
         os._exit(1)
     os._exit(0)
 
@@ -39,7 +46,7 @@ def sharded_forward(arch: Architecture, pp: int, tp: int, backend: str = "gloo",
     """Output of one request through ``pp`` stages of ``tp`` processes (devices 0..pp*tp-1)."""
     import torch.multiprocessing as mp
 
-    from placement_opt.executor.controller import ExecutorError, _free_port
+    from placement_opt.executor.controller import _free_port
 
     group = Group(devices=tuple(range(pp * tp)), pp=pp, tp=tp, models=("model",))
     plans = rank_plans([group], {"model": arch.layers})
@@ -57,22 +64,45 @@ def sharded_forward(arch: Architecture, pp: int, tp: int, backend: str = "gloo",
     for proc in procs:
         proc.start()
     send.close()
+    finished = False
     try:
-        if not recv.poll(timeout_s):
-            raise ExecutorError(f"no output within {timeout_s:g} s")
-        status, data = recv.recv()
-        if status != "ok":
-            raise ExecutorError(f"a check process failed: {data.strip().splitlines()[-1]}")
-        return data
-    except EOFError:
-        raise ExecutorError(f"check processes died (exit codes {[p.exitcode for p in procs]})") from None
+        output = _collect(recv, procs, timeout_s)
+        finished = True
+        return output
     finally:
-        for proc in procs:
-            proc.join(10)
+        for proc in procs:  # after a failure the other ranks wait on it: stop them at once
+            proc.join(10 if finished else 0)
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
         recv.close()
+
+
+def _collect(recv, procs, timeout_s: float) -> np.ndarray:
+    """The last stage's output once every rank reported ``done``; the first failing rank's
+    whole traceback as an :class:`ExecutorError` otherwise."""
+    from placement_opt.executor.controller import ExecutorError
+
+    deadline = time.monotonic() + timeout_s
+    output, done = None, set()
+    while len(done) < len(procs):
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0 or not recv.poll(left):
+                waiting = sorted(set(range(len(procs))) - done)
+                raise ExecutorError(f"no answer within {timeout_s:g} s from ranks {waiting}")
+            status, rank, data = recv.recv()
+        except EOFError:
+            raise ExecutorError(f"check processes died (exit codes {[p.exitcode for p in procs]})") from None
+        if status == "error":
+            raise ExecutorError(f"check process rank {rank} failed:\n{data.rstrip()}")
+        if status == "ok":
+            output = data
+        else:
+            done.add(rank)
+    if output is None:
+        raise ExecutorError("no rank returned the last stage's output")
+    return output
 
 
 def reference_forward(arch: Architecture, seed: int = 0, device: str = "cpu") -> np.ndarray:

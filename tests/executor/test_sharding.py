@@ -28,3 +28,21 @@ def test_unsupported_architectures_are_input_errors():
         check_supported(Architecture(layers=2, hidden=64, heads=4, moe_experts=4), 1, "models[x].architecture")
     with pytest.raises(InputError, match="tensor-parallel degree 8"):
         check_supported(Architecture(layers=2, hidden=64, heads=4), 8, "models[x].architecture")
+
+
+def test_four_stage_pipeline_equals_unsharded():
+    """Every rank stays until all are done (rank 0 hosts the rendezvous store: leaving after
+    its own stage broke the later ranks' connection)."""
+    arch = Architecture(layers=4, hidden=32, heads=4, seq_len=8, vocab=61, dtype="fp32")
+    out = sharded_forward(arch, pp=4, tp=1, seed=3)
+    np.testing.assert_allclose(out, reference_forward(arch, seed=3), rtol=1e-4, atol=1e-4)
+
+
+def test_a_failing_rank_reports_its_whole_traceback():
+    from placement_opt.executor.controller import ExecutorError
+    arch = Architecture(layers=2, hidden=30, heads=3, seq_len=8, vocab=61, dtype="fp32")  # 3 heads over tp=2
+    with pytest.raises(ExecutorError) as info:
+        sharded_forward(arch, pp=1, tp=2, seed=0, timeout_s=60)
+    message = str(info.value)
+    assert "check process rank" in message and "Traceback (most recent call last)" in message
+    assert len(message.splitlines()) > 3  # the whole traceback, not its last line
