@@ -43,9 +43,11 @@ def _floats(text, field):
               help="Stop when the workers are not ready after this many seconds.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Warm-up passes per model.")
 @click.option("--cpu-threads", type=int, default=1, show_default=True, help="Torch threads per CPU worker.")
+@click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
+              help="On GPUs, run each stage as one CUDA graph replay (its all-reduces included).")
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summaries as JSON.")
 def execute_cmd(instance, placement, backend, output_dir, slo_scales, duration, hang_timeout, start_timeout,
-                warmup, cpu_threads, as_json):
+                warmup, cpu_threads, cuda_graphs, as_json):
     """Run PLACEMENT on INSTANCE's workload on real devices and compare with the simulator."""
     from placement_opt.executor import require_torch
 
@@ -69,7 +71,7 @@ def execute_cmd(instance, placement, backend, output_dir, slo_scales, duration, 
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise InputError("exists and is not a folder", "--output-dir", output_dir)
     config = ExecutorConfig(backend=backend, hang_timeout_s=hang_timeout, start_timeout_s=start_timeout,
-                            warmup=warmup, cpu_threads=cpu_threads, duration_s=duration)
+                            warmup=warmup, cpu_threads=cpu_threads, duration_s=duration, cuda_graphs=cuda_graphs)
     try:
         summaries = execute(inst, plc, output_dir, config, scales, log=progress)
     except ExecutorError as e:
@@ -133,8 +135,10 @@ def _architecture_from_file(path: str, model: str | None):
               help="Idle seconds before each timed repeat (0: back to back).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--cpu-threads", type=int, default=1, show_default=True)
+@click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
+              help="On GPUs, run each stage as one CUDA graph replay (its all-reduces included).")
 def profile_cmd(source, model, name, output, details, configs, devices, batch_sizes, backend, warmup, repeats,
-                gap, seed, cpu_threads):
+                gap, seed, cpu_threads, cuda_graphs):
     """Measure per-stage and per-layer latency and memory of SOURCE's architecture on the devices present.
 
     SOURCE is an architecture JSON, or an instance JSON (read without loading its profiles)
@@ -183,7 +187,7 @@ def profile_cmd(source, model, name, output, details, configs, devices, batch_si
     if gap < 0:
         raise InputError("must be >= 0", "--gap")
     settings = ProfileSettings(configs=cfgs, batch_sizes=sizes, warmup=warmup, repeats=repeats, gap_s=gap,
-                               backend=resolved, seed=seed, cpu_threads=cpu_threads)
+                               backend=resolved, seed=seed, cpu_threads=cpu_threads, cuda_graphs=cuda_graphs)
     progress(f"profiling {name}: configs {', '.join(f'{p}x{t}' for p, t in cfgs)}, batch sizes {list(sizes)}, "
              f"{resolved}")
     try:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash benchmarks/fidelity/run_gpu.sh PHASE...
-# Phases: setup check profile profilegap quick full tp2 repeat diag fullgap alpaserve pack. Results go to $OUT (or ./fidelity-out).
+# Phases: setup check profile profile4 tp4 profileeager profilegap quick full tp2 tp2eager repeat diag fullgap alpaserve pack.
+# Since issue 13 the executor and the profiler run every stage as one CUDA graph on GPUs; the *eager phases
+# (--no-cuda-graphs, with profile-gpu-eager.json) reproduce the earlier eager runs on the same machine. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-fidelity-out}
@@ -21,7 +23,7 @@ from placement_opt.model import Architecture
 from placement_opt.executor.selfcheck import sharded_forward, reference_forward
 arch = Architecture(layers=4, hidden=1024, heads=16, seq_len=256, vocab=1000, dtype="fp16")
 ref = reference_forward(arch, 1, "cuda:0")
-for pp, tp in [(2, 1), (1, 2)]:
+for pp, tp in [(p, t) for p, t in [(2, 1), (1, 2), (4, 1), (2, 2)] if p * t <= __import__("torch").cuda.device_count()]:
     out = sharded_forward(arch, pp, tp, backend="nccl", seed=1)
     print(f"nccl pp={pp} tp={tp}: relative error {np.linalg.norm(out - ref) / np.linalg.norm(ref):.2e}")
 ' ;;
@@ -29,6 +31,19 @@ for pp, tp in [(2, 1), (1, 2)]:
       placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1,1x2 --batch-sizes 1,2,4 \
         --warmup 5 --repeats 20 -o $F/profile-gpu.json --details "$OUT/profile-gpu-details.json"
       cp $F/profile-gpu.json "$OUT/" ;;
+    profile4)
+      # 4 GPUs: the configs of the four-models instances' placements
+      placeopt profile $F/arch.json --name transformer-5b --configs 1x1,1x2,1x4,2x2 --batch-sizes 1,2,4 \
+        --warmup 5 --repeats 20 -o $F/profile-gpu4.json
+      cp $F/profile-gpu4.json "$OUT/" ;;
+    tp4)
+      for p in ${PLACEMENTS4:-tp2x2 tp4 pp2tp2 simple}; do for a in poisson gamma; do
+        placeopt execute $F/four-models-$a.json $F/placement4-$p.json --slo-scale "$SCALES" -o "$R/four-$a-$p"
+      done; done ;;
+    profileeager)
+      placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1,1x2 --batch-sizes 1,2,4 \
+        --warmup 5 --repeats 20 --no-cuda-graphs -o $F/profile-gpu-eager.json
+      cp $F/profile-gpu-eager.json "$OUT/" ;;
     profilegap)
       placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1 --batch-sizes 1 \
         --warmup 5 --repeats 20 --gap 0.02 -o $F/profile-gpu-gap.json
@@ -44,6 +59,11 @@ for pp, tp in [(2, 1), (1, 2)]:
     tp2)
       for a in poisson gamma; do
         placeopt execute $F/two-models-$a.json $F/placement-tp2.json --slo-scale "$SCALES" -o "$R/$a-tp2"
+      done ;;
+    tp2eager)
+      for a in poisson gamma; do
+        placeopt execute $F/two-models-$a-eager.json $F/placement-tp2.json --no-cuda-graphs --slo-scale "$SCALES" \
+          -o "$R/eager-$a-tp2"
       done ;;
     repeat)
       for p in simple pipeline; do

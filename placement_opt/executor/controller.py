@@ -54,6 +54,7 @@ class ExecutorConfig:
     duration_s: Optional[float] = None  # replay only the first this many seconds
     lead_s: float = 0.5  # pause between "all ready" and the first arrival
     pause_s: float = 1.0  # idle time between trials
+    cuda_graphs: bool = True  # on GPUs, replay each stage as one CUDA graph (see executor.graphs)
 
     def resolved_backend(self) -> str:
         if self.backend == "auto":
@@ -142,7 +143,8 @@ def _worker_specs(instance, placement: Placement, backend: str, config: Executor
                                      seed=model_seed(instance.seed, name), weights=weights))
         specs.append(WorkerSpec(plan=p, world_size=len(plans), backend=backend, init_method=init,
                                 tp_groups=subgroups, models=tuple(builds), warmup=config.warmup,
-                                cpu_threads=config.cpu_threads, timeout_s=config.start_timeout_s))
+                                cpu_threads=config.cpu_threads, timeout_s=config.start_timeout_s,
+                                cuda_graphs=config.cuda_graphs and backend == "nccl"))
     return specs
 
 
@@ -385,6 +387,7 @@ def _save(trial: _Trial, out_dir: str, per_trial_dir: bool, backend: str, status
     inst = trial.instance
     simulated = simulate_dnn(inst, trial.placement, trial.requests)
     facts = {"status": status, "backend": backend, "workers": len(trial.workers.specs),
+             "cuda_graphs": any(s.cuda_graphs for s in trial.workers.specs),
              "worker_info": {str(k): v for k, v in sorted(trial.workers.ready.items())},
              "startup_s": startup, "slo_scale": inst.workload.slo.scale,
              "dispatch_lag_max_s": float(np.nanmax(trial.rec.dispatch - trial.rec.arrival))

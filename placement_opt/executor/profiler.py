@@ -44,6 +44,7 @@ class ProfileSettings:
     seed: int = 0
     cpu_threads: int = 1
     timeout_s: float = 600.0
+    cuda_graphs: bool = False  # time each stage as one CUDA graph replay, as the executor serves it (GPU only)
 
 
 def _time(fn, sync, warmup: int, repeats: int, gap_s: float = 0.0) -> float:
@@ -86,6 +87,9 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
             group = dist.group.WORLD
         source = seeded_source(settings.seed, device)
         dtype = compute_dtype(arch, device)
+        graphs = settings.cuda_graphs and device.type == "cuda"
+        if graphs:
+            from placement_opt.executor.graphs import GraphedStage
 
         def peak_reset():
             if device.type == "cuda":
@@ -108,7 +112,9 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
                 lat = {}
                 for b in settings.batch_sizes:
                     x = request_tokens(arch, b, settings.seed, device) if rng[0] == 0 else hidden(b)
-                    lat[b] = _time(lambda: stage(x), sync, settings.warmup, settings.repeats, settings.gap_s)
+                    run = GraphedStage(stage, x) if graphs else (lambda: stage(x))
+                    lat[b] = _time(run, sync, settings.warmup, settings.repeats, settings.gap_s)
+                    del run
                 stages.append({"pp": pp, "stage": s, "layers": list(rng), "latency_s": lat,
                                "weight_bytes": stage.weight_bytes(), "peak_bytes": peak(base)})
                 del stage
@@ -189,11 +195,13 @@ def profile_architecture(name: str, arch: Architecture, settings: ProfileSetting
     total = sum(smallest.stage_weight_bytes) * smallest.tp
     source = (f"measured by placeopt profile on {any_tp['device_name']} ({settings.backend}, torch "
               f"{any_tp['torch']}, warmup {settings.warmup}, median of {settings.repeats}"
-              + (f", {settings.gap_s:g} s idle before each repeat" if settings.gap_s else "") + ")")
+              + (f", {settings.gap_s:g} s idle before each repeat" if settings.gap_s else "")
+              + (", stages as CUDA graphs" if settings.cuda_graphs and settings.backend == "nccl" else "") + ")")
     profile = Profile(name=name, weight_bytes=total, configs=configs, layers=arch.layers, source=source)
     details = {"name": name, "architecture": arch.to_dict(), "device": any_tp["device_name"],
                "backend": settings.backend, "torch": any_tp["torch"], "warmup": settings.warmup,
                "repeats": settings.repeats, "gap_s": settings.gap_s, "batch_sizes": list(settings.batch_sizes),
+               "cuda_graphs": settings.cuda_graphs and settings.backend == "nccl",
                "pieces": [r for tp in sorted(by_tp) for r in by_tp[tp]["pieces"]],
                "stages": [dict(r, tp=tp, latency_s={str(b): v for b, v in r["latency_s"].items()})
                           for tp in sorted(by_tp) for r in by_tp[tp]["stages"]]}

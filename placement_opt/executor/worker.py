@@ -47,6 +47,7 @@ class WorkerSpec:
     warmup: int
     cpu_threads: int
     timeout_s: float
+    cuda_graphs: bool = False  # replay each stage as one CUDA graph (GPU only; see executor.graphs)
 
 
 def _die_with_parent() -> None:
@@ -96,6 +97,21 @@ class _Runner:
             if plan.is_first_stage:
                 self.tokens[m.index] = request_tokens(m.architecture, 1, m.seed, self.device)
         self.pending = []
+        self.graphs = {}
+
+    def capture_graphs(self) -> None:
+        """Capture every model's stage as a CUDA graph (GPU ranks; in model order, as every
+        rank of a TP group does the same)."""
+        from placement_opt.executor.graphs import GraphedStage
+
+        for m in self.spec.models:
+            stage = self.stages[m.index]
+            if self.spec.plan.is_first_stage:
+                static = self.tokens[m.index]
+            else:
+                arch = stage.arch
+                static = self.torch.zeros((1, arch.seq_len, arch.hidden), dtype=stage.dtype, device=self.device)
+            self.graphs[m.index] = GraphedStage(stage, static)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -108,18 +124,24 @@ class _Runner:
         stage's output is ready; the output goes on to the next stage asynchronously.
         """
         plan, stage = self.spec.plan, self.stages[model]
+        graphed = self.graphs.get(model)
         if plan.is_first_stage:
             x = self.tokens[model]
+        elif graphed is not None:
+            x = graphed.input  # the graph's static buffer (the previous replay has finished)
+            self.dist.recv(x, src=plan.prev_rank)
         else:
             arch = stage.arch
             x = self.torch.empty((1, arch.seq_len, arch.hidden), dtype=stage.dtype, device=self.device)
             self.dist.recv(x, src=plan.prev_rank)
         self._sync()
         start = time.monotonic()
-        y = stage(x)
+        y = stage(x) if graphed is None else graphed()
         self._sync()
         end = time.monotonic()
         if not plan.is_last_stage:
+            if graphed is not None:
+                y = y.clone()  # the next replay overwrites the graph's output before the send ends
             self.pending = [(w, t) for w, t in self.pending if not w.is_completed()]
             self.pending.append((self.dist.isend(y, dst=plan.next_rank), y))
         return y, start, end
@@ -140,6 +162,8 @@ def worker_main(spec: WorkerSpec, commands, reports) -> None:
     rank = spec.plan.rank
     try:
         runner = _Runner(spec)
+        if spec.cuda_graphs and runner.device.type == "cuda":
+            runner.capture_graphs()
         for m in spec.models:  # warm-up: same order on every rank of the group
             for _ in range(spec.warmup):
                 runner.forward(m.index)
