@@ -8,6 +8,8 @@ import math
 import click
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
+from placement_opt.io import read_json
 from placement_opt.simulate import simulate
 
 from placement_opt.cli.common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
@@ -21,11 +23,7 @@ def validate(file, as_json):
     """Check an instance, a placement (has "groups"), a profile (has "configs"), an LLM cost
     table (has "format" and "tp") or an architecture (has "layers", "hidden", "heads"; the
     input of `placeopt profile`) for errors."""
-    try:
-        with open(file) as f:
-            head = json.load(f)
-    except (OSError, ValueError, RecursionError):  # the loaders below report what is wrong
-        head = None
+    head = read_json(file)
     if isinstance(head, dict) and "groups" in head and "cluster" not in head:
         placement = read_placement(file)
         info = {"file": file, "kind": "placement", "groups": len(placement.groups)}
@@ -38,18 +36,14 @@ def validate(file, as_json):
         info = {"file": file, "kind": "architecture", "layers": head["layers"]}
     elif isinstance(head, dict) and "format" in head and "tp" in head and "cluster" not in head:
         from placement_opt.costs.costtable import CostTable
-        from placement_opt.validation import reject_non_finite
         try:
-            reject_non_finite(head)
             table_ = CostTable.from_dict(file, head, "")
         except InputError as e:
             raise e.with_file(file) from None
         info = {"file": file, "kind": "cost table", "model": table_.model}
     elif isinstance(head, dict) and "configs" in head and "cluster" not in head:
         from placement_opt.profile import Profile
-        from placement_opt.validation import reject_non_finite
         try:
-            reject_non_finite(head)
             profile = Profile.from_dict(file, head, "")
         except InputError as e:
             raise e.with_file(file) from None
@@ -84,9 +78,8 @@ def solve(instance, solver_name, time_limit, seed, options, output, as_json):
     check_run_options(time_limit, seed)
     check_output_path(output)
     inst = read_instance(instance)
-    opts = parse_cli_options(options)
     name = solver_name or inst.solver
-    check_solver(inst, instance, name, opts)
+    opts = check_solver(inst, instance, name, parse_cli_options(options))
     read_requests(inst, instance)  # read a trace now, so its errors come before any progress line
     progress(f"solving {inst.name} ({len(inst.models)} models, {inst.cluster.n_gpus} GPUs) with {name}")
     try:
@@ -105,17 +98,20 @@ def solve(instance, solver_name, time_limit, seed, options, output, as_json):
         click.echo(metrics_summary(placement.metrics))
 
 
-def check_solver(inst, file: str, name: str | None = None, options: dict | None = None) -> None:
+def check_solver(inst: Instance, file: str, name: str | None = None, cli_options: dict | None = None) -> dict:
     """The solver (default: the instance's) must be registered and accept its options, which
-    are the instance's ``solver.options`` when it is the instance's solver, plus ``options``."""
-    from placement_opt.solvers import make_solver
+    are the instance's ``solver.options`` when it is the instance's solver, plus the command
+    line's ``cli_options`` (strings). Returns those converted to the options' types."""
+    from placement_opt.solvers import get_solver_class, make_solver
+    from placement_opt.solvers.base import check_options
     name = name or inst.solver
-    merged = dict(inst.solver_options) if name == inst.solver else {}
-    merged.update(options or {})
     try:
-        make_solver(name, merged)
+        typed = check_options(get_solver_class(name).Options, cli_options or {}, from_text=True)
+        merged = dict(inst.solver_options) if name == inst.solver else {}
+        make_solver(name, {**merged, **typed})
     except InputError as e:
         raise e.with_file(file) from None
+    return typed
 
 
 def check_run_options(time_limit, seed) -> None:
@@ -125,16 +121,15 @@ def check_run_options(time_limit, seed) -> None:
         raise InputError(f"must be >= 0, got {seed}", "--seed")
 
 
-def parse_cli_options(options) -> dict:
+def parse_cli_options(options) -> dict[str, str]:
+    """``-O KEY=VALUE`` items as {KEY: VALUE}; the values stay text, converted to each option's
+    declared type by ``solvers.base.check_options(..., from_text=True)``."""
     out = {}
     for item in options:
         if "=" not in item:
             raise InputError(f"expected KEY=VALUE, got {item!r}", "--option")
-        k, v = item.split("=", 1)
-        try:
-            out[k] = json.loads(v)
-        except ValueError:
-            out[k] = v
+        key, value = item.split("=", 1)
+        out[key] = value
     return out
 
 
@@ -201,15 +196,42 @@ def show(placement, as_json):
 
 
 @click.command()
+@click.argument("name", required=False)
 @JSON_FLAG
-def solvers(as_json):
-    """List the registered solvers."""
-    from placement_opt.solvers import get_solver_class, solver_names
-    rows = [(n, get_solver_class(n).family, get_solver_class(n).summary) for n in solver_names()]
-    if as_json:
-        emit_json([{"name": n, "family": f, "summary": s} for n, f, s in rows])
+def solvers(name, as_json):
+    """List the registered solvers, or with NAME one solver and its options (type, default,
+    constraint, help: what `-O KEY=VALUE` and an instance's solver.options accept)."""
+    from placement_opt.solvers import solver_names
+    if name is not None:
+        show_solver(name, as_json)
+    elif as_json:
+        emit_json([solver_info(n) for n in solver_names()])
     else:
-        click.echo(table(["solver", "instances", "summary"], rows))
+        infos = [solver_info(n) for n in solver_names()]
+        click.echo(table(["solver", "instances", "summary"], [(i["name"], i["family"], i["summary"]) for i in infos]))
+
+
+def solver_info(name: str) -> dict:
+    """A registered solver as ``{name, family, summary, options}``, its options as declared."""
+    from placement_opt.solvers import get_solver_class
+    from placement_opt.validation import describe_fields
+    cls = get_solver_class(name)
+    return {"name": name, "family": cls.family, "summary": cls.summary, "options": describe_fields(cls.Options)}
+
+
+def show_solver(name: str, as_json: bool) -> None:
+    """Print one solver's summary and a table of its options."""
+    info = solver_info(name)
+    if as_json:
+        emit_json(info)
+        return
+    click.echo(f"{name} ({info['family']} instances): {info['summary']}")
+    if not info["options"]:
+        click.echo("no options")
+        return
+    rows = [(o["name"], o["type"], json.dumps(o["default"]), o["constraint"] or None, o["help"])
+            for o in info["options"]]
+    click.echo(table(["option", "type", "default", "constraint", "help"], rows))
 
 
 COMMANDS = [validate, solve, simulate_cmd, show, solvers]

@@ -5,7 +5,6 @@ torch is imported only when a command runs, so the CLI works without the executo
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -13,6 +12,7 @@ import sys
 import click
 
 from placement_opt.errors import InputError
+from placement_opt.io import read_json
 
 from placement_opt.cli.common import INSTANCE, check_output_path, emit_json, progress, read_instance, read_placement, table
 
@@ -91,13 +91,7 @@ def execute_cmd(instance, placement, backend, output_dir, slo_scales, duration, 
 def _architecture_from_file(path: str, model: str | None):
     from placement_opt.model import Architecture
 
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise InputError(f"cannot read file: {e.strerror}", "", path) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"malformed JSON: {e.msg}", f"line {e.lineno} column {e.colno}", path) from None
+    data = read_json(path)
     try:
         if isinstance(data, dict) and "models" in data:
             if not isinstance(data["models"], list):

@@ -4,7 +4,6 @@ on another workload) and ``compare`` (several solvers side by side)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 
@@ -12,6 +11,7 @@ import click
 
 from placement_opt.errors import InputError
 from placement_opt.instance import check_workload
+from placement_opt.io import read_json
 from placement_opt.simulate import simulate
 from placement_opt.workload import Workload
 
@@ -28,14 +28,14 @@ OPTION = click.option("--option", "-O", "options", multiple=True, metavar="KEY=V
 @JSON_FLAG
 def space(instance, options, as_json):
     """Print the size of INSTANCE's AlpaServe search space, level by level, before and after pruning."""
-    from placement_opt.solvers.alpaserve import AlpaServe, settings_of
+    from placement_opt.solvers.alpaserve import AlpaServe
     from placement_opt.solvers.base import parse_options
     from placement_opt.spaces import summarize
     inst = read_instance(instance)
     if inst.is_llm:
         raise InputError("the AlpaServe search space is defined for DNN (non-LLM) instances", "models")
-    opts = parse_options(AlpaServe.Options, parse_cli_options(options), "--option")
-    info = summarize(inst, settings_of(opts))
+    settings = parse_options(AlpaServe.Options, parse_cli_options(options), "--option", from_text=True)
+    info = summarize(inst, settings)
     if as_json:
         emit_json({**info, "levels": {k: {"unpruned": u, "kept": v} for k, (u, v) in info["levels"].items()}})
         return
@@ -48,13 +48,7 @@ def space(instance, options, as_json):
 def read_workload(path: str, instance=None) -> Workload:
     """A workload JSON object, or an instance file whose ``workload`` is taken (checked
     against ``instance``: its model names and request volume)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise InputError(f"cannot read file: {e.strerror}", "", path) from None
-    except ValueError as e:
-        raise InputError(f"malformed JSON: {e}", "", path) from None
+    data = read_json(path)
     field = "workload"
     if isinstance(data, dict) and "workload" in data:
         data = data["workload"]
@@ -95,9 +89,11 @@ def evaluate(instance, placement, workload_path, seed, as_json):
 
 
 def split_options(options, names):
-    """``key=value`` applies to every solver that has the option; ``solver:key=value`` to one."""
+    """``key=value`` applies to every solver that has the option; ``solver:key=value`` to one.
+    Returns each solver's options converted to their declared types."""
     from placement_opt.solvers import get_solver_class
-    per = {n: {} for n in names}
+    from placement_opt.solvers.base import check_options
+    per: dict[str, dict[str, str]] = {n: {} for n in names}
     for key, value in parse_cli_options(options).items():
         if ":" in key:
             name, key = key.split(":", 1)
@@ -111,7 +107,8 @@ def split_options(options, names):
             raise InputError("no solver in --solvers has this option", f"--option {key}")
         for n in takers:
             per[n][key] = value
-    return per
+    return {n: check_options(get_solver_class(n).Options, raw, from_text=True) if raw else {}
+            for n, raw in per.items()}
 
 
 def compare_rows(inst, names, per_options=None, time_limit=None, seed=None, echo=None) -> list[dict]:

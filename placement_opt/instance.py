@@ -30,6 +30,7 @@ from placement_opt.cluster import Cluster
 from placement_opt.costs.costtable import CostTable
 from placement_opt.costs.roofline import roofline_cost_table
 from placement_opt.errors import InputError
+from placement_opt.io import read_json, read_json_bytes
 from placement_opt.model import FAMILIES, Architecture, ModelSpec
 from placement_opt.parallel import architecture_profile
 from placement_opt.profile import Profile
@@ -137,19 +138,7 @@ class Instance:
 
 def load_instance(path: str) -> Instance:
     """Read, validate and expand an instance JSON file."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise InputError(f"cannot read file: {e.strerror}", "", path) from None
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
-        where = f"line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
-        raise InputError(f"malformed JSON: {msg}", where, path) from None
-    except RecursionError:
-        raise InputError("malformed JSON: nested too deeply", "", path) from None
+    data, raw = read_json_bytes(path)
     try:
         return instance_from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)),
                                   sha256=hashlib.sha256(raw).hexdigest(), path=path)
@@ -192,17 +181,7 @@ def _load_json_ref(value: Any, where: str, base_dir: str) -> Any:
     if not isinstance(value, str):
         return value
     path = value if os.path.isabs(value) else os.path.join(base_dir, value)
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror}", where) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"malformed JSON in {path}: {e.msg} at line {e.lineno}", where) from None
-    except (UnicodeDecodeError, RecursionError):
-        raise InputError(f"malformed JSON in {path}: not UTF-8 text or nested too deeply", where) from None
-    reject_non_finite(data, where)
-    return data
+    return read_json(path, where, referenced=True)
 
 
 def _get_description(data: dict) -> str:

@@ -1,10 +1,73 @@
-"""Atomic file output: write to a temporary file beside the target, then rename."""
+"""File input and output: the one JSON reader, and atomic writes.
+
+:func:`read_json` reads every JSON file placeopt takes (instances, placements, profiles, cost
+tables, architectures, workloads) and refuses what Python's ``json`` would let through or
+turn into a traceback: unreadable files, malformed JSON, text that is not UTF-8, nesting too
+deep to parse, NaN and Infinity. Output goes to a temporary file beside the target, then is
+renamed over it, so readers see the old file or the new one, never half.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+from typing import Any, Callable
+
+from placement_opt.errors import InputError
+from placement_opt.validation import reject_non_finite
+
+
+def read_json(path: str, field: str = "", *, referenced: bool = False) -> Any:
+    """The parsed JSON document of file ``path``.
+
+    Errors name ``path`` as the file and the position (``line L column C``) or the JSON path
+    of a NaN as the field. A ``referenced`` document (a file named inside another, such as an
+    instance's profile) is reported at ``field`` of the referencing file instead, with ``path``
+    and the position in the reason; the caller's file is added by its own error handling.
+    """
+    return read_json_bytes(path, field, referenced=referenced)[0]
+
+
+def read_json_bytes(path: str, field: str = "", *, referenced: bool = False) -> tuple[Any, bytes]:
+    """:func:`read_json` and the file's bytes (e.g. for a digest of exactly what was read)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise _read_error(f"cannot read file: {e.strerror}", "", path, field, referenced) from None
+    try:
+        data = parse_json(raw, field, lambda reason, position: _read_error(reason, position, path, field, referenced))
+    except InputError as e:  # a NaN's error names its JSON path; the file is added here
+        raise (e if referenced else e.with_file(path)) from None
+    return data, raw
+
+
+def parse_json(text: str | bytes, field: str = "",
+               error: Callable[[str, str], InputError] = InputError) -> Any:
+    """Parsed JSON text, with NaN and Infinity refused at their JSON path under ``field``.
+
+    Bytes must be UTF-8 (a leading byte-order mark is allowed, as in trace files). Malformed
+    JSON, other bytes and nesting too deep to parse raise ``error(reason, position)``: by
+    default an :class:`InputError` whose field is the position (``line L column C``)."""
+    try:
+        data = json.loads(text.decode("utf-8-sig") if isinstance(text, bytes) else text)
+    except json.JSONDecodeError as e:
+        raise error(f"malformed JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
+    except UnicodeDecodeError:
+        raise error("malformed JSON: not UTF-8 text", "") from None
+    except RecursionError:
+        raise error("malformed JSON: nested too deeply", "") from None
+    reject_non_finite(data, field)
+    return data
+
+
+def _read_error(reason: str, position: str, path: str, field: str, referenced: bool) -> InputError:
+    """The error of reading ``path``: at ``position`` of that file, or, for a ``referenced``
+    document, at ``field`` of the file that names it."""
+    if not referenced:
+        return InputError(reason, position, path)
+    return InputError(f"{reason} (in {path}{' at ' + position if position else ''})", field)
 
 
 def atomic_write_text(path: str, text: str) -> None:

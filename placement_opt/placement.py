@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Optional, Tuple
 
 from placement_opt.errors import InputError
+from placement_opt.io import parse_json, read_json
 from placement_opt.profile import _parse_stage_layers
 from placement_opt.settings import POLICIES
-from placement_opt.validation import (as_int, as_number, check_keys, get_int, get_list, get_number, get_str,
-                                      reject_non_finite)
+from placement_opt.validation import as_int, as_number, check_keys, get_int, get_list, get_number, get_str
 
 FORMAT_VERSION = 1
 
@@ -156,25 +156,12 @@ class Placement:
 
     @classmethod
     def from_json(cls, text: str) -> "Placement":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(f"malformed JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
-        except RecursionError:
-            raise InputError("malformed JSON: nested too deeply") from None
-        reject_non_finite(data)
-        return cls.from_dict(data)
+        return cls.from_dict(parse_json(text))
 
 
 def load_placement(path: str) -> Placement:
+    data = read_json(path)
     try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as e:
-        raise InputError(f"cannot read file: {e.strerror}", "", path) from None
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", "", path) from None
-    try:
-        return Placement.from_json(text)
+        return Placement.from_dict(data)
     except InputError as e:
         raise e.with_file(path) from None

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from placement_opt.errors import InputError
-from placement_opt.validation import check_keys, get_int, get_number, get_str
+from placement_opt.validation import option, parse_fields
 
 DISPATCH_POLICIES = ("earliest", "shortest_queue")
 
@@ -24,30 +23,21 @@ class SimulatorConfig:
     * ``batching``: per-model FIFO queues and batches up to ``max_batch`` (sizes from the profile).
     """
 
-    dispatch: str = "earliest"
-    overhead_s: float = 0.011
-    stage_overhead_factor: float = 0.009
-    batching: bool = False
-    max_batch: int = 16
+    dispatch: str = option("earliest", choices=DISPATCH_POLICIES,
+                           help="group a request goes to: earliest (last stage frees first) or shortest_queue")
+    overhead_s: float = option(0.011, minimum=0, help="fixed seconds added to every request's finish")
+    stage_overhead_factor: float = option(0.009, minimum=0,
+                                          help="a stage's latency is the profiled one x (1 + factor x stages)")
+    batching: bool = option(False, help="per-model FIFO queues and batches up to max_batch")
+    max_batch: int = option(16, minimum=1, maximum=4096, help="largest batch when batching")
 
     @classmethod
     def from_dict(cls, d: dict, field: str = "simulator") -> "SimulatorConfig":
-        check_keys(d, field, [], ["dispatch", "overhead_s", "stage_overhead_factor", "batching", "max_batch"])
-        batching = d.get("batching", False)
-        if not isinstance(batching, bool):
-            raise InputError("expected true or false", f"{field}.batching")
-        return cls(
-            dispatch=get_str(d, "dispatch", field, "earliest", choices=DISPATCH_POLICIES),
-            overhead_s=get_number(d, "overhead_s", field, 0.011, minimum=0),
-            stage_overhead_factor=get_number(d, "stage_overhead_factor", field, 0.009, minimum=0),
-            batching=batching,
-            max_batch=get_int(d, "max_batch", field, 16, minimum=1, maximum=4096),
-        )
+        """The settings of JSON object ``d`` (the instance's ``simulator`` section), checked."""
+        return parse_fields(cls, d, field)
 
     def to_dict(self) -> dict:
-        return {"dispatch": self.dispatch, "overhead_s": self.overhead_s,
-                "stage_overhead_factor": self.stage_overhead_factor, "batching": self.batching,
-                "max_batch": self.max_batch}
+        return asdict(self)
 
 
 #: Scheduling policies of a mesh (see :mod:`placement_opt.simulate.llm`). ``temporal`` runs
@@ -74,33 +64,23 @@ class LLMConfig:
       reference latency when the workload has no ``lengths`` (ShareGPT means, MuxServe paper).
     """
 
-    policy: str = "adbs"
-    kv_block_tokens: int = 16
-    prefill_token_budget: int = 4096
-    max_batch: int = 256
-    rebalance_period_s: float = 5.0
-    rebalance_fraction: float = 0.5
-    kv_reserve_fraction: float = 0.05
-    drain_s: float = 60.0
-    prompt_tokens: float = 161.0
-    output_tokens: float = 338.0
+    policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")
+    kv_block_tokens: int = option(16, minimum=1, maximum=4096, help="tokens per KV-cache block")
+    prefill_token_budget: int = option(4096, minimum=1, help="most prompt tokens one prefill job batches")
+    max_batch: int = option(256, minimum=1, maximum=65536, help="most requests an LLM decodes together")
+    rebalance_period_s: float = option(5.0, exclusive_minimum=0, help="ADBS quota re-balancing period")
+    rebalance_fraction: float = option(0.5, minimum=0, maximum=1,
+                                       help="part of a donor's unused quota moved each period")
+    kv_reserve_fraction: float = option(0.05, minimum=0, maximum=0.9,
+                                        help="part of a mesh's memory after weights kept free")
+    drain_s: float = option(60.0, minimum=0, help="simulated seconds after the workload's end to finish requests")
+    prompt_tokens: float = option(161.0, minimum=1, help="prompt length without workload lengths")
+    output_tokens: float = option(338.0, minimum=1, help="output length without workload lengths")
 
     @classmethod
     def from_dict(cls, d: dict, field: str = "llm") -> "LLMConfig":
-        names = [f for f in cls.__dataclass_fields__]
-        check_keys(d, field, [], names)
-        return cls(
-            policy=get_str(d, "policy", field, "adbs", choices=POLICIES),
-            kv_block_tokens=get_int(d, "kv_block_tokens", field, 16, minimum=1, maximum=4096),
-            prefill_token_budget=get_int(d, "prefill_token_budget", field, 4096, minimum=1),
-            max_batch=get_int(d, "max_batch", field, 256, minimum=1, maximum=65536),
-            rebalance_period_s=get_number(d, "rebalance_period_s", field, 5.0, exclusive_minimum=0),
-            rebalance_fraction=get_number(d, "rebalance_fraction", field, 0.5, minimum=0, maximum=1),
-            kv_reserve_fraction=get_number(d, "kv_reserve_fraction", field, 0.05, minimum=0, maximum=0.9),
-            drain_s=get_number(d, "drain_s", field, 60.0, minimum=0),
-            prompt_tokens=get_number(d, "prompt_tokens", field, 161.0, minimum=1),
-            output_tokens=get_number(d, "output_tokens", field, 338.0, minimum=1),
-        )
+        """The settings of JSON object ``d`` (the instance's ``llm`` section), checked."""
+        return parse_fields(cls, d, field)
 
     def to_dict(self) -> dict:
         return asdict(self)

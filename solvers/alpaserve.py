@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Tuple
 
 import numpy as np
 
@@ -39,6 +38,7 @@ from placement_opt.placement import Group, Placement
 from placement_opt.simulate.tables import stage_latencies
 from placement_opt.spaces import allocate_devices
 from placement_opt.spaces.summary import SearchSettings, bucket_tasks, plan
+from placement_opt.validation import option
 
 from placement_opt.solvers.backends import BACKENDS, Progress, make_backend, worker_context
 from placement_opt.solvers.base import Solver, register
@@ -46,42 +46,24 @@ from placement_opt.solvers.greedy import greedy_selection
 
 
 @dataclass(frozen=True)
-class AlpaServeOptions:
-    bucket_threshold: float = 3.0  #: latency ratio above which models go to different buckets
-    max_buckets: int = 3  #: most model buckets in a bucketing
-    device_unit: int = 0  #: device-bucket granularity in GPUs; 0 = auto
-    balance_tolerance: float = 2.0  #: prune device buckets whose devices-per-load differ more than this factor
-    group_sizes: Tuple[int, ...] = ()  #: allowed group sizes (empty = all valid)
-    max_group_size: int = 0  #: 0 = no limit
-    tp: int = 0  #: force this tensor-parallel degree (0 = any)
-    beam: int = 1  #: beam width of Algorithm 1
-    screen: str = "fast"  #: fast (heuristic screening, then refine) or full (Algorithm 1 everywhere)
-    refine: int = 2  #: refine this many best combinations (plus the best of every bucket count) with the full greedy
-    refine_tasks: int = 2  #: per bucket of a refined combination, refine this many best configs
-    backend: str = "local"  #: serial, local (process pool) or ray
-    address: str = ""  #: Ray cluster address (backend=ray); empty or "local" starts a private one
-    workers: int = 0  #: worker processes (0 = all cores)
-    progress: bool = True  #: progress lines on stderr
+class AlpaServeOptions(SearchSettings):
+    """The enumeration settings (declared in :class:`SearchSettings`), then the search's own options."""
+
+    beam: int = option(1, minimum=1, help="beam width of Algorithm 1")
+    screen: str = option("fast", choices=("fast", "full"),
+                         help="fast: heuristic screening, then refine; full: Algorithm 1 everywhere")
+    refine: int = option(2, minimum=0, help="refine this many best combinations (plus the best of every "
+                                            "bucket count) with the full greedy")
+    refine_tasks: int = option(2, minimum=1, help="per bucket of a refined combination, refine this many best configs")
+    backend: str = option("local", choices=BACKENDS, help="where tasks run: this process, a local process pool or Ray")
+    address: str = option("", help='Ray cluster address (backend=ray); empty or "local" starts a private one')
+    workers: int = option(0, minimum=0, help="worker processes; 0 = all cores")
+    progress: bool = option(True, help="progress lines on stderr")
 
 
-def settings_of(o) -> SearchSettings:
-    """The enumeration settings of ``alpaserve`` options (checked: bad values are input errors)."""
-    sizes = []
-    for s in o.group_sizes:
-        try:
-            sizes.append(int(s))
-        except (TypeError, ValueError):
-            raise InputError(f"expected integers, got {s!r}", "solver.options.group_sizes") from None
-        if sizes[-1] < 1:
-            raise InputError("group sizes must be >= 1", "solver.options.group_sizes")
-    for key in ("max_buckets", "device_unit", "max_group_size", "tp"):
-        if getattr(o, key) < 0 or (key == "max_buckets" and o.max_buckets < 1):
-            raise InputError("must be >= 1" if key == "max_buckets" else "must be >= 0", f"solver.options.{key}")
-    if o.balance_tolerance < 1:
-        raise InputError("must be >= 1 (a ratio)", "solver.options.balance_tolerance")
-    return SearchSettings(bucket_threshold=o.bucket_threshold, max_buckets=o.max_buckets,
-                          device_unit=o.device_unit, balance_tolerance=o.balance_tolerance,
-                          group_sizes=tuple(sizes), max_group_size=o.max_group_size, tp=o.tp)
+def settings_of(o: AlpaServeOptions) -> SearchSettings:
+    """The enumeration settings of ``alpaserve`` options: the options themselves (they extend them)."""
+    return o
 
 
 def run_bucket_task(bucket: tuple, sizes: tuple, configs: tuple, fast: bool, beam: int,
@@ -146,17 +128,7 @@ class AlpaServe(Solver):
     Options = AlpaServeOptions
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
-        o = self.options
-        if o.backend not in BACKENDS:
-            raise InputError(f"must be one of {', '.join(BACKENDS)}, got {o.backend!r}", "solver.options.backend")
-        if o.screen not in ("fast", "full"):
-            raise InputError(f"must be fast or full, got {o.screen!r}", "solver.options.screen")
-        for key in ("beam", "refine_tasks"):
-            if getattr(o, key) < 1:
-                raise InputError("must be >= 1", f"solver.options.{key}")
-        if o.refine < 0:  # a negative count sliced the ranking from its end
-            raise InputError(f"must be >= 0, got {o.refine}", "solver.options.refine")
-        search = _Search(instance, o, time_limit)
+        search = _Search(instance, self.options, time_limit)
         return search.run()
 
 

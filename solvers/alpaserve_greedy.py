@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from placement_opt.errors import InputError
 from placement_opt.placement import Placement
 from placement_opt.spaces import GroupPartitions, allocate_devices
+from placement_opt.validation import option
 
 from placement_opt.solvers.backends import Progress
 from placement_opt.solvers.base import Solver, register
@@ -22,12 +23,13 @@ from placement_opt.solvers.round_robin import smallest_pipeline_size
 
 @dataclass(frozen=True)
 class AlpaServeGreedyOptions:
-    group_size: int = 0  #: GPUs per group; 0 = the fewest that hold every model as a tp-way pipeline
-    tp: int = 1  #: tensor-parallel degree of every group (pp = group_size / tp)
-    beam: int = 1  #: beam width
-    fast: bool = False  #: one simulation per round: most-unserved model onto the least-utilised group
-    prune: bool = True  #: exact bound pruning of candidates (same answer, fewer simulations)
-    progress: bool = True  #: report candidates evaluated and best attainment on stderr
+    group_size: int = option(0, minimum=0,
+                             help="GPUs per group; 0 = the fewest that hold every model as a tp-way pipeline")
+    tp: int = option(1, minimum=1, help="tensor-parallel degree of every group (pp = group_size / tp)")
+    beam: int = option(1, minimum=1, help="beam width")
+    fast: bool = option(False, help="one simulation per round: most-unserved model onto the least-utilised group")
+    prune: bool = option(True, help="exact bound pruning of candidates (same answer, fewer simulations)")
+    progress: bool = option(True, help="report candidates evaluated and best attainment on stderr")
 
 
 def shells_for(instance, sizes, configs):
@@ -62,7 +64,6 @@ class AlpaServeGreedy(Solver):
     name = "alpaserve-greedy"
     summary = "AlpaServe Algorithm 1: fixed group partition and config, greedy model selection"
     Options = AlpaServeGreedyOptions
-    positive_options = ("tp", "beam")
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         o = self.options

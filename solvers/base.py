@@ -1,22 +1,23 @@
 """The solver interface and registry.
 
-Every solver is a class with a registered ``name``, a typed ``Options`` dataclass (unknown
-or ill-typed options are input errors), and ``solve(instance, time_limit, seed)`` returning
-a :class:`~placement_opt.placement.Placement`. :func:`run_solver` wraps a solve with
-timing, simulation of the result and provenance, so every entry point reports alike.
+Every solver is a class with a registered ``name``, an ``Options`` dataclass with declared
+fields (unknown, ill-typed or out-of-range options are input errors), and ``solve(instance,
+time_limit, seed)`` returning a :class:`~placement_opt.placement.Placement`. :func:`run_solver`
+wraps a solve with timing, simulation of the result and provenance, so every entry point
+reports alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from typing import Any, ClassVar, Dict, Optional, Tuple, Type
+from typing import Any, ClassVar, Dict, Optional, Type
 
 from placement_opt.version import __version__
 from placement_opt.errors import InputError
 from placement_opt.placement import Placement
 from placement_opt.simulate import simulate
+from placement_opt.validation import check_fields
 
 _REGISTRY: Dict[str, Type["Solver"]] = {}
 
@@ -27,78 +28,36 @@ class NoOptions:
 
 
 class Solver:
-    """Base class: subclasses set ``name``, ``summary``, ``Options`` and implement ``solve``."""
+    """Base class: subclasses set ``name``, ``summary``, ``Options`` and implement ``solve``.
+
+    ``Options`` is a frozen dataclass whose fields are declared with ``validation.option``
+    (type, default, bounds or choices, help): they are checked when the solver is made and
+    listed by ``placeopt solvers NAME``.
+    """
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     family: ClassVar[str] = "dnn"  # which instances it solves: dnn, llm or any
     Options: ClassVar[type] = NoOptions
-    positive_options: ClassVar[Tuple[str, ...]] = ()  #: integer options that must be >= 1 (e.g. tp, beam)
 
     def __init__(self, **options: Any):
-        self.options = parse_options(self.Options, options, "solver.options")
-        for key in self.positive_options:
-            if getattr(self.options, key) < 1:
-                raise InputError(f"must be >= 1, got {getattr(self.options, key)}", f"solver.options.{key}")
+        self.options = parse_options(self.Options, options)
 
     def solve(self, instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         raise NotImplementedError
 
 
-def parse_options(cls: type, options: Dict[str, Any], field: str):
-    """Build an options dataclass, checking names and types (bool/int/float/str/tuple)."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    values = {}
-    for key, value in options.items():
-        key_py = key.replace("-", "_")
-        if key_py not in fields:
-            allowed = ", ".join(sorted(fields)) or "none"
-            raise InputError(f"unknown option (allowed: {allowed})", f"{field}.{key}")
-        default = fields[key_py].default
-        values[key_py] = _coerce(value, default, f"{field}.{key}")
-    return cls(**values)
+def check_options(options_class: type, options: Dict[str, Any], field: str = "solver.options", *,
+                  from_text: bool = False) -> Dict[str, Any]:
+    """The given options checked against ``options_class``'s declarations, by field name
+    (``from_text``: command-line strings, converted to the fields' types)."""
+    return check_fields(options_class, options, field, from_text=from_text, kind="option")
 
 
-def _coerce(value, default, where):
-    if isinstance(default, bool):
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
-            return value.lower() in ("true", "1")
-        raise InputError("expected true or false", where)
-    if isinstance(default, int) and not isinstance(default, bool):
-        if isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                raise InputError("expected an integer", where) from None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError("expected an integer", where)
-        return value
-    if isinstance(default, float) or default is None:
-        if isinstance(value, str) and default is not None:
-            try:
-                value = float(value)
-            except ValueError:
-                raise InputError("expected a number", where) from None
-        if default is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise InputError("expected a number", where)
-        if default is not None and not math.isfinite(value):  # as in instance files: NaN and Infinity refused
-            raise InputError(f"expected a finite number, got {value}", where)
-        return value
-    if isinstance(default, str):
-        if not isinstance(value, str):
-            raise InputError("expected a string", where)
-        return value
-    if isinstance(default, tuple):
-        if isinstance(value, str):
-            value = [v for v in value.split(",") if v]
-        elif isinstance(value, int) and not isinstance(value, bool):  # -O group_sizes=4 (parsed as JSON)
-            value = [value]
-        if not isinstance(value, (list, tuple)):
-            raise InputError("expected a list", where)
-        return tuple(value)
-    return value
+def parse_options(options_class: type, options: Dict[str, Any], field: str = "solver.options", *,
+                  from_text: bool = False) -> Any:
+    """An ``options_class`` instance of the checked ``options`` (the others keep their defaults)."""
+    return options_class(**check_options(options_class, options, field, from_text=from_text))
 
 
 def register(cls: Type[Solver]) -> Type[Solver]:

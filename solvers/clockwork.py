@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from placement_opt.errors import InputError
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement, Window
+from placement_opt.validation import option
 
 from placement_opt.solvers.backends import BACKENDS, Progress, make_backend, worker_context
 from placement_opt.solvers.base import Solver, register
@@ -25,12 +25,13 @@ from placement_opt.solvers.greedy import greedy_selection
 
 @dataclass(frozen=True)
 class ClockworkOptions:
-    window_s: float = 60.0  #: re-placement period in seconds (60 s as for the MAF1 trace)
-    beam: int = 1
-    backend: str = "local"  #: serial, local or ray
-    address: str = ""
-    workers: int = 0
-    progress: bool = True
+    window_s: float = option(60.0, exclusive_minimum=0,
+                             help="re-placement period in seconds (60 s as for the MAF1 trace)")
+    beam: int = option(1, minimum=1, help="beam width of the greedy selection in each window")
+    backend: str = option("local", choices=BACKENDS, help="where windows run: this process, a local process pool or Ray")
+    address: str = option("", help='Ray cluster address (backend=ray); empty or "local" starts a private one')
+    workers: int = option(0, minimum=0, help="worker processes; 0 = all cores")
+    progress: bool = option(True, help="progress lines on stderr")
 
 
 def solve_window(start: float, end: float, beam: int, seconds_left):
@@ -52,14 +53,9 @@ class ClockworkPlusPlus(Solver):
     name = "clockwork++"
     summary = "selective replication re-solved per time window, zero swap cost (baseline)"
     Options = ClockworkOptions
-    positive_options = ("beam",)
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         o = self.options
-        if o.window_s <= 0:
-            raise InputError("must be > 0", "solver.options.window_s")
-        if o.backend not in BACKENDS:
-            raise InputError(f"must be one of {', '.join(BACKENDS)}, got {o.backend!r}", "solver.options.backend")
         duration = instance.requests().duration_s
         starts = list(np.arange(0.0, duration, o.window_s)) or [0.0]
         bounds = [(float(s), float(s + o.window_s) if k + 1 < len(starts) else np.inf) for k, s in enumerate(starts)]

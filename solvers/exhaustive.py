@@ -18,6 +18,7 @@ from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement
 from placement_opt.spaces import ModelSelections, ParallelConfigs, allocate_devices
 from placement_opt.spaces.partitions import AllPartitions
+from placement_opt.validation import option
 
 from placement_opt.solvers.backends import Progress
 from placement_opt.solvers.base import Solver, register
@@ -25,8 +26,9 @@ from placement_opt.solvers.base import Solver, register
 
 @dataclass(frozen=True)
 class ExhaustiveOptions:
-    max_candidates: int = 200000  #: refuse spaces larger than this (count is checked before searching)
-    progress: bool = True
+    max_candidates: int = option(200000, minimum=1,
+                                 help="refuse spaces larger than this (counted before searching)")
+    progress: bool = option(True, help="report placements evaluated and best attainment on stderr")
 
 
 def exhaustive_space(instance):

@@ -16,6 +16,7 @@ from placement_opt.feasibility import fits
 from placement_opt.placement import Group, Placement
 from placement_opt.spaces import valid_group_size
 from placement_opt.spaces.buckets import model_loads
+from placement_opt.validation import option
 
 from placement_opt.solvers.alpaserve_greedy import fixed_partition
 from placement_opt.solvers.backends import Progress
@@ -27,15 +28,14 @@ MP_GREEDY_SIZES = (2, 4, 8)
 
 @dataclass(frozen=True)
 class MPGreedyOptions:
-    tp: int = 1  #: tensor-parallel degree inside a group (pp = N / tp)
-    beam: int = 1
-    progress: bool = True
+    tp: int = option(1, minimum=1, help="tensor-parallel degree inside a group (pp = N / tp)")
+    beam: int = option(1, minimum=1, help="beam width of the greedy selection")
+    progress: bool = option(True, help="report candidates evaluated and best attainment on stderr")
 
 
 class _MPGreedy(Solver):
     group_size = 0
     Options = MPGreedyOptions
-    positive_options = ("tp", "beam")
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         size = min(self.group_size, instance.cluster.n_gpus)
@@ -63,8 +63,9 @@ for _n in MP_GREEDY_SIZES:
 
 @dataclass(frozen=True)
 class MPEqualOptions:
-    group_size: int = 0  #: GPUs per group; 0 = the largest valid size that gives every model a group
-    tp: int = 1  #: tensor-parallel degree (pp = group_size / tp)
+    group_size: int = option(0, minimum=0,
+                             help="GPUs per group; 0 = the largest valid size that gives every model a group")
+    tp: int = option(1, minimum=1, help="tensor-parallel degree (pp = group_size / tp)")
 
 
 @register
@@ -78,7 +79,6 @@ class MPEqual(Solver):
     name = "mp-equal"
     summary = "one model per equal-size group, fixed config (dedicated model parallelism baseline)"
     Options = MPEqualOptions
-    positive_options = ("tp",)
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         cl = instance.cluster

@@ -31,17 +31,14 @@ from placement_opt.spaces.meshes import mesh_devices, mesh_groups
 from placement_opt.llm_units import llm_config, llm_specs
 from placement_opt.placement import Group, Placement
 from placement_opt.simulate.llm import simulate_llm
+from placement_opt.validation import option
 
 from placement_opt.solvers.base import Solver, register
 
 
 @dataclass(frozen=True)
 class MuxServeOptions:
-    refine: int = 0  #: re-rank this many best mesh groups with the simulator (0: estimator only)
-
-    def __post_init__(self):
-        if self.refine < 0:
-            raise InputError(f"must be >= 0, got {self.refine}", "solver.options.refine")
+    refine: int = option(0, minimum=0, help="re-rank this many best mesh groups with the simulator; 0 = estimator only")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import numpy as np
 from placement_opt.errors import InputError
 from placement_opt.feasibility import fits, model_stage_bytes
 from placement_opt.placement import Group, Placement
+from placement_opt.validation import option
 
 from placement_opt.solvers.base import Solver, register
 from placement_opt.solvers.partition import equal_groups
@@ -16,9 +17,9 @@ from placement_opt.solvers.partition import equal_groups
 
 @dataclass(frozen=True)
 class RoundRobinOptions:
-    group_size: int = 0  #: GPUs per group; 0 = the fewest that hold every model in a pipeline
-    tp: int = 1  #: tensor-parallel degree inside a group (pp = group_size / tp)
-    replicate: bool = True  #: keep cycling through the models until no replica fits
+    group_size: int = option(0, minimum=0, help="GPUs per group; 0 = the fewest that hold every model in a pipeline")
+    tp: int = option(1, minimum=1, help="tensor-parallel degree inside a group (pp = group_size / tp)")
+    replicate: bool = option(True, help="keep cycling through the models until no replica fits")
 
 
 @register
@@ -32,7 +33,6 @@ class RoundRobin(Solver):
     name = "round-robin"
     summary = "fixed-size groups, models assigned in turn (baseline)"
     Options = RoundRobinOptions
-    positive_options = ("tp",)
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         opts = self.options

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placement_opt.placement import Placement
+from placement_opt.validation import option
 
 from placement_opt.solvers.base import Solver, register
 from placement_opt.solvers.greedy import greedy_selection
@@ -12,7 +13,7 @@ from placement_opt.solvers.greedy import greedy_selection
 
 @dataclass(frozen=True)
 class SelectiveReplicationOptions:
-    beam: int = 1  #: beam width of the greedy selection
+    beam: int = option(1, minimum=1, help="beam width of the greedy selection")
 
 
 @register
@@ -23,7 +24,6 @@ class SelectiveReplication(Solver):
     name = "selective-replication"
     summary = "one GPU per group, greedy replica selection by simulation (baseline)"
     Options = SelectiveReplicationOptions
-    positive_options = ("beam",)
 
     def solve(self, instance, time_limit=None, seed=0) -> Placement:
         shells = [((d,), 1, 1) for d in range(instance.cluster.n_gpus)]

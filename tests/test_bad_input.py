@@ -280,11 +280,11 @@ def test_search_option_errors(tmp_path, solver, option, needles):
 
 
 def test_a_single_group_size_is_a_list_of_one():
-    """`-O group_sizes=4` parses as the JSON number 4; it means the list [4]."""
+    """`-O group_sizes=4` is the list [4]; `2,4` and `[2, 4]` are lists of integers."""
     from placement_opt.solvers.alpaserve import AlpaServe
     from placement_opt.solvers.base import parse_options
-    assert parse_options(AlpaServe.Options, {"group_sizes": 4}, "-O").group_sizes == (4,)
-    assert parse_options(AlpaServe.Options, {"group_sizes": "2,4"}, "-O").group_sizes == ("2", "4")
+    for text, sizes in (("4", (4,)), ("2,4", (2, 4)), ("[2, 4]", (2, 4))):
+        assert parse_options(AlpaServe.Options, {"group_sizes": text}, "-O", from_text=True).group_sizes == sizes
 
 
 def test_show_bad_placement(tmp_path):

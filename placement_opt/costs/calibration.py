@@ -6,13 +6,13 @@ The fit that writes ``params.json`` is offline (:mod:`placement_opt.offline.fit_
 
 from __future__ import annotations
 
-import json
 import os
 from functools import lru_cache
 from typing import Dict
 
 from placement_opt.cluster import GPUSpec, Link
 from placement_opt.costs.costmodel import FAMILIES, Calibration, FamilyParams
+from placement_opt.io import read_json
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "calibration")
 PARAMS_FILE = os.path.join(DATA_DIR, "params.json")
@@ -20,8 +20,7 @@ PARAMS_FILE = os.path.join(DATA_DIR, "params.json")
 
 @lru_cache(maxsize=None)
 def _params() -> dict:
-    with open(PARAMS_FILE) as f:
-        return json.load(f)
+    return read_json(PARAMS_FILE)
 
 
 def calibration_for(gpu: GPUSpec) -> Calibration:

@@ -14,19 +14,24 @@ from typing import Optional, Tuple
 from placement_opt.spaces.buckets import DeviceBuckets, ModelBuckets, model_loads
 from placement_opt.spaces.configs import ParallelConfigs
 from placement_opt.spaces.partitions import GroupPartitions
+from placement_opt.validation import option
 
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """Enumeration knobs of the AlpaServe search (all are solver options of ``alpaserve``)."""
+    """Enumeration knobs of the AlpaServe search, declared once: the ``alpaserve`` solver's
+    options extend this class, so they are its options too (``-O bucket_threshold=2``)."""
 
-    bucket_threshold: float = 3.0  #: models whose latencies differ by more than this ratio get separate buckets
-    max_buckets: int = 3  #: at most this many model buckets
-    device_unit: int = 0  #: device-bucket granularity; 0 = auto (see :func:`auto_unit`)
-    balance_tolerance: float = 2.0  #: keep device buckets whose devices/load ratios differ by at most this factor
-    group_sizes: Tuple[int, ...] = ()  #: allowed group sizes; empty = all that respect node boundaries
-    max_group_size: int = 0  #: 0 = no limit
-    tp: int = 0  #: force this tensor-parallel degree; 0 = any
+    bucket_threshold: float = option(3.0, minimum=1,
+                                     help="latency ratio above which models go to different buckets")
+    max_buckets: int = option(3, minimum=1, help="most model buckets in a bucketing")
+    device_unit: int = option(0, minimum=0, help="device-bucket granularity in GPUs; 0 = auto (see auto_unit)")
+    balance_tolerance: float = option(2.0, minimum=1, help="keep device buckets whose devices per load differ "
+                                                           "from the cluster's by at most this factor")
+    group_sizes: Tuple[int, ...] = option((), minimum=1,
+                                          help="allowed group sizes; empty = all that respect node boundaries")
+    max_group_size: int = option(0, minimum=0, help="largest group size; 0 = no limit")
+    tp: int = option(0, minimum=0, help="force this tensor-parallel degree; 0 = any")
 
 
 def auto_unit(n_gpus: int, gpus_per_node: int) -> int:
