@@ -21,27 +21,10 @@ from placement_opt.solvers.llm_estimator import build_tables
 from placement_opt.solvers.mesh_greedy import FREE_MEMORY
 from placement_opt.llm_units import llm_config, llm_specs
 from placement_opt.placement import Group, Placement
+from placement_opt.spaces import allocate_devices
 
 from placement_opt.solvers.base import NoOptions, Solver, register
 from placement_opt.solvers.muxserve import MuxServeOptions, best_mesh_group_placement, search_mesh_groups, to_placement
-
-
-def pack_meshes(sizes, nodes: int, gpus_per_node: int):
-    """First-fit-decreasing of power-of-two meshes into nodes; device tuples or None."""
-    free = [gpus_per_node] * nodes
-    start = [0] * nodes
-    out = [None] * len(sizes)
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        for node in range(nodes):
-            if free[node] >= sizes[i]:
-                base = node * gpus_per_node + start[node]
-                out[i] = tuple(range(base, base + sizes[i]))
-                start[node] += sizes[i]
-                free[node] -= sizes[i]
-                break
-        else:
-            return None
-    return out
 
 
 @register
@@ -66,7 +49,7 @@ class Spatial(Solver):
             if not ok:
                 raise InputError("fits no mesh of one node", f"models[{s.name}]")
             sizes.append(min(ok))
-        if pack_meshes(sizes, cl.nodes, cl.gpus_per_node) is None:
+        if allocate_devices(sizes, cl.nodes, cl.gpus_per_node) is None:
             raise InputError(f"the LLMs need {sum(sizes)} GPUs in dedicated meshes; the cluster cannot hold them",
                              "models")
 
@@ -84,11 +67,12 @@ class Spatial(Solver):
                 if bigger not in t_of or not tables.feasible[i, t_of[bigger]]:
                     continue
                 trial = sizes[:i] + [bigger] + sizes[i + 1:]
-                if pack_meshes(trial, cl.nodes, cl.gpus_per_node) is not None:
+                if allocate_devices(trial, cl.nodes, cl.gpus_per_node) is not None:
                     sizes = trial
                     grown = True
                     break
-        devices = pack_meshes(sizes, cl.nodes, cl.gpus_per_node)
+        devices = allocate_devices(sizes, cl.nodes, cl.gpus_per_node)
+        assert devices is not None  # the first sizes and every growth kept were checked to pack
         groups = tuple(Group(devices=d, pp=1, tp=len(d), models=(s.name,), sm_share=(1.0,))
                        for d, s in sorted(zip(devices, specs), key=lambda x: x[0][0]))
         return Placement(groups=groups)

@@ -24,19 +24,11 @@ from typing import List, Sequence
 import numpy as np
 from numba import njit
 
-from placement_opt.costs.interp import lookup
+from placement_opt.costs.interp import lookup_batches
 from placement_opt.llm_units import LLMSpec, llm_config, llm_specs
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
 FIXED_POINT_ROUNDS = 4
-
-
-@njit(cache=True)
-def _lookup_many(table, bgrid, lgrid, batches, length):
-    out = np.empty(batches.shape[0])
-    for i in range(batches.shape[0]):
-        out[i] = lookup(table, bgrid, lgrid, batches[i], length)
-    return out
 
 
 @njit(cache=True)
@@ -128,8 +120,8 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int):
     bgrid, lgrid, p2, d2 = spec.table.at_share(tp, share)
     b = np.arange(max_batch + 1, dtype=np.float64)
     b[0] = 1.0
-    pre = _lookup_many(p2, bgrid, lgrid, b, spec.prompt_tokens)
-    dec = _lookup_many(d2, bgrid, lgrid, b, spec.prompt_tokens + spec.output_tokens / 2.0)
+    pre = lookup_batches(p2, bgrid, lgrid, b, spec.prompt_tokens)
+    dec = lookup_batches(d2, bgrid, lgrid, b, spec.prompt_tokens + spec.output_tokens / 2.0)
     return pre, dec
 
 

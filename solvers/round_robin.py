@@ -9,10 +9,10 @@ import numpy as np
 from placement_opt.errors import InputError
 from placement_opt.feasibility import fits, model_stage_bytes
 from placement_opt.placement import Group, Placement
+from placement_opt.spaces.partitions import allocate_devices, require_valid_group_size
 from placement_opt.validation import option
 
 from placement_opt.solvers.base import Solver, register
-from placement_opt.solvers.partition import equal_groups
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,10 @@ class RoundRobin(Solver):
         tp = min(opts.tp, size)
         if size % tp:
             raise InputError(f"tp {tp} does not divide group size {size}", "solver.options.tp")
-        devices = equal_groups(instance.cluster.n_gpus, instance.cluster.gpus_per_node, size)
+        cl = instance.cluster
+        require_valid_group_size(size, cl.gpus_per_node, "solver.options.group_size")
+        devices = allocate_devices((size,) * (cl.n_gpus // size), cl.nodes, cl.gpus_per_node)
+        assert devices is not None  # equal groups of a valid size always tile the cluster
         pp = size // tp
         used = [np.zeros(pp) for _ in devices]
         models = [[] for _ in devices]

@@ -11,9 +11,10 @@ job. The unit's input is replicated and, except for the LM head, so must its out
 
 The ILP (Alpa's formulation) has a one-hot vector per operator and one-hot edge
 variables whose marginals equal the endpoint choices; it minimises compute +
-communication + resharding subject to the per-GPU weight memory limit. Costs are
-integers (nanoseconds) so that OR-Tools CP-SAT (default) and PuLP + HiGHS optimise the
-very same objective and agree on the optimum.
+communication + resharding subject to the per-GPU weight memory limit. It is written
+once, as plain data (:func:`formulate`), and two small back-ends hand it to OR-Tools CP-SAT
+(default) or PuLP + HiGHS. Costs are integers (nanoseconds) so that both optimise the very
+same objective and agree on the optimum.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import contextlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -180,12 +181,11 @@ def solve(problem: IntraOpProblem, memory_budget: Optional[float] = None, solver
     min_weight = sum(float(w.min()) for w in problem.node_weight)
     if memory_budget is not None and min_weight > memory_budget:
         return None
+    choice: Optional[Tuple[int, ...]]
     if all(len(s) == 1 for s in problem.strategies):
         choice = tuple(0 for _ in problem.strategies)
-    elif solver == "cp-sat":
-        choice = _solve_cpsat(problem, memory_budget)
     else:
-        choice = _solve_highs(problem, memory_budget)
+        choice = _BACKENDS[solver](formulate(problem, memory_budget))
     return None if choice is None else _plan(problem, choice)
 
 
@@ -221,24 +221,78 @@ def _memory_rows(problem: IntraOpProblem, budget: float):
     return rows, int(budget // unit)
 
 
-def _solve_cpsat(problem: IntraOpProblem, memory_budget: Optional[float]) -> Optional[Tuple[int, ...]]:
+class Marginal(NamedTuple):
+    """``sum(variables) == endpoint``: an edge's marginal equals one endpoint's choice."""
+
+    name: str
+    variables: Tuple[int, ...]
+    endpoint: int
+
+
+@dataclass(frozen=True)
+class IntraOpILP:
+    """Alpa's ILP of one problem as plain data (variables by index), built once by
+    :func:`formulate` and handed unchanged to either back-end so both optimise the same model.
+
+    Choice variables are 0/1. Edge variables need only lie in [0, 1]: once the choices are
+    0/1, an edge's marginal rows leave exactly one of its variables at 1 and the rest at 0,
+    so a back-end may relax them.
+    """
+
+    names: Tuple[str, ...]  # per variable, in creation order
+    integral: Tuple[bool, ...]  # per variable: must be 0/1 (else may be continuous in [0, 1])
+    choices: Tuple[Tuple[int, ...], ...]  # per operator, its strategy variables: exactly one is 1
+    marginals: Tuple[Marginal, ...]
+    objective: Tuple[Tuple[int, int], ...]  # (ns coefficient, variable), minimised
+    memory: Optional[Tuple[Tuple[Tuple[int, int], ...], int]]  # (KiB coefficient, variable) terms <= cap
+
+
+def formulate(problem: IntraOpProblem, memory_budget: Optional[float]) -> IntraOpILP:
+    """The ILP of ``problem`` under ``memory_budget`` bytes per GPU (None: no memory row):
+    a one-hot choice per operator, per costly edge a one-hot matrix whose row and column
+    sums equal the endpoints' choices, the node and nonzero edge costs as the objective.
+
+    Variables are numbered as the back-ends create them: every choice, then edge by edge
+    its matrix row-major. Cost tables go through ``.tolist()`` (Python ints, made at C speed).
+    """
+    names = [f"x{i}_{s}" for i, st in enumerate(problem.strategies) for s in range(len(st))]
+    x, first = [], 0
+    for st in problem.strategies:
+        x.append(tuple(range(first, first + len(st))))
+        first += len(st)
+    objective = [(c, x[i][s]) for i, costs in enumerate(problem.node_cost) for s, c in enumerate(costs.tolist())]
+    marginals = []
+    for u, v, mat in problem.edges:
+        rows, cols = mat.shape
+        base = len(names)  # variable of cell (a, b): base + a * cols + b
+        names += [f"e{u}_{v}_{a}_{b}" for a in range(rows) for b in range(cols)]
+        marginals += [Marginal(f"mu{u}_{v}_{a}", tuple(range(base + a * cols, base + (a + 1) * cols)), x[u][a])
+                      for a in range(rows)]
+        marginals += [Marginal(f"mv{u}_{v}_{b}", tuple(range(base + b, base + rows * cols, cols)), x[v][b])
+                      for b in range(cols)]
+        objective += [(c, base + a * cols + b) for a, row in enumerate(mat.tolist()) for b, c in enumerate(row) if c]
+    memory = None
+    if memory_budget is not None:
+        weights, cap = _memory_rows(problem, memory_budget)
+        memory = (tuple((w, x[i][s]) for i, r in enumerate(weights) for s, w in enumerate(r.tolist())), cap)
+    integral = (True,) * first + (False,) * (len(names) - first)
+    return IntraOpILP(names=tuple(names), integral=integral, choices=tuple(x), marginals=tuple(marginals),
+                      objective=tuple(objective), memory=memory)
+
+
+def _solve_cpsat(ilp: IntraOpILP) -> Optional[Tuple[int, ...]]:
+    """Hand ``ilp`` to OR-Tools CP-SAT (every variable Boolean); a choice index per operator."""
     from ortools.sat.python import cp_model
     m = cp_model.CpModel()
-    x = [[m.NewBoolVar(f"x{i}_{s}") for s in range(len(st))] for i, st in enumerate(problem.strategies)]
-    for row in x:
-        m.AddExactlyOne(row)
-    terms = [(int(c), x[i][s]) for i, costs in enumerate(problem.node_cost) for s, c in enumerate(costs)]
-    for u, v, mat in problem.edges:
-        e = [[m.NewBoolVar(f"e{u}_{v}_{a}_{b}") for b in range(mat.shape[1])] for a in range(mat.shape[0])]
-        for a in range(mat.shape[0]):
-            m.Add(sum(e[a]) == x[u][a])
-        for b in range(mat.shape[1]):
-            m.Add(sum(e[a][b] for a in range(mat.shape[0])) == x[v][b])
-        terms += [(int(mat[a, b]), e[a][b]) for a in range(mat.shape[0]) for b in range(mat.shape[1]) if mat[a, b]]
-    if memory_budget is not None:
-        rows, cap = _memory_rows(problem, memory_budget)
-        m.Add(sum(int(w) * x[i][s] for i, r in enumerate(rows) for s, w in enumerate(r)) <= cap)
-    m.Minimize(sum(c * var for c, var in terms))
+    var = [m.NewBoolVar(name) for name in ilp.names]
+    for row in ilp.choices:
+        m.AddExactlyOne([var[k] for k in row])
+    for mg in ilp.marginals:
+        m.Add(sum(var[k] for k in mg.variables) == var[mg.endpoint])
+    if ilp.memory is not None:
+        terms, cap = ilp.memory
+        m.Add(sum(c * var[k] for c, k in terms) <= cap)
+    m.Minimize(sum(c * var[k] for c, k in ilp.objective))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
@@ -247,36 +301,33 @@ def _solve_cpsat(problem: IntraOpProblem, memory_budget: Optional[float]) -> Opt
         return None
     if status != cp_model.OPTIMAL:
         raise RuntimeError(f"CP-SAT did not prove optimality (status {solver.StatusName(status)})")
-    return tuple(next(s for s, var in enumerate(row) if solver.Value(var)) for row in x)
+    return tuple(next(s for s, k in enumerate(row) if solver.Value(var[k])) for row in ilp.choices)
 
 
-def _solve_highs(problem: IntraOpProblem, memory_budget: Optional[float]) -> Optional[Tuple[int, ...]]:
+def _solve_highs(ilp: IntraOpILP) -> Optional[Tuple[int, ...]]:
+    """Hand ``ilp`` to PuLP + HiGHS (edge variables relaxed); a choice index per operator."""
     import pulp
     m = pulp.LpProblem("intraop", pulp.LpMinimize)
-    x = [[m.add_variable(f"x{i}_{s}", cat="Binary") for s in range(len(st))]
-         for i, st in enumerate(problem.strategies)]
-    for i, row in enumerate(x):
-        m += pulp.lpSum(row) == 1, f"one_{i}"
-    terms = [int(c) * x[i][s] for i, costs in enumerate(problem.node_cost) for s, c in enumerate(costs)]
-    for u, v, mat in problem.edges:
-        e = [[m.add_variable(f"e{u}_{v}_{a}_{b}", lowBound=0, upBound=1) for b in range(mat.shape[1])]
-             for a in range(mat.shape[0])]
-        for a in range(mat.shape[0]):
-            m += pulp.lpSum(e[a]) == x[u][a], f"mu{u}_{v}_{a}"
-        for b in range(mat.shape[1]):
-            m += pulp.lpSum(e[a][b] for a in range(mat.shape[0])) == x[v][b], f"mv{u}_{v}_{b}"
-        terms += [int(mat[a, b]) * e[a][b] for a in range(mat.shape[0]) for b in range(mat.shape[1]) if mat[a, b]]
-    if memory_budget is not None:
-        rows, cap = _memory_rows(problem, memory_budget)
-        m += pulp.lpSum(int(w) * x[i][s] for i, r in enumerate(rows) for s, w in enumerate(r)) <= cap, "memory"
-    m += pulp.lpSum(terms)
+    var = [m.add_variable(name, cat="Binary") if whole else m.add_variable(name, lowBound=0, upBound=1)
+           for name, whole in zip(ilp.names, ilp.integral)]
+    for i, row in enumerate(ilp.choices):
+        m += pulp.lpSum(var[k] for k in row) == 1, f"one_{i}"
+    for mg in ilp.marginals:
+        m += pulp.lpSum(var[k] for k in mg.variables) == var[mg.endpoint], mg.name
+    if ilp.memory is not None:
+        terms, cap = ilp.memory
+        m += pulp.lpSum(c * var[k] for c, k in terms) <= cap, "memory"
+    m += pulp.lpSum(c * var[k] for c, k in ilp.objective)
     with _quiet_stdout():  # highspy prints a banner on stdout when it creates a solver
         status = m.solve(pulp.HiGHS(msg=False, gapRel=0.0, gapAbs=0.5, threads=1))
     if pulp.LpStatus[status] == "Infeasible":
         return None
     if pulp.LpStatus[status] != "Optimal" or m.sol_status != pulp.LpSolutionOptimal:
         raise RuntimeError(f"HiGHS did not prove optimality (status {pulp.LpStatus[status]})")
-    return tuple(max(range(len(row)), key=lambda s: row[s].value()) for row in x)
+    return tuple(max(range(len(row)), key=lambda s: var[row[s]].value()) for row in ilp.choices)
+
+
+_BACKENDS = {"cp-sat": _solve_cpsat, "highs": _solve_highs}
 
 
 @contextlib.contextmanager

@@ -4,6 +4,9 @@ A group either lies inside one node (its size divides the node's GPU count, so g
 tile a node exactly) or spans whole nodes. A bucket of ``n`` devices is split as the paper
 prunes it: ``n // s`` groups of size ``s`` plus one remainder group of ``n % s`` devices
 when that is itself a valid size.
+
+:func:`allocate_devices` is the package's one device packer: every solver that turns group
+(or mesh) sizes into device ids calls it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,20 @@ def valid_group_size(size: int, gpus_per_node: int) -> bool:
     if size <= gpus_per_node:
         return gpus_per_node % size == 0
     return size % gpus_per_node == 0
+
+
+def require_valid_group_size(size: int, gpus_per_node: int, field: str) -> None:
+    """Raise an :class:`InputError` on ``field`` saying why ``size`` breaks the node-boundary
+    rule of :func:`valid_group_size` (for sizes a user chose, e.g. a solver option)."""
+    if valid_group_size(size, gpus_per_node):
+        return
+    if size < 1:
+        reason = "group size must be >= 1"
+    elif size < gpus_per_node:
+        reason = f"group size {size} does not divide the {gpus_per_node} GPUs of a node"
+    else:
+        reason = f"group size {size} is not a multiple of the {gpus_per_node} GPUs of a node"
+    raise InputError(reason, field)
 
 
 class GroupPartitions:
@@ -58,13 +75,17 @@ class GroupPartitions:
 def allocate_devices(sizes: Sequence[int], nodes: int, gpus_per_node: int) -> list[tuple[int, ...]] | None:
     """Assign device ids to groups of the given sizes (in the given order), or None if they do not fit.
 
-    Whole-node groups take consecutive whole nodes first; groups inside a node are packed
-    largest first into the remaining nodes (they tile exactly because sizes divide the node).
+    First fit, largest group first (ties in the given order): whole-node groups take
+    consecutive whole nodes first; a group inside a node goes to the lowest node with room
+    after the groups already packed there, opening the next unused node when none has room.
+    A size above the node's GPU count must be a whole number of nodes; smaller sizes need
+    not divide the node. Groups of one valid size fill the devices from 0 upwards in
+    consecutive runs.
     """
     order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
     out: list = [None] * len(sizes)
     node = 0
-    free_in_node = {}
+    free_in_node: dict[int, int] = {}  # node -> its first free GPU
     for i in order:
         s = sizes[i]
         if s >= gpus_per_node:
