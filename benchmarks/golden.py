@@ -26,7 +26,7 @@ SEED = 0
 _TIME_KEYS = ("wall_time_s", "time_limit_s", "elapsed_s", "wall_s", "cpu_s", "solve_s", "placement_ms", "seconds")
 #: search work counters that depend on how the process pool spreads tasks over workers (each
 #: worker memoises its own simulations), not on the answer
-_POOL_COUNTERS = ("simulations", "candidates_evaluated")
+_POOL_COUNTERS = ("simulations", "candidates_evaluated", "screened", "tasks_pruned_by_bound")
 #: bundled placements and the instance each was written for
 _PLACEMENTS = {
     "instances/fidelity/placement-alpaserve-gamma.json": "instances/fidelity/two-models-gamma.json",
