@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any, Iterable, Optional
 
 import click
 
 from placement_opt.errors import InputError
 from placement_opt.instance import Instance
 from placement_opt.io import read_json
+from placement_opt.placement import Placement
 from placement_opt.simulate import simulate
 
 from placement_opt.cli.common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
@@ -19,11 +21,12 @@ from placement_opt.cli.common import (INSTANCE, JSON_FLAG, check_output_path, em
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @JSON_FLAG
-def validate(file, as_json):
+def validate(file: str, as_json: bool) -> None:
     """Check an instance, a placement (has "groups"), a profile (has "configs"), an LLM cost
     table (has "format" and "tp") or an architecture (has "layers", "hidden", "heads"; the
     input of `placeopt profile`) for errors."""
     head = read_json(file)
+    info: dict[str, Any]
     if isinstance(head, dict) and "groups" in head and "cluster" not in head:
         placement = read_placement(file)
         info = {"file": file, "kind": "placement", "groups": len(placement.groups)}
@@ -72,7 +75,8 @@ def validate(file, as_json):
 @click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE", help="Solver option (repeatable).")
 @click.option("-o", "--output", default=None, help="Write the placement JSON here (atomically).")
 @JSON_FLAG
-def solve(instance, solver_name, time_limit, seed, options, output, as_json):
+def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float], seed: Optional[int],
+          options: tuple[str, ...], output: Optional[str], as_json: bool) -> None:
     """Find a placement for INSTANCE and print (or write) it with its simulated metrics."""
     from placement_opt.solvers import run_solver
     check_run_options(time_limit, seed)
@@ -98,7 +102,8 @@ def solve(instance, solver_name, time_limit, seed, options, output, as_json):
         click.echo(metrics_summary(placement.metrics))
 
 
-def check_solver(inst: Instance, file: str, name: str | None = None, cli_options: dict | None = None) -> dict:
+def check_solver(inst: Instance, file: str, name: str | None = None,
+                 cli_options: dict[str, str] | None = None) -> dict[str, Any]:
     """The solver (default: the instance's) must be registered and accept its options, which
     are the instance's ``solver.options`` when it is the instance's solver, plus the command
     line's ``cli_options`` (strings). Returns those converted to the options' types."""
@@ -114,14 +119,14 @@ def check_solver(inst: Instance, file: str, name: str | None = None, cli_options
     return typed
 
 
-def check_run_options(time_limit, seed) -> None:
+def check_run_options(time_limit: Optional[float], seed: Optional[int]) -> None:
     if time_limit is not None and not (math.isfinite(time_limit) and time_limit > 0):
         raise InputError(f"must be a positive number of seconds, got {time_limit}", "--time-limit")
     if seed is not None and seed < 0:
         raise InputError(f"must be >= 0, got {seed}", "--seed")
 
 
-def parse_cli_options(options) -> dict[str, str]:
+def parse_cli_options(options: Iterable[str]) -> dict[str, str]:
     """``-O KEY=VALUE`` items as {KEY: VALUE}; the values stay text, converted to each option's
     declared type by ``solvers.base.check_options(..., from_text=True)``."""
     out = {}
@@ -138,7 +143,7 @@ def parse_cli_options(options) -> dict[str, str]:
 @click.argument("placement", type=click.Path(dir_okay=False))
 @click.option("--seed", type=int, default=None, help="Workload seed (default: the instance's).")
 @JSON_FLAG
-def simulate_cmd(instance, placement, seed, as_json):
+def simulate_cmd(instance: str, placement: str, seed: Optional[int], as_json: bool) -> None:
     """Simulate PLACEMENT (as written by `placeopt solve`) on INSTANCE's workload."""
     check_run_options(None, seed)
     inst = read_instance(instance)
@@ -152,7 +157,7 @@ def simulate_cmd(instance, placement, seed, as_json):
         click.echo(per_model_text(metrics))
 
 
-def show_text(placement) -> str:
+def show_text(placement: Placement) -> str:
     rows = []
     for w, groups in enumerate(placement.all_group_sets):
         for i, g in enumerate(groups):
@@ -163,7 +168,7 @@ def show_text(placement) -> str:
     return table(headers, rows)
 
 
-def per_model_text(metrics: dict) -> str:
+def per_model_text(metrics: dict[str, Any]) -> str:
     per = metrics.get("per_model", {})
     if not per:
         return ""
@@ -178,7 +183,7 @@ def per_model_text(metrics: dict) -> str:
 @click.command()
 @click.argument("placement", type=click.Path(dir_okay=False))
 @JSON_FLAG
-def show(placement, as_json):
+def show(placement: str, as_json: bool) -> None:
     """Print PLACEMENT's groups, configs, models and per-model attainment."""
     plc = read_placement(placement)
     if as_json:
@@ -198,7 +203,7 @@ def show(placement, as_json):
 @click.command()
 @click.argument("name", required=False)
 @JSON_FLAG
-def solvers(name, as_json):
+def solvers(name: Optional[str], as_json: bool) -> None:
     """List the registered solvers, or with NAME one solver and its options (type, default,
     constraint, help: what `-O KEY=VALUE` and an instance's solver.options accept)."""
     from placement_opt.solvers import solver_names
@@ -211,7 +216,7 @@ def solvers(name, as_json):
         click.echo(table(["solver", "instances", "summary"], [(i["name"], i["family"], i["summary"]) for i in infos]))
 
 
-def solver_info(name: str) -> dict:
+def solver_info(name: str) -> dict[str, Any]:
     """A registered solver as ``{name, family, summary, options}``, its options as declared."""
     from placement_opt.solvers import get_solver_class
     from placement_opt.validation import describe_fields

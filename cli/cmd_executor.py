@@ -8,16 +8,18 @@ from __future__ import annotations
 import math
 import os
 import sys
+from typing import Optional
 
 import click
 
 from placement_opt.errors import InputError
 from placement_opt.io import read_json
+from placement_opt.model import Architecture
 
 from placement_opt.cli.common import INSTANCE, check_output_path, emit_json, progress, read_instance, read_placement, table
 
 
-def _floats(text, field):
+def _floats(text: str, field: str) -> list[float]:
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -46,8 +48,9 @@ def _floats(text, field):
 @click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
               help="On GPUs, run each stage as one CUDA graph replay (its all-reduces included).")
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summaries as JSON.")
-def execute_cmd(instance, placement, backend, output_dir, slo_scales, duration, hang_timeout, start_timeout,
-                warmup, cpu_threads, cuda_graphs, as_json):
+def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, slo_scales: Optional[str],
+                duration: Optional[float], hang_timeout: float, start_timeout: float, warmup: int, cpu_threads: int,
+                cuda_graphs: bool, as_json: bool) -> None:
     """Run PLACEMENT on INSTANCE's workload on real devices and compare with the simulator."""
     from placement_opt.executor import require_torch
 
@@ -88,9 +91,7 @@ def execute_cmd(instance, placement, backend, output_dir, slo_scales, duration, 
     progress(f"wrote {output_dir}")
 
 
-def _architecture_from_file(path: str, model: str | None):
-    from placement_opt.model import Architecture
-
+def _architecture_from_file(path: str, model: str | None) -> tuple[str | None, Architecture]:
     data = read_json(path)
     try:
         if isinstance(data, dict) and "models" in data:
@@ -131,8 +132,9 @@ def _architecture_from_file(path: str, model: str | None):
 @click.option("--cpu-threads", type=int, default=1, show_default=True)
 @click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
               help="On GPUs, run each stage as one CUDA graph replay (its all-reduces included).")
-def profile_cmd(source, model, name, output, details, configs, devices, batch_sizes, backend, warmup, repeats,
-                gap, seed, cpu_threads, cuda_graphs):
+def profile_cmd(source: str, model: Optional[str], name: Optional[str], output: str, details: Optional[str],
+                configs: Optional[str], devices: Optional[int], batch_sizes: str, backend: str, warmup: int,
+                repeats: int, gap: float, seed: int, cpu_threads: int, cuda_graphs: bool) -> None:
     """Measure per-stage and per-layer latency and memory of SOURCE's architecture on the devices present.
 
     SOURCE is an architecture JSON, or an instance JSON (read without loading its profiles)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import click
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
+from placement_opt.model import ModelSpec
 
 from placement_opt.cli.common import INSTANCE, JSON_FLAG, emit_json, read_instance, table
 
@@ -18,7 +22,8 @@ from placement_opt.cli.common import INSTANCE, JSON_FLAG, emit_json, read_instan
 @click.option("--solver", type=click.Choice(["cp-sat", "highs"]), default="cp-sat", show_default=True,
               help="ILP solver of the intra-op pass.")
 @JSON_FLAG
-def parallelize(instance, model_name, gpus, pp, tp, solver, as_json):
+def parallelize(instance: str, model_name: str, gpus: int, pp: Optional[int], tp: Optional[int], solver: str,
+                as_json: bool) -> None:
     """Print how MODEL of INSTANCE runs on GPUS GPUs: stages, latencies, memory, sharding."""
     from placement_opt.parallel import enumerate_parallel_configs
     from placement_opt.parallel import parallelize as run_parallelize
@@ -41,6 +46,7 @@ def parallelize(instance, model_name, gpus, pp, tp, solver, as_json):
                 for c in configs]
         click.echo(table(["pp", "tp", "latency (s)", "max stage (s)", "max GB/GPU"], rows))
         return
+    assert tp is not None  # --pp and --tp come together (checked above)
     pm = run_parallelize(model, inst.cluster, gpus, pp, tp, solver=solver)
     d = pm.to_dict()
     if as_json:
@@ -48,17 +54,17 @@ def parallelize(instance, model_name, gpus, pp, tp, solver, as_json):
         return
     click.echo(f"{model.name} on {gpus} GPUs: pp={pp} tp={tp}, latency {pm.latency(1):.4g} s at batch 1"
                + ("" if pm.fits_memory else f" (does NOT fit {pm.memory_budget / 1e9:.2f} GB per GPU)"))
-    rows = [[s, f"{st['units'][0]}-{st['units'][1] - 1}", ", ".join(st["unit_kinds"]), st["plan"],
-             st["latency_s"]["1"], st["weight_gb_per_gpu"],
-             ", ".join(f"{k} x{v}" for k, v in sorted(st["collectives"].items())) or "-"]
-            for s, st in enumerate(d["stages"])]
-    click.echo(table(["stage", "units", "kinds", "plan", "latency b=1 (s)", "GB/GPU", "collectives"], rows))
+    stage_rows = [[s, f"{st['units'][0]}-{st['units'][1] - 1}", ", ".join(st["unit_kinds"]), st["plan"],
+                   st["latency_s"]["1"], st["weight_gb_per_gpu"],
+                   ", ".join(f"{k} x{v}" for k, v in sorted(st["collectives"].items())) or "-"]
+                  for s, st in enumerate(d["stages"])]
+    click.echo(table(["stage", "units", "kinds", "plan", "latency b=1 (s)", "GB/GPU", "collectives"], stage_rows))
     for kind, plans in d["sharding"].items():
         ops = ", ".join(f"{op}={strat}" for op, strat in plans["fast"]["ops"].items())
         click.echo(f"{kind}: {ops}")
 
 
-def _find_model(inst, name: str):
+def _find_model(inst: Instance, name: str) -> ModelSpec:
     for m in inst.models:
         if m.name == name:
             if m.architecture is None:

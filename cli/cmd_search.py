@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from typing import Any, Callable, Optional, Sequence
 
 import click
 
 from placement_opt.errors import InputError
-from placement_opt.instance import check_workload
+from placement_opt.instance import Instance, check_workload
 from placement_opt.io import read_json
 from placement_opt.simulate import simulate
 from placement_opt.workload import Workload
@@ -26,7 +27,7 @@ OPTION = click.option("--option", "-O", "options", multiple=True, metavar="KEY=V
 @INSTANCE
 @OPTION
 @JSON_FLAG
-def space(instance, options, as_json):
+def space(instance: str, options: tuple[str, ...], as_json: bool) -> None:
     """Print the size of INSTANCE's AlpaServe search space, level by level, before and after pruning."""
     from placement_opt.solvers.alpaserve import AlpaServe
     from placement_opt.solvers.base import parse_options
@@ -45,7 +46,7 @@ def space(instance, options, as_json):
     click.echo(table(["level", "before pruning", "after pruning", "pruned"], rows))
 
 
-def read_workload(path: str, instance=None) -> Workload:
+def read_workload(path: str, instance: Optional[Instance] = None) -> Workload:
     """A workload JSON object, or an instance file whose ``workload`` is taken (checked
     against ``instance``: its model names and request volume)."""
     data = read_json(path)
@@ -68,7 +69,7 @@ def read_workload(path: str, instance=None) -> Workload:
               help="Workload JSON (or an instance file whose workload is used) to score on.")
 @click.option("--seed", type=int, default=None, help="Seed of the other workload (default: the instance's).")
 @JSON_FLAG
-def evaluate(instance, placement, workload_path, seed, as_json):
+def evaluate(instance: str, placement: str, workload_path: str, seed: Optional[int], as_json: bool) -> None:
     """Score PLACEMENT on a different workload than INSTANCE's (robustness, AlpaServe section 6.4).
 
     Models and SLOs stay the instance's; only the arrivals change.
@@ -88,7 +89,7 @@ def evaluate(instance, placement, workload_path, seed, as_json):
                      [[label, own.get(k), moved.get(k)] for k, label in keys]))
 
 
-def split_options(options, names):
+def split_options(options: Sequence[str], names: Sequence[str]) -> dict[str, dict[str, Any]]:
     """``key=value`` applies to every solver that has the option; ``solver:key=value`` to one.
     Returns each solver's options converted to their declared types."""
     from placement_opt.solvers import get_solver_class
@@ -111,7 +112,9 @@ def split_options(options, names):
             for n, raw in per.items()}
 
 
-def compare_rows(inst, names, per_options=None, time_limit=None, seed=None, echo=None) -> list[dict]:
+def compare_rows(inst: Instance, names: Sequence[str], per_options: Optional[dict[str, dict[str, Any]]] = None,
+                 time_limit: Optional[float] = None, seed: Optional[int] = None,
+                 echo: Optional[Callable[[str], None]] = None) -> list[dict[str, Any]]:
     """Solve with each solver, simulate, and return one row of metrics per solver."""
     from placement_opt.solvers import run_solver
     from placement_opt.solvers.base import solver_for
@@ -143,7 +146,8 @@ def compare_rows(inst, names, per_options=None, time_limit=None, seed=None, echo
 @click.option("--seed", type=int, default=None)
 @OPTION
 @JSON_FLAG
-def compare(instance, solver_list, time_limit, seed, options, as_json):
+def compare(instance: str, solver_list: str, time_limit: Optional[float], seed: Optional[int],
+            options: tuple[str, ...], as_json: bool) -> None:
     """Solve INSTANCE with several solvers and tabulate attainment, goodput, p99, solve time, groups."""
     check_run_options(time_limit, seed)
     names = [s.strip() for s in solver_list.split(",") if s.strip()]

@@ -5,25 +5,26 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import click
 
 from placement_opt.errors import InputError
-from placement_opt.instance import load_instance
+from placement_opt.instance import Instance, load_instance
 from placement_opt.io import atomic_write_text
 from placement_opt.feasibility import check_placement
-from placement_opt.placement import load_placement
+from placement_opt.placement import Placement, load_placement
+from placement_opt.workload import Requests
 
 INSTANCE = click.argument("instance", type=click.Path(dir_okay=False))
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
 
-def read_instance(path: str):
+def read_instance(path: str) -> Instance:
     return load_instance(path)
 
 
-def read_requests(instance, path: str):
+def read_requests(instance: Instance, path: str) -> Requests:
     """The instance's requests; errors in the workload (e.g. a trace) name ``path`` unless they
     name their own file."""
     try:
@@ -32,7 +33,7 @@ def read_requests(instance, path: str):
         raise e.with_file(path) from None
 
 
-def read_placement(path: str, instance=None):
+def read_placement(path: str, instance: Optional[Instance] = None) -> Placement:
     placement = load_placement(path)
     if instance is not None:
         try:
@@ -47,7 +48,7 @@ def progress(message: str) -> None:
     click.echo(message, err=True)
 
 
-def emit_json(data) -> None:
+def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
@@ -73,16 +74,16 @@ def write_output(path: str, text: str) -> None:
         raise InputError(f"cannot write: {e.strerror}", "--output", path) from None
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
-    rows = [[_fmt(c) for c in r] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    cells = [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
     line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
     out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
     return "\n".join(row.rstrip() for row in out)
 
 
-def _fmt(value) -> str:
+def _fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -90,7 +91,7 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def metrics_summary(metrics: dict) -> str:
+def metrics_summary(metrics: dict[str, Any]) -> str:
     keys = [("slo_attainment", "SLO attainment"), ("goodput_rps", "goodput (req/s)"),
             ("throughput_rps", "throughput (req/s)"), ("latency_mean_s", "latency mean (s)"),
             ("latency_p50_s", "latency p50 (s)"), ("latency_p99_s", "latency p99 (s)"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+from typing import Any, Optional, Sequence
 
 import click
 
@@ -18,7 +19,7 @@ from placement_opt.errors import InputError
 
 
 class _Group(click.Group):
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except InputError as e:
@@ -31,11 +32,11 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="placeopt")
-def cli():
+def cli() -> None:
     """Place many deep-learning models on a GPU cluster for SLO attainment or throughput."""
 
 
-def _load_commands():
+def _load_commands() -> None:
     import placement_opt.cli as pkg
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
         if info.name.startswith("cmd_"):
@@ -47,7 +48,7 @@ def _load_commands():
 _load_commands()
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> None:
     cli.main(args=argv, prog_name="placeopt")
 
 

@@ -9,8 +9,10 @@ group. ``fast=true`` switches to the paper's one-simulation-per-round heuristic.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
 from placement_opt.placement import Placement
 from placement_opt.spaces import GroupPartitions, allocate_devices
 from placement_opt.validation import option
@@ -32,7 +34,8 @@ class AlpaServeGreedyOptions:
     progress: bool = option(True, help="report candidates evaluated and best attainment on stderr")
 
 
-def shells_for(instance, sizes, configs):
+def shells_for(instance: Instance, sizes: Sequence[int], configs: Sequence[Tuple[int, int]]
+               ) -> List[Tuple[Tuple[int, ...], int, int]]:
     """[(devices, pp, tp)] for groups of ``sizes`` with ``configs``, placed on real devices."""
     cl = instance.cluster
     devices = allocate_devices(sizes, cl.nodes, cl.gpus_per_node)
@@ -41,7 +44,7 @@ def shells_for(instance, sizes, configs):
     return [(d, pp, tp) for d, (pp, tp) in zip(devices, configs)]
 
 
-def fixed_partition(instance, group_size: int, tp: int):
+def fixed_partition(instance: Instance, group_size: int, tp: int) -> List[Tuple[Tuple[int, ...], int, int]]:
     """Equal groups of ``group_size`` (remainder group when valid) all running (size / tp, tp)."""
     cl = instance.cluster
     if group_size < 1 or group_size > cl.n_gpus:
@@ -65,7 +68,7 @@ class AlpaServeGreedy(Solver):
     summary = "AlpaServe Algorithm 1: fixed group partition and config, greedy model selection"
     Options = AlpaServeGreedyOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         o = self.options
         size = o.group_size or smallest_pipeline_size(instance, o.tp)
         shells = fixed_partition(instance, size, o.tp)

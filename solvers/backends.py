@@ -14,27 +14,27 @@ import os
 import signal
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Any, Callable, Optional
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Callable, Dict, List, Optional
 
 from placement_opt.errors import InputError
 
 BACKENDS = ("serial", "local", "ray")
 
-_CONTEXT: dict = {}
+_CONTEXT: Dict[str, Any] = {}
 
 
-def worker_context() -> dict:
+def worker_context() -> Dict[str, Any]:
     """The context installed in this process (instance and per-worker caches)."""
     return _CONTEXT
 
 
-def _install(context: dict) -> None:
+def _install(context: Dict[str, Any]) -> None:
     _CONTEXT.clear()
     _CONTEXT.update(context)
 
 
-def _pool_init(context: dict) -> None:
+def _pool_init(context: Dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _install(context)
 
@@ -42,7 +42,7 @@ def _pool_init(context: dict) -> None:
 class Progress:
     """Throttled progress lines on stderr: candidates evaluated and best attainment so far."""
 
-    def __init__(self, label: str, enabled: bool = True, every_s: float = 1.0):
+    def __init__(self, label: str, enabled: bool = True, every_s: float = 1.0) -> None:
         self.label = label
         self.enabled = enabled
         self.every_s = every_s
@@ -64,7 +64,7 @@ class Progress:
         if self.enabled:
             self._line(evaluated, best, extra + " done")
 
-    def _line(self, evaluated, best, extra):
+    def _line(self, evaluated: int, best: float, extra: str) -> None:
         print(f"[{self.label}] {time.perf_counter() - self.start:7.1f}s  evaluated {evaluated}  "
               f"best attainment {best:.4f} {extra}".rstrip(), file=sys.stderr, flush=True)
 
@@ -72,7 +72,7 @@ class Progress:
 class _Done:
     """A finished task of the serial backend."""
 
-    def __init__(self, value):
+    def __init__(self, value: Any) -> None:
         self.value = value
 
 
@@ -81,17 +81,17 @@ class Backend:
 
     workers = 1
 
-    def submit(self, fn: Callable, *args) -> Any:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         raise NotImplementedError
 
-    def wait_any(self, handles: list, timeout: Optional[float] = None) -> list:
+    def wait_any(self, handles: List[Any], timeout: Optional[float] = None) -> List[Any]:
         """Handles (of ``handles``) that have finished; waits up to ``timeout`` for at least one."""
         raise NotImplementedError
 
-    def result(self, handle) -> Any:
+    def result(self, handle: Any) -> Any:
         raise NotImplementedError
 
-    def cancel(self, handles: list) -> None:
+    def cancel(self, handles: List[Any]) -> None:
         pass
 
     def close(self) -> None:
@@ -99,45 +99,45 @@ class Backend:
 
 
 class SerialBackend(Backend):
-    def __init__(self, context: dict):
+    def __init__(self, context: Dict[str, Any]) -> None:
         _install(context)
 
-    def submit(self, fn, *args):
+    def submit(self, fn: Callable[..., Any], *args: Any) -> _Done:
         return _Done(fn(*args))
 
-    def wait_any(self, handles, timeout=None):
+    def wait_any(self, handles: List[Any], timeout: Optional[float] = None) -> List[Any]:
         return list(handles)
 
-    def result(self, handle):
+    def result(self, handle: _Done) -> Any:
         return handle.value
 
 
 class LocalBackend(Backend):
     """A process pool; every worker gets the context once, at start."""
 
-    def __init__(self, context: dict, workers: int = 0):
+    def __init__(self, context: Dict[str, Any], workers: int = 0) -> None:
         self.workers = workers or os.cpu_count() or 1
         self.pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_pool_init, initargs=(context,))
 
-    def submit(self, fn, *args):
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         return self.pool.submit(fn, *args)
 
-    def wait_any(self, handles, timeout=None):
+    def wait_any(self, handles: List[Future[Any]], timeout: Optional[float] = None) -> List[Future[Any]]:
         done, _ = wait(handles, timeout=timeout, return_when=FIRST_COMPLETED)
         return [h for h in handles if h in done]
 
-    def result(self, handle):
+    def result(self, handle: Future[Any]) -> Any:
         return handle.result()
 
-    def cancel(self, handles):
+    def cancel(self, handles: List[Future[Any]]) -> None:
         for h in handles:
             h.cancel()
 
-    def close(self):
+    def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _ray_call(context, fn, *args):
+def _ray_call(context: Dict[str, Any], fn: Callable[..., Any], *args: Any) -> Any:
     if _CONTEXT.get("instance") is not context["instance"]:
         _install(context)
     return fn(*args)
@@ -146,7 +146,7 @@ def _ray_call(context, fn, *args):
 class RayBackend(Backend):
     """Tasks on a Ray cluster: ``address`` of an existing one, or ``local`` for a private one."""
 
-    def __init__(self, context: dict, address: str = "", workers: int = 0):
+    def __init__(self, context: Dict[str, Any], address: str = "", workers: int = 0) -> None:
         try:
             import ray
         except ImportError:
@@ -168,26 +168,26 @@ class RayBackend(Backend):
         self.context_ref = ray.put(context)
         self.remote = ray.remote(_ray_call)
 
-    def submit(self, fn, *args):
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         return self.remote.remote(self.context_ref, fn, *args)
 
-    def wait_any(self, handles, timeout=None):
+    def wait_any(self, handles: List[Any], timeout: Optional[float] = None) -> List[Any]:
         done, _ = self.ray.wait(list(handles), num_returns=1, timeout=timeout)
         return [h for h in handles if h in done]
 
-    def result(self, handle):
+    def result(self, handle: Any) -> Any:
         return self.ray.get(handle)
 
-    def cancel(self, handles):
+    def cancel(self, handles: List[Any]) -> None:
         for h in handles:
             self.ray.cancel(h, force=True)
 
-    def close(self):
+    def close(self) -> None:
         if self.started:
             self.ray.shutdown()
 
 
-def make_backend(name: str, context: dict, workers: int = 0, address: str = "") -> Backend:
+def make_backend(name: str, context: Dict[str, Any], workers: int = 0, address: str = "") -> Backend:
     if name not in BACKENDS:
         raise InputError(f"must be one of {', '.join(BACKENDS)}, got {name!r}", "solver.options.backend")
     if workers < 0:

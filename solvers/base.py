@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Dict, Optional, Type
 
 from placement_opt.version import __version__
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
 from placement_opt.placement import Placement
 from placement_opt.simulate import simulate
 from placement_opt.validation import check_fields
@@ -40,10 +41,10 @@ class Solver:
     family: ClassVar[str] = "dnn"  # which instances it solves: dnn, llm or any
     Options: ClassVar[type] = NoOptions
 
-    def __init__(self, **options: Any):
+    def __init__(self, **options: Any) -> None:
         self.options = parse_options(self.Options, options)
 
-    def solve(self, instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         raise NotImplementedError
 
 
@@ -82,7 +83,7 @@ def make_solver(name: str, options: Optional[Dict[str, Any]] = None) -> Solver:
     return get_solver_class(name)(**(options or {}))
 
 
-def solver_for(instance, name: str, options: Optional[Dict[str, Any]] = None) -> Solver:
+def solver_for(instance: Instance, name: str, options: Optional[Dict[str, Any]] = None) -> Solver:
     """The configured solver ``name`` for ``instance`` (the instance's own options apply when
     it names this solver; ``options`` override them). Refuses a solver of the other family."""
     merged = dict(instance.solver_options) if name == instance.solver else {}
@@ -95,7 +96,7 @@ def solver_for(instance, name: str, options: Optional[Dict[str, Any]] = None) ->
     return solver
 
 
-def run_solver(instance, name: Optional[str] = None, *, time_limit: Optional[float] = None,
+def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Optional[float] = None,
                seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Placement:
     """Solve, simulate the result and attach metrics and provenance."""
     name = name or instance.solver

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from placement_opt.instance import Instance
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement, Window
 from placement_opt.validation import option
@@ -34,9 +36,10 @@ class ClockworkOptions:
     progress: bool = option(True, help="progress lines on stderr")
 
 
-def solve_window(start: float, end: float, beam: int, seconds_left):
+def solve_window(start: float, end: float, beam: int, seconds_left: Optional[float]
+                 ) -> Tuple[List[Group], Dict[str, Any]]:
     """Selective replication on the requests arriving in [start, end) (runs in a worker)."""
-    instance = worker_context()["instance"]
+    instance: Instance = worker_context()["instance"]
     req = instance.requests()
     sub = req.select((req.arrival >= start) & (req.arrival < end))
     shells = [((d,), 1, 1) for d in range(instance.cluster.n_gpus)]
@@ -54,7 +57,7 @@ class ClockworkPlusPlus(Solver):
     summary = "selective replication re-solved per time window, zero swap cost (baseline)"
     Options = ClockworkOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         o = self.options
         duration = instance.requests().duration_s
         starts = list(np.arange(0.0, duration, o.window_s)) or [0.0]
@@ -63,7 +66,7 @@ class ClockworkPlusPlus(Solver):
         deadline = None if time_limit is None else start + time_limit
         progress = Progress(self.name, enabled=o.progress)
         backend = make_backend(o.backend, {"instance": instance}, o.workers, o.address)
-        results = [None] * len(bounds)
+        results: List[Optional[Tuple[List[Group], Dict[str, Any]]]] = [None] * len(bounds)
         evaluated = 0
         n_requests = max(len(instance.requests()), 1)
         accepted = 0  # of the solved windows, each simulated alone (clocks not carried over)
@@ -77,16 +80,16 @@ class ClockworkPlusPlus(Solver):
             while pending:
                 for h in backend.wait_any(pending, timeout=0.5):
                     pending.remove(h)
-                    k = handles.index(h)
-                    results[k] = backend.result(h)
-                    evaluated += results[k][1]["candidates_evaluated"]
-                    accepted += results[k][1]["accepted"]
+                    window_groups, window_stats = backend.result(h)
+                    results[handles.index(h)] = (window_groups, window_stats)
+                    evaluated += window_stats["candidates_evaluated"]
+                    accepted += window_stats["accepted"]
                 progress.update(evaluated, accepted / n_requests, f"windows {sum(r is not None for r in results)}/{len(bounds)}")
         except KeyboardInterrupt:  # windows not solved yet keep the previous window's placement
             interrupted = True
         finally:
             backend.close()
-        windows = []
+        windows: List[Window] = []
         for (a, _), res in zip(bounds, results):
             groups = res[0] if res is not None else windows[-1].groups if windows else ()
             windows.append(Window(start_s=a, groups=tuple(groups)))

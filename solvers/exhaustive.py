@@ -12,8 +12,10 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from typing import Iterator, List, Optional, Tuple
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement
 from placement_opt.spaces import ModelSelections, ParallelConfigs, allocate_devices
@@ -31,7 +33,12 @@ class ExhaustiveOptions:
     progress: bool = option(True, help="report placements evaluated and best attainment on stderr")
 
 
-def exhaustive_space(instance):
+# a placement of the space: group sizes, their (pp, tp) configs, every group's model indices
+Candidate = Tuple[Tuple[int, ...], List[Tuple[int, int]], Tuple[Tuple[int, ...], ...]]
+
+
+def exhaustive_space(instance: Instance
+                     ) -> Iterator[Tuple[Tuple[int, ...], List[Tuple[int, int]], ModelSelections]]:
     """Yield (sizes, configs, ModelSelections) for every partition and config assignment."""
     cl = instance.cluster
     for sizes in AllPartitions(cl.n_gpus, cl.gpus_per_node):
@@ -45,7 +52,7 @@ def exhaustive_space(instance):
             yield sizes, configs, ModelSelections(instance, configs, symmetric=True)
 
 
-def count_exhaustive(instance, limit: int | None = None) -> int:
+def count_exhaustive(instance: Instance, limit: int | None = None) -> int:
     """Placements in the exhaustive space; with ``limit``, stops counting once past it (the
     space of a non-tiny instance is astronomically large, and so is the time to count it)."""
     total = 0
@@ -64,7 +71,7 @@ class Exhaustive(Solver):
     summary = "every partition, config and model selection, simulated (tiny instances; test oracle)"
     Options = ExhaustiveOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         total = count_exhaustive(instance, limit=self.options.max_candidates)
         if total > self.options.max_candidates:
             raise InputError(f"the space has more than {self.options.max_candidates} placements (max_candidates)",
@@ -73,7 +80,8 @@ class Exhaustive(Solver):
         ev = PlacementEvaluator(instance)
         all_models = tuple(range(len(instance.models)))
         progress = Progress(self.name, enabled=self.options.progress)
-        best = (-1, None)
+        best_accepted = -1
+        best: Optional[Candidate] = None
         evaluated = 0
         stopped = ""
         try:
@@ -81,24 +89,26 @@ class Exhaustive(Solver):
                 for sel in selections:
                     acc = int(ev.accepted_of_component(configs, sel, all_models).sum())
                     evaluated += 1
-                    if acc > best[0]:
-                        best = (acc, (sizes, configs, sel))
-                    progress.update(evaluated, best[0] / max(ev.n_requests, 1))
+                    if acc > best_accepted:
+                        best_accepted, best = acc, (sizes, configs, sel)
+                    progress.update(evaluated, best_accepted / max(ev.n_requests, 1))
                     if time_limit is not None and time.perf_counter() - start > time_limit:
                         raise TimeoutError
         except TimeoutError:
             stopped = "timed_out"
         except KeyboardInterrupt:
             stopped = "interrupted"
-        if best[1] is None:  # Ctrl-C before the first candidate: nothing to return
+        if best is None:  # Ctrl-C before the first candidate: nothing to return
             raise KeyboardInterrupt
-        sizes, configs, sel = best[1]
+        sizes, configs, sel = best
         cl = instance.cluster
         devices = allocate_devices(sizes, cl.nodes, cl.gpus_per_node)
+        assert devices is not None  # AllPartitions yields only sizes that pack into the nodes
         names = instance.model_names
         groups = tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(names[m] for m in ms))
                        for d, (pp, tp), ms in zip(devices, configs, sel))
-        stats = {"space": total, "candidates_evaluated": evaluated, "best_attainment": best[0] / max(ev.n_requests, 1),
+        stats = {"space": total, "candidates_evaluated": evaluated,
+                 "best_attainment": best_accepted / max(ev.n_requests, 1),
                  "timed_out": stopped == "timed_out", "interrupted": stopped == "interrupted",
                  "seconds": round(time.perf_counter() - start, 4)}
         progress.done(evaluated, stats["best_attainment"])

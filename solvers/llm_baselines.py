@@ -14,9 +14,12 @@ the greedy-memory placement of its ablation.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
 from placement_opt.solvers.llm_estimator import build_tables
 from placement_opt.solvers.mesh_greedy import FREE_MEMORY
 from placement_opt.llm_units import llm_config, llm_specs
@@ -36,7 +39,7 @@ class Spatial(Solver):
     family = "llm"
     Options = NoOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         cfg = llm_config(instance)
         specs = llm_specs(instance)
         cl = instance.cluster
@@ -53,7 +56,7 @@ class Spatial(Solver):
             raise InputError(f"the LLMs need {sum(sizes)} GPUs in dedicated meshes; the cluster cannot hold them",
                              "models")
 
-        def deficit(i):
+        def deficit(i: int) -> float:
             est, _, _ = tables.estimate([i], t_of[sizes[i]], cap * sizes[i])
             return est / specs[i].rate if specs[i].rate > 0 else np.inf
 
@@ -87,7 +90,7 @@ class Temporal(Solver):
     family = "llm"
     Options = MuxServeOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         return best_mesh_group_placement(instance, self.options.refine, full_share=True, scheduling="temporal")
 
 
@@ -100,6 +103,6 @@ class GreedyMemory(Solver):
     family = "llm"
     Options = NoOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         specs, tables, results, n_groups = search_mesh_groups(instance, FREE_MEMORY)
         return to_placement(instance, specs, tables, results[0], mesh_groups=n_groups)

@@ -19,20 +19,25 @@ the candidate SM share, so the kernels below touch only flat arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 from numba import njit
 
+from placement_opt.cluster import Cluster
 from placement_opt.costs.interp import lookup_batches
+from placement_opt.instance import Instance
 from placement_opt.llm_units import LLMSpec, llm_config, llm_specs
+from placement_opt.placement import Placement
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
 FIXED_POINT_ROUNDS = 4
 
 
 @njit(cache=True)
-def unit_throughput(rows, llms, P, D, out_len, rate, weights, kv, tokens, cap, max_batch, tpt, batch):
+def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
+                    rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
+                    max_batch: int, tpt: np.ndarray, batch: np.ndarray) -> float:
     """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
     bytes; writes per-member throughput and batch into ``tpt``/``batch`` and returns their
     sum, or -1 when the weights leave no room for one request of each LLM."""
@@ -104,18 +109,18 @@ class EstimatorTables:
     def row(self, llm: int, t: int) -> int:
         return llm * len(self.tps) + t
 
-    def estimate(self, llms: Sequence[int], t: int, cap: float):
+    def estimate(self, llms: Sequence[int] | np.ndarray, t: int, cap: float) -> Tuple[float, np.ndarray, np.ndarray]:
         """(sum, per-LLM throughput, batches) of a unit of ``llms`` on TP index ``t``."""
-        llms = np.asarray(llms, dtype=np.int64)
-        rows = llms * len(self.tps) + t
-        tpt = np.zeros(len(llms))
-        batch = np.zeros(len(llms), dtype=np.int64)
-        s = unit_throughput(rows, llms, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
+        members = np.asarray(llms, dtype=np.int64)
+        rows = members * len(self.tps) + t
+        tpt = np.zeros(len(members))
+        batch = np.zeros(len(members), dtype=np.int64)
+        s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, cap, self.max_batch, tpt, batch)
         return s, tpt, batch
 
 
-def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int):
+def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int) -> Tuple[np.ndarray, np.ndarray]:
     """Prefill and decode-step seconds for batches 0..max_batch at the spec's mean lengths."""
     bgrid, lgrid, p2, d2 = spec.table.at_share(tp, share)
     b = np.arange(max_batch + 1, dtype=np.float64)
@@ -125,7 +130,7 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int):
     return pre, dec
 
 
-def build_tables(specs: List[LLMSpec], cluster, max_batch: int, kv_reserve_fraction: float,
+def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, kv_reserve_fraction: float,
                  tps: Sequence[int] | None = None, full_share: bool = False) -> EstimatorTables:
     """Candidates of Algorithm 2: per LLM and TP degree, the smallest SM share (30-100 %)
     whose Eq. 3 estimate alone on the mesh meets the LLM's rate (all SMs if none does).
@@ -136,8 +141,8 @@ def build_tables(specs: List[LLMSpec], cluster, max_batch: int, kv_reserve_fract
     gpn = cluster.gpus_per_node
     if tps is None:
         tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= gpn]
-    tps = np.asarray(tps, dtype=np.int64)
-    n, nt = len(specs), len(tps)
+    tp_degrees = np.asarray(tps, dtype=np.int64)
+    n, nt = len(specs), len(tp_degrees)
     per_gpu = cluster.gpu.usable_memory_bytes * (1.0 - kv_reserve_fraction)
     share = np.zeros((n, nt))
     feasible = np.zeros((n, nt), dtype=bool)
@@ -152,7 +157,7 @@ def build_tables(specs: List[LLMSpec], cluster, max_batch: int, kv_reserve_fract
     batch = np.zeros(1, dtype=np.int64)
     for i, spec in enumerate(specs):
         lowest = min(spec.table.tp_degrees)
-        for t, tp in enumerate(tps):
+        for t, tp in enumerate(tp_degrees):
             cap = per_gpu * tp
             if tp < lowest or spec.weight_bytes + kv[i] * tokens[i] > cap:
                 continue
@@ -167,11 +172,11 @@ def build_tables(specs: List[LLMSpec], cluster, max_batch: int, kv_reserve_fract
                 if est >= rate[i] * (1 - 1e-9):
                     break
             share[i, t] = chosen
-    return EstimatorTables(tps=tps, share=share, feasible=feasible, P=P, D=D, out_len=out_len, rate=rate,
+    return EstimatorTables(tps=tp_degrees, share=share, feasible=feasible, P=P, D=D, out_len=out_len, rate=rate,
                            weights=weights, kv=kv, tokens=tokens, max_batch=max_batch)
 
 
-def placement_estimates(instance, placement) -> dict:
+def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, float]:
     """Eq. 3 throughput (req/s) of every placed LLM at the placement's meshes and SM shares."""
     cfg = llm_config(instance)
     specs = llm_specs(instance)
@@ -179,7 +184,7 @@ def placement_estimates(instance, placement) -> dict:
     per_gpu = instance.cluster.gpu.usable_memory_bytes * (1.0 - cfg.kv_reserve_fraction)
     columns = {a: np.array([getattr(s, a) for s in specs])
                for a in ("output_tokens", "rate", "weight_bytes", "kv_bytes_per_token", "tokens_per_request")}
-    out = {}
+    out: Dict[str, float] = {}
     for g in placement.groups:
         if not g.models:
             continue

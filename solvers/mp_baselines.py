@@ -8,11 +8,13 @@ groups" (Fig. 17): no search over partitions or configs, only Algorithm 1.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Optional
 
 import numpy as np
 
 from placement_opt.errors import InputError
 from placement_opt.feasibility import fits
+from placement_opt.instance import Instance
 from placement_opt.placement import Group, Placement
 from placement_opt.spaces import valid_group_size
 from placement_opt.spaces.buckets import model_loads
@@ -34,10 +36,10 @@ class MPGreedyOptions:
 
 
 class _MPGreedy(Solver):
-    group_size = 0
+    group_size: ClassVar[int] = 0
     Options = MPGreedyOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         size = min(self.group_size, instance.cluster.n_gpus)
         shells = fixed_partition(instance, size, min(self.options.tp, size))
         reporter = Progress(self.name, enabled=self.options.progress)
@@ -47,7 +49,7 @@ class _MPGreedy(Solver):
         return Placement(groups=tuple(groups), provenance={"search": stats})
 
 
-def _make_mp_greedy(n: int):
+def _make_mp_greedy(n: int) -> type[Solver]:
     cls = type(f"MPGreedy{n}", (_MPGreedy,), {
         "name": f"mp-greedy-{n}",
         "summary": f"fixed {n}-GPU pipelines ({n} stages / tp), greedy model selection (ablation baseline)",
@@ -80,7 +82,7 @@ class MPEqual(Solver):
     summary = "one model per equal-size group, fixed config (dedicated model parallelism baseline)"
     Options = MPEqualOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         cl = instance.cluster
         o = self.options
         size = o.group_size or self._auto_size(instance)
@@ -94,7 +96,7 @@ class MPEqual(Solver):
         order = sorted(range(len(instance.models)), key=lambda m: (-loads[m], m))
         placeable = [m for m in order if fits(instance, np.zeros(pp), m, pp, tp)]
         replicas = np.zeros(len(instance.models), dtype=np.int64)
-        chosen = []
+        chosen: list[int] = []
         for _ in shells:
             if not placeable:
                 break
@@ -107,7 +109,7 @@ class MPEqual(Solver):
                        for i, (d, _, _) in enumerate(shells))
         return Placement(groups=groups)
 
-    def _auto_size(self, instance) -> int:
+    def _auto_size(self, instance: Instance) -> int:
         """The largest size that still gives every model its own group, but no smaller than
         the fewest GPUs that hold every model."""
         cl = instance.cluster

@@ -20,15 +20,16 @@ mesh, so every colocated LLM's decode job can run at once (a lone LLM gets the w
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
 from placement_opt.solvers.llm_estimator import EstimatorTables, build_tables
 from placement_opt.solvers.mesh_greedy import GAIN, place_on_meshes
 from placement_opt.spaces.meshes import mesh_devices, mesh_groups
-from placement_opt.llm_units import llm_config, llm_specs
+from placement_opt.llm_units import LLMSpec, llm_config, llm_specs
 from placement_opt.placement import Group, Placement
 from placement_opt.simulate.llm import simulate_llm
 from placement_opt.validation import option
@@ -44,31 +45,42 @@ class MuxServeOptions:
 @dataclass(frozen=True)
 class GroupResult:
     estimate: float
-    group: tuple  # per-node splits
+    group: Tuple[Tuple[int, ...], ...]  # per-node splits
     assign: np.ndarray  # mesh index of every LLM
     unit_tpt: np.ndarray
     sm_excess: float  # SM shares beyond full meshes (LLMs forced onto meshes whose SMs were taken)
     headroom: float = 0.0  # estimate of the same units at twice the rates (tie-break)
 
 
-def search_mesh_groups(instance, rule: int = GAIN, full_share: bool = False):
-    """Estimator tables and every feasible mesh group's greedy placement, best first."""
+def smallest_meshes(specs: Sequence[LLMSpec], tables: EstimatorTables) -> List[int]:
+    """The fewest GPUs of a mesh that holds each LLM; an LLM that fits no mesh is an input error."""
+    need = []
+    for i, spec in enumerate(specs):
+        feasible_tps = [int(t) for t, ok in zip(tables.tps, tables.feasible[i]) if ok]
+        if not feasible_tps:
+            raise InputError("fits no mesh: no node holds its weights plus one request's KV cache",
+                             f"models[{spec.name}]")
+        need.append(min(feasible_tps))
+    return need
+
+
+def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = False
+                       ) -> Tuple[List[LLMSpec], EstimatorTables, List[GroupResult], int]:
+    """Estimator tables and every feasible mesh group's greedy placement, best first (and how
+    many mesh groups were enumerated)."""
     cfg = llm_config(instance)
     specs = llm_specs(instance)
     cl = instance.cluster
     tables = build_tables(specs, cl, cfg.max_batch, cfg.kv_reserve_fraction, full_share=full_share)
-    need = [min((t for t, ok in zip(tables.tps, tables.feasible[i]) if ok), default=None) for i in range(len(specs))]
-    if any(x is None for x in need):
-        bad = specs[need.index(None)].name
-        raise InputError("fits no mesh: no node holds its weights plus one request's KV cache", f"models[{bad}]")
+    need = smallest_meshes(specs, tables)
     groups = mesh_groups(cl.nodes, cl.gpus_per_node, max_meshes=len(specs), min_largest=max(need))
     tp_index = {int(t): i for i, t in enumerate(tables.tps)}
     per_gpu = cl.gpu.usable_memory_bytes * (1.0 - cfg.kv_reserve_fraction)
     if rule == GAIN:
-        order = sorted(range(len(specs)), key=lambda i: (-specs[i].rate * specs[i].weight_bytes, i))
+        ranked = sorted(range(len(specs)), key=lambda i: (-specs[i].rate * specs[i].weight_bytes, i))
     else:
-        order = sorted(range(len(specs)), key=lambda i: (-specs[i].rate, i))
-    order = np.asarray(order, dtype=np.int64)
+        ranked = sorted(range(len(specs)), key=lambda i: (-specs[i].rate, i))
+    order = np.asarray(ranked, dtype=np.int64)
     results = []
     for group in groups:
         sizes = [s for split in group for s in split]
@@ -87,7 +99,7 @@ def search_mesh_groups(instance, rule: int = GAIN, full_share: bool = False):
     return specs, tables, rank(results, tables, per_gpu), len(groups)
 
 
-def rank(results, tables: EstimatorTables, per_gpu: float):
+def rank(results: List[GroupResult], tables: EstimatorTables, per_gpu: float) -> List[GroupResult]:
     """Best first: estimate (to 0.1 %), then less SM oversubscription, then more headroom
     (the same units' estimate at twice the rates), then enumeration order."""
     top = max(r.estimate for r in results)
@@ -108,8 +120,8 @@ def rank(results, tables: EstimatorTables, per_gpu: float):
     return scored + rest
 
 
-def to_placement(instance, specs, tables: EstimatorTables, result: GroupResult, full_share: bool = False,
-                 scheduling: Optional[str] = None, **provenance) -> Placement:
+def to_placement(instance: Instance, specs: Sequence[LLMSpec], tables: EstimatorTables, result: GroupResult,
+                 full_share: bool = False, scheduling: Optional[str] = None, **provenance: Any) -> Placement:
     """Groups of the non-empty meshes with their LLMs and SM shares."""
     devices = mesh_devices(result.group, instance.cluster.gpus_per_node)
     out = []
@@ -123,28 +135,31 @@ def to_placement(instance, specs, tables: EstimatorTables, result: GroupResult, 
             shares[:] = 1.0
         else:
             shares = shares / shares.sum()
-        shares = tuple(float(round(min(s, 1.0), 4)) for s in shares)
+        sm_share = tuple(float(round(min(s, 1.0), 4)) for s in shares)
         out.append(Group(devices=devs, pp=1, tp=len(devs), models=tuple(specs[i].name for i in members),
-                         sm_share=shares))
+                         sm_share=sm_share))
     search = {"mesh_groups": provenance.pop("mesh_groups", None), "estimated_throughput_rps": result.estimate,
               "mesh_group": [list(s) for s in result.group]}
     return Placement(groups=tuple(out), provenance={"search": search, **provenance}, scheduling=scheduling)
 
 
-def refine_by_simulation(instance, specs, tables, results, k: int, full_share: bool = False,
-                         scheduling: Optional[str] = None, **provenance):
+def refine_by_simulation(instance: Instance, specs: Sequence[LLMSpec], tables: EstimatorTables,
+                         results: Sequence[GroupResult], k: int, full_share: bool = False,
+                         scheduling: Optional[str] = None, **provenance: Any) -> Placement:
     """The best of the ``k`` top groups by simulated objective (ties: the better estimate).
 
     The ``throughput`` objective is rate-weighted (``throughput_weighted_rps``, the MuxServe
     paper's metric); ``slo_attainment`` is the share of requests within their SLO.
     """
     key = "slo_attainment" if instance.objective == "slo_attainment" else "throughput_weighted_rps"
-    best, best_val = None, -np.inf
+    best: Optional[Placement] = None
+    best_val = -np.inf
     for r in results[:k]:
         pl = to_placement(instance, specs, tables, r, full_share, scheduling, **provenance)
         val = simulate_llm(instance, pl)[key]
         if val > best_val + 1e-12:
             best, best_val = pl, val
+    assert best is not None  # k >= 1 and results is never empty (search_mesh_groups raises)
     return best
 
 
@@ -157,11 +172,11 @@ class MuxServe(Solver):
     family = "llm"
     Options = MuxServeOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         return best_mesh_group_placement(instance, self.options.refine)
 
 
-def best_mesh_group_placement(instance, refine: int, full_share: bool = False,
+def best_mesh_group_placement(instance: Instance, refine: int, full_share: bool = False,
                               scheduling: Optional[str] = None) -> Placement:
     """The estimator's best mesh group, or with ``refine`` > 0 the simulator's best of the top ``refine``."""
     specs, tables, results, n_groups = search_mesh_groups(instance, GAIN)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from placement_opt.errors import InputError
 from placement_opt.feasibility import fits, model_stage_bytes
+from placement_opt.instance import Instance
 from placement_opt.placement import Group, Placement
 from placement_opt.spaces.partitions import allocate_devices, require_valid_group_size
 from placement_opt.validation import option
@@ -34,7 +36,7 @@ class RoundRobin(Solver):
     summary = "fixed-size groups, models assigned in turn (baseline)"
     Options = RoundRobinOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         opts = self.options
         size = opts.group_size or smallest_pipeline_size(instance, opts.tp)
         if size > instance.cluster.n_gpus:
@@ -49,7 +51,7 @@ class RoundRobin(Solver):
         assert devices is not None  # equal groups of a valid size always tile the cluster
         pp = size // tp
         used = [np.zeros(pp) for _ in devices]
-        models = [[] for _ in devices]
+        models: list[list[str]] = [[] for _ in devices]
         cursor = 0
         while True:
             placed = False
@@ -69,7 +71,7 @@ class RoundRobin(Solver):
         return Placement(groups=groups)
 
 
-def smallest_pipeline_size(instance, tp: int = 1) -> int:
+def smallest_pipeline_size(instance: Instance, tp: int = 1) -> int:
     """The fewest GPUs (a power of two) on which every model fits as a tp-way pipeline."""
     budget = instance.cluster.gpu.usable_memory_bytes
     size = max(1, tp)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
+from placement_opt.instance import Instance
 from placement_opt.placement import Placement
 from placement_opt.validation import option
 
@@ -25,7 +27,7 @@ class SelectiveReplication(Solver):
     summary = "one GPU per group, greedy replica selection by simulation (baseline)"
     Options = SelectiveReplicationOptions
 
-    def solve(self, instance, time_limit=None, seed=0) -> Placement:
+    def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         shells = [((d,), 1, 1) for d in range(instance.cluster.n_gpus)]
         groups, stats = greedy_selection(instance, shells, beam=self.options.beam, time_limit=time_limit)
         return Placement(groups=tuple(groups), provenance={"search": stats})
