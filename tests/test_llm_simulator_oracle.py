@@ -52,7 +52,8 @@ from placement_opt.model import Architecture
 from placement_opt.workload import Requests
 
 # ---- the code under test: the one place to update when the modules move
-from placement_opt.simulate.meshsim import ADBS, FCFS, ROUND_ROBIN, simulate_mesh
+from placement_opt.simulate.meshsim import (ADBS, FCFS, ROUND_ROBIN, LatencyTables, MeshLLMs, MeshRequests,
+                                            MeshSettings, mesh_outputs, simulate_mesh)
 from placement_opt.llm_units import llm_config, llm_specs
 # simulate_llm, llm_metrics, request_slo_seconds, UTILISATION_BINS, and the simulate_mesh it calls
 # (a module object: the name placement_opt.simulate is shadowed by the simulate function)
@@ -77,19 +78,19 @@ def run_kernel(case):
     (arrival, llm, prompt, output, shares, P, D, lgrid, kvu, rate, pool, block, max_batch, token_budget,
      policy, period, frac, horizon, n_bins) = case
     n, K = len(arrival), len(shares)
-    first, finish = np.empty(n), np.empty(n)
-    preempt = np.zeros(n, dtype=np.int64)
-    sm_bins, kv_bins, kv_llm, peak = np.zeros(n_bins), np.zeros(n_bins), np.zeros(K), np.zeros(2)
+    out = mesh_outputs(n, K, n_bins)
     kernel_shares = [1.0] * K if policy == "temporal" else shares
-    stop = simulate_mesh(np.array(arrival, dtype=np.float64), np.array(llm, dtype=np.int64),
-                         np.array(prompt, dtype=np.int64), np.array(output, dtype=np.int64), K,
-                         np.array(kernel_shares, dtype=np.float64), np.array(P, dtype=np.float64),
-                         np.array(D, dtype=np.float64), np.array(lgrid, dtype=np.float64),
-                         np.array(kvu, dtype=np.int64), np.array(rate, dtype=np.float64), pool, block, max_batch,
-                         token_budget, POLICY_CODE[policy], period, frac, horizon, n_bins,
-                         first, finish, preempt, sm_bins, kv_bins, kv_llm, peak)
-    return dict(first=first, finish=finish, preempts=preempt, sm_bins=sm_bins, kv_bins=kv_bins,
-                kv_llm_time=kv_llm, peak=peak, stop=stop)
+    requests = MeshRequests(arrival=np.array(arrival, dtype=np.float64), llm=np.array(llm, dtype=np.int64),
+                            prompt=np.array(prompt, dtype=np.int64), output=np.array(output, dtype=np.int64))
+    llms = MeshLLMs(share=np.array(kernel_shares, dtype=np.float64), kv_kib=np.array(kvu, dtype=np.int64),
+                    rate=np.array(rate, dtype=np.float64))
+    tables = LatencyTables(prefill=np.array(P, dtype=np.float64), decode=np.array(D, dtype=np.float64),
+                           lgrid=np.array(lgrid, dtype=np.float64))
+    settings = MeshSettings(policy=POLICY_CODE[policy], pool=pool, block=block, max_batch=max_batch,
+                            token_budget=token_budget, period=period, frac=frac, horizon=horizon)
+    stop = simulate_mesh(requests, llms, tables, settings, out)
+    return dict(first=out.first, finish=out.finish, preempts=out.preempt_count, sm_bins=out.sm_bins,
+                kv_bins=out.kv_bins, kv_llm_time=out.kv_llm_time, peak=out.peak, stop=stop)
 
 
 def assert_mesh_outputs_equal(got, res):
@@ -380,9 +381,10 @@ def oracle_metrics(inst, placement, req, policy, res):
     policy = policy or placement.scheduling or cfg.policy
     prompt, output = req.prompt_tokens.astype(np.int64), req.output_tokens.astype(np.int64)
     slo = llm_simulator.request_slo_seconds(inst, specs, req, prompt, output)
-    return llm_simulator.llm_metrics(inst, specs, req, prompt, output, np.array(res.first), np.array(res.finish),
-                                     np.array(res.preempts, dtype=np.int64), slo, res.stop, placement.groups,
-                                     groups, np.array(kv_share), policy)
+    run = llm_simulator.LLMRun(first=np.array(res.first), finish=np.array(res.finish),
+                               preempt=np.array(res.preempts, dtype=np.int64), stop=res.stop, group_metrics=groups,
+                               kv_share=np.array(kv_share))
+    return llm_simulator.llm_metrics(specs, req, output, slo, placement.groups, run, policy)
 
 
 def check_llm_case(inst, placement, req, policy):
@@ -392,20 +394,22 @@ def check_llm_case(inst, placement, req, policy):
         got = llm_simulator.simulate_llm(inst, placement, req, policy)
     hosting = [gi for gi, g in enumerate(placement.groups) if g.models]
     assert len(calls) == len(hosting)
-    for gi, (args, stop) in zip(hosting, calls):
+    for gi, ((requests, llms, tables, cfg, out), stop) in zip(hosting, calls):
         # the kernel's inputs, as the oracle derives them (requests, tables, pool, settings) ...
         mine = res.mesh_args[gi]
-        assert [a.tolist() for a in args[:4]] == list(mine[:4]), "the mesh's requests differ"
-        assert args[4] == len(mine[4]) and same_bits(args[5], mine[4]), "SM shares differ"
-        assert same_bits(args[8], mine[7]), "length grids differ"
-        assert same_bits(args[6], mine[5]) and same_bits(args[7], mine[6]), "latency tables differ"
-        assert args[9].tolist() == mine[8] and same_bits(args[10], mine[9]), "KiB per token or rates differ"
-        assert args[11:15] == mine[10:14], "pool, block, max_batch or token budget differ"
-        assert args[15] == POLICY_CODE[mine[14]] and same_bits(args[16:20], mine[15:19])
+        assert [a.tolist() for a in requests] == list(mine[:4]), "the mesh's requests differ"
+        assert len(llms.share) == len(mine[4]) and same_bits(llms.share, mine[4]), "SM shares differ"
+        assert same_bits(tables.lgrid, mine[7]), "length grids differ"
+        assert same_bits(tables.prefill, mine[5]) and same_bits(tables.decode, mine[6]), "latency tables differ"
+        assert llms.kv_kib.tolist() == mine[8] and same_bits(llms.rate, mine[9]), "KiB per token or rates differ"
+        assert (cfg.pool, cfg.block, cfg.max_batch, cfg.token_budget) == mine[10:14], \
+            "pool, block, max_batch or token budget differ"
+        assert cfg.policy == POLICY_CODE[mine[14]]
+        assert same_bits([cfg.period, cfg.frac, cfg.horizon, len(out.sm_bins)], mine[15:19])
         # ... and its outputs
-        first, finish, preempt, sm_bins, kv_bins, kv_llm, peak = args[20:]
-        assert_mesh_outputs_equal(dict(first=first, finish=finish, preempts=preempt, sm_bins=sm_bins,
-                                       kv_bins=kv_bins, kv_llm_time=kv_llm, peak=peak, stop=stop), res.meshes[gi])
+        assert_mesh_outputs_equal(dict(first=out.first, finish=out.finish, preempts=out.preempt_count,
+                                       sm_bins=out.sm_bins, kv_bins=out.kv_bins, kv_llm_time=out.kv_llm_time,
+                                       peak=out.peak, stop=stop), res.meshes[gi])
     assert got == oracle_metrics(inst, placement, req, policy, res)
     return res
 

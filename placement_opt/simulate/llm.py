@@ -23,22 +23,38 @@ Semantics (details in the kernel's docstring and ``docs/llm.md``):
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from placement_opt.errors import InputError
-from placement_opt.settings import POLICIES
+from placement_opt.instance import Instance
+from placement_opt.placement import Group, Placement
+from placement_opt.settings import POLICIES, LLMConfig
 from placement_opt.costs.interp import lookup_batches, lookup_lengths
-from placement_opt.simulate.meshsim import ADBS, FCFS, ROUND_ROBIN, simulate_mesh
-from placement_opt.llm_units import llm_config, llm_specs, mesh_kv_pool_bytes
+from placement_opt.simulate.meshsim import (ADBS, FCFS, ROUND_ROBIN, LatencyTables, MeshLLMs, MeshOutputs, MeshRequests,
+                                            MeshSettings, mesh_outputs, simulate_mesh)
+from placement_opt.llm_units import LLMSpec, llm_config, llm_specs, mesh_kv_pool_bytes
+from placement_opt.workload import Requests
 
 KIB = 1024
 UTILISATION_BINS = 60
 _POLICY_CODE = {"adbs": ADBS, "round-robin": ROUND_ROBIN, "fcfs": FCFS, "temporal": FCFS}
 
 
-def resolve_policy(instance, placement, policy: Optional[str] = None) -> str:
+class LLMRun(NamedTuple):
+    """What simulating every mesh of a placement produced (per-request arrays over the
+    instance's requests, as :func:`llm_metrics` takes them)."""
+
+    first: np.ndarray               # first-token time, -1 none
+    finish: np.ndarray              # finish time, -1 unfinished, -2 dropped
+    preempt: np.ndarray             # times each request was preempted
+    stop: float                     # when the last mesh stopped (at least the workload's duration)
+    group_metrics: List[dict]       # per group of the placement: its metrics
+    kv_share: np.ndarray            # per LLM: KiB x seconds held over pool x simulated time, summed over meshes
+
+
+def resolve_policy(instance: Instance, placement: Placement, policy: Optional[str] = None) -> str:
     """An explicit policy, else the placement's ``scheduling`` (the temporal baseline sets
     it), else the instance's ``llm.policy``."""
     policy = policy or placement.scheduling or llm_config(instance).policy
@@ -47,7 +63,7 @@ def resolve_policy(instance, placement, policy: Optional[str] = None) -> str:
     return policy
 
 
-def check_llm_groups(instance, groups, specs=None) -> list:
+def check_llm_groups(instance: Instance, groups: Sequence[Group], specs: Optional[List[LLMSpec]] = None) -> list:
     """KV pool bytes of every group; raises InputError for a multi-stage or overfull mesh."""
     specs = specs or llm_specs(instance)
     index = {s.name: s for s in specs}
@@ -66,7 +82,8 @@ def check_llm_groups(instance, groups, specs=None) -> list:
     return pools
 
 
-def request_slo_seconds(instance, specs, req, prompts, outputs) -> np.ndarray:
+def request_slo_seconds(instance: Instance, specs: List[LLMSpec], req: Requests, prompts: np.ndarray,
+                        outputs: np.ndarray) -> np.ndarray:
     """Per-request SLO: scale x single-LLM latency of that request, or the absolute seconds."""
     slo = np.empty(len(req))
     for s in specs:
@@ -87,16 +104,19 @@ def request_slo_seconds(instance, specs, req, prompts, outputs) -> np.ndarray:
     return slo
 
 
-def _with_lengths(instance, req):
-    if req.prompt_tokens is not None:
-        return req.prompt_tokens.astype(np.int64), req.output_tokens.astype(np.int64)
+def _with_lengths(instance: Instance, req: Requests) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output tokens of every request: the workload's, else the ``llm`` section's means."""
+    prompts, outputs = req.prompt_tokens, req.output_tokens
+    if prompts is not None and outputs is not None:
+        return prompts.astype(np.int64), outputs.astype(np.int64)
     cfg = llm_config(instance)
     n = len(req)
     return (np.full(n, int(round(cfg.prompt_tokens)), dtype=np.int64),
             np.full(n, int(round(cfg.output_tokens)), dtype=np.int64))
 
 
-def _mesh_tables(mesh_specs, tp, shares, max_batch):
+def _mesh_tables(mesh_specs: List[LLMSpec], tp: int, shares: Sequence[float],
+                 max_batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Latency tables of the mesh's LLMs resampled on one length grid: [k, batch 0..max, len]."""
     lgrid = np.unique(np.concatenate([s.table.table_for(tp).seq_len for s in mesh_specs]))
     K = len(mesh_specs)
@@ -112,7 +132,8 @@ def _mesh_tables(mesh_specs, tp, shares, max_batch):
     return P, D, lgrid
 
 
-def simulate_llm(instance, placement, requests=None, policy: Optional[str] = None) -> dict:
+def simulate_llm(instance: Instance, placement: Placement, requests: Optional[Requests] = None,
+                 policy: Optional[str] = None) -> dict:
     """Simulate an LLM placement; returns the metrics described in ``docs/llm.md``."""
     if placement.windows:
         raise InputError("time-varying placements (windows) are not supported for LLM instances", "windows")
@@ -120,142 +141,230 @@ def simulate_llm(instance, placement, requests=None, policy: Optional[str] = Non
     policy = resolve_policy(instance, placement, policy)
     specs = llm_specs(instance)
     req = instance.requests() if requests is None else requests
-    groups = placement.groups
-    pools = check_llm_groups(instance, groups, specs)
+    pools = check_llm_groups(instance, placement.groups, specs)
     prompt, output = _with_lengths(instance, req)
-    n = len(req)
-    duration = req.duration_s
+    # every request as the kernel takes them, but with the instance's model index in ``llm``
+    all_requests = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
+    run = _simulate_meshes(placement.groups, pools, specs, all_requests, req.duration_s, cfg, policy)
+    slo = request_slo_seconds(instance, specs, req, prompt, output)
+    return llm_metrics(specs, req, output, slo, placement.groups, run, policy)
+
+
+def _simulate_meshes(groups: Sequence[Group], pools: List[float], specs: List[LLMSpec], all_requests: MeshRequests,
+                     duration: float, cfg: LLMConfig, policy: str) -> LLMRun:
+    """Run the mesh kernel on every group that hosts LLMs, with the requests it gets (see
+    :func:`_mesh_of_requests`), and gather the outcomes per request and per group."""
+    n = len(all_requests.arrival)
     horizon = duration + cfg.drain_s
     index = {s.name: s.index for s in specs}
-
-    hosts = {}
-    for gi, g in enumerate(groups):
-        for m in g.models:
-            hosts.setdefault(index[m], []).append(gi)
-    mesh_of = np.full(n, -1, dtype=np.int64)
-    for m, gs in hosts.items():
-        idx = np.flatnonzero(req.model == m)
-        mesh_of[idx] = np.asarray(gs)[np.arange(len(idx)) % len(gs)]
-
+    mesh_of = _mesh_of_requests(groups, index, all_requests.llm)
     first = np.full(n, -1.0)
     finish = np.full(n, -1.0)
     preempt = np.zeros(n, dtype=np.int64)
     stop = duration
-    group_metrics = []
+    group_metrics: List[dict] = []
     kv_share = np.zeros(len(specs))
     for gi, g in enumerate(groups):
         if not g.models:
             group_metrics.append({"models": [], "sm_utilisation": 0.0, "kv_utilisation": 0.0})
             continue
-        mesh_specs = [specs[index[m]] for m in g.models]
-        shares = [1.0] * len(g.models) if policy == "temporal" or g.sm_share is None else list(g.sm_share)
-        P, D, lgrid = _mesh_tables(mesh_specs, g.tp, shares, cfg.max_batch)
         sel = np.flatnonzero(mesh_of == gi)
-        local = {s.index: k for k, s in enumerate(mesh_specs)}
-        llm_local = np.array([local[m] for m in req.model[sel]], dtype=np.int64)
-        kvu = np.array([int(np.ceil(s.kv_bytes_per_token / KIB)) for s in mesh_specs], dtype=np.int64)
-        pool_kib = int(pools[gi] // KIB)
-        f1 = np.empty(len(sel))
-        f2 = np.empty(len(sel))
-        pc = np.zeros(len(sel), dtype=np.int64)
-        sm_bins = np.zeros(UTILISATION_BINS)
-        kv_bins = np.zeros(UTILISATION_BINS)
-        kv_llm = np.zeros(len(mesh_specs))
-        peak = np.zeros(2)
-        t_stop = simulate_mesh(req.arrival[sel], llm_local, prompt[sel], output[sel], len(mesh_specs),
-                               np.asarray(shares, dtype=np.float64), P, D, lgrid.astype(np.float64), kvu,
-                               np.array([s.rate for s in mesh_specs]), pool_kib, cfg.kv_block_tokens,
-                               cfg.max_batch, cfg.prefill_token_budget, _POLICY_CODE[policy],
-                               cfg.rebalance_period_s, cfg.rebalance_fraction, horizon, UTILISATION_BINS,
-                               f1, f2, pc, sm_bins, kv_bins, kv_llm, peak)
-        first[sel], finish[sel], preempt[sel] = f1, f2, pc
+        mesh_specs = [specs[index[m]] for m in g.models]
+        out, t_stop = _run_mesh(g, mesh_specs, pools[gi], _mesh_requests(all_requests, sel, mesh_specs), cfg,
+                                policy, horizon)
+        first[sel], finish[sel], preempt[sel] = out.first, out.finish, out.preempt_count
         stop = max(stop, t_stop)
         span = max(t_stop, 1e-9)
-        bin_w = horizon / UTILISATION_BINS
         for k, s in enumerate(mesh_specs):
-            kv_share[s.index] += kv_llm[k] / (span * pool_kib)
-        group_metrics.append({
-            "models": list(g.models),
-            "sm_share": shares,
-            "kv_pool_gb": round(pools[gi] / 1e9, 3),
-            "kv_peak_utilisation": float(peak[0] / pool_kib),
-            "sm_peak": float(peak[1]),
-            "sm_utilisation": float(sm_bins.sum() / span),
-            "kv_utilisation": float(kv_bins.sum() / (span * pool_kib)),
-            "sm_utilisation_series": [round(float(x / bin_w), 4) for x in sm_bins],
-            "kv_utilisation_series": [round(float(x / (bin_w * pool_kib)), 4) for x in kv_bins],
-            "preemptions": int(pc.sum()),
-        })
-    slo = request_slo_seconds(instance, specs, req, prompt, output)
-    return llm_metrics(instance, specs, req, prompt, output, first, finish, preempt, slo, stop, groups,
-                       group_metrics, kv_share, policy)
+            kv_share[s.index] += out.kv_llm_time[k] / (span * _pool_kib(pools[gi]))
+        group_metrics.append(_group_metrics(g, _sm_shares(g, policy), pools[gi], out, t_stop, horizon))
+    return LLMRun(first=first, finish=finish, preempt=preempt, stop=stop, group_metrics=group_metrics,
+                  kv_share=kv_share)
+
+
+def _mesh_of_requests(groups: Sequence[Group], index: Dict[str, int], models: np.ndarray) -> np.ndarray:
+    """The group serving each request (-1: its LLM is hosted nowhere); an LLM hosted by
+    several groups gets its requests round robin, in arrival order."""
+    hosts: Dict[int, List[int]] = {}
+    for gi, g in enumerate(groups):
+        for m in g.models:
+            hosts.setdefault(index[m], []).append(gi)
+    mesh_of = np.full(len(models), -1, dtype=np.int64)
+    for model, gs in hosts.items():
+        idx = np.flatnonzero(models == model)
+        mesh_of[idx] = np.asarray(gs)[np.arange(len(idx)) % len(gs)]
+    return mesh_of
+
+
+def _mesh_requests(all_requests: MeshRequests, sel: np.ndarray, mesh_specs: List[LLMSpec]) -> MeshRequests:
+    """The requests ``sel`` of one mesh, their LLMs numbered as on the mesh."""
+    local = {s.index: k for k, s in enumerate(mesh_specs)}
+    llm_local = np.array([local[m] for m in all_requests.llm[sel]], dtype=np.int64)
+    return MeshRequests(arrival=all_requests.arrival[sel], llm=llm_local, prompt=all_requests.prompt[sel],
+                        output=all_requests.output[sel])
+
+
+def _sm_shares(g: Group, policy: str) -> list:
+    """SM share of each LLM of the group: all SMs under ``temporal`` or when the group sets none."""
+    return [1.0] * len(g.models) if policy == "temporal" or g.sm_share is None else list(g.sm_share)
+
+
+def _pool_kib(pool_bytes: float) -> int:
+    """A mesh's KV pool in whole KiB, the kernel's unit."""
+    return int(pool_bytes // KIB)
+
+
+def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: MeshRequests, cfg: LLMConfig,
+              policy: str, horizon: float) -> tuple[MeshOutputs, float]:
+    """Run the mesh kernel on one group: its LLMs' latency tables at their SM shares, its pool
+    and the scheduling settings. Returns the kernel's outputs and the time it stopped."""
+    shares = _sm_shares(g, policy)
+    P, D, lgrid = _mesh_tables(mesh_specs, g.tp, shares, cfg.max_batch)
+    llms = MeshLLMs(share=np.asarray(shares, dtype=np.float64),
+                    kv_kib=np.array([int(np.ceil(s.kv_bytes_per_token / KIB)) for s in mesh_specs], dtype=np.int64),
+                    rate=np.array([s.rate for s in mesh_specs]))
+    tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
+    settings = MeshSettings(policy=_POLICY_CODE[policy], pool=_pool_kib(pool_bytes), block=cfg.kv_block_tokens,
+                            max_batch=cfg.max_batch, token_budget=cfg.prefill_token_budget,
+                            period=cfg.rebalance_period_s, frac=cfg.rebalance_fraction, horizon=horizon)
+    out = mesh_outputs(len(requests.arrival), len(mesh_specs), UTILISATION_BINS)
+    return out, simulate_mesh(requests, llms, tables, settings, out)
+
+
+def _group_metrics(g: Group, shares: list, pool_bytes: float, out: MeshOutputs, t_stop: float,
+                   horizon: float) -> dict:
+    """One mesh's figures: SM and KV utilisation (means over its simulated time, peaks, and
+    series over the time bins), pool size and preemptions."""
+    pool_kib = _pool_kib(pool_bytes)
+    span = max(t_stop, 1e-9)
+    bin_w = horizon / UTILISATION_BINS
+    return {
+        "models": list(g.models),
+        "sm_share": shares,
+        "kv_pool_gb": round(pool_bytes / 1e9, 3),
+        "kv_peak_utilisation": float(out.peak[0] / pool_kib),
+        "sm_peak": float(out.peak[1]),
+        "sm_utilisation": float(out.sm_bins.sum() / span),
+        "kv_utilisation": float(out.kv_bins.sum() / (span * pool_kib)),
+        "sm_utilisation_series": [round(float(x / bin_w), 4) for x in out.sm_bins],
+        "kv_utilisation_series": [round(float(x / (bin_w * pool_kib)), 4) for x in out.kv_bins],
+        "preemptions": int(out.preempt_count.sum()),
+    }
 
 
 def _stats(prefix: str, values: np.ndarray) -> dict:
+    """Mean and percentiles (50, 90, 99) of ``values``, None for all when there are none."""
     if values.size == 0:
         return {f"{prefix}_mean_s": None, f"{prefix}_p50_s": None, f"{prefix}_p90_s": None, f"{prefix}_p99_s": None}
     return {f"{prefix}_mean_s": float(values.mean()), f"{prefix}_p50_s": float(np.percentile(values, 50)),
             f"{prefix}_p90_s": float(np.percentile(values, 90)), f"{prefix}_p99_s": float(np.percentile(values, 99))}
 
 
-def llm_metrics(instance, specs, req, prompt, output, first, finish, preempt, slo, stop, groups, group_metrics,
-                kv_share, policy) -> dict:
-    """Overall and per-LLM metrics from per-request outcomes (``finish`` -1 unfinished, -2 dropped)."""
-    n = len(req)
-    span = max(stop, req.duration_s)
-    done = finish >= 0
-    # An LLM's serving span: the workload's duration, or until its last request finished, or the
-    # whole simulated time when some of its requests never did (it was overloaded).
-    model_span = np.full(len(specs), req.duration_s)
-    if done.any():
-        np.maximum.at(model_span, req.model[done], finish[done])
-    model_span[np.unique(req.model[finish == -1])] = span
-    lat = finish - req.arrival
+
+class _RequestFigures(NamedTuple):
+    """Per-request figures of a run (arrays over the requests)."""
+
+    done: np.ndarray     # finished
+    ok: np.ndarray       # finished within its SLO
+    latency: np.ndarray  # finish - arrival (meaningful where done)
+    multi: np.ndarray    # finished with more than one output token (it has a time per output token)
+    tpot: np.ndarray     # time per output token after the first, of the ``multi`` requests
+
+
+class _ModelFigures(NamedTuple):
+    """Per-LLM totals of a run (arrays over the instance's models)."""
+
+    requests: np.ndarray
+    finished: np.ndarray
+    accepted: np.ndarray  # finished within their SLO
+    tokens: np.ndarray    # output tokens of the finished requests
+    span: np.ndarray      # serving span (see :func:`_model_figures`)
+
+
+def _request_figures(req: Requests, output: np.ndarray, slo: np.ndarray, run: LLMRun) -> _RequestFigures:
+    """Which requests finished, within their SLO, their latency and time per output token."""
+    done = run.finish >= 0
+    lat = run.finish - req.arrival
     ok = done & (lat <= slo * (1 + 1e-12))
-    ttft = (first - req.arrival)[done]
     multi = done & (output > 1)
-    tpot = (finish[multi] - first[multi]) / (output[multi] - 1)
-    counts = np.bincount(req.model, minlength=len(specs))
-    fin = np.bincount(req.model[done], minlength=len(specs))
-    good = np.bincount(req.model[ok], minlength=len(specs))
-    tokens = np.bincount(req.model[done], weights=output[done], minlength=len(specs))
+    tpot = (run.finish[multi] - run.first[multi]) / (output[multi] - 1)
+    return _RequestFigures(done=done, ok=ok, latency=lat, multi=multi, tpot=tpot)
+
+
+def _model_figures(n_models: int, req: Requests, output: np.ndarray, run: LLMRun, figs: _RequestFigures,
+                   span: float) -> _ModelFigures:
+    """Per-LLM counts. An LLM's serving span: the workload's duration, or until its last
+    request finished, or the whole simulated time ``span`` when some of its requests never
+    did (it was overloaded)."""
+    model_span = np.full(n_models, req.duration_s)
+    if figs.done.any():
+        np.maximum.at(model_span, req.model[figs.done], run.finish[figs.done])
+    model_span[np.unique(req.model[run.finish == -1])] = span
+    return _ModelFigures(requests=np.bincount(req.model, minlength=n_models),
+                         finished=np.bincount(req.model[figs.done], minlength=n_models),
+                         accepted=np.bincount(req.model[figs.ok], minlength=n_models),
+                         tokens=np.bincount(req.model[figs.done], weights=output[figs.done], minlength=n_models),
+                         span=model_span)
+
+
+def _per_model_metrics(specs: List[LLMSpec], req: Requests, run: LLMRun, figs: _RequestFigures,
+                       totals: _ModelFigures) -> dict:
+    """Each LLM's requests, SLO attainment, throughput, mean latencies and KV share."""
     per_model = {}
+    multi_model = req.model[figs.multi]
     for s in specs:
         m = s.index
-        mask = done & (req.model == m)
+        mask = figs.done & (req.model == m)
+        count, good, fin = totals.requests[m], totals.accepted[m], totals.finished[m]
         per_model[s.name] = {
-            "requests": int(counts[m]), "accepted": int(good[m]), "finished": int(fin[m]),
-            "slo_attainment": float(good[m] / counts[m]) if counts[m] else 1.0,
+            "requests": int(count), "accepted": int(good), "finished": int(fin),
+            "slo_attainment": float(good / count) if count else 1.0,
             "rate_rps": s.rate,
-            "throughput_rps": float(fin[m] / model_span[m]), "tokens_per_s": float(tokens[m] / model_span[m]),
-            "latency_mean_s": float(lat[mask].mean()) if mask.any() else None,
-            "ttft_mean_s": float((first - req.arrival)[mask].mean()) if mask.any() else None,
-            "tpot_mean_s": float(tpot[req.model[multi] == m].mean()) if (req.model[multi] == m).any() else None,
-            "kv_share": float(kv_share[m]),
+            "throughput_rps": float(fin / totals.span[m]), "tokens_per_s": float(totals.tokens[m] / totals.span[m]),
+            "latency_mean_s": float(figs.latency[mask].mean()) if mask.any() else None,
+            "ttft_mean_s": float((run.first - req.arrival)[mask].mean()) if mask.any() else None,
+            "tpot_mean_s": float(figs.tpot[multi_model == m].mean()) if (multi_model == m).any() else None,
+            "kv_share": float(run.kv_share[m]),
         }
-    rates = np.array([s.rate for s in specs])
-    tput = fin / model_span
-    weighted = float((rates * tput).sum() / rates.sum()) if rates.sum() > 0 else 0.0
+    return per_model
+
+
+def _mesh_utilisation(groups: Sequence[Group], group_metrics: List[dict]) -> dict:
+    """SM and KV utilisation over the meshes, weighted by their GPUs."""
     n_gpu = np.array([g.n_gpus for g in groups], dtype=float)
     sm_u = np.array([gm["sm_utilisation"] for gm in group_metrics])
     kv_u = np.array([gm["kv_utilisation"] for gm in group_metrics])
+    return {"sm_utilisation": float((sm_u * n_gpu).sum() / n_gpu.sum()) if n_gpu.sum() else 0.0,
+            "kv_utilisation": float((kv_u * n_gpu).sum() / n_gpu.sum()) if n_gpu.sum() else 0.0}
+
+
+def llm_metrics(specs: List[LLMSpec], req: Requests, output: np.ndarray, slo: np.ndarray, groups: Sequence[Group],
+                run: LLMRun, policy: str) -> dict:
+    """Overall and per-LLM metrics of a run of the placement's ``groups`` on the requests
+    ``req`` (their ``output`` tokens and ``slo`` seconds)."""
+    n = len(req)
+    span = max(run.stop, req.duration_s)
+    figs = _request_figures(req, output, slo, run)
+    totals = _model_figures(len(specs), req, output, run, figs, span)
+    rates = np.array([s.rate for s in specs])
+    tput = totals.finished / totals.span
+    weighted = float((rates * tput).sum() / rates.sum()) if rates.sum() > 0 else 0.0
     out = {
         "policy": policy,
-        "requests": int(n), "accepted": int(ok.sum()), "finished": int(done.sum()),
-        "dropped": int((finish == -2).sum()), "unfinished": int((finish == -1).sum()),
-        "slo_attainment": float(ok.sum() / n) if n else 1.0,
-        "goodput_rps": float((good / model_span).sum()),
+        "requests": int(n), "accepted": int(figs.ok.sum()), "finished": int(figs.done.sum()),
+        "dropped": int((run.finish == -2).sum()), "unfinished": int((run.finish == -1).sum()),
+        "slo_attainment": float(figs.ok.sum() / n) if n else 1.0,
+        "goodput_rps": float((totals.accepted / totals.span).sum()),
         "throughput_rps": float(tput.sum()),
         "throughput_weighted_rps": weighted,
-        "tokens_per_s": float((tokens / model_span).sum()),
-        "preemptions": int(preempt.sum()),
+        "tokens_per_s": float((totals.tokens / totals.span).sum()),
+        "preemptions": int(run.preempt.sum()),
         "simulated_s": float(span),
     }
-    out.update(_stats("latency", lat[done]))
-    out.update(_stats("ttft", ttft))
-    out.update(_stats("tpot", tpot))
-    out["sm_utilisation"] = float((sm_u * n_gpu).sum() / n_gpu.sum()) if n_gpu.sum() else 0.0
-    out["kv_utilisation"] = float((kv_u * n_gpu).sum() / n_gpu.sum()) if n_gpu.sum() else 0.0
-    out["per_model"] = per_model
-    out["groups"] = group_metrics
+    out.update(_stats("latency", figs.latency[figs.done]))
+    out.update(_stats("ttft", (run.first - req.arrival)[figs.done]))
+    out.update(_stats("tpot", figs.tpot))
+    out.update(_mesh_utilisation(groups, run.group_metrics))
+    out["per_model"] = _per_model_metrics(specs, req, run, figs, totals)
+    out["groups"] = run.group_metrics
     return out

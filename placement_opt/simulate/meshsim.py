@@ -4,22 +4,23 @@ Every LLM ``k`` on the mesh has two job slots: a **prefill** job (a batch of wai
 prompts, up to ``max_batch`` requests in the LLM's batch and ``token_budget`` prompt
 tokens) and a **decode** job (one step of its running batch; requests whose prefill ends
 join the next step). A job holds the LLM's SM share ``share[k]`` while it runs; jobs overlap
-while their shares sum to at most 1 (spatial-temporal multiplexing). A job's time is looked up in the LLM's latency table at its share:
-``P[k, b, :]``/``D[k, b, :]`` over the common length grid ``lgrid`` (prefill of ``b`` prompts
-of the batch's mean length; decode step of ``b`` requests at their mean context).
+while their shares sum to at most 1 (spatial-temporal multiplexing). A job's time is looked
+up in the LLM's latency table at its share: ``prefill[k, b, :]``/``decode[k, b, :]`` over the
+common length grid ``lgrid`` (prefill of ``b`` prompts of the batch's mean length; decode
+step of ``b`` requests at their mean context).
 
 KV cache: one pool of ``pool`` KiB shared by the mesh's LLMs (MuxServe's unified cache: a
-token of LLM ``k`` takes ``kvu[k]`` KiB, its K and V of every layer), allocated
-in blocks of ``block`` tokens. A prefill admits a request only if the blocks of its context
-plus one token fit (and, under ADBS, the LLM's quota); a decode step that needs blocks the
-pool lacks *preempts* the LLM's most recently admitted requests, whose blocks are freed and
-whose context is recomputed by a later prefill (vLLM's recompute preemption).
+token of LLM ``k`` takes ``kv_kib[k]`` KiB, its K and V of every layer), allocated in blocks
+of ``block`` tokens. A prefill admits a request only if the blocks of its context plus one
+token fit (and, under ADBS, the LLM's quota); a decode step that needs blocks the pool lacks
+*preempts* the LLM's most recently admitted requests, whose blocks are freed and whose
+context is recomputed by a later prefill (vLLM's recompute preemption).
 
 Policies (``policy``), following the MuxServe artifact's schedulers: ADBS (0) and
 ROUND_ROBIN (1) run at most one prefill at a time on the mesh, offered to the LLMs round
 robin; while an admissible prefill waits for SMs no decode starts; the remaining SMs are
 filled with decode jobs, offered round robin. ADBS adds KV quotas: they start in proportion
-to ``rate x kvu`` and every ``period`` seconds ``frac`` of the least utilised LLM's unused
+to ``rate x kv_kib`` and every ``period`` seconds ``frac`` of the least utilised LLM's unused
 quota moves to the most utilised one; a prefill admits within its LLM's quota (an LLM with
 nothing running may exceed it). FCFS (2) prefills only the LLM with the oldest waiting
 request and starts decodes in the order of each LLM's oldest running request, stopping at
@@ -28,9 +29,19 @@ baseline is FCFS with every share 1 (one job at a time).
 
 A request that cannot be admitted even when nothing else runs (it needs more KV than the
 whole pool) is dropped (``finish = -2``); requests unfinished at ``horizon`` keep -1.
+
+Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
+:class:`MeshLLMs` (per LLM), :class:`LatencyTables`, :class:`MeshSettings` (scalars) and
+:class:`MeshOutputs` (the arrays it fills). Its state lives in structured arrays, one record
+per request (:data:`REQUEST_STATE`), per LLM (:data:`LLM_STATE`), per queue slot
+(:data:`SLOTS`) and per time bin (:data:`USAGE_BIN`); the scalars that change (time, SMs in
+use, round-robin pointers) are local to the event loop :func:`_run` and passed to and
+returned by the helpers that change them.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -39,10 +50,281 @@ ADBS = 0
 ROUND_ROBIN = 1
 FCFS = 2
 
+EPS = 1e-9  # slack of the "shares sum to at most 1" test and of the idle-SM reset
+
+
+class MeshRequests(NamedTuple):
+    """The mesh's requests, sorted by arrival (arrays of length n)."""
+
+    arrival: np.ndarray  # float64 seconds
+    llm: np.ndarray      # int64 mesh-local LLM id, 0..K-1
+    prompt: np.ndarray   # int64 prompt tokens
+    output: np.ndarray   # int64 output tokens
+
+
+class MeshLLMs(NamedTuple):
+    """The mesh's LLMs (arrays over the K LLMs)."""
+
+    share: np.ndarray   # float64 SM share a job of the LLM holds
+    kv_kib: np.ndarray  # int64 KiB of KV cache per token
+    rate: np.ndarray    # float64 request rate (ADBS's initial quotas)
+
+
+class LatencyTables(NamedTuple):
+    """The LLMs' job times (seconds) at their SM shares, over LLM, batch size and length."""
+
+    prefill: np.ndarray  # float64 [k, b, j]: prefill of b prompts of mean length lgrid[j]
+    decode: np.ndarray   # float64 [k, b, j]: one decode step of b requests at mean context lgrid[j]
+    lgrid: np.ndarray    # float64 length grid of both tables, common to the LLMs
+
+
+class MeshSettings(NamedTuple):
+    """The mesh's scheduling settings."""
+
+    policy: int        # ADBS, ROUND_ROBIN or FCFS
+    pool: int          # KiB of KV cache shared by the LLMs
+    block: int         # tokens per KV block
+    max_batch: int     # most requests in an LLM's running batch
+    token_budget: int  # most prompt tokens in one prefill (a lone request may exceed it)
+    period: float      # ADBS: seconds between quota re-balancings
+    frac: float        # ADBS: part of the donor's unused quota moved
+    horizon: float     # seconds simulated at most
+
+
+class MeshOutputs(NamedTuple):
+    """What the kernel writes; the bins, ``kv_llm_time`` and ``peak`` accumulate (they start at 0)."""
+
+    first: np.ndarray          # float64 [n] first-token time, -1 none
+    finish: np.ndarray         # float64 [n] finish time, -1 unfinished, -2 dropped
+    preempt_count: np.ndarray  # int64 [n] times each request was preempted
+    sm_bins: np.ndarray        # float64 SM share x seconds in equal time bins of [0, horizon]
+    kv_bins: np.ndarray        # float64 KiB x seconds in the same bins
+    kv_llm_time: np.ndarray    # float64 [K] KiB x seconds per LLM
+    peak: np.ndarray           # float64 [2]: most KiB ever in use, most SM share ever in use
+
+
+def mesh_outputs(n_requests: int, n_llms: int, n_bins: int) -> MeshOutputs:
+    """Zeroed output arrays for a mesh of ``n_llms`` LLMs serving ``n_requests`` requests."""
+    return MeshOutputs(first=np.zeros(n_requests), finish=np.zeros(n_requests),
+                       preempt_count=np.zeros(n_requests, dtype=np.int64), sm_bins=np.zeros(n_bins),
+                       kv_bins=np.zeros(n_bins), kv_llm_time=np.zeros(n_llms), peak=np.zeros(2))
+
+
+# The kernel's state: structured arrays (records), passed to the helpers as plain arrays.
+# Numba reference-counts every array a function receives or takes out of a tuple (an atomic
+# update each time): state in tuples of arrays made the kernel three times slower, fields of
+# records cost nothing. For the same reason the helpers that take the state and run at every
+# event are inlined into the event loop (``inline="always"``): as calls they cost a tenth of
+# its speed.
+
+#: One record per request (``reqs[r]``): its input and progress.
+REQUEST_STATE = np.dtype([
+    ("arrival", np.float64),
+    ("llm", np.int64),
+    ("prompt", np.int64),
+    ("output", np.int64),
+    ("generated", np.int64),    # tokens generated
+    ("held", np.int64),         # KV blocks held
+    ("first", np.float64),      # first-token time, -1 none
+    ("finish", np.float64),     # finish time, -1 unfinished, -2 dropped
+    ("preemptions", np.int64),
+], align=True)
+
+#: One record per LLM (``llms[k]``): its queues' sizes, jobs in flight and KV cache.
+LLM_STATE = np.dtype([
+    ("share", np.float64),        # SM share of each of its jobs
+    ("block_kib", np.int64),      # KiB of one KV block
+    ("first_slot", np.int64),     # its part of every slot list: first_slot..end_slot-1
+    ("end_slot", np.int64),
+    ("next_arrival", np.int64),   # slot of its next request not yet taken from `arrivals`
+    ("n_preempted", np.int64),    # size of its stack of preempted requests
+    ("n_running", np.int64),      # size of its running batch
+    ("n_prefill", np.int64),      # requests of its prefill job in flight (0: none)
+    ("n_decode", np.int64),       # the first n_decode running requests are in its decode step
+    ("prefill_end", np.float64),  # end of the prefill job in flight, inf if none
+    ("decode_end", np.float64),   # end of the decode step in flight, inf if none
+    ("used", np.int64),           # KiB of KV cache held
+    ("quota", np.int64),          # ADBS quota in KiB (the pool under other policies)
+    ("tried", np.bool_),          # FCFS: already offered a decode in this pass
+    ("kv_time", np.float64),      # KiB x seconds held (accumulates into MeshOutputs.kv_llm_time)
+], align=True)
+
+#: Request ids in queue order (``slots[i]``): LLM k owns slots first_slot..end_slot-1 of each
+#: list (as many as it has requests), filled from its first slot.
+SLOTS = np.dtype([
+    ("arrivals", np.int64),   # its requests in arrival order
+    ("preempted", np.int64),  # preempted requests waiting for recompute, a stack (last preempted on top)
+    ("running", np.int64),    # running requests in admission order
+    ("prefill", np.int64),    # requests of the prefill job in flight
+], align=True)
+
+#: SM share x seconds and KiB x seconds in use in one time bin (accumulate into the outputs' bins).
+USAGE_BIN = np.dtype([("sm", np.float64), ("kv", np.float64)], align=True)
+
+
+@njit(cache=True)
+def simulate_mesh(requests, mesh_llms, tables, cfg, out):
+    """Simulate the mesh's ``requests`` (:class:`MeshRequests`) served by its LLMs
+    ``mesh_llms`` (:class:`MeshLLMs`) with job times ``tables`` (:class:`LatencyTables`)
+    under ``cfg`` (:class:`MeshSettings`).
+
+    Writes ``out`` (:class:`MeshOutputs`): ``first`` (first-token time), ``finish`` (-1
+    unfinished, -2 dropped) and ``preempt_count`` per request, ``sm_bins``/``kv_bins`` (SM
+    share and KiB of KV cache in use, integrated over time in equal bins of ``[0,
+    cfg.horizon]``), ``kv_llm_time`` (KiB x seconds per LLM) and ``peak`` (the most KiB and
+    the most SM share ever in use). Returns the time the simulation stopped.
+    """
+    reqs = _request_state(requests)
+    llms = _llm_state(requests, mesh_llms, cfg, out)
+    slots = _arrival_lists(reqs, llms)
+    usage = _usage_bins(out)
+    stop = _run(reqs, llms, slots, usage, out.peak, tables, cfg)
+    _write_outputs(reqs, llms, usage, out)
+    return stop
+
+
+@njit(cache=True)
+def _write_outputs(reqs, llms, usage, out):
+    """Copy the outcome of every request, the time bins and the KV time per LLM to ``out``."""
+    for r in range(reqs.shape[0]):
+        out.first[r] = reqs[r].first
+        out.finish[r] = reqs[r].finish
+        out.preempt_count[r] = reqs[r].preemptions
+    for b in range(usage.shape[0]):
+        out.sm_bins[b] = usage[b].sm
+        out.kv_bins[b] = usage[b].kv
+    for k in range(llms.shape[0]):
+        out.kv_llm_time[k] = llms[k].kv_time
+
+
+@njit(cache=True)
+def _run(reqs, llms, slots, usage, peak, tables, cfg):
+    """The event loop: end the jobs due, re-balance quotas, start jobs, drop what can never
+    fit, then advance to the next event, integrating the usage of the time passed into
+    ``usage`` and the peaks into ``peak``. Returns the time the simulation stopped."""
+    n = reqs.shape[0]
+    sm_used = 0.0
+    rr_prefill = 0  # next LLM offered a prefill (round robin)
+    rr_decode = 0  # next LLM offered a decode
+    arrived = 0  # requests with arrival <= t
+    done = 0
+    t = 0.0
+    next_rebalance = cfg.period if cfg.policy == ADBS else np.inf
+    while True:
+        sm_used, finished = _complete_jobs(t, sm_used, reqs, llms, slots)
+        done += finished
+        while arrived < n and reqs[arrived].arrival <= t:
+            arrived += 1
+        if done == n:
+            return t
+        while t >= next_rebalance:
+            next_rebalance += cfg.period
+            _rebalance(llms, cfg.frac)
+        sm_used, rr_prefill, rr_decode = _schedule(t, sm_used, rr_prefill, rr_decode, reqs, llms, slots, tables, cfg)
+        busy = _busy(llms)
+        if not busy:
+            dropped = _drop_unfittable(t, reqs, llms, slots, cfg)
+            if dropped > 0:
+                done += dropped
+                continue  # schedule again at the same time
+        t_next = _next_event(arrived, reqs, llms)
+        if t_next == np.inf:
+            return t
+        if cfg.policy == ADBS and busy and next_rebalance < t_next:
+            t_next = next_rebalance
+        if _record_until(t, t_next, sm_used, llms, usage, peak, cfg):
+            return cfg.horizon
+        t = t_next
+
+
+# ---------------------------------------------------------------- initial state
+
+
+@njit(cache=True)
+def _request_state(requests):
+    """One record per request: its input, nothing generated or held, no outcome yet."""
+    n = requests.arrival.shape[0]
+    reqs = np.zeros(n, dtype=REQUEST_STATE)
+    for r in range(n):
+        reqs[r].arrival = requests.arrival[r]
+        reqs[r].llm = requests.llm[r]
+        reqs[r].prompt = requests.prompt[r]
+        reqs[r].output = requests.output[r]
+        reqs[r].first = -1.0
+        reqs[r].finish = -1.0
+    return reqs
+
+
+@njit(cache=True)
+def _llm_state(requests, mesh_llms, cfg, out):
+    """One record per LLM: its slots (as many as its requests), empty queues, no job in flight,
+    its initial quota, the KV time ``out`` holds."""
+    K = mesh_llms.share.shape[0]
+    count = np.zeros(K, dtype=np.int64)
+    for r in range(requests.llm.shape[0]):
+        count[requests.llm[r]] += 1
+    llms = np.zeros(K, dtype=LLM_STATE)
+    start = 0
+    for k in range(K):
+        llms[k].share = mesh_llms.share[k]
+        llms[k].block_kib = cfg.block * mesh_llms.kv_kib[k]
+        llms[k].first_slot = start
+        start += count[k]
+        llms[k].end_slot = start
+        llms[k].next_arrival = llms[k].first_slot
+        llms[k].prefill_end = np.inf
+        llms[k].decode_end = np.inf
+        llms[k].kv_time = out.kv_llm_time[k]
+    _initial_quotas(llms, mesh_llms, cfg)
+    return llms
+
+
+@njit(cache=True)
+def _initial_quotas(llms, mesh_llms, cfg):
+    """ADBS: the pool split in proportion to rate x KiB per token (evenly if no LLM has a
+    rate); other policies: the whole pool for every LLM."""
+    K = llms.shape[0]
+    for k in range(K):
+        llms[k].quota = cfg.pool
+    if cfg.policy == ADBS:
+        rate, kv_kib = mesh_llms.rate, mesh_llms.kv_kib
+        demand = 0.0
+        for k in range(K):
+            demand += rate[k] * kv_kib[k]
+        for k in range(K):
+            llms[k].quota = np.int64(cfg.pool * (rate[k] * kv_kib[k] / demand if demand > 0 else 1.0 / K))
+
+
+@njit(cache=True)
+def _usage_bins(out):
+    """One record per time bin, holding what ``out``'s bins hold."""
+    usage = np.empty(out.sm_bins.shape[0], dtype=USAGE_BIN)
+    for b in range(usage.shape[0]):
+        usage[b].sm = out.sm_bins[b]
+        usage[b].kv = out.kv_bins[b]
+    return usage
+
+
+@njit(cache=True)
+def _arrival_lists(reqs, llms):
+    """Slot lists with every request in its LLM's arrival list, in arrival order."""
+    slots = np.zeros(reqs.shape[0], dtype=SLOTS)
+    fill = np.empty(llms.shape[0], dtype=np.int64)
+    for k in range(llms.shape[0]):
+        fill[k] = llms[k].first_slot
+    for r in range(reqs.shape[0]):
+        slots[fill[reqs[r].llm]].arrivals = r
+        fill[reqs[r].llm] += 1
+    return slots
+
+
+# ---------------------------------------------------------------- small rules
 
 
 @njit(cache=True)
 def _len_interp(row, lgrid, x):
+    """A latency-table row at length ``x``: linear between grid points, extrapolated from the
+    last two beyond the grid (but never below the last point), the first below it."""
     n = lgrid.shape[0]
     if n == 1 or x <= lgrid[0]:
         return row[0]
@@ -57,229 +339,149 @@ def _len_interp(row, lgrid, x):
     return v if v > row[n - 1] or w <= 1.0 else row[n - 1]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _blocks(tokens, block):
+    """KV blocks of ``block`` tokens that hold ``tokens`` tokens."""
     return (tokens + block - 1) // block
 
 
-@njit(cache=True)
-def simulate_mesh(arrival, llm, prompt, output, n_llms, share, P, D, lgrid, kvu, rate, pool, block, max_batch,
-                  token_budget, policy, period, frac, horizon, n_bins,
-                  first, finish, preempt_count, sm_bins, kv_bins, kv_llm_time, peak):
-    """Simulate the mesh's requests (sorted by arrival; ``llm`` are mesh-local ids).
+@njit(cache=True, inline="always")
+def _blocks_for_next_token(r, reqs, cfg):
+    """Blocks request r needs for its context (prompt and generated tokens) plus one token."""
+    return _blocks(reqs[r].prompt + reqs[r].generated + 1, cfg.block)
 
-    Writes ``first`` (first-token time), ``finish`` (-1 unfinished, -2 dropped),
-    ``preempt_count`` per request, ``sm_bins``/``kv_bins`` (SM share and KiB of KV cache in
-    use, integrated over time in ``n_bins`` equal bins of ``[0, horizon]``) and
-    ``kv_llm_time`` (KiB x seconds per LLM); ``peak[0]`` is the most KiB ever in use and
-    ``peak[1]`` the most SM share ever in use. Returns the time the simulation stopped.
-    """
-    n = arrival.shape[0]
-    K = n_llms
-    cnt = np.zeros(K + 1, dtype=np.int64)
-    for r in range(n):
-        cnt[llm[r] + 1] += 1
-    lptr = np.cumsum(cnt)  # LLM k's requests own slots lptr[k]..lptr[k+1] of every buffer below
-    lst = np.empty(n, dtype=np.int64)  # requests by LLM, arrival order
-    fill = lptr[:K].copy()
-    for r in range(n):
-        lst[fill[llm[r]]] = r
-        fill[llm[r]] += 1
-    nxt = lptr[:K].copy()  # next request of each LLM not yet taken from its arrival list
-    pre_top = np.zeros(K, dtype=np.int64)  # preempted requests (a stack; oldest on top)
-    pre_buf = np.empty(n, dtype=np.int64)
-    run_cnt = np.zeros(K, dtype=np.int64)  # running requests, admission order
-    run_buf = np.empty(n, dtype=np.int64)
-    pf_cnt = np.zeros(K, dtype=np.int64)  # requests of the prefill job in flight
-    pf_buf = np.empty(n, dtype=np.int64)
-    pf_end = np.full(K, np.inf)
-    dc_cnt = np.zeros(K, dtype=np.int64)  # the first dc_cnt running requests are in the decode step
-    dc_end = np.full(K, np.inf)
-    gen = np.zeros(n, dtype=np.int64)
-    held = np.zeros(n, dtype=np.int64)  # blocks held
-    used = np.zeros(K, dtype=np.int64)  # KiB held by each LLM
-    quota = np.full(K, pool, dtype=np.int64)
-    if policy == ADBS:
-        demand = 0.0
-        for k in range(K):
-            demand += rate[k] * kvu[k]
-        for k in range(K):
-            quota[k] = np.int64(pool * (rate[k] * kvu[k] / demand if demand > 0 else 1.0 / K))
-    for r in range(n):
-        first[r] = -1.0
-        finish[r] = -1.0
-        preempt_count[r] = 0
-    sm_used = 0.0
-    rr = 0  # next LLM offered a prefill (round robin)
-    rr_dec = 0  # next LLM offered a decode
-    na = 0  # requests with arrival <= t
-    done = 0
-    t = 0.0
-    next_rebalance = period if policy == ADBS else np.inf
-    bin_w = horizon / n_bins
-    eps = 1e-9
-    tried = np.zeros(K, dtype=np.bool_)
-    while True:
-        # ---- complete jobs ending now
-        for k in range(K):
-            base = lptr[k]
-            unit = block * kvu[k]
-            if dc_end[k] <= t:
-                keep = 0
-                for q in range(run_cnt[k]):
-                    r = run_buf[base + q]
-                    if q < dc_cnt[k]:
-                        gen[r] += 1
-                        if gen[r] >= output[r]:
-                            finish[r] = t
-                            done += 1
-                            used[k] -= held[r] * unit
-                            held[r] = 0
-                            continue
-                    run_buf[base + keep] = r
-                    keep += 1
-                run_cnt[k] = keep
-                dc_cnt[k] = 0
-                dc_end[k] = np.inf
-                sm_used -= share[k]
-            if pf_end[k] <= t:
-                for q in range(pf_cnt[k]):
-                    r = pf_buf[base + q]
-                    if first[r] < 0:
-                        first[r] = t
-                    gen[r] += 1
-                    if gen[r] >= output[r]:
-                        finish[r] = t
-                        done += 1
-                        used[k] -= held[r] * unit
-                        held[r] = 0
-                    else:
-                        run_buf[base + run_cnt[k]] = r
-                        run_cnt[k] += 1
-                pf_cnt[k] = 0
-                pf_end[k] = np.inf
-                sm_used -= share[k]
-        if sm_used < eps:
-            sm_used = 0.0
-        while na < n and arrival[na] <= t:
-            na += 1
-        if done == n:
-            return t
-        # ---- ADBS quota re-balancing: part of the least utilised LLM's spare quota to the most utilised
-        while t >= next_rebalance:
-            next_rebalance += period
-            _rebalance(used, quota, frac)
-        # ---- schedule
-        progress = True
-        while progress:
-            progress = False
-            prefill_inflight = False
-            for k in range(K):
-                if pf_cnt[k] > 0:
-                    prefill_inflight = True
-            blocked = False
-            if policy != FCFS:  # ADBS and ROUND_ROBIN: one prefill at a time, round robin, before decodes
-                use_quota = policy == ADBS
-                if not prefill_inflight:
-                    for i in range(K):
-                        k = (rr + i) % K
-                        q = quota[k] if use_quota else pool
-                        if not _head_fits(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, prompt, gen,
-                                          used, kvu, block, pool, q, max_batch):
-                            continue
-                        if sm_used + share[k] > 1.0 + eps:
-                            blocked = True  # keep the SMs for this prefill: start no decode
-                            break
-                        if _start_prefill(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, pf_buf, pf_cnt,
-                                          pf_end, prompt, gen, held, used, kvu, block, max_batch, token_budget,
-                                          pool, q, use_quota, P, lgrid):
-                            sm_used += share[k]
-                            rr = (k + 1) % K
-                            progress = True
-                            break
-                if not blocked:
-                    for i in range(K):
-                        k = (rr_dec + i) % K
-                        if dc_cnt[k] > 0 or run_cnt[k] == 0 or sm_used + share[k] > 1.0 + eps:
-                            continue
-                        if _start_decode(k, t, lptr, run_buf, run_cnt, dc_cnt, dc_end, pre_top, pre_buf, prompt,
-                                         gen, held, used, kvu, block, pool, preempt_count, D, lgrid):
-                            sm_used += share[k]
-                            rr_dec = (k + 1) % K
-                        progress = True  # started, or preempted requests back to waiting
-            else:  # FCFS: the oldest waiting request's LLM prefills; decodes by oldest running request
-                if not prefill_inflight:
-                    best, best_key = -1, np.inf
-                    for k in range(K):
-                        r = _head(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf)
-                        if r >= 0 and arrival[r] < best_key:
-                            best_key, best = arrival[r], k
-                    if best >= 0 and _head_fits(best, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, prompt,
-                                                gen, used, kvu, block, pool, pool, max_batch):
-                        if sm_used + share[best] > 1.0 + eps:
-                            blocked = True
-                        elif _start_prefill(best, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, pf_buf,
-                                            pf_cnt, pf_end, prompt, gen, held, used, kvu, block, max_batch,
-                                            token_budget, pool, pool, False, P, lgrid):
-                            sm_used += share[best]
-                            progress = True
-                if not blocked:
-                    tried[:] = False
-                    while True:
-                        best, best_key = -1, np.inf
-                        for k in range(K):
-                            if not tried[k] and dc_cnt[k] == 0 and run_cnt[k] > 0:
-                                if arrival[run_buf[lptr[k]]] < best_key:
-                                    best_key, best = arrival[run_buf[lptr[k]]], k
-                        if best < 0 or sm_used + share[best] > 1.0 + eps:
-                            break  # head-of-line: younger LLMs wait for the oldest one's SMs
-                        tried[best] = True
-                        if _start_decode(best, t, lptr, run_buf, run_cnt, dc_cnt, dc_end, pre_top, pre_buf, prompt,
-                                         gen, held, used, kvu, block, pool, preempt_count, D, lgrid):
-                            sm_used += share[best]
-                        progress = True
-        # ---- nothing runs although requests wait: a head request that can never fit (it needs
-        # more than the whole, now empty, pool) is dropped; the others are admitted next round
-        busy = False
-        for k in range(K):
-            if pf_cnt[k] > 0 or dc_cnt[k] > 0:
-                busy = True
-        if not busy:
-            dropped = False
-            for k in range(K):
-                r = _head(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf)
-                if r >= 0 and _blocks(prompt[r] + gen[r] + 1, block) * block * kvu[k] > pool:
-                    if pre_top[k] > 0:
-                        pre_top[k] -= 1
-                    else:
-                        nxt[k] += 1
-                    finish[r] = -2.0
-                    done += 1
-                    dropped = True
-            if dropped:
-                continue
-        # ---- advance time
-        t_next = np.inf
-        for k in range(K):
-            t_next = min(t_next, pf_end[k], dc_end[k])
-        if na < n and arrival[na] < t_next:
-            t_next = arrival[na]
-        if t_next == np.inf:
-            return t
-        if policy == ADBS and busy and next_rebalance < t_next:
-            t_next = next_rebalance
-        total = _sum(used)
-        peak[0] = max(peak[0], total)
-        peak[1] = max(peak[1], sm_used)
-        if t_next >= horizon:
-            _accumulate(t, horizon, sm_used, used, total, sm_bins, kv_bins, kv_llm_time, bin_w, n_bins)
-            return horizon
-        _accumulate(t, t_next, sm_used, used, total, sm_bins, kv_bins, kv_llm_time, bin_w, n_bins)
-        t = t_next
+
+@njit(cache=True, inline="always")
+def _exceeds_sms(sm_used, share):
+    """Whether a job of SM share ``share`` does not fit beside the ``sm_used`` in use."""
+    return sm_used + share > 1.0 + EPS
+
+
+@njit(cache=True, inline="always")
+def _kv_in_use(llms):
+    """KiB of KV cache held by all the LLMs."""
+    s = 0
+    for k in range(llms.shape[0]):
+        s += llms[k].used
+    return s
+
+
+@njit(cache=True, inline="always")
+def _busy(llms):
+    """Whether any job runs on the mesh."""
+    for k in range(llms.shape[0]):
+        if llms[k].n_prefill > 0 or llms[k].n_decode > 0:
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _prefill_in_flight(llms):
+    """Whether some LLM's prefill job runs (every policy runs one at a time)."""
+    for k in range(llms.shape[0]):
+        if llms[k].n_prefill > 0:
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _head(k, t, reqs, llms, slots):
+    """LLM k's next waiting request (a preempted one first), or -1."""
+    llm = llms[k]
+    if llm.n_preempted > 0:
+        return slots[llm.first_slot + llm.n_preempted - 1].preempted
+    if llm.next_arrival < llm.end_slot:
+        r = slots[llm.next_arrival].arrivals
+        if reqs[r].arrival <= t:
+            return r
+    return -1
+
+
+@njit(cache=True, inline="always")
+def _take_head(k, llms):
+    """Remove LLM k's head request (see :func:`_head`) from its waiting queues."""
+    if llms[k].n_preempted > 0:
+        llms[k].n_preempted -= 1
+    else:
+        llms[k].next_arrival += 1
+
+
+# ---------------------------------------------------------------- jobs ending
+
+
+@njit(cache=True, inline="always")
+def _complete_jobs(t, sm_used, reqs, llms, slots):
+    """End the jobs whose end time has come, freeing their SMs. Returns the SM share still
+    in use and the number of requests that finished."""
+    finished = 0
+    for k in range(llms.shape[0]):
+        if llms[k].decode_end <= t:
+            finished += _complete_decode(k, t, reqs, llms, slots)
+            sm_used -= llms[k].share
+        if llms[k].prefill_end <= t:
+            finished += _complete_prefill(k, t, reqs, llms, slots)
+            sm_used -= llms[k].share
+    if sm_used < EPS:
+        sm_used = 0.0
+    return sm_used, finished
+
+
+@njit(cache=True, inline="always")
+def _emit_token(r, k, t, reqs, llms):
+    """Request r (of LLM k) gets a token at t; after its last one it finishes and frees its
+    KV blocks. Returns whether it finished."""
+    req = reqs[r]
+    req.generated += 1
+    if req.generated < req.output:
+        return False
+    req.finish = t
+    llms[k].used -= req.held * llms[k].block_kib
+    req.held = 0
+    return True
+
+
+@njit(cache=True, inline="always")
+def _complete_decode(k, t, reqs, llms, slots):
+    """End LLM k's decode step: its requests get a token; the finished leave the running
+    batch, the others keep their order. Returns the number finished."""
+    llm = llms[k]
+    keep = 0
+    finished = 0
+    for q in range(llm.n_running):
+        r = slots[llm.first_slot + q].running
+        if q < llm.n_decode and _emit_token(r, k, t, reqs, llms):
+            finished += 1
+            continue
+        slots[llm.first_slot + keep].running = r
+        keep += 1
+    llm.n_running = keep
+    llm.n_decode = 0
+    llm.decode_end = np.inf
+    return finished
+
+
+@njit(cache=True, inline="always")
+def _complete_prefill(k, t, reqs, llms, slots):
+    """End LLM k's prefill job: its requests get their first token (a recomputed one its
+    next) and join the running batch unless that was their last. Returns the number finished."""
+    llm = llms[k]
+    finished = 0
+    for q in range(llm.n_prefill):
+        r = slots[llm.first_slot + q].prefill
+        if reqs[r].first < 0:
+            reqs[r].first = t
+        if _emit_token(r, k, t, reqs, llms):
+            finished += 1
+        else:
+            slots[llm.first_slot + llm.n_running].running = r
+            llm.n_running += 1
+    llm.n_prefill = 0
+    llm.prefill_end = np.inf
+    return finished
 
 
 @njit(cache=True)
-def _rebalance(used, quota, frac):
+def _rebalance(llms, frac):
     """Move ``frac`` of the least utilised LLM's unused quota to the most utilised one.
 
     Decode steps may take an LLM past its quota; an LLM with no unused quota donates nothing
@@ -287,26 +489,291 @@ def _rebalance(used, quota, frac):
     """
     lo, hi = -1, -1
     ulo, uhi = np.inf, -1.0
-    for k in range(used.shape[0]):
-        u = used[k] / quota[k] if quota[k] > 0 else 1.0
-        if quota[k] > 0 and u < ulo:
+    for k in range(llms.shape[0]):
+        u = llms[k].used / llms[k].quota if llms[k].quota > 0 else 1.0
+        if llms[k].quota > 0 and u < ulo:
             ulo, lo = u, k
         if u > uhi:
             uhi, hi = u, k
     if lo >= 0 and hi >= 0 and lo != hi and uhi > ulo + 0.1:
-        moved = np.int64(frac * (quota[lo] - used[lo]))
+        moved = np.int64(frac * (llms[lo].quota - llms[lo].used))
         if moved > 0:
-            quota[lo] -= moved
-            quota[hi] += moved
+            llms[lo].quota -= moved
+            llms[hi].quota += moved
 
 
-@njit(cache=True)
-def _accumulate(t0, t1, sm_used, used, used_total, sm_bins, kv_bins, kv_llm_time, bin_w, n_bins):
+# ---------------------------------------------------------------- scheduling
+
+
+@njit(cache=True, inline="always")
+def _schedule(t, sm_used, rr_prefill, rr_decode, reqs, llms, slots, tables, cfg):
+    """Start jobs, pass after pass, until a pass starts nothing (and preempts nothing).
+    Returns the SM share in use and the round-robin pointers."""
+    progress = True
+    while progress:
+        if cfg.policy == FCFS:
+            sm_used, progress = _fcfs_pass(t, sm_used, reqs, llms, slots, tables, cfg)
+        else:
+            sm_used, rr_prefill, rr_decode, progress = _round_robin_pass(t, sm_used, rr_prefill, rr_decode, reqs, llms,
+                                                                         slots, tables, cfg)
+    return sm_used, rr_prefill, rr_decode
+
+
+@njit(cache=True, inline="always")
+def _round_robin_pass(t, sm_used, rr_prefill, rr_decode, reqs, llms, slots, tables, cfg):
+    """ADBS and ROUND_ROBIN: one prefill at a time, offered round robin; then, unless an
+    admissible prefill waits for SMs, decodes, offered round robin. Returns the SM share in
+    use, the pointers and whether anything started or was preempted."""
+    started = False
+    if not _prefill_in_flight(llms):
+        sm_used, rr_prefill, started, blocked = _offer_prefill_round_robin(t, sm_used, rr_prefill, reqs, llms, slots,
+                                                                           tables, cfg)
+        if blocked:
+            return sm_used, rr_prefill, rr_decode, started  # keep the SMs for this prefill: start no decode
+    sm_used, rr_decode, offered = _offer_decodes_round_robin(t, sm_used, rr_decode, reqs, llms, slots, tables, cfg)
+    return sm_used, rr_prefill, rr_decode, started or offered
+
+
+@njit(cache=True, inline="always")
+def _offer_prefill_round_robin(t, sm_used, rr_prefill, reqs, llms, slots, tables, cfg):
+    """Offer a prefill to the LLMs from ``rr_prefill`` on; the first that can admit its head
+    request takes it, or blocks the decodes if its share does not fit. Returns the SM share
+    in use, the pointer, whether a prefill started and whether it is blocked."""
+    K = llms.shape[0]
+    use_quota = cfg.policy == ADBS
+    for i in range(K):
+        k = (rr_prefill + i) % K
+        quota_k = llms[k].quota if use_quota else cfg.pool
+        if not _head_fits(k, t, quota_k, reqs, llms, slots, cfg):
+            continue
+        if _exceeds_sms(sm_used, llms[k].share):
+            return sm_used, rr_prefill, False, True
+        if _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
+            return sm_used + llms[k].share, (k + 1) % K, True, False
+    return sm_used, rr_prefill, False, False
+
+
+@njit(cache=True, inline="always")
+def _offer_decodes_round_robin(t, sm_used, rr_decode, reqs, llms, slots, tables, cfg):
+    """Offer a decode step to every LLM with a running batch and none in flight whose share
+    fits. Returns the SM share in use, the pointer and whether any was offered.
+
+    The pointer moves past an LLM that starts while the pass still indexes from it, so the
+    pass then skips LLMs (a known deviation from plain round robin, kept as is; see
+    ``test_decode_offers_follow_round_robin`` in tests/test_llm_simulator_oracle.py)."""
+    K = llms.shape[0]
+    offered = False
+    for i in range(K):
+        k = (rr_decode + i) % K
+        if llms[k].n_decode > 0 or llms[k].n_running == 0 or _exceeds_sms(sm_used, llms[k].share):
+            continue
+        if _start_decode(k, t, reqs, llms, slots, tables, cfg):
+            sm_used += llms[k].share
+            rr_decode = (k + 1) % K
+        offered = True  # started, or preempted requests back to waiting
+    return sm_used, rr_decode, offered
+
+
+@njit(cache=True, inline="always")
+def _fcfs_pass(t, sm_used, reqs, llms, slots, tables, cfg):
+    """FCFS: the LLM with the oldest waiting request prefills; then, unless it waits for
+    SMs, decodes start in the order of each LLM's oldest running request until one does not
+    fit (head-of-line blocking). Returns the SM share in use and whether anything started
+    or was preempted."""
+    progress = False
+    if not _prefill_in_flight(llms):
+        best = _oldest_waiting_llm(t, reqs, llms, slots)
+        if best >= 0 and _head_fits(best, t, cfg.pool, reqs, llms, slots, cfg):
+            if _exceeds_sms(sm_used, llms[best].share):
+                return sm_used, progress
+            if _start_prefill(best, t, cfg.pool, False, reqs, llms, slots, tables, cfg):
+                sm_used += llms[best].share
+                progress = True
+    for k in range(llms.shape[0]):
+        llms[k].tried = False
+    while True:
+        best = _oldest_running_llm(reqs, llms, slots)
+        if best < 0 or _exceeds_sms(sm_used, llms[best].share):
+            break  # head-of-line: younger LLMs wait for the oldest one's SMs
+        llms[best].tried = True
+        if _start_decode(best, t, reqs, llms, slots, tables, cfg):
+            sm_used += llms[best].share
+        progress = True
+    return sm_used, progress
+
+
+@njit(cache=True, inline="always")
+def _oldest_waiting_llm(t, reqs, llms, slots):
+    """The LLM whose head request arrived first (the lowest id on ties), or -1."""
+    best, best_key = -1, np.inf
+    for k in range(llms.shape[0]):
+        r = _head(k, t, reqs, llms, slots)
+        if r >= 0 and reqs[r].arrival < best_key:
+            best_key, best = reqs[r].arrival, k
+    return best
+
+
+@njit(cache=True, inline="always")
+def _oldest_running_llm(reqs, llms, slots):
+    """Among the LLMs not yet tried in this pass with a running batch and no decode step in
+    flight, the one whose first running request arrived first (the lowest id on ties), or -1."""
+    best, best_key = -1, np.inf
+    for k in range(llms.shape[0]):
+        if not llms[k].tried and llms[k].n_decode == 0 and llms[k].n_running > 0:
+            oldest = slots[llms[k].first_slot].running
+            if reqs[oldest].arrival < best_key:
+                best_key, best = reqs[oldest].arrival, k
+    return best
+
+
+@njit(cache=True, inline="always")
+def _head_fits(k, t, quota_k, reqs, llms, slots, cfg):
+    """Whether LLM k could admit its next waiting request now (its blocks fit the pool and,
+    unless the LLM runs nothing, ``quota_k``)."""
+    r = _head(k, t, reqs, llms, slots)
+    if r < 0 or llms[k].n_running >= cfg.max_batch:
+        return False
+    kib = _blocks_for_next_token(r, reqs, cfg) * llms[k].block_kib
+    if _kv_in_use(llms) + kib > cfg.pool:
+        return False
+    return llms[k].n_running == 0 or llms[k].used + kib <= quota_k
+
+
+@njit(cache=True, inline="always")
+def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
+    """Admit waiting requests of LLM k (preempted first, then by arrival) while blocks, quota,
+    batch size and token budget allow, and start their prefill. Returns whether it started."""
+    llm = llms[k]
+    unit = llm.block_kib
+    total = _kv_in_use(llms)
+    tokens = 0
+    b = 0
+    while llm.n_running + b < cfg.max_batch:
+        r = _head(k, t, reqs, llms, slots)
+        if r < 0:
+            break
+        ctx = reqs[r].prompt + reqs[r].generated
+        if b > 0 and tokens + ctx > cfg.token_budget:
+            break
+        nb = _blocks(ctx + 1, cfg.block)
+        if total + nb * unit > cfg.pool:
+            break
+        if use_quota and llm.used + nb * unit > quota_k and not (llm.n_running == 0 and b == 0):
+            break
+        _take_head(k, llms)
+        reqs[r].held = nb
+        llm.used += nb * unit
+        total += nb * unit
+        slots[llm.first_slot + b].prefill = r
+        b += 1
+        tokens += ctx
+    llm.n_prefill = b
+    if b == 0:
+        return False
+    llm.prefill_end = t + _len_interp(tables.prefill[k, b], tables.lgrid, tokens / b)
+    return True
+
+
+@njit(cache=True, inline="always")
+def _start_decode(k, t, reqs, llms, slots, tables, cfg):
+    """Reserve the blocks of one more token for LLM k's running requests (preempting its newest
+    ones while the pool lacks them) and start one decode step. Returns whether it started."""
+    _preempt_until_step_fits(k, reqs, llms, slots, cfg)
+    llm = llms[k]
+    if llm.n_running == 0:
+        return False
+    ctx = 0.0
+    for q in range(llm.n_running):
+        r = slots[llm.first_slot + q].running
+        need = _blocks_for_next_token(r, reqs, cfg)
+        if need > reqs[r].held:
+            llm.used += (need - reqs[r].held) * llm.block_kib
+            reqs[r].held = need
+        ctx += reqs[r].prompt + reqs[r].generated
+    llm.n_decode = llm.n_running
+    llm.decode_end = t + _len_interp(tables.decode[k, llm.n_running], tables.lgrid, ctx / llm.n_running)
+    return True
+
+
+@njit(cache=True, inline="always")
+def _preempt_until_step_fits(k, reqs, llms, slots, cfg):
+    """While the pool lacks the blocks LLM k's running requests need for one more token,
+    preempt its newest running request: its blocks are freed and it waits on the preempted
+    stack for a prefill that recomputes its context (vLLM's recompute preemption)."""
+    llm = llms[k]
+    unit = llm.block_kib
+    total = _kv_in_use(llms)
+    while llm.n_running > 0:
+        extra = 0
+        for q in range(llm.n_running):
+            r = slots[llm.first_slot + q].running
+            need = _blocks_for_next_token(r, reqs, cfg)
+            if need > reqs[r].held:
+                extra += need - reqs[r].held
+        if total + extra * unit <= cfg.pool:
+            return
+        llm.n_running -= 1
+        r = slots[llm.first_slot + llm.n_running].running
+        llm.used -= reqs[r].held * unit
+        total -= reqs[r].held * unit
+        reqs[r].held = 0
+        reqs[r].preemptions += 1
+        slots[llm.first_slot + llm.n_preempted].preempted = r
+        llm.n_preempted += 1
+
+
+@njit(cache=True, inline="always")
+def _drop_unfittable(t, reqs, llms, slots, cfg):
+    """Nothing runs although requests may wait: a head request that can never fit (it needs
+    more than the whole, now empty, pool) is dropped; the others are admitted next round.
+    Returns the number dropped."""
+    dropped = 0
+    for k in range(llms.shape[0]):
+        r = _head(k, t, reqs, llms, slots)
+        if r >= 0 and _blocks_for_next_token(r, reqs, cfg) * llms[k].block_kib > cfg.pool:
+            _take_head(k, llms)
+            reqs[r].finish = -2.0
+            dropped += 1
+    return dropped
+
+
+# ---------------------------------------------------------------- time
+
+
+@njit(cache=True, inline="always")
+def _next_event(arrived, reqs, llms):
+    """The next job end or arrival (of the first request not yet arrived), inf if none."""
+    t_next = np.inf
+    for k in range(llms.shape[0]):
+        t_next = min(t_next, llms[k].prefill_end, llms[k].decode_end)
+    if arrived < reqs.shape[0] and reqs[arrived].arrival < t_next:
+        t_next = reqs[arrived].arrival
+    return t_next
+
+
+@njit(cache=True, inline="always")
+def _record_until(t, t_next, sm_used, llms, usage, peak, cfg):
+    """Record the peaks and integrate the usage of ``[t, t_next)``, cut at the horizon.
+    Returns whether the horizon was reached."""
+    total = _kv_in_use(llms)
+    peak[0] = max(peak[0], total)
+    peak[1] = max(peak[1], sm_used)
+    if t_next >= cfg.horizon:
+        _accumulate(t, cfg.horizon, sm_used, total, llms, usage, cfg)
+        return True
+    _accumulate(t, t_next, sm_used, total, llms, usage, cfg)
+    return False
+
+
+@njit(cache=True, inline="always")
+def _accumulate(t0, t1, sm_used, used_total, llms, usage, cfg):
     """Integrate the SM and KV usage of ``[t0, t1)`` into the time bins it spans."""
     if t1 <= t0:
         return
-    for k in range(used.shape[0]):
-        kv_llm_time[k] += used[k] * (t1 - t0)
+    for k in range(llms.shape[0]):
+        llms[k].kv_time += llms[k].used * (t1 - t0)
+    n_bins = usage.shape[0]
+    bin_w = cfg.horizon / n_bins
     while t0 < t1:
         b = int(t0 / bin_w)
         if b >= n_bins - 1:
@@ -317,116 +784,6 @@ def _accumulate(t0, t1, sm_used, used, used_total, sm_bins, kv_bins, kv_llm_time
             if end <= t0:  # rounding at a bin edge
                 end = min(t1, (b + 2) * bin_w)
                 b += 1
-        sm_bins[b] += sm_used * (end - t0)
-        kv_bins[b] += used_total * (end - t0)
+        usage[b].sm += sm_used * (end - t0)
+        usage[b].kv += used_total * (end - t0)
         t0 = end
-
-
-@njit(cache=True)
-def _sum(a):
-    s = 0
-    for i in range(a.shape[0]):
-        s += a[i]
-    return s
-
-
-@njit(cache=True)
-def _head(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf):
-    """LLM k's next waiting request (a preempted one first), or -1."""
-    if pre_top[k] > 0:
-        return pre_buf[lptr[k] + pre_top[k] - 1]
-    if nxt[k] < lptr[k + 1] and arrival[lst[nxt[k]]] <= t:
-        return lst[nxt[k]]
-    return -1
-
-
-@njit(cache=True)
-def _head_fits(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, prompt, gen, used, kvu, block, pool,
-               quota_k, max_batch):
-    """Whether LLM k could admit its next waiting request now (ADBS quota included)."""
-    r = _head(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf)
-    if r < 0 or run_cnt[k] >= max_batch:
-        return False
-    units = _blocks(prompt[r] + gen[r] + 1, block) * block * kvu[k]
-    if _sum(used) + units > pool:
-        return False
-    return run_cnt[k] == 0 or used[k] + units <= quota_k
-
-
-@njit(cache=True)
-def _start_prefill(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf, run_cnt, pf_buf, pf_cnt, pf_end, prompt, gen,
-                   held, used, kvu, block, max_batch, token_budget, pool, quota_k, use_quota, P, lgrid):
-    """Admit waiting requests of LLM k (preempted first, then by arrival) while blocks, quota,
-    batch size and token budget allow, and start their prefill. Returns whether it started."""
-    base = lptr[k]
-    unit = block * kvu[k]
-    total = _sum(used)
-    tokens = 0
-    b = 0
-    while run_cnt[k] + b < max_batch:
-        r = _head(k, t, lptr, lst, arrival, nxt, pre_top, pre_buf)
-        if r < 0:
-            break
-        ctx = prompt[r] + gen[r]
-        if b > 0 and tokens + ctx > token_budget:
-            break
-        nb = _blocks(ctx + 1, block)
-        if total + nb * unit > pool:
-            break
-        if use_quota and used[k] + nb * unit > quota_k and not (run_cnt[k] == 0 and b == 0):
-            break
-        if pre_top[k] > 0:
-            pre_top[k] -= 1
-        else:
-            nxt[k] += 1
-        held[r] = nb
-        used[k] += nb * unit
-        total += nb * unit
-        pf_buf[base + b] = r
-        b += 1
-        tokens += ctx
-    pf_cnt[k] = b
-    if b == 0:
-        return False
-    pf_end[k] = t + _len_interp(P[k, b], lgrid, tokens / b)
-    return True
-
-
-@njit(cache=True)
-def _start_decode(k, t, lptr, run_buf, run_cnt, dc_cnt, dc_end, pre_top, pre_buf, prompt, gen, held, used, kvu,
-                  block, pool, preempt_count, D, lgrid):
-    """Reserve the blocks of one more token for LLM k's running requests (preempting its newest
-    ones while the pool lacks them) and start one decode step. Returns whether it started."""
-    base = lptr[k]
-    unit = block * kvu[k]
-    total = _sum(used)
-    while run_cnt[k] > 0:
-        extra = 0
-        for q in range(run_cnt[k]):
-            r = run_buf[base + q]
-            need = _blocks(prompt[r] + gen[r] + 1, block)
-            if need > held[r]:
-                extra += need - held[r]
-        if total + extra * unit <= pool:
-            break
-        run_cnt[k] -= 1
-        r = run_buf[base + run_cnt[k]]
-        used[k] -= held[r] * unit
-        total -= held[r] * unit
-        held[r] = 0
-        preempt_count[r] += 1
-        pre_buf[base + pre_top[k]] = r
-        pre_top[k] += 1
-    if run_cnt[k] == 0:
-        return False
-    ctx = 0.0
-    for q in range(run_cnt[k]):
-        r = run_buf[base + q]
-        need = _blocks(prompt[r] + gen[r] + 1, block)
-        if need > held[r]:
-            used[k] += (need - held[r]) * unit
-            held[r] = need
-        ctx += prompt[r] + gen[r]
-    dc_cnt[k] = run_cnt[k]
-    dc_end[k] = t + _len_interp(D[k, run_cnt[k]], lgrid, ctx / run_cnt[k])
-    return True

@@ -114,21 +114,24 @@ def test_trace_workload_brings_real_token_counts():
 def test_adbs_rebalancing_moves_quota_from_the_least_to_the_most_utilised_llm():
     """Decode steps can take every LLM past its quota; re-balancing must then leave the quotas
     alone rather than move quota from the most utilised LLM to the least (it used to)."""
-    from placement_opt.simulate.meshsim import _rebalance
+    from placement_opt.simulate.meshsim import LLM_STATE, _rebalance
 
-    quota = np.array([100, 100], dtype=np.int64)
-    _rebalance(np.array([20, 90], dtype=np.int64), quota, 0.5)
-    assert quota.tolist() == [60, 140]  # half of LLM 0's 80 unused KiB go to LLM 1
-    quota = np.array([100, 100], dtype=np.int64)
-    _rebalance(np.array([120, 200], dtype=np.int64), quota, 0.5)
-    assert quota.tolist() == [100, 100]
+    def rebalanced(used):
+        llms = np.zeros(2, dtype=LLM_STATE)
+        llms["used"], llms["quota"] = used, [100, 100]
+        _rebalance(llms, 0.5)
+        return llms["quota"].tolist()
+
+    assert rebalanced([20, 90]) == [60, 140]  # half of LLM 0's 80 unused KiB go to LLM 1
+    assert rebalanced([120, 200]) == [100, 100]
 
 
 @pytest.mark.parametrize("policy", ["adbs", "round-robin", "fcfs"])
 def test_only_the_request_that_cannot_fit_the_pool_is_dropped(policy):
     """FCFS tries only the oldest LLM's prefill; when that request can never fit, the other
     LLMs' waiting requests (which fit) must not be dropped with it (they used to be)."""
-    from placement_opt.simulate.meshsim import simulate_mesh
+    from placement_opt.simulate.meshsim import (LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs,
+                                                simulate_mesh)
     from placement_opt.simulate.llm import _POLICY_CODE
 
     K, max_batch = 2, 4
@@ -139,11 +142,11 @@ def test_only_the_request_that_cannot_fit_the_pool_is_dropped(policy):
     llm = np.array([0, 1, 1], dtype=np.int64)
     prompt = np.array([2000, 10, 10], dtype=np.int64)  # the first needs 2000 KiB of a 1000 KiB pool
     output = np.array([5, 5, 5], dtype=np.int64)
-    first, finish = np.empty(3), np.empty(3)
-    preempt = np.zeros(3, dtype=np.int64)
-    simulate_mesh(arrival, llm, prompt, output, K, np.array([0.5, 0.5]), P, D, lgrid,
-                  np.array([1, 1], dtype=np.int64), np.array([1.0, 1.0]), 1000, 16, max_batch, 4096,
-                  _POLICY_CODE[policy], 5.0, 0.5, 100.0, 10, first, finish, preempt, np.zeros(10), np.zeros(10),
-                  np.zeros(K), np.zeros(2))
-    assert finish[0] == -2.0
-    assert finish[1] > 0 and finish[2] > 0
+    out = mesh_outputs(3, K, 10)
+    simulate_mesh(MeshRequests(arrival, llm, prompt, output),
+                  MeshLLMs(np.array([0.5, 0.5]), np.array([1, 1], dtype=np.int64), np.array([1.0, 1.0])),
+                  LatencyTables(P, D, lgrid),
+                  MeshSettings(policy=_POLICY_CODE[policy], pool=1000, block=16, max_batch=max_batch,
+                               token_budget=4096, period=5.0, frac=0.5, horizon=100.0), out)
+    assert out.finish[0] == -2.0
+    assert out.finish[1] > 0 and out.finish[2] > 0
