@@ -13,14 +13,13 @@ The oracle performs the same floating-point operations in the same order as the 
 (SM shares added and subtracted job by job, the same interpolation formulas and bracket
 choices, integer KiB for the KV cache), so results must agree bit for bit.
 
-One deliberate difference, selectable: ``decode_pointer``. The documented rule is that
-decode jobs are "offered round robin": one pass offers every LLM once, starting after the
-last LLM that started a decode. The kernel advances its round-robin pointer *inside* the
-pass and keeps indexing from the moved pointer, so after a decode starts the pass skips
-LLMs (with 3 LLMs and the pointer at 0: LLM 0 starts, then LLM 2 is offered before LLM 1).
-``decode_pointer="intended"`` (the default) follows the documented rule;
-``decode_pointer="kernel"`` reproduces the kernel's order so that everything else can be
-compared exactly. See ``test_decode_offers_follow_round_robin`` (xfail).
+``decode_pointer`` selects the decode round-robin order. The documented rule (the default,
+``"intended"``, which the kernel follows) is that one pass offers every LLM once, starting
+after the last LLM that started a decode. ``"kernel"`` reproduces the order of the kernel
+before it was fixed, which advanced its pointer *inside* the pass and kept indexing from the
+moved pointer, so after a decode started the pass skipped LLMs (with 3 LLMs and the pointer
+at 0: LLM 0 started, then LLM 2 was offered before LLM 1); see
+``test_decode_offers_follow_round_robin``.
 
 Where the documentation leaves a choice open the oracle takes the kernel's reading: FCFS's
 "LLM's oldest running request" is the first of its running batch (the one admitted

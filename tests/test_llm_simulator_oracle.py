@@ -60,10 +60,9 @@ from placement_opt.llm_units import llm_config, llm_specs
 llm_simulator = importlib.import_module("placement_opt.simulate.llm")
 
 POLICY_CODE = {"adbs": ADBS, "round-robin": ROUND_ROBIN, "fcfs": FCFS, "temporal": FCFS}
-# The kernel advances its decode round-robin pointer inside a pass (a bug, see
-# test_decode_offers_follow_round_robin); the oracle reproduces that order here so that every
-# other rule is compared exactly. Once the kernel is fixed, set this to "intended".
-KERNEL_ORDER = "kernel"
+# The kernel offers decodes in plain round robin (it used to move its pointer inside a pass and
+# skip LLMs; the oracle can still reproduce that order with decode_pointer="kernel").
+KERNEL_ORDER = "intended"
 
 
 def same_bits(a, b) -> bool:
@@ -220,30 +219,19 @@ def test_rebalancing_moves_quota_and_changes_the_outcome():
     assert moved.finish != fixed.finish
 
 
-class KernelDeviation(AssertionError):
-    """The kernel departs from the documented rule (the xfail test below expects exactly this)."""
-
-
-@pytest.mark.xfail(strict=True, raises=KernelDeviation,
-                   reason="kernel bug: simulate_mesh's ADBS/round-robin decode loop indexes "
-                   "(rr_dec + i) % K while moving rr_dec inside the loop, so once a decode starts the pass skips "
-                   "the LLMs after it (here LLM 0 decodes before LLM 2, which is next in round-robin order)")
 def test_decode_offers_follow_round_robin():
     """Three LLMs at share 0.5, one request each (prefill 0.05 s, decode step 0.1 s). Prefills
     run one at a time (LLM 0, 1, 2); LLM 0 decodes at 0.05-0.15. At 0.15 all three have a
     token to decode, SMs for two, and the decode pointer after LLM 0: round robin offers
-    LLM 1, then LLM 2 (both finish at 0.25), and LLM 0 waits. The kernel offers LLM 1, then
-    LLM 0, so LLM 2's request finishes a step later (0.35)."""
+    LLM 1, then LLM 2 (both finish at 0.25), and LLM 0 waits. (The kernel used to offer LLM 1,
+    then LLM 0, so LLM 2's request finished a step later, at 0.35: the oracle's "kernel" order.)"""
     case = small_case("round-robin", K=3, arrival=[0.0] * 3, llm=[0, 1, 2], prompt=[10] * 3, output=[4, 2, 2],
                       rate=[1.0] * 3, P=[[[0.05, 0.05]] * 5] * 3, D=[[[0.1, 0.1]] * 5] * 3)
     got = run_kernel(case)
-    assert_mesh_outputs_equal(got, oracle_mesh(*case, decode_pointer=KERNEL_ORDER))  # the kernel's order, pinned
     intended = oracle_mesh(*case, decode_pointer="intended")
     assert intended.finish[1:] == [0.25, 0.25]
-    try:
-        assert_mesh_outputs_equal(got, intended)  # fails until the kernel keeps its pointer fixed during a pass
-    except AssertionError as e:
-        raise KernelDeviation(str(e)) from e
+    assert_mesh_outputs_equal(got, intended)
+    assert oracle_mesh(*case, decode_pointer="kernel").finish[2] == 0.35  # the old order differs here
 
 
 # ---------------------------------------------------------------- simulate_llm: several meshes

@@ -556,15 +556,13 @@ def _offer_prefill_round_robin(t, sm_used, rr_prefill, reqs, llms, slots, tables
 @njit(cache=True, inline="always")
 def _offer_decodes_round_robin(t, sm_used, rr_decode, reqs, llms, slots, tables, cfg):
     """Offer a decode step to every LLM with a running batch and none in flight whose share
-    fits. Returns the SM share in use, the pointer and whether any was offered.
-
-    The pointer moves past an LLM that starts while the pass still indexes from it, so the
-    pass then skips LLMs (a known deviation from plain round robin, kept as is; see
-    ``test_decode_offers_follow_round_robin`` in tests/test_llm_simulator_oracle.py)."""
+    fits, once each in round-robin order from ``rr_decode``; the pointer then moves past the
+    last LLM that started. Returns the SM share in use, the pointer and whether any was offered."""
     K = llms.shape[0]
     offered = False
+    start = rr_decode
     for i in range(K):
-        k = (rr_decode + i) % K
+        k = (start + i) % K
         if llms[k].n_decode > 0 or llms[k].n_running == 0 or _exceeds_sms(sm_used, llms[k].share):
             continue
         if _start_decode(k, t, reqs, llms, slots, tables, cfg):
