@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from placement_opt.instance import Instance
 from placement_opt.placement import Group, Placement
 from placement_opt.workload import Requests
 from placement_opt.settings import SimulatorConfig
@@ -27,43 +28,45 @@ class FlowShopResult:
 
     @property
     def accepted(self) -> int:
+        """Requests accepted."""
         return int((self.finish >= 0).sum())
 
 
 def run_tables(tables: HostTables, requests: Requests, n_models: int, config: SimulatorConfig,
                clocks: Optional[np.ndarray] = None) -> FlowShopResult:
-    """Run the kernel selected by ``config`` on prebuilt tables."""
+    """Run the kernel selected by ``config`` on prebuilt tables (``clocks``: every stage's
+    initial clock, all 0 by default; the result holds a copy, updated)."""
     n = len(requests)
     finish = np.empty(n, dtype=np.float64)
     group = np.empty(n, dtype=np.int64)
     batch = np.ones(n, dtype=np.int64)
     busy = np.zeros(tables.n_groups, dtype=np.float64)
     clocks = np.zeros(int(tables.stage_ptr[-1])) if clocks is None else clocks.astype(np.float64).copy()
+    # the kernels take plain tuples (see placement_opt.simulate.kernels)
+    request_arrays = (requests.arrival, requests.model, requests.deadline)
+    out = (finish, group, batch, busy, clocks)
     if config.batching:
-        run_batched(requests.arrival, requests.model, requests.deadline, n_models, tables.host_ptr,
-                    tables.host_group, tables.host_lat_ptr, tables.lat, tables.stage_ptr, tables.group_host_ptr,
-                    tables.group_hosts, tables.host_model, tables.batch_sizes, clocks, config.overhead_s,
-                    finish, group, busy, batch)
+        run_batched(request_arrays, tuple(tables), out, config.overhead_s, n_models)
     else:
         policy = SHORTEST_QUEUE if config.dispatch == "shortest_queue" else EARLIEST
-        run_flow_shop(requests.arrival, requests.model, requests.deadline, tables.host_ptr, tables.host_group,
-                      tables.host_lat_ptr, tables.lat, tables.stage_ptr, clocks, config.overhead_s, policy,
-                      finish, group, busy)
+        run_flow_shop(request_arrays, tuple(tables), out, config.overhead_s, policy)
     return FlowShopResult(finish, group, batch, busy, clocks)
 
 
-def run_groups(instance, groups: Sequence[Group], requests: Requests,
+def run_groups(instance: Instance, groups: Sequence[Group], requests: Requests,
                config: Optional[SimulatorConfig] = None) -> FlowShopResult:
+    """Simulate ``groups`` serving ``requests`` (with the instance's simulator settings by default)."""
     config = config or instance.simulator
     tables = build_tables(instance, groups, config)
     return run_tables(tables, requests, len(instance.models), config)
 
 
-def _stage_devices(group: Group):
+def _stage_devices(group: Group) -> list[tuple[int, ...]]:
+    """The devices of each of the group's pipeline stages."""
     return [group.devices[s * group.tp:(s + 1) * group.tp] for s in range(group.pp)]
 
 
-def run_windows(instance, placement: Placement, requests: Requests,
+def run_windows(instance: Instance, placement: Placement, requests: Requests,
                 config: Optional[SimulatorConfig] = None) -> tuple[np.ndarray, list]:
     """Replay a time-varying placement window by window.
 
@@ -107,7 +110,7 @@ def _window_busy_fractions(placement: Placement, busy: list, duration_s: float) 
     return out
 
 
-def simulate_dnn(instance, placement: Placement, requests: Optional[Requests] = None) -> dict:
+def simulate_dnn(instance: Instance, placement: Placement, requests: Optional[Requests] = None) -> dict:
     """Metrics of a DNN placement on the instance's (or the given) requests."""
     requests = instance.requests() if requests is None else requests
     if placement.windows:

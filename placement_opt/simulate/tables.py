@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from placement_opt.instance import Instance
 from placement_opt.placement import Group
+from placement_opt.profile import Profile
 from placement_opt.settings import SimulatorConfig
+from placement_opt.simulate.kernels import HostTables
+
+__all__ = ["HostTables", "batch_size_grid", "build_tables", "stage_latencies"]
 
 
-@dataclass(frozen=True, eq=False)
-class HostTables:
-    """Kernel inputs for one set of groups (see :mod:`placement_opt.simulate.kernels`)."""
-
-    host_ptr: np.ndarray
-    host_group: np.ndarray
-    host_model: np.ndarray
-    host_lat_ptr: np.ndarray
-    lat: np.ndarray
-    stage_ptr: np.ndarray
-    group_host_ptr: np.ndarray
-    group_hosts: np.ndarray
-    batch_sizes: np.ndarray
-
-    @property
-    def n_groups(self) -> int:
-        return len(self.stage_ptr) - 1
-
-
-def batch_size_grid(profiles, max_batch: int) -> np.ndarray:
+def batch_size_grid(profiles: Sequence[Profile], max_batch: int) -> np.ndarray:
     """Batch sizes (<= max_batch) that any of the profiles has, always including 1."""
     sizes = {1}
     for p in profiles:
@@ -39,9 +24,10 @@ def batch_size_grid(profiles, max_batch: int) -> np.ndarray:
     return np.array(sorted(sizes), dtype=np.int64)
 
 
-def stage_latencies(profile, pp: int, tp: int, batch_sizes: np.ndarray, config: SimulatorConfig) -> np.ndarray:
+def stage_latencies(profile: Profile, pp: int, tp: int, batch_sizes: np.ndarray, config: SimulatorConfig) -> np.ndarray:
     """[len(batch_sizes), pp] latencies with the per-stage overhead factor applied (inf: unprofiled)."""
     cfg = profile.config(pp, tp)
+    assert cfg is not None, f"{profile.name} has no pp={pp} tp={tp} config"
     out = np.full((len(batch_sizes), pp), np.inf)
     factor = 1.0 + config.stage_overhead_factor * pp
     for i, b in enumerate(batch_sizes):
@@ -50,7 +36,7 @@ def stage_latencies(profile, pp: int, tp: int, batch_sizes: np.ndarray, config: 
     return out
 
 
-def build_tables(instance, groups: Sequence[Group], config: SimulatorConfig | None = None,
+def build_tables(instance: Instance, groups: Sequence[Group], config: SimulatorConfig | None = None,
                  batch_sizes: np.ndarray | None = None, model_filter: Sequence[int] | None = None) -> HostTables:
     """Build the host arrays. ``model_filter`` restricts the hosts to those models."""
     config = config or instance.simulator
@@ -62,7 +48,7 @@ def build_tables(instance, groups: Sequence[Group], config: SimulatorConfig | No
     stage_ptr = np.zeros(len(groups) + 1, dtype=np.int64)
     for g, grp in enumerate(groups):
         stage_ptr[g + 1] = stage_ptr[g] + grp.pp
-    hosts_of = [[] for _ in range(n_models)]
+    hosts_of: list[list[int]] = [[] for _ in range(n_models)]
     for g, grp in enumerate(groups):
         for name in grp.models:
             m = index[name]
@@ -84,7 +70,7 @@ def build_tables(instance, groups: Sequence[Group], config: SimulatorConfig | No
             lat_parts.append(cache[key])
             offset += cache[key].size
         host_ptr[m + 1] = len(host_group)
-    group_hosts_of = [[] for _ in groups]
+    group_hosts_of: list[list[int]] = [[] for _ in groups]
     for h, g in enumerate(host_group):
         group_hosts_of[g].append(h)
     group_host_ptr = np.zeros(len(groups) + 1, dtype=np.int64)
