@@ -29,10 +29,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from enum import Enum
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement
 from placement_opt.simulate.tables import stage_latencies
@@ -40,7 +43,7 @@ from placement_opt.spaces import allocate_devices
 from placement_opt.spaces.summary import SearchSettings, bucket_tasks, plan
 from placement_opt.validation import option
 
-from placement_opt.solvers.backends import BACKENDS, Progress, make_backend, worker_context
+from placement_opt.solvers.backends import BACKENDS, Backend, Progress, make_backend, worker_context
 from placement_opt.solvers.base import Solver, register
 from placement_opt.solvers.greedy import greedy_selection
 
@@ -132,8 +135,56 @@ class AlpaServe(Solver):
         return search.run()
 
 
+class Phase(Enum):
+    """The two passes of the search; a phase's value is its counter in the provenance stats."""
+
+    SCREEN = "screened"  # every task, with the fast heuristic (or the full greedy with screen=full)
+    REFINE = "refined"  # the best tasks of the best combinations, with the full greedy
+
+
+class Task(NamedTuple):
+    """One Algorithm 1 call of a (bucket, devices) pair: a group partition with its configs."""
+
+    number: int  # its position among the pair's tasks
+    sizes: tuple  # devices per group
+    configs: tuple  # (pp, tp) per group
+    bound: int  # most requests it can accept (task_upper_bound)
+
+
+class TaskResult(NamedTuple):
+    """What Algorithm 1 found for a task: the bucket's accepted requests and each group's models."""
+
+    accepted: int
+    model_lists: tuple  # per group: model indices
+
+
+@dataclass(frozen=True)
+class PairBest:
+    """The result a (bucket, devices) pair uses: the task result accepting most requests, a
+    refined one before a screened one that accepts as many, then the earlier task."""
+
+    accepted: int
+    phase: Phase
+    task: int
+
+    def rank(self) -> tuple[int, bool, int]:
+        """Greater is better (see the class docstring)."""
+        return self.accepted, self.phase is Phase.REFINE, -self.task
+
+
+class Combo(NamedTuple):
+    """A bucketing with one device split: the pair of each bucket."""
+
+    bucketing: tuple  # model buckets
+    devices: tuple  # devices per bucket
+    pairs: tuple  # index into plan.pairs per bucket
+
+
 class _Search:
-    def __init__(self, instance, o: AlpaServeOptions, time_limit):
+    """One AlpaServe search: screen every task of every pair, refine the best, assemble the
+    best combination whose groups fit the nodes."""
+
+    def __init__(self, instance: Instance, o: AlpaServeOptions, time_limit: Optional[float]):
         self.instance = instance
         self.o = o
         self.start = time.perf_counter()
@@ -144,110 +195,115 @@ class _Search:
         self.counts = np.bincount(req.model, minlength=len(instance.models))
         self.slo = instance.slo_seconds()
         self.plan = plan(instance, settings_of(o), req)
-        self.stats = {"bucketings": len(self.plan.bucketings), "bucket_device_pairs": len(self.plan.pairs),
-                      "tasks": 0, "tasks_pruned_by_bound": 0, "screened": 0, "refined": 0,
-                      "simulations": 0, "timed_out": False, "interrupted": False}
-        self.screened = {}  # (pair index, task index) -> (accepted, model lists)
-        self.refined = {}
-        self.pair_best = {}  # pair index -> (accepted, kind, -task)
-        self.values = {}  # (pair index, refined?) -> accepted values
-        self._lat_cache = {}
+        self.stats: dict[str, Any] = {
+            "bucketings": len(self.plan.bucketings), "bucket_device_pairs": len(self.plan.pairs),
+            "tasks": 0, "tasks_pruned_by_bound": 0, Phase.SCREEN.value: 0, Phase.REFINE.value: 0,
+            "simulations": 0, "timed_out": False, "interrupted": False}
+        self.results: dict[Phase, dict[tuple[int, int], TaskResult]] = {phase: {} for phase in Phase}
+        self.accepted_values: dict[tuple[int, Phase], list[int]] = {}  # (pair, phase) -> accepted of its tasks
+        self.pair_best: dict[int, PairBest] = {}
+        self.tasks: dict[int, list[Task]] = {}
+        self._lat_cache: dict = {}
         self.evaluated = 0
 
     # -- bookkeeping -------------------------------------------------------------------------
-    def _combos(self):
-        """(bucketing, devices per bucket, pair indices); device splits best-balanced first."""
+    def _combos(self) -> list[Combo]:
+        """Every bucketing with every device split; device splits best-balanced first."""
         index = {p: i for i, p in enumerate(self.plan.pairs)}
         out = []
         for bk in self.plan.bucketings:
             for comp in self.plan.compositions[bk]:
-                out.append((bk, comp, tuple(index[(b, n)] for b, n in zip(bk, comp))))
+                out.append(Combo(bk, comp, tuple(index[(b, n)] for b, n in zip(bk, comp))))
         return out
 
-    def _pair_value(self, p: int):
-        """Best (accepted, kind, -task) of a pair (kind 1: refined), or None when nothing of it ran."""
-        return self.pair_best.get(p)
-
-    def _record(self, store: dict, p: int, t: int, acc: int, lists) -> None:
-        store[(p, t)] = (acc, lists)
-        self.values.setdefault((p, store is self.refined), []).append(acc)
-        cand = (acc, 1 if store is self.refined else 0, -t)
-        if p not in self.pair_best or cand > self.pair_best[p]:
+    def _record(self, phase: Phase, p: int, t: int, result: TaskResult) -> None:
+        """Keep task ``t`` of pair ``p``'s result of ``phase`` (and the pair's best)."""
+        self.results[phase][(p, t)] = result
+        self.accepted_values.setdefault((p, phase), []).append(result.accepted)
+        cand = PairBest(result.accepted, phase, t)
+        if p not in self.pair_best or cand.rank() > self.pair_best[p].rank():
             self.pair_best[p] = cand
 
     def _time_up(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
-    def _seconds_left(self):
+    def _seconds_left(self) -> Optional[float]:
         return None if self.deadline is None else self.deadline - time.perf_counter()
 
     # -- phases --------------------------------------------------------------------------------
     def run(self) -> Placement:
+        """Screen, refine (screen=fast), assemble; anytime (see the module docstring)."""
         o = self.o
-        inst = self.instance
         combos = self.combos = self._combos()
-        # pairs in the order the combinations need them, so an early stop finds one complete
-        pair_order = []
-        ordered = sorted(combos, key=lambda c: len(c[0]))  # fewest buckets first, then best-balanced
+        ordered = sorted(combos, key=lambda c: len(c.bucketing))  # fewest buckets first, then best-balanced
         self.first_combo = ordered[0] if ordered else None
-        for _, _, pis in ordered:
-            for p in pis:
+        # pairs in the order the combinations need them, so an early stop finds one complete
+        pair_order: list[int] = []
+        for combo in ordered:
+            for p in combo.pairs:
                 if p not in pair_order:
                     pair_order.append(p)
-        duration = inst.requests().duration_s
-        self.tasks = {}
-        for p in pair_order:
-            bucket, n = self.plan.pairs[p]
-            tasks = bucket_tasks(inst, bucket, n, settings_of(o))
-            bounds = [task_upper_bound(inst, self.counts, self.slo, bucket, s, c, duration, self._lat_cache)
-                      for s, c in tasks]
-            self.tasks[p] = [(t, s, c, ub) for t, ((s, c), ub) in enumerate(zip(tasks, bounds))]
-            self.stats["tasks"] += len(tasks)
-        context = {"instance": inst}
-        backend = make_backend(o.backend, context, o.workers, o.address)
+        self._list_tasks(pair_order)
+        backend = make_backend(o.backend, {"instance": self.instance}, o.workers, o.address)
         try:
             jobs = [(p, t) for p in pair_order for t in range(len(self.tasks[p]))]
-            self._run_jobs(backend, jobs, fast=(o.screen == "fast"), beam=o.beam, store=self.screened)
+            self._run_jobs(backend, jobs, fast=(o.screen == "fast"), beam=o.beam, phase=Phase.SCREEN)
             if o.screen == "fast" and not self._stopped():
                 refine_jobs = self._refine_jobs(combos)
-                self._run_jobs(backend, refine_jobs, fast=False, beam=o.beam, store=self.refined)
+                self._run_jobs(backend, refine_jobs, fast=False, beam=o.beam, phase=Phase.REFINE)
         except KeyboardInterrupt:
             self.stats["interrupted"] = True
         finally:
             backend.close()
         return self._assemble(combos)
 
-    def _stopped(self) -> bool:
-        return self.stats["timed_out"] or self.stats["interrupted"]
+    def _list_tasks(self, pairs: list[int]) -> None:
+        """Every task of the pairs, with its bound."""
+        inst = self.instance
+        duration = inst.requests().duration_s
+        for p in pairs:
+            bucket, n = self.plan.pairs[p]
+            tasks = bucket_tasks(inst, bucket, n, settings_of(self.o))
+            bounds = [task_upper_bound(inst, self.counts, self.slo, bucket, s, c, duration, self._lat_cache)
+                      for s, c in tasks]
+            self.tasks[p] = [Task(t, s, c, ub) for t, ((s, c), ub) in enumerate(zip(tasks, bounds))]
+            self.stats["tasks"] += len(tasks)
 
-    def _kth_best(self, store, p: int) -> int | None:
-        vals = sorted(self.values.get((p, store is self.refined), ()), reverse=True)
+    def _stopped(self) -> bool:
+        return bool(self.stats["timed_out"] or self.stats["interrupted"])
+
+    def _kth_best(self, phase: Phase, p: int) -> Optional[int]:
+        """The ``refine_tasks``-th best accepted count among pair ``p``'s results of ``phase``."""
+        vals = sorted(self.accepted_values.get((p, phase), ()), reverse=True)
         k = self.o.refine_tasks
         return vals[k - 1] if len(vals) >= k else None
 
-    def _run_jobs(self, backend, jobs, fast: bool, beam: int, store: dict):
-        pending = {}
+    def _run_jobs(self, backend: Backend, jobs: list[tuple[int, int]], fast: bool, beam: int, phase: Phase) -> None:
+        """Run the (pair, task) jobs, a few per worker at a time, recording their results as
+        they come; screening skips a task whose bound is below its pair's k-th best result."""
+        pending: dict[Any, tuple[int, int]] = {}  # backend handle -> (pair, task)
         queue = list(jobs)
         limit = max(1, backend.workers) * 2
         try:
             while queue or pending:
                 while queue and len(pending) < limit and not self._stopped():
                     p, t = queue.pop(0)
-                    _, sizes, configs, ub = self.tasks[p][t]
-                    kth = self._kth_best(store, p)
-                    if store is self.screened and kth is not None and ub < kth:
+                    task = self.tasks[p][t]
+                    kth = self._kth_best(phase, p)
+                    if phase is Phase.SCREEN and kth is not None and task.bound < kth:
                         self.stats["tasks_pruned_by_bound"] += 1
                         continue
                     bucket = self.plan.pairs[p][0]
-                    h = backend.submit(run_bucket_task, bucket, sizes, configs, fast, beam, self._seconds_left())
+                    h = backend.submit(run_bucket_task, bucket, task.sizes, task.configs, fast, beam,
+                                       self._seconds_left())
                     pending[h] = (p, t)
                 if not pending:
                     break
                 for h in backend.wait_any(list(pending), timeout=0.5):
                     p, t = pending.pop(h)
                     acc, lists, st = backend.result(h)
-                    self._record(store, p, t, acc, lists)
-                    self.stats["screened" if store is self.screened else "refined"] += 1
+                    self._record(phase, p, t, TaskResult(acc, lists))
+                    self.stats[phase.value] += 1
                     self.stats["simulations"] += st["simulations"]
                     self.evaluated += st["candidates_evaluated"]
                 if self.progress.due():
@@ -260,81 +316,89 @@ class _Search:
             self.stats["interrupted"] = True
             backend.cancel(list(pending))
 
-    def _combo_value(self, pis):
-        vals = [self._pair_value(p) for p in pis]
-        if any(v is None for v in vals):
+    def _combo_value(self, combo: Combo) -> Optional[int]:
+        """Accepted requests of a combination, or None while one of its pairs has no result."""
+        best = [self.pair_best.get(p) for p in combo.pairs]
+        if any(b is None for b in best):
             return None
-        return sum(v[0] for v in vals)
+        return sum(b.accepted for b in best if b is not None)
 
     def _best_so_far(self) -> float:
         best = 0
-        for _, _, pis in self.combos:
-            v = self._combo_value(pis)
+        for combo in self.combos:
+            v = self._combo_value(combo)
             if v is not None and v > best:
                 best = v
         return best / self.n_requests
 
-    def _refine_jobs(self, combos):
-        ranked = sorted(((self._combo_value(pis), i) for i, (_, _, pis) in enumerate(combos)
-                         if self._combo_value(pis) is not None), key=lambda x: (-x[0], x[1]))
+    def _ranked(self, combos: list[Combo]) -> list[tuple[int, int]]:
+        """(value, index) of the combinations that have one, most accepted first, then in order."""
+        values = [(self._combo_value(c), i) for i, c in enumerate(combos)]
+        return sorted(((v, i) for v, i in values if v is not None), key=lambda x: (-x[0], x[1]))
+
+    def _refine_jobs(self, combos: list[Combo]) -> list[tuple[int, int]]:
+        """The best ``refine_tasks`` screened tasks of every pair of the ``refine`` best combinations
+        and of the best combination of every bucket count."""
+        ranked = self._ranked(combos)
         chosen = [i for _, i in ranked[:self.o.refine]]
         # also the best combination of every bucket count: the fast screen's errors differ between
         # one and several buckets, so a near-miss of the other kind still gets the full greedy
-        for k in sorted({len(c[0]) for c in combos}):
-            best_k = next((i for _, i in ranked if len(combos[i][0]) == k), None)
+        for k in sorted({len(c.bucketing) for c in combos}):
+            best_k = next((i for _, i in ranked if len(combos[i].bucketing) == k), None)
             if best_k is not None and best_k not in chosen:
                 chosen.append(best_k)
         jobs = []
+        screened = self.results[Phase.SCREEN]
         for i in chosen:
-            for p in combos[i][2]:
-                scored = sorted(((acc, -t) for (pi, t), (acc, _) in self.screened.items() if pi == p), reverse=True)
+            for p in combos[i].pairs:
+                # most accepted first, then the earlier task
+                scored = sorted(((r.accepted, -t) for (pi, t), r in screened.items() if pi == p), reverse=True)
                 for _, neg_t in scored[:self.o.refine_tasks]:
                     if (p, -neg_t) not in jobs:
                         jobs.append((p, -neg_t))
         return jobs
 
-    def _pair_choice(self, p):
-        v = self._pair_value(p)
-        source = self.refined if v[1] else self.screened
-        t = -v[2]
-        _, sizes, configs, _ = self.tasks[p][t]
-        return v[0], sizes, configs, source[(p, t)][1]
+    def _pair_choice(self, p: int) -> tuple[Task, TaskResult]:
+        """The task pair ``p`` uses and its result."""
+        best = self.pair_best[p]
+        return self.tasks[p][best.task], self.results[best.phase][(p, best.task)]
 
-    def _ensure_one_combo(self, combos):
+    def _ensure_one_combo(self, combos: list[Combo]) -> None:
         """Under a tiny time limit, finish the first combination with the fast greedy."""
-        if any(self._combo_value(pis) is not None for _, _, pis in combos):
+        if any(self._combo_value(c) is not None for c in combos):
             return
         backend = make_backend("serial", {"instance": self.instance})
-        for p in self.first_combo[2]:
-            if self._pair_value(p) is None and self.tasks.get(p):
-                t, sizes, configs, _ = self.tasks[p][0]
-                acc, lists, _ = run_bucket_task(self.plan.pairs[p][0], sizes, configs, True, 1, None)
-                self._record(self.screened, p, t, acc, lists)
+        assert self.first_combo is not None  # combos is not empty
+        for p in self.first_combo.pairs:
+            if p not in self.pair_best and self.tasks.get(p):
+                task = self.tasks[p][0]
+                acc, lists, _ = run_bucket_task(self.plan.pairs[p][0], task.sizes, task.configs, True, 1, None)
+                self._record(Phase.SCREEN, p, task.number, TaskResult(acc, lists))
         backend.close()
 
-    def _assemble(self, combos) -> Placement:
+    def _assemble(self, combos: list[Combo]) -> Placement:
+        """The best combination whose groups fit the cluster's nodes, as a placement."""
         inst = self.instance
         names = inst.model_names
         if not combos:
             raise InputError("the search space is empty (no bucketing/device split fits)", "solver.options")
         self._ensure_one_combo(combos)
-        ranked = sorted(((self._combo_value(pis), i) for i, (_, _, pis) in enumerate(combos)
-                         if self._combo_value(pis) is not None), key=lambda x: (-x[0], x[1]))
-        for value, i in ranked:
-            bk, comp, pis = combos[i]
+        for value, i in self._ranked(combos):
+            combo = combos[i]
             sizes, configs, lists = [], [], []
-            for p in pis:
-                _, s, c, ml = self._pair_choice(p)
-                sizes += list(s)
-                configs += list(c)
-                lists += list(ml)
+            for p in combo.pairs:
+                task, result = self._pair_choice(p)
+                sizes += list(task.sizes)
+                configs += list(task.configs)
+                lists += list(result.model_lists)
             devices = allocate_devices(sizes, inst.cluster.nodes, inst.cluster.gpus_per_node)
             if devices is None:
                 continue
             groups = tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(names[m] for m in sorted(ms)))
                            for d, (pp, tp), ms in zip(devices, configs, lists))
             self.stats.update(best_attainment=value / self.n_requests, candidates_evaluated=self.evaluated,
-                              models_per_bucket=[len(b) for b in bk], devices_per_bucket=list(comp),
+                              models_per_bucket=[len(b) for b in combo.bucketing],
+                              devices_per_bucket=list(combo.devices),
                               seconds=round(time.perf_counter() - self.start, 3))
             self.progress.done(self.evaluated, value / self.n_requests)
             return Placement(groups=groups, provenance={"search": self.stats})

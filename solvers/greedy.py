@@ -28,21 +28,77 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.feasibility import model_stage_bytes
+from placement_opt.instance import Instance
 from placement_opt.placement import Group
+from placement_opt.simulate.evaluator import PlacementEvaluator
+
+
+#: A group shell: (devices, pp, tp).
+Shell = Tuple[Sequence[int], int, int]
 
 
 @dataclass
 class _State:
+    """One selection: the models of every group, with their memory use and accepted requests."""
+
     models: list  # per group: sorted tuple of model indices
     used: list  # per group: per-stage bytes
     accepted: np.ndarray  # per model (whole instance)
     total: int  # accepted requests in all
+
+
+@dataclass(frozen=True)
+class _Search:
+    """What every round of one greedy run reads: the evaluator, the shells, the candidate models,
+    the memory each needs in each config, and the run's settings."""
+
+    ev: PlacementEvaluator
+    shells: Sequence[Shell]
+    configs: list  # per group: (pp, tp)
+    models: list  # candidate model indices, ascending
+    need: dict  # (model, pp, tp) -> per-stage bytes, None when unprofiled
+    budget: float  # usable bytes per GPU
+    beam: int
+    deadline: Optional[float]  # a time.perf_counter() value
+    prune: bool
+    progress: Optional[Callable[[int, float], None]]
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.shells)
+
+    def feasible(self, st: _State, m: int, g: int) -> Optional[np.ndarray]:
+        """The per-stage bytes model ``m`` adds to group ``g`` of ``st``, or None when it is there
+        already, unprofiled in the group's config, or over the memory budget."""
+        if m in st.models[g]:
+            return None
+        req = self.need[(m, self.shells[g][1], self.shells[g][2])]
+        if req is None or np.any(st.used[g] + req > self.budget):
+            return None
+        return req
+
+    def timed_out(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+
+@dataclass
+class _Run:
+    """A run's outcome so far: its best state (what an interrupted run returns) and its counters
+    (the public ``stats``)."""
+
+    best: _State
+    stats: dict
+    last_report: float = 0.0  # time.perf_counter() of the last progress report
+
+    def improve(self, st: _State) -> None:
+        """Keep ``st`` as the best state if it accepts more requests."""
+        if st.total > self.best.total:
+            self.best = st
 
 
 class _Components:
@@ -51,13 +107,13 @@ class _Components:
     def __init__(self, st: _State, n_groups: int, served: np.ndarray):
         parent = list(range(n_groups))
 
-        def find(x):
+        def find(x: int) -> int:
             while parent[x] != x:
                 parent[x] = parent[parent[x]]
                 x = parent[x]
             return x
 
-        host = {}
+        host: dict[int, int] = {}
         for g, ms in enumerate(st.models):
             for m in ms:
                 if m in host:
@@ -76,17 +132,30 @@ class _Components:
         self.of_model = {m: self.of_group[g] for m, g in host.items()}
         self.unserved = {c: int(sum(served[m] - st.accepted[m] for m in ms)) for c, ms in self.models.items()}
 
+    def affected(self, m: int, g: int) -> tuple[list[int], tuple[int, ...]]:
+        """(groups, models), both sorted, whose simulation changes when model ``m`` joins group
+        ``g``: ``g``'s component, the component ``m`` already lives in, and ``m``."""
+        groups = set(self.groups[self.of_group[g]])
+        models = set(self.models.get(self.of_group[g], ()))
+        cm = self.of_model.get(m)
+        if cm is not None:
+            groups.update(self.groups[cm])
+            models.update(self.models[cm])
+        models.add(m)
+        return sorted(groups), tuple(sorted(models))
 
-def to_groups(instance, shells, models_per_group) -> list[Group]:
+
+def to_groups(instance: Instance, shells: Sequence[Shell], models_per_group: Sequence[Sequence[int]]) -> list[Group]:
+    """Groups of the shells, each serving its models (indices into the instance's models)."""
     names = instance.model_names
     return [Group(devices=tuple(dev), pp=pp, tp=tp, models=tuple(names[m] for m in sorted(ms)))
             for (dev, pp, tp), ms in zip(shells, models_per_group)]
 
 
-def greedy_selection(instance, shells: Sequence[tuple], beam: int = 1, time_limit: Optional[float] = None,
+def greedy_selection(instance: Instance, shells: Sequence[Shell], beam: int = 1, time_limit: Optional[float] = None,
                      evaluator: Optional[PlacementEvaluator] = None, deadline: Optional[float] = None,
                      models: Optional[Sequence[int]] = None, fast: bool = False, prune: bool = True,
-                     progress: Optional[Callable[[int, float], None]] = None):
+                     progress: Optional[Callable[[int, float], None]] = None) -> tuple[list[Group], dict]:
     """Run the greedy on ``shells`` = [(devices, pp, tp), ...] for ``models`` (default: all).
 
     Returns (groups, stats); ``stats["accepted"]`` counts the evaluator's accepted requests of
@@ -98,43 +167,33 @@ def greedy_selection(instance, shells: Sequence[tuple], beam: int = 1, time_limi
     if deadline is None and time_limit is not None:
         deadline = start + time_limit
     n_models = len(instance.models)
-    candidates_models = list(range(n_models)) if models is None else sorted(models)
-    budget = instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
+    candidate_models = list(range(n_models)) if models is None else sorted(models)
     need = {}
     for (_, pp, tp) in shells:
-        for m in candidates_models:
+        for m in candidate_models:
             if (m, pp, tp) not in need:
                 need[(m, pp, tp)] = model_stage_bytes(instance, m, pp, tp)
-    configs = [(pp, tp) for (_, pp, tp) in shells]
+    search = _Search(ev, shells, [(pp, tp) for (_, pp, tp) in shells], candidate_models, need,
+                     instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9), max(1, beam), deadline, prune, progress)
     empty = _State([() for _ in shells], [np.zeros(pp) for (_, pp, _) in shells],
                    np.zeros(n_models, dtype=np.int64), 0)
-    stats = {"rounds": 0, "candidates_evaluated": 0, "candidates_pruned": 0, "simulations": 0,
-             "timed_out": False, "interrupted": False}
+    run = _Run(empty, {"rounds": 0, "candidates_evaluated": 0, "candidates_pruned": 0, "simulations": 0,
+                       "timed_out": False, "interrupted": False})
     sims_before = ev.evaluations
-    run = _fast_rounds if fast else _beam_rounds
     try:
-        best = run(ev, instance, shells, configs, candidates_models, need, budget, empty, max(1, beam), deadline,
-                   stats, progress, prune)
+        (_fast_rounds if fast else _beam_rounds)(search, run)
     except KeyboardInterrupt:
-        best = stats.pop("_best", empty)
-        stats["interrupted"] = True
-    stats.pop("_best", None)
+        run.stats["interrupted"] = True
+    best, stats = run.best, run.stats
     n_req = max(ev.n_requests, 1)
     stats.update(accepted=int(best.total), best_attainment=float(best.total / n_req),
                  simulations=ev.evaluations - sims_before, seconds=round(time.perf_counter() - start, 4))
     return to_groups(instance, shells, best.models), stats
 
 
-def _feasible(st: _State, m: int, g: int, shells, need, budget):
-    if m in st.models[g]:
-        return None
-    req = need[(m, shells[g][1], shells[g][2])]
-    if req is None or np.any(st.used[g] + req > budget):
-        return None
-    return req
-
-
-def _apply(st: _State, m: int, g: int, req, comp_models: tuple, comp_acc: np.ndarray) -> _State:
+def _apply(st: _State, m: int, g: int, req: np.ndarray, comp_models: tuple, comp_acc: np.ndarray) -> _State:
+    """``st`` with model ``m`` added to group ``g`` (using ``req`` more bytes per stage), the
+    models ``comp_models`` then accepting ``comp_acc`` requests."""
     new_models = list(st.models)
     new_models[g] = tuple(sorted(st.models[g] + (m,)))
     used = list(st.used)
@@ -144,128 +203,155 @@ def _apply(st: _State, m: int, g: int, req, comp_models: tuple, comp_acc: np.nda
     return _State(new_models, used, acc, int(acc.sum()))
 
 
-def _beam_rounds(ev, instance, shells, configs, cand_models, need, budget, empty, beam, deadline, stats,
-                 progress, prune):
-    served = ev.requests_per_model
-    best = empty
-    stats["_best"] = best
-    states = [empty]
-    n_groups = len(shells)
-    last_report = time.perf_counter()
+class _Candidate(NamedTuple):
+    """Adding model ``model`` to group ``group`` of beam entry ``state``; ``order`` numbers the
+    candidates of a round in the order they were found (the tie-breaker)."""
+
+    bound: int  # most requests the new state can accept
+    order: int
+    state: int
+    model: int
+    group: int
+    req: np.ndarray  # the bytes per stage it adds to the group
+
+
+class _Scored(NamedTuple):
+    """A simulated candidate: the new state's accepted requests in all, and those of the
+    models whose component was simulated."""
+
+    total: int
+    candidate: _Candidate
+    models: tuple  # the simulated component's models, sorted
+    accepted: np.ndarray  # their accepted requests
+
+
+def _candidates(search: _Search, states: list, comps: list) -> list[_Candidate]:
+    """Every feasible addition to every beam entry, with its bound, in decreasing bound order
+    (then in the order found). Of groups with the same config and models only the first is tried."""
+    served = search.ev.requests_per_model
+    pending: list[_Candidate] = []
+    for si, st in enumerate(states):
+        comp = comps[si]
+        for m in search.models:
+            cm = comp.of_model.get(m)
+            extra_m = 0 if cm is not None else int(served[m] - st.accepted[m])
+            tried = set()
+            for g in range(search.n_groups):
+                req = search.feasible(st, m, g)
+                if req is None:
+                    continue
+                sig = (search.configs[g], st.models[g])
+                if sig in tried:
+                    continue
+                tried.add(sig)
+                cg = comp.of_group[g]
+                ub = st.total + comp.unserved.get(cg, 0) + extra_m
+                if cm is not None and cm != cg:
+                    ub += comp.unserved[cm]
+                pending.append(_Candidate(ub, len(pending), si, m, g, req))
+    pending.sort(key=lambda c: (-c.bound, c.order))
+    return pending
+
+
+def _score(search: _Search, st: _State, comp: _Components, c: _Candidate) -> _Scored:
+    """Simulate the component candidate ``c`` changes (memoised by the evaluator)."""
+    groups, models = comp.affected(c.model, c.group)
+    lists = [st.models[x] + (c.model,) if x == c.group else st.models[x] for x in groups]
+    acc = search.ev.accepted_of_component([search.configs[x] for x in groups], lists, models)
+    total = st.total - int(st.accepted[list(models)].sum()) + int(acc.sum())
+    return _Scored(total, c, models, acc)
+
+
+def _evaluate(search: _Search, run: _Run, states: list, comps: list, pending: list[_Candidate]) -> list[_Scored]:
+    """Score the candidates in decreasing bound order until the bound falls below the beam's
+    k-th best total (``prune``) or time is up; with a beam, of candidates reaching the same
+    selection only the first counts."""
+    stats = run.stats
+    heap: list = []  # the k best totals among distinct selections
+    seen = set()
+    evaluated = []
+    for i, c in enumerate(pending):
+        if search.prune and len(heap) >= search.beam and c.bound < heap[0]:
+            stats["candidates_pruned"] += len(pending) - i
+            break
+        st = states[c.state]
+        scored = _score(search, st, comps[c.state], c)
+        stats["candidates_evaluated"] += 1
+        if search.beam > 1:
+            key = tuple(tuple(sorted(st.models[x] + (c.model,))) if x == c.group else st.models[x]
+                        for x in range(search.n_groups))
+            if key in seen:
+                continue
+            seen.add(key)
+        evaluated.append(scored)
+        if len(heap) < search.beam:
+            heapq.heappush(heap, scored.total)
+        elif scored.total > heap[0]:
+            heapq.heapreplace(heap, scored.total)
+        if search.timed_out():
+            stats["timed_out"] = True
+            break
+        now = time.perf_counter()
+        if search.progress is not None and now - run.last_report > 1.0:
+            run.last_report = now
+            search.progress(stats["candidates_evaluated"],
+                            max(run.best.total, max(heap)) / max(search.ev.n_requests, 1))
+    return evaluated
+
+
+def _beam_rounds(search: _Search, run: _Run) -> None:
+    """Algorithm 1 with a beam: each round keeps the ``beam`` best distinct additions to the
+    current entries; stops when nothing fits, time is up or every request is accepted."""
+    states = [run.best]
+    run.last_report = time.perf_counter()
     while states:
-        stats["rounds"] += 1
-        # 1. every feasible candidate with its bound on the accepted requests it can reach
-        pending = []
-        order = 0
-        comps = []
-        for si, st in enumerate(states):
-            comp = _Components(st, n_groups, served)
-            comps.append(comp)
-            for m in cand_models:
-                cm = comp.of_model.get(m)
-                extra_m = 0 if cm is not None else int(served[m] - st.accepted[m])
-                tried = set()
-                for g in range(n_groups):
-                    req = _feasible(st, m, g, shells, need, budget)
-                    if req is None:
-                        continue
-                    sig = (configs[g], st.models[g])
-                    if sig in tried:
-                        continue
-                    tried.add(sig)
-                    cg = comp.of_group[g]
-                    ub = st.total + comp.unserved.get(cg, 0) + extra_m
-                    if cm is not None and cm != cg:
-                        ub += comp.unserved[cm]
-                    pending.append((-ub, order, si, m, g, req))
-                    order += 1
+        run.stats["rounds"] += 1
+        comps = [_Components(st, search.n_groups, search.ev.requests_per_model) for st in states]
+        pending = _candidates(search, states, comps)
         if not pending:
             break
-        pending.sort(key=lambda c: (c[0], c[1]))
-        # 2. evaluate in decreasing bound order until the bound drops below the k-th best
-        heap: list = []  # the k best totals among distinct selections
-        seen = set()
-        evaluated = []
-        for i, (neg_ub, order, si, m, g, req) in enumerate(pending):
-            if prune and len(heap) >= beam and -neg_ub < heap[0]:
-                stats["candidates_pruned"] += len(pending) - i
-                break
-            st, comp = states[si], comps[si]
-            groups_c = set(comp.groups[comp.of_group[g]])
-            models_c = set(comp.models.get(comp.of_group[g], ()))
-            cm = comp.of_model.get(m)
-            if cm is not None:
-                groups_c.update(comp.groups[cm])
-                models_c.update(comp.models[cm])
-            models_c.add(m)
-            gl = sorted(groups_c)
-            ml = tuple(sorted(models_c))
-            lists = [st.models[x] + (m,) if x == g else st.models[x] for x in gl]
-            acc = ev.accepted_of_component([configs[x] for x in gl], lists, ml)
-            total = st.total - int(st.accepted[list(ml)].sum()) + int(acc.sum())
-            stats["candidates_evaluated"] += 1
-            if beam > 1:
-                key = tuple(tuple(sorted(st.models[x] + (m,))) if x == g else st.models[x]
-                            for x in range(n_groups))
-                if key in seen:
-                    continue
-                seen.add(key)
-            evaluated.append((total, order, si, m, g, req, ml, acc))
-            if len(heap) < beam:
-                heapq.heappush(heap, total)
-            elif total > heap[0]:
-                heapq.heapreplace(heap, total)
-            if deadline is not None and time.perf_counter() > deadline:
-                stats["timed_out"] = True
-                break
-            now = time.perf_counter()
-            if progress is not None and now - last_report > 1.0:
-                last_report = now
-                progress(stats["candidates_evaluated"], max(best.total, max(heap)) / max(ev.n_requests, 1))
+        evaluated = _evaluate(search, run, states, comps, pending)
         if not evaluated:
             break
-        evaluated.sort(key=lambda c: (-c[0], c[1]))
-        states = [_apply(states[si], m, g, req, ml, acc) for (_, _, si, m, g, req, ml, acc) in evaluated[:beam]]
-        if states[0].total > best.total:
-            best = states[0]
-            stats["_best"] = best
-        if stats["timed_out"] or best.total >= ev.n_requests:
+        evaluated.sort(key=lambda e: (-e.total, e.candidate.order))
+        states = [_apply(states[e.candidate.state], e.candidate.model, e.candidate.group, e.candidate.req,
+                         e.models, e.accepted) for e in evaluated[:search.beam]]
+        run.improve(states[0])
+        if run.stats["timed_out"] or run.best.total >= search.ev.n_requests:
             break
-    return best
 
 
-def _fast_rounds(ev, instance, shells, configs, cand_models, need, budget, empty, beam, deadline, stats,
-                 progress, prune):
+def _fast_rounds(search: _Search, run: _Run) -> None:
     """One simulation per round; most-unserved model onto the least-utilised group with room
     (``beam`` and ``prune`` do not apply: there is one candidate per round). The simulation is
     incremental: only the component of the changed group is re-run."""
+    ev, stats = search.ev, run.stats
     served = ev.requests_per_model
     duration = max(ev.requests.duration_s, 1e-9)
-    best = st = empty
-    stats["_best"] = best
-    n_groups = len(shells)
-    pp = np.array([c[0] for c in configs], dtype=np.float64)
-    busy = np.zeros(n_groups)
+    st = run.best
+    pp = np.array([c[0] for c in search.configs], dtype=np.float64)
+    busy = np.zeros(search.n_groups)
     while True:
         stats["rounds"] += 1
         unserved = served - st.accepted
         placed = False
-        for m in sorted(cand_models, key=lambda x: (-unserved[x], x)):
+        for m in sorted(search.models, key=lambda x: (-unserved[x], x)):
             if unserved[m] <= 0:
                 break
-            options = [(busy[g] / (pp[g] * duration), g) for g in range(n_groups)
-                       if _feasible(st, m, g, shells, need, budget) is not None]
+            options = [(busy[g] / (pp[g] * duration), g) for g in range(search.n_groups)
+                       if search.feasible(st, m, g) is not None]
             if not options:
                 continue
             _, g = min(options)
-            req = _feasible(st, m, g, shells, need, budget)
+            req = search.feasible(st, m, g)
+            assert req is not None  # g is one of the options
             new_models = list(st.models)
             new_models[g] = tuple(sorted(st.models[g] + (m,)))
-            comp = _Components(_State(new_models, st.used, st.accepted, st.total), n_groups, served)
+            comp = _Components(_State(new_models, st.used, st.accepted, st.total), search.n_groups, served)
             c = comp.of_group[g]
             gl = comp.groups[c]
             ml = tuple(sorted(comp.models[c]))
-            acc, comp_busy = ev.component_result([configs[x] for x in gl], [new_models[x] for x in gl], ml)
+            acc, comp_busy = ev.component_result([search.configs[x] for x in gl], [new_models[x] for x in gl], ml)
             stats["candidates_evaluated"] += 1
             st = _apply(st, m, g, req, ml, acc)
             busy = busy.copy()
@@ -274,12 +360,9 @@ def _fast_rounds(ev, instance, shells, configs, cand_models, need, budget, empty
             break
         if not placed:
             break
-        if st.total > best.total:
-            best = st
-            stats["_best"] = best
-        if progress is not None:
-            progress(stats["candidates_evaluated"], best.total / max(ev.n_requests, 1))
-        if deadline is not None and time.perf_counter() > deadline:
+        run.improve(st)
+        if search.progress is not None:
+            search.progress(stats["candidates_evaluated"], run.best.total / max(ev.n_requests, 1))
+        if search.timed_out():
             stats["timed_out"] = True
             break
-    return best
