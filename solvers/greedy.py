@@ -53,7 +53,7 @@ class _State:
 
 
 @dataclass(frozen=True)
-class _Search:
+class _GreedySearch:
     """What every round of one greedy run reads: the evaluator, the shells, the candidate models,
     the memory each needs in each config, and the run's settings."""
 
@@ -83,6 +83,7 @@ class _Search:
         return req
 
     def timed_out(self) -> bool:
+        """Whether the deadline has passed."""
         return self.deadline is not None and time.perf_counter() > self.deadline
 
 
@@ -173,8 +174,9 @@ def greedy_selection(instance: Instance, shells: Sequence[Shell], beam: int = 1,
         for m in candidate_models:
             if (m, pp, tp) not in need:
                 need[(m, pp, tp)] = model_stage_bytes(instance, m, pp, tp)
-    search = _Search(ev, shells, [(pp, tp) for (_, pp, tp) in shells], candidate_models, need,
-                     instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9), max(1, beam), deadline, prune, progress)
+    search = _GreedySearch(ev, shells, [(pp, tp) for (_, pp, tp) in shells], candidate_models, need,
+                           instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9), max(1, beam), deadline, prune,
+                           progress)
     empty = _State([() for _ in shells], [np.zeros(pp) for (_, pp, _) in shells],
                    np.zeros(n_models, dtype=np.int64), 0)
     run = _Run(empty, {"rounds": 0, "candidates_evaluated": 0, "candidates_pruned": 0, "simulations": 0,
@@ -225,7 +227,7 @@ class _Scored(NamedTuple):
     accepted: np.ndarray  # their accepted requests
 
 
-def _candidates(search: _Search, states: list, comps: list) -> list[_Candidate]:
+def _candidates(search: _GreedySearch, states: list, comps: list) -> list[_Candidate]:
     """Every feasible addition to every beam entry, with its bound, in decreasing bound order
     (then in the order found). Of groups with the same config and models only the first is tried."""
     served = search.ev.requests_per_model
@@ -253,7 +255,7 @@ def _candidates(search: _Search, states: list, comps: list) -> list[_Candidate]:
     return pending
 
 
-def _score(search: _Search, st: _State, comp: _Components, c: _Candidate) -> _Scored:
+def _score(search: _GreedySearch, st: _State, comp: _Components, c: _Candidate) -> _Scored:
     """Simulate the component candidate ``c`` changes (memoised by the evaluator)."""
     groups, models = comp.affected(c.model, c.group)
     lists = [st.models[x] + (c.model,) if x == c.group else st.models[x] for x in groups]
@@ -262,7 +264,7 @@ def _score(search: _Search, st: _State, comp: _Components, c: _Candidate) -> _Sc
     return _Scored(total, c, models, acc)
 
 
-def _evaluate(search: _Search, run: _Run, states: list, comps: list, pending: list[_Candidate]) -> list[_Scored]:
+def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pending: list[_Candidate]) -> list[_Scored]:
     """Score the candidates in decreasing bound order until the bound falls below the beam's
     k-th best total (``prune``) or time is up; with a beam, of candidates reaching the same
     selection only the first counts."""
@@ -299,7 +301,7 @@ def _evaluate(search: _Search, run: _Run, states: list, comps: list, pending: li
     return evaluated
 
 
-def _beam_rounds(search: _Search, run: _Run) -> None:
+def _beam_rounds(search: _GreedySearch, run: _Run) -> None:
     """Algorithm 1 with a beam: each round keeps the ``beam`` best distinct additions to the
     current entries; stops when nothing fits, time is up or every request is accepted."""
     states = [run.best]
@@ -321,7 +323,7 @@ def _beam_rounds(search: _Search, run: _Run) -> None:
             break
 
 
-def _fast_rounds(search: _Search, run: _Run) -> None:
+def _fast_rounds(search: _GreedySearch, run: _Run) -> None:
     """One simulation per round; most-unserved model onto the least-utilised group with room
     (``beam`` and ``prune`` do not apply: there is one candidate per round). The simulation is
     incremental: only the component of the changed group is re-run."""
