@@ -10,6 +10,8 @@ Library entry points::
 
 from __future__ import annotations
 
+from typing import Any
+
 from .version import __version__
 
 from placement_opt.cluster import Cluster, GPUSpec, Link
@@ -23,8 +25,8 @@ from placement_opt.simulate import SimulatorConfig, simulate
 from placement_opt.workload import Workload
 
 
-def solve(instance, solver: str | None = None, time_limit: float | None = None, seed: int | None = None,
-          **options) -> Placement:
+def solve(instance: Instance, solver: str | None = None, time_limit: float | None = None, seed: int | None = None,
+          **options: Any) -> Placement:
     """Solve ``instance`` with a registered solver (default: the instance's own choice).
 
     Options given here override the instance's ``solver.options``. The returned placement

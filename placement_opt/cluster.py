@@ -7,6 +7,7 @@ compute in TFLOP/s. Internally everything is bytes, bytes/s, seconds and FLOP/s.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from placement_opt.validation import check_keys, get_int, get_number, get_str
 from placement_opt.errors import InputError
@@ -24,7 +25,7 @@ class GPUSpec:
     peak_fp16_flops: float
     memory_bandwidth: float  # bytes/s
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.usable_memory_bytes > self.memory_bytes:
             raise InputError("usable_memory_gb exceeds memory_gb", "usable_memory_gb")
 
@@ -83,7 +84,7 @@ class Cluster:
     intra_node_link: Link
     inter_node_link: Link
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise InputError("a cluster needs at least one node with one GPU", "cluster")
 
@@ -94,7 +95,7 @@ class Cluster:
     def node_of(self, device: int) -> int:
         return device // self.gpus_per_node
 
-    def link_between(self, devices) -> Link:
+    def link_between(self, devices: Iterable[int]) -> Link:
         """The slowest link class that a group of devices communicates over."""
         nodes = {self.node_of(d) for d in devices}
         return self.intra_node_link if len(nodes) <= 1 else self.inter_node_link

@@ -3,6 +3,8 @@ it, and the full check of a placement against an instance (:func:`check_placemen
 
 from __future__ import annotations
 
+from typing import Optional, Set
+
 import numpy as np
 
 from placement_opt.errors import InputError
@@ -10,7 +12,7 @@ from placement_opt.instance import Instance
 from placement_opt.placement import Group, Placement
 
 
-def stage_bytes(instance, group: Group, where: str = "groups") -> np.ndarray:
+def stage_bytes(instance: Instance, group: Group, where: str = "groups") -> np.ndarray:
     """Weight bytes each GPU of every stage of ``group`` holds for its models.
 
     A model without a profile for the group's (pp, tp) is an input error at ``where``.
@@ -24,13 +26,13 @@ def stage_bytes(instance, group: Group, where: str = "groups") -> np.ndarray:
     return out
 
 
-def model_stage_bytes(instance, model: int, pp: int, tp: int):
+def model_stage_bytes(instance: Instance, model: int, pp: int, tp: int) -> Optional[np.ndarray]:
     """Per-stage per-GPU bytes of one model in config (pp, tp), or None when unprofiled."""
     cfg = instance.model_profiles[model].config(pp, tp)
     return None if cfg is None else np.asarray(cfg.stage_weight_bytes)
 
 
-def fits(instance, used: np.ndarray, model: int, pp: int, tp: int) -> bool:
+def fits(instance: Instance, used: np.ndarray, model: int, pp: int, tp: int) -> bool:
     """Whether ``model`` fits next to stage usage ``used`` under the usable memory."""
     need = model_stage_bytes(instance, model, pp, tp)
     if need is None:
@@ -38,14 +40,14 @@ def fits(instance, used: np.ndarray, model: int, pp: int, tp: int) -> bool:
     return bool(np.all(used + need <= instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)))
 
 
-def check_placement(placement: Placement, instance) -> None:
+def check_placement(placement: Placement, instance: Instance) -> None:
     """Validate a placement against an instance: devices, configurations, models, memory."""
     names = set(instance.model_names)
     n_gpus = instance.cluster.n_gpus
     budget = instance.cluster.gpu.usable_memory_bytes
     for wi, groups in enumerate(placement.all_group_sets):
         prefix = f"windows[{wi}]." if placement.windows else ""
-        used = set()
+        used: Set[int] = set()
         for gi, g in enumerate(groups):
             where = f"{prefix}groups[{gi}]"
             for dev in g.devices:

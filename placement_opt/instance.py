@@ -22,7 +22,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -201,18 +201,21 @@ def _load_profiles(d: Any, base_dir: str) -> Dict[str, Profile]:
     return out
 
 
-def _load_cost_tables(d: Any, base_dir: str) -> Dict[str, Any]:
+def _load_cost_tables(d: Any, base_dir: str) -> Dict[str, CostTable]:
     if not isinstance(d, dict):
         raise InputError("expected an object {table name: cost table or path}", "cost_tables")
     return {name: CostTable.from_dict(name, _load_json_ref(v, f"cost_tables.{name}", base_dir), f"cost_tables.{name}")
             for name, v in d.items()}
 
 
-def _load_models(items: Any, profiles, cost_tables):
+def _load_models(items: Any, profiles: Dict[str, Profile], cost_tables: Dict[str, CostTable]
+                 ) -> Tuple[List[ModelSpec], Dict[str, SLOSpec]]:
+    """The ``models`` list expanded by ``count``, and the SLO overrides by expanded model name."""
     if not isinstance(items, list) or not items:
         raise InputError("expected a non-empty list of models", "models")
-    models, overrides = [], {}
-    names = set()
+    models: List[ModelSpec] = []
+    overrides: Dict[str, SLOSpec] = {}
+    names: Set[str] = set()
     for i, d in enumerate(items):
         where = f"models[{i}]"
         check_keys(d, where, ["name"], ["count", "family", "architecture", "profile", "cost_table", "slo_s",
@@ -251,7 +254,8 @@ def _load_models(items: Any, profiles, cost_tables):
     return models, overrides
 
 
-def _load_solver(d: Any):
+def _load_solver(d: Any) -> Tuple[str, Dict[str, Any]]:
+    """The solver's name and its (not yet checked) options from the ``solver`` section."""
     if isinstance(d, str):
         d = {"name": d}
     check_keys(d, "solver", [], ["name", "options"])
@@ -267,6 +271,7 @@ def _check_models_fit(inst: Instance) -> None:
     budget = inst.cluster.gpu.usable_memory_bytes
     for i, m in enumerate(inst.models):
         if m.family == "llm":
+            assert m.architecture is not None  # parsing requires an architecture for LLMs
             need = m.architecture.weight_bytes()
             if need > budget * inst.cluster.n_gpus:
                 raise InputError(f"weights of {need / 1e9:.1f} GB exceed the whole cluster's usable memory",

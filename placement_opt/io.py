@@ -96,5 +96,6 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_json(path: str, data) -> None:
+def atomic_write_json(path: str, data: Any) -> None:
+    """Write ``data`` as indented JSON to ``path`` atomically (see :func:`atomic_write_text`)."""
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")

@@ -43,7 +43,7 @@ def llm_config(instance: Instance) -> LLMConfig:
     return instance.llm_settings
 
 
-def model_rates(instance) -> np.ndarray:
+def model_rates(instance: Instance) -> np.ndarray:
     """Long-run arrival rate of every model (req/s)."""
     w = instance.workload
     if w.trace is None:
@@ -52,7 +52,7 @@ def model_rates(instance) -> np.ndarray:
     return np.bincount(req.model, minlength=len(instance.models)) / w.duration_s
 
 
-def llm_specs(instance) -> List[LLMSpec]:
+def llm_specs(instance: Instance) -> List[LLMSpec]:
     """One :class:`LLMSpec` per model of an LLM instance, in instance order."""
     if not instance.is_llm:
         raise InputError("not an LLM instance (no model has family llm)", "models")
@@ -63,6 +63,7 @@ def llm_specs(instance) -> List[LLMSpec]:
     prompt = np.full(n, cfg.prompt_tokens)
     output = np.full(n, cfg.output_tokens)
     if req.prompt_tokens is not None and len(req):
+        assert req.output_tokens is not None, "requests with prompt lengths need output lengths"
         counts = np.bincount(req.model, minlength=n)
         sp = np.bincount(req.model, weights=req.prompt_tokens, minlength=n)
         so = np.bincount(req.model, weights=req.output_tokens, minlength=n)
@@ -74,19 +75,20 @@ def llm_specs(instance) -> List[LLMSpec]:
     elif instance.workload.lengths is not None:
         prompt[:] = instance.workload.lengths.prompt_tokens
         output[:] = instance.workload.lengths.output_tokens
-    out = []
+    out: List[LLMSpec] = []
     for i, m in enumerate(instance.models):
         if m.family != "llm":
             raise InputError("an LLM instance cannot mix in non-LLM models", f"models[{m.name}].family")
-        arch = m.architecture
-        out.append(LLMSpec(name=m.name, index=i, table=instance.llm_cost_tables[i],
+        arch, table = m.architecture, instance.llm_cost_tables[i]
+        assert arch is not None and table is not None  # parsing requires an architecture for LLMs
+        out.append(LLMSpec(name=m.name, index=i, table=table,
                            weight_bytes=float(arch.weight_bytes()),
                            kv_bytes_per_token=float(arch.kv_bytes_per_token()),
                            rate=float(rates[i]), prompt_tokens=float(prompt[i]), output_tokens=float(output[i])))
     return out
 
 
-def mesh_kv_pool_bytes(instance, n_gpus: int, weight_bytes: float) -> float:
+def mesh_kv_pool_bytes(instance: Instance, n_gpus: int, weight_bytes: float) -> float:
     """KV-cache bytes a mesh of ``n_gpus`` has left after weights and the activation reserve."""
     cfg = llm_config(instance)
     return instance.cluster.gpu.usable_memory_bytes * n_gpus * (1.0 - cfg.kv_reserve_fraction) - weight_bytes

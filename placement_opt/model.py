@@ -32,7 +32,7 @@ class Architecture:
     dtype: str = "fp16"
     kv_heads: Optional[int] = None  # grouped-query attention; None means kv_heads == heads
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.hidden % self.heads:
             raise InputError(f"hidden {self.hidden} is not divisible by heads {self.heads}", "architecture.heads")
         if self.dtype not in DTYPE_BYTES:
@@ -112,7 +112,7 @@ class ModelSpec:
     cost_table: Optional[str] = None  # LLMs: a measured prefill/decode cost table
     weights: Optional[str] = None  # executor: a safetensors file with real weights
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.architecture is None and self.profile is None:
             raise InputError("a model needs an architecture or a profile", "models")
         if self.family not in FAMILIES:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 from placement_opt.errors import InputError
 from placement_opt.io import parse_json, read_json
@@ -36,7 +36,7 @@ class Group:
     stage_layers: Optional[Tuple[Tuple[int, int], ...]] = None
     sm_share: Optional[Tuple[float, ...]] = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if len(self.devices) != self.pp * self.tp:
             raise InputError(f"{len(self.devices)} devices but pp x tp = {self.pp * self.tp}", "groups")
 
@@ -44,7 +44,8 @@ class Group:
     def n_gpus(self) -> int:
         return len(self.devices)
 
-    def with_models(self, models) -> "Group":
+    def with_models(self, models: Iterable[str]) -> "Group":
+        """The same group serving ``models`` instead."""
         return replace(self, models=tuple(models))
 
     def to_dict(self) -> dict:
@@ -108,7 +109,8 @@ class Placement:
     def with_metrics(self, metrics: dict) -> "Placement":
         return replace(self, metrics=dict(metrics))
 
-    def with_provenance(self, **kw) -> "Placement":
+    def with_provenance(self, **kw: Any) -> "Placement":
+        """The same placement with ``kw`` added to (or replacing entries of) its provenance."""
         p = dict(self.provenance)
         p.update(kw)
         return replace(self, provenance=p)

@@ -12,7 +12,7 @@ total weight size with the scaling shape of a measured profile (see
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class ConfigProfile:
         )
 
 
-def _parse_stage_layers(value, pp: int, where: str):
+def _parse_stage_layers(value: Any, pp: int, where: str) -> Tuple[Tuple[int, int], ...]:
     if not isinstance(value, list) or len(value) != pp:
         raise InputError(f"expected {pp} [start, end) layer ranges", where)
     out = []
@@ -183,7 +183,7 @@ def parallel_configs(n_gpus: int, max_tp: int) -> list[tuple[int, int]]:
 
 
 def derive_profile(name: str, latency_s: float, weight_bytes: float, *, max_gpus: int, max_tp: int = 8,
-                   layers: int = 32, batch_sizes=(1, 2, 4, 8, 16), source: str = "") -> Profile:
+                   layers: int = 32, batch_sizes: Sequence[int] = (1, 2, 4, 8, 16), source: str = "") -> Profile:
     """Profile every power-of-two GPU count up to ``max_gpus`` from one-GPU numbers.
 
     Stage latency of (pp, tp) at batch b = latency_s / pp x TP factor(tp) x batch factor(b),

@@ -21,7 +21,7 @@ SM shares interpolate linearly; below the smallest measured share the latency gr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
@@ -82,7 +82,7 @@ class CostTable:
         lower = [t for t in self.tables if t < tp]
         return self.tables[max(lower)] if lower else self.tables[min(self.tables)]
 
-    def at_share(self, tp: int, share: float):
+    def at_share(self, tp: int, share: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(batch_grid, len_grid, prefill_2d_s, decode_2d_s)`` for the simulator's kernels."""
         t = self.table_for(tp)
         p, d = t.at_share(share)
@@ -109,7 +109,8 @@ class CostTable:
         return self.request_latency(self.tp_degrees[0], prompt, output)
 
     @classmethod
-    def from_dict(cls, name: str, data, field: str) -> "CostTable":
+    def from_dict(cls, name: str, data: Any, field: str) -> "CostTable":
+        """The cost table of JSON object ``data`` (times in ms), checked and with gaps filled."""
         check_keys(data, field, ["format", "model", "tp"], ["version", "gpu", "source", "units"])
         if data["format"] != FORMAT:
             raise InputError(f"expected format {FORMAT!r}", f"{field}.format")
@@ -134,13 +135,14 @@ class CostTable:
 
     def to_dict(self) -> dict:
         """The raw (unfilled) table in the package format."""
+        tp_tables: Dict[str, dict] = {}
         out = {"format": FORMAT, "version": 1, "model": self.model, "gpu": self.gpu, "source": self.source,
-               "units": "ms", "tp": {}}
+               "units": "ms", "tp": tp_tables}
         for tp, t in sorted(self.tables.items()):
-            def raw(a, k):
+            def raw(a: np.ndarray, k: int) -> list:
                 return [[[float(round(v * 1e3, 6)) if m else None for v, m in zip(row, mrow)]
                          for row, mrow in zip(a[s], t.measured[s, :, :, k])] for s in range(len(t.sm_share))]
-            out["tp"][str(tp)] = {"sm_share": t.sm_share.tolist(), "batch": t.batch.tolist(),
+            tp_tables[str(tp)] = {"sm_share": t.sm_share.tolist(), "batch": t.batch.tolist(),
                                   "seq_len": t.seq_len.tolist(), "prefill_ms": raw(t.prefill_s, 0),
                                   "decode_ms": raw(t.decode_s, 1)}
         return out
@@ -156,7 +158,8 @@ def _grid(t: dict, key: str, where: str, lo: float, hi: float | None = None, int
     return arr
 
 
-def _tp_table(tp: int, t, where: str) -> TPTable:
+def _tp_table(tp: int, t: Any, where: str) -> TPTable:
+    """The table of one TP degree from its JSON object ``t`` (ms, filled, converted to seconds)."""
     check_keys(t, where, ["sm_share", "batch", "seq_len", "prefill_ms", "decode_ms"])
     sm = _grid(t, "sm_share", where, 0.0, 1.0, integer=False)
     batch = _grid(t, "batch", where, 1)

@@ -8,12 +8,14 @@ more work); below the first point it clamps to the first value.
 
 from __future__ import annotations
 
+from typing import Tuple
+
 import numpy as np
 from numba import njit
 
 
 @njit(cache=True)
-def _bracket(grid, x):
+def _bracket(grid: np.ndarray, x: float) -> Tuple[int, float]:
     """Index ``i`` and weight ``w`` so that x ~ grid[i] * (1 - w) + grid[i + 1] * w."""
     n = grid.shape[0]
     if n == 1:
@@ -35,14 +37,15 @@ def _bracket(grid, x):
 
 
 @njit(cache=True)
-def _along(v0, v1, w):
+def _along(v0: float, v1: float, w: float) -> float:
+    """The value at weight ``w`` along the segment from ``v0`` (w=0) to ``v1`` (w=1)."""
     if w > 1.0 and v1 < v0:  # extrapolating a falling segment: hold the last value
         return v1
     return v0 + (v1 - v0) * w
 
 
 @njit(cache=True)
-def lookup(table, batch_grid, len_grid, batch, length):
+def lookup(table: np.ndarray, batch_grid: np.ndarray, len_grid: np.ndarray, batch: float, length: float) -> float:
     """Latency at ``batch`` requests of ``length`` tokens (see the module docstring)."""
     i, wi = _bracket(batch_grid, batch)
     j, wj = _bracket(len_grid, length)
@@ -58,7 +61,8 @@ def lookup(table, batch_grid, len_grid, batch, length):
 
 
 @njit(cache=True)
-def lookup_lengths(table, batch_grid, len_grid, batch, lengths):
+def lookup_lengths(table: np.ndarray, batch_grid: np.ndarray, len_grid: np.ndarray, batch: float,
+                   lengths: np.ndarray) -> np.ndarray:
     """:func:`lookup` at one batch size for every length in ``lengths``."""
     out = np.empty(lengths.shape[0])
     for i in range(lengths.shape[0]):
@@ -67,7 +71,8 @@ def lookup_lengths(table, batch_grid, len_grid, batch, lengths):
 
 
 @njit(cache=True)
-def lookup_batches(table, batch_grid, len_grid, batches, length):
+def lookup_batches(table: np.ndarray, batch_grid: np.ndarray, len_grid: np.ndarray, batches: np.ndarray,
+                   length: float) -> np.ndarray:
     """:func:`lookup` at one length for every batch size in ``batches``."""
     out = np.empty(batches.shape[0])
     for i in range(batches.shape[0]):

@@ -13,14 +13,16 @@ does not import it, the functions below do.
 
 from __future__ import annotations
 
+from typing import Any
 
-def execute(*args, **kwargs):
+
+def execute(*args: Any, **kwargs: Any) -> Any:
     """See :func:`placement_opt.executor.controller.execute`."""
     from placement_opt.executor.controller import execute as run
     return run(*args, **kwargs)
 
 
-def profile_architecture(*args, **kwargs):
+def profile_architecture(*args: Any, **kwargs: Any) -> Any:
     """See :func:`placement_opt.executor.profiler.profile_architecture`."""
     from placement_opt.executor.profiler import profile_architecture as run
     return run(*args, **kwargs)

@@ -20,13 +20,14 @@ import time
 import zlib
 from dataclasses import dataclass
 from multiprocessing import connection
-from typing import Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from placement_opt.errors import InputError
 from placement_opt.io import atomic_write_json
 from placement_opt.feasibility import check_placement
+from placement_opt.instance import Instance
 from placement_opt.placement import Placement
 from placement_opt.simulate.flowshop import simulate_dnn
 from placement_opt.workload import Requests, SLOSpec
@@ -81,7 +82,7 @@ def host_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_executable(instance, placement: Placement, backend: str) -> None:
+def check_executable(instance: Instance, placement: Placement, backend: str) -> None:
     """Everything the executor needs, reported as input errors before any process starts."""
     from placement_opt.executor.network import check_supported
 
@@ -91,6 +92,7 @@ def check_executable(instance, placement: Placement, backend: str) -> None:
         raise InputError("the executor runs static placements; this one has time windows", "windows")
     check_placement(placement, instance)
     Dispatcher(instance, placement.groups)  # the simulator settings and profile tables the controller needs
+    fp32_weight_bytes = 0  # what CPU workers hold: every group's models in fp32
     for g, grp in enumerate(placement.groups):
         for name in grp.models:
             spec = instance.models[instance.model_index(name)]
@@ -107,13 +109,12 @@ def check_executable(instance, placement: Placement, backend: str) -> None:
                 if not os.path.exists(spec.weights):
                     raise InputError(f"file not found: {spec.weights}", f"models[{name}].weights")
             model_layer_range(grp, 0, spec.architecture.layers)  # checks stage_layers against the depth
+            fp32_weight_bytes += spec.architecture.param_count() * 4
     if backend == "gloo":  # CPU workers build every group's models in fp32 in this host's memory
-        need = sum(instance.models[instance.model_index(name)].architecture.param_count() * 4
-                   for grp in placement.groups for name in grp.models)
         have = host_memory_bytes()
-        if need > have:
-            raise InputError(f"the CPU workers would hold {need / 1e9:.1f} GB of fp32 weights but this host has "
-                             f"{have / 1e9:.1f} GB of memory", "groups")
+        if fp32_weight_bytes > have:
+            raise InputError(f"the CPU workers would hold {fp32_weight_bytes / 1e9:.1f} GB of fp32 weights but this "
+                             f"host has {have / 1e9:.1f} GB of memory", "groups")
     if backend == "nccl":
         import torch
         have = torch.cuda.device_count()
@@ -122,19 +123,22 @@ def check_executable(instance, placement: Placement, backend: str) -> None:
             raise InputError(f"the placement uses device {max(used)} but this host has {have} GPUs", "groups")
 
 
-def _worker_specs(instance, placement: Placement, backend: str, config: ExecutorConfig):
+def _worker_specs(instance: Instance, placement: Placement, backend: str, config: ExecutorConfig
+                  ) -> List[WorkerSpec]:
+    """What every worker process builds and how it joins the others, in rank order."""
     groups = placement.groups
     layers_of = {m.name: m.architecture.layers for m in instance.models if m.architecture is not None}
     plans = rank_plans(groups, layers_of)
     subgroups = tuple(tp_groups(plans))
     init = f"tcp://127.0.0.1:{_free_port()}"
-    specs = []
+    specs: List[WorkerSpec] = []
     for p in plans:
         grp = groups[p.group]
         builds = []
         for name in grp.models:
             i = instance.model_index(name)
             spec = instance.models[i]
+            assert spec.architecture is not None  # check_executable requires one
             weights = spec.weights
             if weights is not None and not os.path.isabs(weights) and instance.path:
                 weights = os.path.join(os.path.dirname(os.path.abspath(instance.path)), weights)
@@ -156,10 +160,12 @@ class _Workers:
 
         ctx = mp.get_context("spawn")
         self.specs = list(specs)
-        self.procs, self.commands, self.reports = [], [], []
-        self.ready = {}
-        self.errors = {}
-        self.finished = set()
+        self.procs: List[Any] = []  # torch.multiprocessing processes
+        self.commands: List[connection.Connection] = []
+        self.reports: List[connection.Connection] = []
+        self.ready: Dict[int, Any] = {}  # rank -> what it reported when ready
+        self.errors: Dict[int, str] = {}  # rank -> its traceback
+        self.finished: Set[int] = set()
         for spec in self.specs:
             cmd_recv, cmd_send = ctx.Pipe(duplex=False)
             rep_recv, rep_send = ctx.Pipe(duplex=False)
@@ -181,7 +187,7 @@ class _Workers:
         p = self.specs[rank].plan
         return f"worker rank {rank} (device {p.device}, group {p.group}, stage {p.stage})"
 
-    def poll(self, timeout: float, on_stage) -> None:
+    def poll(self, timeout: float, on_stage: Callable[[Any, int, float, float], None]) -> None:
         """Handle every report that arrives within ``timeout`` seconds (0: only those waiting)."""
         deadline = time.monotonic() + timeout
         while self._open:
@@ -190,6 +196,7 @@ class _Workers:
             if not ready:
                 return
             for conn in ready:
+                assert isinstance(conn, connection.Connection)  # wait() returns some of self._open
                 try:
                     msg = conn.recv()
                 except (EOFError, OSError):
@@ -214,7 +221,7 @@ class _Workers:
             if proc.exitcode is not None and rank not in self.finished:
                 raise ExecutorError(f"{self.describe(rank)} died (exit code {proc.exitcode})")
 
-    def send(self, ranks, command, wait) -> None:
+    def send(self, ranks: Sequence[int], command: Any, wait: Callable[[], None]) -> None:
         """Send ``command`` to every rank; while a rank's pipe is full, call ``wait()`` (which
         handles reports and raises on failure or hang) instead of blocking."""
         for r in ranks:
@@ -248,7 +255,8 @@ class _Workers:
             c.close()
 
 
-def _trial_instances(instance, slo_scales):
+def _trial_instances(instance: Instance, slo_scales: Optional[Sequence[float]]) -> List[Tuple[str, Instance]]:
+    """One (name, instance) per trial: the instance with each SLO scale, or itself alone."""
     if not slo_scales:
         return [("run", instance)]
     out = []
@@ -258,7 +266,7 @@ def _trial_instances(instance, slo_scales):
     return out
 
 
-def _trial_requests(instance, duration_s: Optional[float]) -> Requests:
+def _trial_requests(instance: Instance, duration_s: Optional[float]) -> Requests:
     req = instance.requests()
     if duration_s is None or duration_s >= req.duration_s:
         return req
@@ -269,19 +277,21 @@ def _trial_requests(instance, duration_s: Optional[float]) -> Requests:
 class _Trial:
     """Replay one request set on running workers."""
 
-    def __init__(self, name, instance, placement, requests, workers: _Workers, config: ExecutorConfig):
+    def __init__(self, name: str, instance: Instance, placement: Placement, requests: Requests, workers: _Workers,
+                 config: ExecutorConfig):
         self.instance, self.placement, self.requests = instance, placement, requests
         self.workers, self.config = workers, config
         self.rec = TrialRecord.empty(name, requests)
         self.n_stages = [g.pp for g in placement.groups]
-        self.group_ranks = {}
+        self.group_ranks: Dict[int, List[int]] = {}
         for spec in workers.specs:
             self.group_ranks.setdefault(spec.plan.group, []).append(spec.plan.rank)
-        self.outstanding = {}  # request -> predicted finish (relative)
+        self.outstanding: Dict[int, float] = {}  # request -> predicted finish (relative)
         self.t0 = 0.0
         self.index = 0
 
-    def _on_stage(self, key, stage, start, end):
+    def _on_stage(self, key: Tuple[int, int], stage: int, start: float, end: float) -> None:
+        """Record one stage report of request ``key`` = (trial, request)."""
         trial, i = key
         if trial != self.index:  # cannot happen: a trial ends only when all its reports are in
             raise ExecutorError(f"a report of trial {trial} arrived during trial {self.index}")
@@ -295,7 +305,7 @@ class _Trial:
         self.workers.check()
         if self.outstanding:
             now = time.monotonic() - self.t0
-            i = min(self.outstanding, key=self.outstanding.get)
+            i = min(self.outstanding, key=self.outstanding.__getitem__)
             late = now - self.outstanding[i]
             if late > self.config.hang_timeout_s:
                 raise ExecutorError(f"no progress: request {i} (group {self.rec.group[i]}) is {late:.1f} s past "
@@ -328,8 +338,9 @@ class _Trial:
             self._watch(0.05)
 
 
-def execute(instance, placement: Placement, out_dir: str, config: ExecutorConfig = ExecutorConfig(),
-            slo_scales: Optional[Sequence[float]] = None, log=lambda msg: None) -> list[dict]:
+def execute(instance: Instance, placement: Placement, out_dir: str, config: ExecutorConfig = ExecutorConfig(),
+            slo_scales: Optional[Sequence[float]] = None, log: Callable[[str], None] = lambda msg: None
+            ) -> list[dict]:
     """Run ``placement`` on real devices, one trial per SLO scale (or one), and write the results.
 
     Returns the summary of every trial. Raises :class:`ExecutorError` after saving partial
@@ -383,7 +394,9 @@ def execute(instance, placement: Placement, out_dir: str, config: ExecutorConfig
     return summaries
 
 
-def _save(trial: _Trial, out_dir: str, per_trial_dir: bool, backend: str, status: str, startup) -> dict:
+def _save(trial: _Trial, out_dir: str, per_trial_dir: bool, backend: str, status: str,
+          startup: Optional[float]) -> dict:
+    """Write one trial's files (beside the simulator's view of the same requests); its summary."""
     inst = trial.instance
     simulated = simulate_dnn(inst, trial.placement, trial.requests)
     facts = {"status": status, "backend": backend, "workers": len(trial.workers.specs),

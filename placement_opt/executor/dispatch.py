@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Deque, List, Optional, Sequence
 
 import numpy as np
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
 from placement_opt.placement import Group
 from placement_opt.settings import SimulatorConfig
 from placement_opt.simulate.tables import build_tables
@@ -40,14 +41,15 @@ class Decision:
 class Dispatcher:
     """Per-group per-stage predicted clocks with the simulator's dispatch policy and admission."""
 
-    def __init__(self, instance, groups: Sequence[Group], config: Optional[SimulatorConfig] = None):
+    def __init__(self, instance: Instance, groups: Sequence[Group], config: Optional[SimulatorConfig] = None):
         self.config = config or instance.simulator
         if self.config.batching:
             raise InputError("the executor dispatches one request at a time; set batching to false",
                              "simulator.batching")
         self.tables = build_tables(instance, groups, self.config)
         self.clocks = np.zeros(int(self.tables.stage_ptr[-1]))
-        self._queues = [deque() for _ in range(self.tables.n_groups)]
+        # predicted finish of every admitted unfinished request, per group (shortest_queue)
+        self._queues: List[Deque[float]] = [deque() for _ in range(self.tables.n_groups)]
 
     def _queue_length(self, g: int, now: float) -> int:
         q = self._queues[g]

@@ -40,7 +40,8 @@ def compute_dtype(arch: Architecture, device: torch.device) -> torch.dtype:
 
 
 class Attention(nn.Module):
-    def __init__(self, source, prefix, arch: Architecture, tp_rank, tp_size, tp_group, dtype, device):
+    def __init__(self, source: FullTensorSource, prefix: str, arch: Architecture, tp_rank: int, tp_size: int,
+                 tp_group: Optional[object], dtype: torch.dtype, device: torch.device):
         super().__init__()
         h = arch.hidden
         self.head_dim = h // arch.heads
@@ -69,7 +70,8 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, source, prefix, arch: Architecture, tp_rank, tp_size, tp_group, dtype, device):
+    def __init__(self, source: FullTensorSource, prefix: str, arch: Architecture, tp_rank: int, tp_size: int,
+                 tp_group: Optional[object], dtype: torch.dtype, device: torch.device):
         super().__init__()
         f = arch.ffn_hidden
         self.fc1 = ColumnParallelLinear(source, [(f"{prefix}.fc1", f)], arch.hidden, tp_rank, tp_size, dtype, device)
@@ -80,7 +82,8 @@ class MLP(nn.Module):
         return self.fc2(nn.functional.gelu(self.fc1(x)))
 
 
-def _layer_norm(source, name, h, dtype, device) -> nn.LayerNorm:
+def _layer_norm(source: FullTensorSource, name: str, h: int, dtype: torch.dtype, device: torch.device) -> nn.LayerNorm:
+    """A frozen LayerNorm of width ``h`` with weights ``name.weight`` and ``name.bias`` from ``source``."""
     norm = nn.LayerNorm(h, device=device, dtype=dtype)
     with torch.no_grad():
         norm.weight.copy_(source(f"{name}.weight", (h,)))
@@ -90,7 +93,8 @@ def _layer_norm(source, name, h, dtype, device) -> nn.LayerNorm:
 
 
 class Block(nn.Module):
-    def __init__(self, source, index, arch, tp_rank, tp_size, tp_group, dtype, device):
+    def __init__(self, source: FullTensorSource, index: int, arch: Architecture, tp_rank: int, tp_size: int,
+                 tp_group: Optional[object], dtype: torch.dtype, device: torch.device):
         super().__init__()
         p = f"layers.{index}"
         self.attn_norm = _layer_norm(source, f"{p}.attn_norm", arch.hidden, dtype, device)
@@ -106,7 +110,7 @@ class Block(nn.Module):
 class Embedding(nn.Module):
     """Token plus learned position embeddings (replicated on every TP rank of the first stage)."""
 
-    def __init__(self, source, arch: Architecture, dtype, device):
+    def __init__(self, source: FullTensorSource, arch: Architecture, dtype: torch.dtype, device: torch.device):
         super().__init__()
         self.tokens = nn.Parameter(
             source("embed.tokens.weight", (arch.vocab, arch.hidden)).to(device=device, dtype=dtype),

@@ -20,7 +20,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Tuple
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -47,7 +48,8 @@ class ProfileSettings:
     cuda_graphs: bool = False  # time each stage as one CUDA graph replay, as the executor serves it (GPU only)
 
 
-def _time(fn, sync, warmup: int, repeats: int, gap_s: float = 0.0) -> float:
+def _time(fn: Callable[[], Any], sync: Callable[[], Any], warmup: int, repeats: int, gap_s: float = 0.0) -> float:
+    """Median seconds of ``repeats`` synchronised calls of ``fn`` after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
     sync()
@@ -62,7 +64,8 @@ def _time(fn, sync, warmup: int, repeats: int, gap_s: float = 0.0) -> float:
     return statistics.median(samples)
 
 
-def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSettings, init: str, out) -> None:
+def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSettings, init: str,
+             out: Connection) -> None:
     """Body of one profiling process; TP rank 0 sends its measurements through ``out``."""
     _die_with_parent()
     try:
@@ -91,17 +94,17 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
         if graphs:
             from placement_opt.executor.graphs import GraphedStage
 
-        def peak_reset():
+        def peak_reset() -> int:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
                 return torch.cuda.memory_allocated(device)
             return 0
 
-        def peak(base):
+        def peak(base: int) -> Optional[float]:
             return float(torch.cuda.max_memory_allocated(device) - base) if device.type == "cuda" else None
 
-        def hidden(b):
+        def hidden(b: int) -> Any:
             return torch.randn((b, arch.seq_len, arch.hidden), device=device).to(dtype)
 
         stages = []
@@ -109,7 +112,7 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
             for s, rng in enumerate(even_layer_split(arch.layers, pp)):
                 base = peak_reset()
                 stage = TransformerStage(arch, rng, source, tp_rank, tp, group, device)
-                lat = {}
+                lat: Dict[int, float] = {}
                 for b in settings.batch_sizes:
                     x = request_tokens(arch, b, settings.seed, device) if rng[0] == 0 else hidden(b)
                     run = GraphedStage(stage, x) if graphs else (lambda: stage(x))
@@ -129,8 +132,8 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
             for b in settings.batch_sizes:
                 x = request_tokens(arch, b, settings.seed, device) if kind == "embedding" else hidden(b)
                 with torch.inference_mode():
-                    lat = _time(lambda: module(x), sync, settings.warmup, settings.repeats, settings.gap_s)
-                layer_rows.append({"piece": kind, "tp": tp, "batch": b, "latency_s": lat, "weight_bytes": weight,
+                    latency = _time(lambda: module(x), sync, settings.warmup, settings.repeats, settings.gap_s)
+                layer_rows.append({"piece": kind, "tp": tp, "batch": b, "latency_s": latency, "weight_bytes": weight,
                                    "peak_bytes": peak(base)})
             del module
         if tp_rank == 0:

@@ -16,12 +16,13 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Sequence
 
 import numpy as np
 
 from placement_opt.io import atomic_write_json, atomic_write_text
 from placement_opt.simulate.metrics import serving_metrics
+from placement_opt.workload import Requests
 
 
 @dataclass
@@ -35,12 +36,13 @@ class TrialRecord:
     duration_s: float
     group: np.ndarray  # -1: rejected
     predicted_finish: np.ndarray  # -1: rejected
+    dispatch: np.ndarray  # when the request was sent to its group (NaN: not sent)
     predicted_stage_end: List[tuple] = field(default_factory=list)
-    dispatch: Optional[np.ndarray] = None
     stage_times: Dict[int, Dict[int, tuple]] = field(default_factory=dict)  # request -> stage -> (start, end)
 
     @classmethod
-    def empty(cls, name, requests) -> "TrialRecord":
+    def empty(cls, name: str, requests: Requests) -> "TrialRecord":
+        """The record of trial ``name`` before any of its ``requests`` was dispatched."""
         n = len(requests)
         return cls(name=name, arrival=requests.arrival, model=requests.model, deadline=requests.deadline,
                    duration_s=requests.duration_s, group=np.full(n, -1, dtype=np.int64),
@@ -70,13 +72,15 @@ class TrialRecord:
                 "latency_mean_admitted_s": float(lat_admitted.mean()) if lat_admitted.size else None}
 
     def busy(self, n_groups: int) -> np.ndarray:
+        """Measured busy seconds of every group (sum of its reported stage times)."""
         out = np.zeros(n_groups)
         for i, stages in self.stage_times.items():
             out[self.group[i]] += sum(e - s for s, e in stages.values())
         return out
 
 
-def requests_csv(rec: TrialRecord, model_names, n_stages: List[int]) -> str:
+def requests_csv(rec: TrialRecord, model_names: Sequence[str], n_stages: List[int]) -> str:
+    """The ``requests.csv`` text: one row per request, predicted and measured stage times side by side."""
     max_pp = max(n_stages) if n_stages else 1
     finish = rec.measured_finish(n_stages)
     buf = io.StringIO()
@@ -104,7 +108,7 @@ def requests_csv(rec: TrialRecord, model_names, n_stages: List[int]) -> str:
     return buf.getvalue()
 
 
-def write_trial(out_dir: str, rec: TrialRecord, model_names, n_stages: List[int], simulated: dict,
+def write_trial(out_dir: str, rec: TrialRecord, model_names: Sequence[str], n_stages: List[int], simulated: dict,
                 facts: dict) -> dict:
     """Write the trial's four files into ``out_dir`` and return its summary."""
     import os

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from multiprocessing.connection import Connection
+from typing import Any, Optional, Sequence, Set
 
 import numpy as np
 
@@ -21,7 +23,7 @@ from placement_opt.executor.topology import model_layer_range, rank_plans, tp_gr
 from placement_opt.executor.worker import ModelBuild, WorkerSpec, _die_with_parent, _Runner
 
 
-def _check_main(spec: WorkerSpec, out) -> None:
+def _check_main(spec: WorkerSpec, out: Connection) -> None:
     """One rank of the check: its stage's forward, then a barrier so that no rank leaves
     (rank 0 hosts the rendezvous store) before every rank is done; reports ``ok`` (the last
     stage's output), then ``done`` or ``error`` with this rank's whole traceback."""
@@ -78,13 +80,14 @@ def sharded_forward(arch: Architecture, pp: int, tp: int, backend: str = "gloo",
         recv.close()
 
 
-def _collect(recv, procs, timeout_s: float) -> np.ndarray:
+def _collect(recv: Connection, procs: Sequence[Any], timeout_s: float) -> np.ndarray:
     """The last stage's output once every rank reported ``done``; the first failing rank's
     whole traceback as an :class:`ExecutorError` otherwise."""
     from placement_opt.executor.controller import ExecutorError
 
     deadline = time.monotonic() + timeout_s
-    output, done = None, set()
+    output: Optional[np.ndarray] = None
+    done: Set[int] = set()
     while len(done) < len(procs):
         left = deadline - time.monotonic()
         try:

@@ -67,7 +67,7 @@ def serving_groups(groups: Sequence[Group]) -> list[int]:
     return [g for g, grp in enumerate(groups) if grp.models]
 
 
-def rank_plans(groups: Sequence[Group], layers_of: dict) -> list[RankPlan]:
+def rank_plans(groups: Sequence[Group], layers_of: dict[str, int]) -> list[RankPlan]:
     """Every process of the placement, rank-ordered.
 
     ``layers_of`` maps a model name to its layer count; all models of a group must split
@@ -75,7 +75,7 @@ def rank_plans(groups: Sequence[Group], layers_of: dict) -> list[RankPlan]:
     in layer count when the group gives explicit ``stage_layers``.
     """
     plans: list[RankPlan] = []
-    rank_of_device = {}
+    rank_of_device: dict[int, int] = {}
     for g in serving_groups(groups):
         for dev in groups[g].devices:
             rank_of_device[dev] = len(rank_of_device)
@@ -105,7 +105,7 @@ def model_layer_range(group: Group, stage: int, layers: int) -> Tuple[int, int]:
 
 def tp_groups(plans: Sequence[RankPlan]) -> list[Tuple[int, ...]]:
     """Every tensor-parallel subgroup of more than one rank, in a fixed order all ranks agree on."""
-    seen = []
+    seen: list[Tuple[int, ...]] = []
     for p in plans:
         if len(p.tp_ranks) > 1 and p.tp_ranks not in seen:
             seen.append(p.tp_ranks)

@@ -18,7 +18,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Optional, Tuple
+from multiprocessing.connection import Connection
+from typing import Any, Dict, List, Optional, Tuple
 
 from placement_opt.model import Architecture
 from placement_opt.executor.topology import RankPlan
@@ -88,7 +89,8 @@ class _Runner:
             handle = dist.new_group(list(ranks))
             if plan.rank in ranks:
                 tp_group = handle
-        self.stages, self.tokens = {}, {}
+        self.stages: Dict[int, Any] = {}  # model index -> its TransformerStage
+        self.tokens: Dict[int, Any] = {}  # model index -> its request's token ids (first stage)
         for m in spec.models:
             source = (safetensors_source(m.weights, self.device) if m.weights
                       else seeded_source(m.seed, self.device))
@@ -96,8 +98,8 @@ class _Runner:
                                                     len(plan.tp_ranks), tp_group, self.device)
             if plan.is_first_stage:
                 self.tokens[m.index] = request_tokens(m.architecture, 1, m.seed, self.device)
-        self.pending = []
-        self.graphs = {}
+        self.pending: List[Tuple[Any, Any]] = []  # (isend work handle, the tensor it sends)
+        self.graphs: Dict[int, Any] = {}  # model index -> its GraphedStage
 
     def capture_graphs(self) -> None:
         """Capture every model's stage as a CUDA graph (GPU ranks; in model order, as every
@@ -117,7 +119,7 @@ class _Runner:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
-    def forward(self, model: int):
+    def forward(self, model: int) -> Tuple[Any, float, float]:
         """Run this rank's stage of ``model`` for one request; return (output, start, end).
 
         ``start`` and ``end`` are monotonic seconds after the input arrived and after the
@@ -146,7 +148,8 @@ class _Runner:
             self.pending.append((self.dist.isend(y, dst=plan.next_rank), y))
         return y, start, end
 
-    def weight_bytes(self) -> dict:
+    def weight_bytes(self) -> Dict[int, int]:
+        """Weight bytes this rank holds for every model's stage."""
         return {i: s.weight_bytes() for i, s in self.stages.items()}
 
     def close(self) -> None:
@@ -155,7 +158,7 @@ class _Runner:
         self._sync()
 
 
-def worker_main(spec: WorkerSpec, commands, reports) -> None:
+def worker_main(spec: WorkerSpec, commands: Connection, reports: Connection) -> None:
     """Process entry point: build, warm up, report ready, serve commands until ``None``."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller handles Ctrl-C and stops us

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Dict, List, Optional
 
 from placement_opt.errors import InputError
 from placement_opt.io import atomic_write_json
@@ -34,7 +35,7 @@ def convert_muxserve(data: dict, gpu: str = "A100-80GB") -> dict:
             sms = sorted(by_sm, key=float)
             batches = sorted({int(b) for s in sms for b in by_sm[s]})
             seqs = sorted({int(q) for s in sms for b in by_sm[s] for q in by_sm[s][b]})
-            planes = {"prefill": [], "decoding": []}
+            planes: Dict[str, List[list]] = {"prefill": [], "decoding": []}
             for s in sms:
                 for kind in planes:
                     plane = []
@@ -55,7 +56,8 @@ def convert_muxserve(data: dict, gpu: str = "A100-80GB") -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
+    """Convert MuxServe's profiling JSON SRC into one package cost table per model in OUTDIR."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
         print("usage: python -m placement_opt.offline.convert_muxserve SRC OUTDIR", file=sys.stderr)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -37,7 +38,8 @@ def unit_latencies(arch: Architecture, gpu: GPUSpec, link: Link, tp: int) -> tup
     return emb, float(table.cost[1, 2]) - emb
 
 
-def stage_prediction(emb: float, layer: float, layer_range) -> float:
+def stage_prediction(emb: float, layer: float, layer_range: Tuple[int, int]) -> float:
+    """Cost-model latency of a stage of layers ``layer_range`` (the embedding when it starts at 0)."""
     a, b = layer_range
     return (emb if a == 0 else 0.0) + (b - a) * layer
 
@@ -46,7 +48,7 @@ def calibration_report(profile: Profile, details: dict, gpu: GPUSpec, link: Link
     """Raw and calibrated cost-model error on every measured stage (batch 1)."""
     arch = Architecture.from_dict(details["architecture"], "architecture")
     units = {tp: unit_latencies(arch, gpu, link, tp) for tp in sorted({c.tp for c in profile.configs.values()})}
-    factor = {}
+    factor: Dict[int, float] = {}
     for tp, (emb, layer) in units.items():
         one = profile.config(1, tp)
         if one is not None and 1 in one.batch_sizes:
@@ -56,11 +58,12 @@ def calibration_report(profile: Profile, details: dict, gpu: GPUSpec, link: Link
                "cost_model_s": units[p["tp"]][0 if p["piece"] == "embedding" else 1]}
               for p in details["pieces"] if p["batch"] == 1 and p["piece"] in ("embedding", "layer")
               and p["tp"] in units]
-    rows = []
+    rows: List[Dict[str, Any]] = []
     for (pp, tp), cfg in sorted(profile.configs.items()):
         if 1 not in cfg.batch_sizes:
             continue
         emb, layer = units[tp]
+        assert cfg.stage_layers is not None  # the executor's profiler records every stage's layers
         for s, rng in enumerate(cfg.stage_layers):
             measured = float(cfg.stage_latency[cfg.batch_sizes.index(1), s])
             raw = stage_prediction(emb, layer, rng)
@@ -79,7 +82,8 @@ def calibration_report(profile: Profile, details: dict, gpu: GPUSpec, link: Link
             if held_out else None}
 
 
-def main(argv=None) -> None:
+def main(argv: Optional[List[str]] = None) -> None:
+    """Print (and with ``-o`` write) the calibration report of a measured profile."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("profile")
     ap.add_argument("details")

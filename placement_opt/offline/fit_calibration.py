@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Dict, List
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,7 +42,7 @@ V100 = GPUSpec(name="V100-16GB", memory_bytes=16e9, usable_memory_bytes=13.96e9,
 #: Link the V100 ``comm_eff`` is relative to (the spine's default intra-node link).
 V100_REFERENCE_LINK = Link(bandwidth=150e9, latency_s=5e-6)
 #: BERT-1.3B as profiled (AlpaServe Table 1 shape; sequence length of the profile, see docs/parallel.md).
-BERT_1_3B = dict(layers=24, hidden=2048, heads=32, seq_len=1024, vocab=51200)
+BERT_1_3B = Architecture(layers=24, hidden=2048, heads=32, seq_len=1024, vocab=51200)
 
 OPS_FAMILY = {
     "emb": "embedding", "input_layernorm": "norm", "post_attention_layernorm": "norm",
@@ -91,7 +91,8 @@ def op_samples() -> Dict[str, tuple]:
     return {fam: tuple(np.array(col) for col in zip(*rows)) for fam, rows in out.items()}
 
 
-def _mm(t, k, n, d):
+def _mm(t: float, k: float, n: float, d: float) -> Tuple[float, float]:
+    """FLOPs and bytes moved of a ``[t, k] x [k, n]`` matmul of ``d``-byte elements."""
     return 2.0 * t * k * n, (t * k + t * n + k * n) * d
 
 
@@ -106,6 +107,7 @@ def collective_samples() -> Dict[str, tuple]:
 
 
 def rel_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """|predicted - measured| / measured, elementwise."""
     return np.abs(pred - meas) / meas
 
 
@@ -113,22 +115,26 @@ def rel_errors(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 # fitting
 
 
-def _roofline(flops, nbytes, ce, me, ov, gpu: GPUSpec):
+def _roofline(flops: np.ndarray, nbytes: np.ndarray, ce: float, me: float, ov: float, gpu: GPUSpec) -> np.ndarray:
+    """Roofline seconds at compute efficiency ``ce``, memory efficiency ``me`` and overhead ``ov``."""
     return np.maximum(flops / (gpu.peak_fp16_flops * ce), nbytes / (gpu.memory_bandwidth * me)) + ov
 
 
-def _grid_fit(loss, bounds, rounds: int = 4, points: int = 9):
+def _grid_fit(loss: Callable[..., float], bounds: Sequence[Tuple[float, float]], rounds: int = 4,
+              points: int = 9) -> Tuple[float, ...]:
     """Minimise ``loss(*params)`` by a coarse-to-fine grid over the box ``bounds``."""
     box = [list(b) for b in bounds]
-    best = None
+    best: Optional[Tuple[float, Tuple[float, ...]]] = None
     for _ in range(rounds):
         axes = [np.linspace(lo, hi, points) for lo, hi in box]
         for combo in np.array(np.meshgrid(*axes, indexing="ij")).reshape(len(box), -1).T:
             val = loss(*combo)
             if best is None or val < best[0]:
                 best = (val, tuple(float(c) for c in combo))
+        assert best is not None  # the grid has at least one point
         box = [[max(lo, c - (hi - lo) / points), min(hi, c + (hi - lo) / points)]
                for (lo, hi), c in zip(box, best[1])]
+    assert best is not None
     return best[1]
 
 
@@ -136,21 +142,22 @@ def _grid_fit(loss, bounds, rounds: int = 4, points: int = 9):
 MEMORY_BOUND = ("norm", "elementwise", "embedding")
 
 
-def fit_family(flops, nbytes, secs, gpu: GPUSpec, memory_bound: bool = False):
+def fit_family(flops: np.ndarray, nbytes: np.ndarray, secs: np.ndarray, gpu: GPUSpec,
+               memory_bound: bool = False) -> FamilyParams:
     """Fit (compute_eff, memory_eff, overhead) of one family to measured seconds."""
     if memory_bound:
-        def loss_m(me, ov):
+        def loss_m(me: float, ov: float) -> float:
             return float(np.mean(np.log(_roofline(flops, nbytes, 1.0, me, ov, gpu) / secs) ** 2))
         me, ov = _grid_fit(loss_m, [(0.02, 1.0), (0.0, 30e-6)], rounds=5, points=15)
         return FamilyParams(compute_eff=1.0, memory_eff=me, overhead_s=ov)
 
-    def loss(ce, me, ov):
+    def loss(ce: float, me: float, ov: float) -> float:
         return float(np.mean(np.log(_roofline(flops, nbytes, ce, me, ov, gpu) / secs) ** 2))
     ce, me, ov = _grid_fit(loss, [(0.02, 1.0), (0.02, 1.0), (0.0, 30e-6)])
     return FamilyParams(compute_eff=ce, memory_eff=me, overhead_s=ov)
 
 
-def fit_alpha_beta(nbytes, secs, factor: float):
+def fit_alpha_beta(nbytes: np.ndarray, secs: np.ndarray, factor: float) -> Tuple[float, float]:
     """Least squares of t = alpha + factor x B / bandwidth in relative terms (weights 1/t)."""
     a = np.stack([np.ones_like(nbytes), factor * nbytes], axis=1) / secs[:, None]
     coef, *_ = np.linalg.lstsq(a, np.ones_like(secs), rcond=None)
@@ -166,7 +173,8 @@ def _summary(err: np.ndarray) -> dict:
 def fit_all() -> dict:
     """Refit every parameter from the shipped data; returns the params.json content."""
     samples = op_samples()
-    h100 = {fam: fit_family(*samples[fam], H100, memory_bound=fam in MEMORY_BOUND) for fam in samples}
+    h100 = {fam: fit_family(fl, nb, secs, H100, memory_bound=fam in MEMORY_BOUND)
+            for fam, (fl, nb, secs) in samples.items()}
     h100["attention"] = h100["matmul"]
     errors = {}
     for fam, (fl, nb, secs) in samples.items():
@@ -181,7 +189,7 @@ def fit_all() -> dict:
         link_err[f"h100/{key}"] = _summary(rel_errors(alpha + factor * nb / bw, secs))
         links[key] = {"latency_s": alpha, "bandwidth_gbps": bw / 1e9}
     errors.update(link_err)
-    params = {
+    params: Dict[str, Any] = {
         "source": ("fitted by placement_opt.costs.calibration.fit_all from placement_opt/data/calibration "
                    "(subsets of shared/data/profiles/h100 and shared/data/alpaserve)"),
         "default": "H100",
@@ -206,16 +214,19 @@ def _entry(fams: dict, comm_eff: float) -> dict:
 
 
 def bert_profile() -> dict:
+    """BERT-1.3B's entry of the shipped V100 profiling database."""
     with open(os.path.join(DATA_DIR, "bert-1.3b-v100-profile.json")) as f:
         return json.load(f)["models"]["bert-1.3b"]
 
 
-def bert_predictions(calib: Calibration):
+def bert_predictions(calib: Calibration) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(measured, predicted) stage latencies of every BERT-1.3B V100 config and batch size."""
-    arch = Architecture(**BERT_1_3B)
+    arch = BERT_1_3B
     cluster = Cluster(nodes=4, gpus_per_node=8, gpu=V100, intra_node_link=V100_REFERENCE_LINK,
                       inter_node_link=Link(bandwidth=12.5e9, latency_s=2e-5))
-    meas, pred, tps = [], [], []
+    meas: List[float] = []
+    pred: List[float] = []
+    tps: List[int] = []
     for cfg in bert_profile()["configs"]:
         pp, tp = cfg["pp"], cfg["op"]
         pm = parallelize_with(arch, cluster, pp * tp, pp, tp, calib)
@@ -227,27 +238,28 @@ def bert_predictions(calib: Calibration):
     return np.array(meas), np.array(pred), np.array(tps)
 
 
-def _fit_v100(h100: dict, params: dict):
+def _fit_v100(h100: Dict[str, FamilyParams], params: dict
+              ) -> Tuple[Dict[str, FamilyParams], float, Dict[str, dict]]:
     """Fit V100 matmul/attention efficiency + overhead (tp = 1), then comm_eff (tp > 1)."""
     cfgs = [c for c in bert_profile()["configs"] if c["op"] == 1 and c["pp"] == 1]
     meas = np.array([v for c in cfgs for b in sorted(c["stage_latency"], key=int) for v in c["stage_latency"][b]])
 
-    def calib(ce, ov, comm_eff=1.0):
+    def calib(ce: float, ov: float, comm_eff: float = 1.0) -> Tuple[Calibration, Dict[str, FamilyParams]]:
         fams = dict(h100)
         fams["matmul"] = FamilyParams(ce, h100["matmul"].memory_eff, ov)
         fams["attention"] = fams["matmul"]
         return Calibration("V100", tuple((k, fams[k]) for k in FAMILIES), comm_eff), fams
 
-    arch = Architecture(**BERT_1_3B)
+    arch = BERT_1_3B
     one = Cluster(nodes=1, gpus_per_node=1, gpu=V100, intra_node_link=V100_REFERENCE_LINK,
                   inter_node_link=V100_REFERENCE_LINK)
 
-    def loss_compute(ce, ov):
+    def loss_compute(ce: float, ov: float) -> float:
         pm = parallelize_with(arch, one, 1, 1, 1, calib(ce, ov)[0])
         return float(np.mean(np.log(pm.stage_latency[:, 0] / meas) ** 2))
     ce, ov = _grid_fit(loss_compute, [(0.1, 1.0), (0.0, 200e-6)], rounds=3, points=7)
 
-    def loss_comm(comm_eff):
+    def loss_comm(comm_eff: float) -> float:
         m, p, tps = bert_predictions(calib(ce, ov, comm_eff)[0])
         return float(np.mean(np.log(p[tps > 1] / m[tps > 1]) ** 2))
     (comm_eff,) = _grid_fit(loss_comm, [(0.05, 1.0)], rounds=3, points=9)
@@ -260,6 +272,7 @@ def _fit_v100(h100: dict, params: dict):
 
 
 def main() -> None:
+    """Refit, rewrite ``params.json`` and print every fit's error."""
     params = fit_all()
     atomic_write_json(PARAMS_FILE, params)
     for k, v in params["fit_errors"].items():

@@ -16,10 +16,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from placement_opt.instance import Instance
 from placement_opt.io import atomic_write_json
+from placement_opt.workload import Requests
 
 LLAMA = {
     "llama-7b": {"layers": 32, "heads": 32, "hidden": 4096},
@@ -35,15 +39,17 @@ CHATLMSYS_LOADS = (500, 800, 1200, 1600, 2000)
 
 
 def architecture(size: str) -> dict:
+    """The architecture section of LLaMA size ``size`` (e.g. ``llama-7b``)."""
     return dict(LLAMA[size], vocab=32000, seq_len=2048, ffn_ratio=4.0, dtype="fp16")
 
 
-def build_instance(name: str, description: str, sizes, rates, prompt: float, output: float, nodes: int,
-                   gpus_per_node: int, duration_s: float, table_dir: str, slo_scale: float = 8.0,
-                   llm: dict | None = None, solver: str = "muxserve") -> dict:
+def build_instance(name: str, description: str, sizes: Sequence[str], rates: Iterable[float], prompt: float,
+                   output: float, nodes: int, gpus_per_node: int, duration_s: float, table_dir: str,
+                   slo_scale: float = 8.0, llm: dict | None = None, solver: str = "muxserve") -> dict:
     """An instance dict: LLM ``i`` has LLaMA size ``sizes[i]`` and Poisson rate ``rates[i]``."""
     used = sorted(set(sizes))
-    models, per_model = [], {}
+    models: List[dict] = []
+    per_model: Dict[str, dict] = {}
     for i, (size, rate) in enumerate(zip(sizes, rates)):
         mname = f"llm-{i:02d}-{size[6:]}"
         models.append({"name": mname, "family": "llm", "architecture": architecture(size), "cost_table": size})
@@ -109,13 +115,14 @@ def ablation(table_dir: str) -> dict:
                           161.0, 338.0, 1, 4, 60.0, table_dir)
 
 
-def ablation_requests(instance, seed=None, length_ratio: float = 4.0):
+def ablation_requests(instance: Instance, seed: Optional[int] = None, length_ratio: float = 4.0) -> Requests:
     """The ablation instance's requests with the paper's 4 : 1 mean request length of the 65B
     and 30B LLMs: the 65B's prompt and output lengths are scaled by ``length_ratio``
     (capped at the workload's maximum lengths)."""
-    from dataclasses import replace
     req = instance.requests(seed=seed)
     lengths = instance.workload.lengths
+    # ablation() gives the workload request lengths, so every request has token counts
+    assert lengths is not None and req.prompt_tokens is not None and req.output_tokens is not None
     prompt = req.prompt_tokens.astype(np.float64)
     output = req.output_tokens.astype(np.float64)
     big = req.model == instance.model_index(instance.models[0].name)
@@ -138,7 +145,9 @@ def splitwise(table_dir: str) -> dict:
 
 def parse_rates_yaml(text: str) -> dict:
     """The few fields of MuxServe's rate files (no YAML library needed): models, lengths."""
-    models, cur, out = [], None, {}
+    models: List[dict] = []
+    cur: Optional[Dict[str, Any]] = None
+    out: Dict[str, Any] = {}
     for line in text.splitlines():
         s = line.strip()
         if s.startswith("- name:"):
@@ -155,14 +164,15 @@ def parse_rates_yaml(text: str) -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
+    """Write every instance into OUTDIR (and refresh the shipped rates from RATES_YAML_DIR if given)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (1, 2):
         print("usage: python -m placement_opt.offline.llm_catalog OUTDIR [RATES_YAML_DIR]", file=sys.stderr)
         return 2
     out = argv[0]
     if len(argv) == 2:  # refresh the shipped rates from MuxServe's YAML files
-        rates = {}
+        rates: Dict[str, Any] = {}
         for load in CHATLMSYS_LOADS:
             with open(os.path.join(argv[1], f"chatlmsys-rates-condense{load}.yaml")) as f:
                 rates[str(load)] = parse_rates_yaml(f.read())

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from placement_opt.cluster import Cluster
+from placement_opt.cluster import Cluster, GPUSpec, Link
 from placement_opt.errors import InputError
 from placement_opt.model import Architecture, ModelSpec
 from placement_opt.profile import ConfigProfile, Profile, parallel_configs
@@ -100,14 +100,15 @@ class ParallelizedModel:
         }
 
 
-def _count(colls) -> Dict[str, int]:
+def _count(colls: Iterable[Tuple[str, float]]) -> Dict[str, int]:
+    """How many collectives of each kind ``colls`` (kind, bytes) holds."""
     out: Dict[str, int] = {}
     for kind, _ in colls:
         out[kind] = out.get(kind, 0) + 1
     return out
 
 
-def _runs(kinds) -> List[str]:
+def _runs(kinds: Sequence[str]) -> List[str]:
     """Summarise a unit-kind sequence: ['embedding', 'transformer x12'] (counts if it alternates)."""
     out: List[list] = []
     for k in kinds:
@@ -161,7 +162,9 @@ def _check_config(arch: Architecture, cluster: Cluster, n_gpus: int, pp: int, tp
 
 
 @lru_cache(maxsize=4096)
-def _parallelize_memo(arch, gpu, intra, inter, gpus_per_node, pp, tp, solver, batch_sizes):
+def _parallelize_memo(arch: Architecture, gpu: GPUSpec, intra: Link, inter: Link, gpus_per_node: int, pp: int,
+                      tp: int, solver: str, batch_sizes: Tuple[int, ...]) -> ParallelizedModel:
+    """:func:`parallelize` memoised on hashable parts (a cluster just big enough for ``pp x tp``)."""
     cluster = Cluster(nodes=max(1, -(-pp * tp // gpus_per_node)), gpus_per_node=gpus_per_node, gpu=gpu,
                       intra_node_link=intra, inter_node_link=inter)
     return parallelize_with(arch, cluster, pp * tp, pp, tp, calibration_for(gpu), solver=solver,
@@ -240,7 +243,9 @@ class _Chain:
     mem_lean: np.ndarray
 
     @classmethod
-    def build(cls, arch, cluster, n_gpus, tp, calib, solver, batch_sizes) -> "_Chain":
+    def build(cls, arch: Architecture, cluster: Cluster, n_gpus: int, tp: int, calib: Calibration, solver: str,
+              batch_sizes: Tuple[int, ...]) -> "_Chain":
+        """The chain of ``arch`` on ``tp``-GPU stages of an ``n_gpus``-GPU group, every unit kind's plans solved."""
         units = model_units(arch)
         kinds = tuple(u.kind for u in units)
         comm = CommModel.for_group(cluster, tp, calib)
@@ -299,15 +304,17 @@ def _tied_head_bytes(emb_plan: IntraOpPlan, head_plan: IntraOpPlan) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _unit_costs(unit: LayerGraph, seq_len: int, tp: int, gpu, comm: CommModel, calib: Calibration, solver: str,
+def _unit_costs(unit: LayerGraph, seq_len: int, tp: int, gpu: GPUSpec, comm: CommModel, calib: Calibration, solver: str,
                 batch_sizes: Tuple[int, ...]) -> UnitCosts:
     """Fast and lean ILP plans of ``unit`` at batch 1, evaluated at every batch size."""
     problem = build_problem(unit, tp, gpu, comm, calib, seq_len)
     fast = solve(problem, None, solver)
+    assert fast is not None  # without a memory row every unit has a plan
     min_weight = sum(float(w.min()) for w in problem.node_weight)
     lean = fast if fast.weight_bytes <= min_weight * (1 + 1e-9) else solve(problem, min_weight * (1 + 1e-9), solver)
     if lean is None:  # the integer memory rounding excluded the exact minimum; take the least-memory plan
         lean = solve(problem, min_weight + 1024.0 * len(problem.node_weight), solver)
+    assert lean is not None  # the budget above admits the least-memory plan
     fast_lat, lean_lat = [], []
     for bs in batch_sizes:
         p = problem if bs == 1 else build_problem(unit, tp, gpu, comm, calib, seq_len * bs)
@@ -348,8 +355,10 @@ def architecture_profile(name: str, arch: Architecture, cluster: Cluster) -> Pro
 
 
 @lru_cache(maxsize=1024)
-def _profile_configs(arch, gpu, intra, inter, gpus_per_node, max_gpus):
-    configs = []
+def _profile_configs(arch: Architecture, gpu: GPUSpec, intra: Link, inter: Link, gpus_per_node: int,
+                     max_gpus: int) -> Tuple[Tuple[Tuple[int, int], ConfigProfile], ...]:
+    """Every profiled config of :func:`architecture_profile`, memoised on hashable parts."""
+    configs: List[Tuple[Tuple[int, int], ConfigProfile]] = []
     n = 1
     while n <= max_gpus:
         for pp, tp in parallel_configs(n, gpus_per_node):

@@ -21,7 +21,7 @@ into their producer by :func:`merge_followers` and take its output sharding.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Tuple
+from typing import Dict, List, Tuple
 
 from placement_opt.model import Architecture
 
@@ -59,24 +59,29 @@ class LayerGraph:
     output_replicated: bool = True  # the unit boundary needs a replicated activation
 
 
-def _matmul(name, k, n, d, inputs, bias=True, per_token_factor=1.0):
+def _matmul(name: str, k: int, n: int, d: int, inputs: Tuple[int, ...], bias: bool = True,
+            per_token_factor: float = 1.0) -> Operator:
+    """A ``[K] x [K, N]`` matmul of ``d``-byte elements (with an N-wide bias unless ``bias`` is False)."""
     weight = (k * n + (n if bias else 0)) * d
     return Operator(name=name, kind="matmul", family="matmul", flops=2.0 * k * n * per_token_factor,
                     bytes_moved=(k + n) * d * per_token_factor, weight_bytes=weight, out_bytes=n * d,
                     inputs=inputs, split_in=k, split_out=n)
 
 
-def _norm(name, h, d, inputs, weight=True):
+def _norm(name: str, h: int, d: int, inputs: Tuple[int, ...], weight: bool = True) -> Operator:
+    """A layer norm over ``h`` features (with scale and shift weights unless ``weight`` is False)."""
     return Operator(name=name, kind="norm", family="norm", flops=8.0 * h, bytes_moved=2.0 * h * d,
                     weight_bytes=(2 * h * d if weight else 0), out_bytes=h * d, inputs=inputs)
 
 
-def _elementwise(name, width, d, inputs, reads=2, flops_per=2.0):
+def _elementwise(name: str, width: int, d: int, inputs: Tuple[int, ...], reads: int = 2,
+                 flops_per: float = 2.0) -> Operator:
+    """An elementwise follower reading ``reads`` ``width``-wide tensors and writing one."""
     return Operator(name=name, kind="elementwise", family="elementwise", flops=flops_per * width,
                     bytes_moved=(reads + 1) * width * d, weight_bytes=0.0, out_bytes=width * d, inputs=inputs)
 
 
-def _attention_block(arch: Architecture, start: int):
+def _attention_block(arch: Architecture, start: int) -> List[Operator]:
     """Operators ln1 .. out-proj + residual of a layer, indices from ``start``."""
     h, d, s = arch.hidden, arch.dtype_bytes, arch.seq_len
     kvh = arch.kv_heads or arch.heads
@@ -151,17 +156,17 @@ def model_units(arch: Architecture) -> Tuple[LayerGraph, ...]:
     """The DP chain: embedding, ``arch.layers`` transformer layers, LM head."""
     dense = transformer_layer(arch)
     moe = transformer_layer(arch, moe=True) if arch.moe_experts > 1 else None
-    layers = []
+    layers: List[LayerGraph] = []
     for layer in range(arch.layers):
-        is_moe = moe is not None and layer % arch.moe_every == arch.moe_every - 1
-        layers.append(moe if is_moe else dense)
+        is_moe_layer = layer % arch.moe_every == arch.moe_every - 1
+        layers.append(moe if moe is not None and is_moe_layer else dense)
     return (embedding_unit(arch), *layers, head_unit(arch))
 
 
 def merge_followers(graph: LayerGraph) -> LayerGraph:
     """Fold every elementwise follower into its producer; inputs are re-indexed."""
     merged: list[Operator] = []
-    index_of = {}
+    index_of: Dict[int, int] = {}
     for i, op in enumerate(graph.ops):
         if op.is_follower and op.inputs:
             target = index_of[op.inputs[0]]
@@ -182,7 +187,8 @@ def mlp_chain(layers: int, hidden: int, dtype_bytes: int = 2, ffn: int | None = 
     the textbook graph whose forward optimum is Megatron's pattern (REFERENCE.md section 2).
     """
     ffn = hidden if ffn is None else ffn
-    ops, width = [], hidden
+    ops: List[Operator] = []
+    width = hidden
     for i in range(layers):
         out = ffn if i % 2 == 0 else hidden
         ops.append(_matmul(f"matmul{i}", width, out, dtype_bytes, (len(ops) - 1,) if ops else ()))

@@ -88,7 +88,9 @@ def stage_dp(lat_fast: np.ndarray, mem_fast: np.ndarray, lat_lean: np.ndarray, m
 
 
 @njit(cache=True)
-def _dp(lat_fast, mem_fast, lat_lean, mem_lean, send, budget, max_stages):
+def _dp(lat_fast: np.ndarray, mem_fast: np.ndarray, lat_lean: np.ndarray, mem_lean: np.ndarray, send: np.ndarray,
+        budget: float, max_stages: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The DP's cost, last-stage start and last-stage lean tables (see :class:`InterOpTable`)."""
     k = lat_fast.shape[0]
     plf = np.zeros(k + 1)
     pmf = np.zeros(k + 1)

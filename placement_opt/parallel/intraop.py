@@ -23,7 +23,7 @@ import contextlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -189,7 +189,8 @@ def solve(problem: IntraOpProblem, memory_budget: Optional[float] = None, solver
     return None if choice is None else _plan(problem, choice)
 
 
-def _plan(problem: IntraOpProblem, choice) -> IntraOpPlan:
+def _plan(problem: IntraOpProblem, choice: Sequence[int]) -> IntraOpPlan:
+    """The plan of a strategy index per operator: names, objective, weights and collectives."""
     colls = []
     ops = problem.graph.ops
     for i, c in enumerate(choice):
@@ -214,7 +215,7 @@ def _plan(problem: IntraOpProblem, choice) -> IntraOpPlan:
     )
 
 
-def _memory_rows(problem: IntraOpProblem, budget: float):
+def _memory_rows(problem: IntraOpProblem, budget: float) -> Tuple[List[np.ndarray], int]:
     """Integer memory coefficients (KiB, rounded up) and budget (rounded down) for the solvers."""
     unit = 1024.0
     rows = [np.ceil(w / unit).astype(np.int64) for w in problem.node_weight]
@@ -331,7 +332,7 @@ _BACKENDS = {"cp-sat": _solve_cpsat, "highs": _solve_highs}
 
 
 @contextlib.contextmanager
-def _quiet_stdout():
+def _quiet_stdout() -> Iterator[None]:
     """Send file descriptor 1 to /dev/null for the duration (C-level output included)."""
     sys.stdout.flush()
     try:

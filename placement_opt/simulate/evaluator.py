@@ -10,10 +10,11 @@ looked up instead (memoised by its groups' configs and models).
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from placement_opt.instance import Instance
 from placement_opt.placement import Group
 from placement_opt.simulate.flowshop import run_tables
 from placement_opt.simulate.tables import HostTables, batch_size_grid, build_tables, stage_latencies
@@ -26,7 +27,7 @@ MEMO_LIMIT = 200_000
 class PlacementEvaluator:
     """Score groups by accepted requests (SLO attainment), in full or one component at a time."""
 
-    def __init__(self, instance, requests: Optional[Requests] = None):
+    def __init__(self, instance: Instance, requests: Optional[Requests] = None):
         self.instance = instance
         self.config = instance.simulator
         self.requests = instance.requests() if requests is None else requests
@@ -38,10 +39,10 @@ class PlacementEvaluator:
         self.requests_per_model = counts
         self.evaluations = 0
         self.memo_hits = 0
-        self._memo: dict = {}
-        self._subsets: dict = {}
-        self._lat: dict = {}
-        self._blocks: dict = {}
+        self._memo: Dict[tuple, Tuple[np.ndarray, np.ndarray]] = {}
+        self._subsets: Dict[tuple, Requests] = {}
+        self._lat: Dict[Tuple[int, int, int], np.ndarray] = {}
+        self._blocks: Dict[Tuple[int, int, tuple], Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._batch_sizes = (batch_size_grid(instance.model_profiles, self.config.max_batch) if self.config.batching
                              else np.array([1], dtype=np.int64))
 
@@ -56,6 +57,7 @@ class PlacementEvaluator:
         return np.bincount(self.requests.model[res.finish >= 0], minlength=self.n_models)
 
     def attainment(self, groups: Sequence[Group]) -> float:
+        """Fraction of the evaluator's requests that ``groups`` serve within their SLO."""
         n = self.n_requests
         return float(self.accepted_per_model(groups).sum() / n) if n else 1.0
 
@@ -79,7 +81,7 @@ class PlacementEvaluator:
                 self._subsets[models] = req
         return req
 
-    def _block(self, pp: int, tp: int, models: tuple):
+    def _block(self, pp: int, tp: int, models: tuple) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One group's models (array), their latencies back to back, and each one's offset (cached)."""
         key = (pp, tp, models)
         block = self._blocks.get(key)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Dict, Sequence
 
 import numpy as np
 
@@ -27,7 +27,7 @@ def serving_metrics(arrival: np.ndarray, model: np.ndarray, finish: np.ndarray, 
             "accepted": int(good[i]),
             "slo_attainment": float(good[i] / counts[i]) if counts[i] else 1.0,
         }
-    out = {
+    out: Dict[str, Any] = {
         "requests": int(n),
         "accepted": int(ok.sum()),
         "slo_attainment": float(ok.sum() / n) if n else 1.0,

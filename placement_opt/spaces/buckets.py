@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
-from typing import Iterator, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
+from placement_opt.workload import Requests
 
 
-def model_loads(instance, requests=None) -> np.ndarray:
+def model_loads(instance: Instance, requests: Optional[Requests] = None) -> np.ndarray:
     """GPU-seconds per second each model asks for: its request rate x its reference latency."""
     req = instance.requests() if requests is None else requests
     n = len(instance.models)
@@ -30,11 +32,11 @@ def model_loads(instance, requests=None) -> np.ndarray:
     return counts / duration * lat
 
 
-def latency_classes(instance, models: Sequence[int]) -> list[tuple[float, tuple[int, ...]]]:
+def latency_classes(instance: Instance, models: Sequence[int]) -> list[tuple[float, tuple[int, ...]]]:
     """Models grouped by equal reference latency (the SLO's: on the fewest GPUs that hold the
     model), in increasing latency."""
     budget = instance.cluster.gpu.usable_memory_bytes
-    by_lat: dict = {}
+    by_lat: Dict[float, List[int]] = {}
     for m in models:
         lat = round(instance.model_profiles[m].reference_latency(budget), 12)
         by_lat.setdefault(lat, []).append(m)
@@ -48,7 +50,7 @@ class ModelBuckets:
     number of buckets. ``count_unpruned`` is every contiguous split of the latency classes.
     """
 
-    def __init__(self, instance, threshold: float = 2.0, models: Sequence[int] | None = None,
+    def __init__(self, instance: Instance, threshold: float = 2.0, models: Sequence[int] | None = None,
                  max_buckets: int = 4):
         if threshold < 1:
             raise InputError("must be >= 1 (a latency ratio)", "solver.options.bucket_threshold")
@@ -56,7 +58,8 @@ class ModelBuckets:
         self.threshold = threshold
         self.max_buckets = max_buckets
 
-    def _splits(self, start: int, left: int) -> Iterator[list]:
+    def _splits(self, start: int, left: int) -> Iterator[List[Tuple[int, int]]]:
+        """Every split of classes ``start..`` into at most ``left`` buckets, as [start, end) class ranges."""
         c = self.classes
         if start == len(c):
             yield []
@@ -100,7 +103,8 @@ class DeviceBuckets:
         k = len(self.loads)
         self.min_units = [max(1, math.ceil((minimum[b] if minimum else 1) / unit)) for b in range(k)]
 
-    def _compositions(self, b: int, left: int):
+    def _compositions(self, b: int, left: int) -> Iterator[Tuple[int, ...]]:
+        """Every split of ``left`` units over buckets ``b..``, each at least its minimum."""
         k = len(self.loads)
         if b == k - 1:
             if left >= self.min_units[b]:
@@ -111,13 +115,14 @@ class DeviceBuckets:
             for tail in self._compositions(b + 1, left - u):
                 yield (u,) + tail
 
-    def _imbalance(self, comp) -> float:
+    def _imbalance(self, comp: Sequence[int]) -> float:
+        """Largest over smallest ratio of a bucket's device share to its load share."""
         share = np.asarray(comp, dtype=np.float64) / self.n_units
         ratio = share / (self.loads / self.loads.sum())
         return float(ratio.max() / ratio.min())
 
     @cached_property
-    def _kept(self):
+    def _kept(self) -> List[Tuple[int, ...]]:
         scored = [(self._imbalance(c), c) for c in self._compositions(0, self.n_units)]
         if not scored:
             return []

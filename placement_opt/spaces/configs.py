@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
 from placement_opt.instance import Instance
 from placement_opt.parallel import enumerate_parallel_configs
@@ -15,7 +15,7 @@ def _auto_parallel(instance: Instance, model: int, n_gpus: int) -> Optional[List
     spec = instance.models[model]
     if spec.architecture is None:
         return None
-    return [tuple(c) for c in enumerate_parallel_configs(spec, n_gpus, instance.cluster)]
+    return [(pp, tp) for pp, tp in enumerate_parallel_configs(spec, n_gpus, instance.cluster)]
 
 
 class ParallelConfigs:
@@ -36,7 +36,7 @@ class ParallelConfigs:
     @cached_property
     def _kept(self) -> list[tuple[int, int]]:
         budget = self.instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
-        kept = set()
+        kept: Set[Tuple[int, int]] = set()
         for m in self.models:
             prof = self.instance.model_profiles[m]
             cands = _auto_parallel(self.instance, m, self.size)

@@ -17,7 +17,7 @@ def node_splits(gpus: int) -> List[Tuple[int, ...]]:
     """Partitions of ``gpus`` into powers of two, largest part first, in decreasing order."""
     out: List[Tuple[int, ...]] = []
 
-    def rec(left: int, cap: int, parts: list):
+    def rec(left: int, cap: int, parts: List[int]) -> None:
         if left == 0:
             out.append(tuple(parts))
             return

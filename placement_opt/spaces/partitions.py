@@ -124,7 +124,9 @@ class AllPartitions:
         self.n_devices = n_devices
         self.gpus_per_node = gpus_per_node
 
-    def _rec(self, left: int, largest: int, valid: bool):
+    def _rec(self, left: int, largest: int, valid: bool) -> Iterator[tuple[int, ...]]:
+        """Non-increasing size tuples of total at most ``left``, parts at most ``largest``
+        (only node-valid sizes when ``valid``), the empty one first."""
         yield ()
         for s in range(min(left, largest), 0, -1):
             if valid and not valid_group_size(s, self.gpus_per_node):

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterator, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from placement_opt.instance import Instance
 
-def _weight_vector(instance, m: int, pp: int, tp: int):
+
+def _weight_vector(instance: Instance, m: int, pp: int, tp: int) -> Optional[Tuple[float, ...]]:
+    """Per-stage per-GPU weight bytes of model ``m`` in config (pp, tp), or None when unprofiled."""
     cfg = instance.model_profiles[m].config(pp, tp)
     return None if cfg is None else tuple(float(x) for x in cfg.stage_weight_bytes)
 
@@ -28,7 +31,7 @@ class ModelSelections:
     what an exhaustive search needs.
     """
 
-    def __init__(self, instance, configs: Sequence[tuple[int, int]], models: Sequence[int] | None = None,
+    def __init__(self, instance: Instance, configs: Sequence[tuple[int, int]], models: Sequence[int] | None = None,
                  symmetric: bool = False):
         self.instance = instance
         self.configs = [tuple(c) for c in configs]
@@ -41,7 +44,7 @@ class ModelSelections:
         items = [(m, np.asarray(w)) for m in self.models
                  if (w := _weight_vector(self.instance, m, pp, tp)) is not None]
 
-        def rec(i, used, chosen):
+        def rec(i: int, used: np.ndarray, chosen: List[int]) -> Iterator[tuple[int, ...]]:
             if i == len(items):
                 yield tuple(chosen)
                 return
@@ -56,18 +59,18 @@ class ModelSelections:
 
     def count_group(self, pp: int, tp: int) -> int:
         """Feasible subsets of one group, counted over classes of identical weight vectors."""
-        classes: dict = {}
+        classes: Dict[Tuple[float, ...], int] = {}
         for m in self.models:
             w = _weight_vector(self.instance, m, pp, tp)
             if w is not None:
                 classes[w] = classes.get(w, 0) + 1
         items = list(classes.items())
 
-        def rec(i, used):
+        def rec(i: int, used: np.ndarray) -> int:
             if i == len(items):
                 return 1
-            w, n = items[i]
-            w = np.asarray(w)
+            weights, n = items[i]
+            w = np.asarray(weights)
             total = 0
             for k in range(n + 1):
                 load = used + k * w

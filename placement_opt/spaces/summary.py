@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
+from placement_opt.instance import Instance
 from placement_opt.spaces.buckets import DeviceBuckets, ModelBuckets, model_loads
 from placement_opt.spaces.configs import ParallelConfigs
 from placement_opt.spaces.partitions import GroupPartitions
 from placement_opt.validation import option
+from placement_opt.workload import Requests
+
+#: A model bucket (model indices) and a bucketing (the buckets of one split of the models).
+Bucket = Tuple[int, ...]
+Bucketing = Tuple[Bucket, ...]
+#: One Algorithm 1 call: group sizes of a device bucket and the (pp, tp) of every group.
+BucketTask = Tuple[Tuple[int, ...], Tuple[Tuple[int, int], ...]]
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ def auto_unit(n_gpus: int, gpus_per_node: int) -> int:
     return gpus_per_node if n_gpus % gpus_per_node == 0 else 1
 
 
-def min_devices(instance, models) -> int:
+def min_devices(instance: Instance, models: Bucket) -> int:
     """The fewest GPUs on which every model of the bucket fits in some profiled config."""
     budget = instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
     need = 1
@@ -52,12 +60,12 @@ def min_devices(instance, models) -> int:
     return need
 
 
-def bucket_tasks(instance, models, n_devices: int, settings: SearchSettings):
+def bucket_tasks(instance: Instance, models: Bucket, n_devices: int, settings: SearchSettings) -> List[BucketTask]:
     """Every (group sizes, configs) for ``models`` on ``n_devices``: equal groups share one config,
     the remainder group has its own."""
     cl = instance.cluster
     sizes = settings.group_sizes or None
-    tasks = []
+    tasks: List[BucketTask] = []
     for part in GroupPartitions(n_devices, cl.gpus_per_node, sizes):
         s = part[0]
         if settings.max_group_size and s > settings.max_group_size:
@@ -65,16 +73,15 @@ def bucket_tasks(instance, models, n_devices: int, settings: SearchSettings):
         tp = settings.tp or None
         main = list(ParallelConfigs(instance, s, models, tp))
         rem = part[-1] if part[-1] != s else None
-        rest = list(ParallelConfigs(instance, rem, models, tp)) if rem else [None]
-        for c, r in itertools.product(main, rest):
-            if rem and r is None:
-                continue
-            cfgs = tuple([c] * (len(part) - (1 if rem else 0)) + ([r] if rem else []))
-            tasks.append((part, cfgs))
+        if rem is None:
+            tasks += [(part, (c,) * len(part)) for c in main]
+            continue
+        rest = list(ParallelConfigs(instance, rem, models, tp))
+        tasks += [(part, (c,) * (len(part) - 1) + (r,)) for c, r in itertools.product(main, rest)]
     return tasks
 
 
-def bucket_tasks_unpruned(instance, models, n_devices: int) -> int:
+def bucket_tasks_unpruned(instance: Instance, models: Bucket, n_devices: int) -> int:
     """Algorithm 1 calls without node-boundary and memory pruning: every group size x every
     pp x tp factorisation of the equal groups and of the remainder group."""
     total = 0
@@ -90,21 +97,22 @@ class Plan:
     """The enumerated space: bucketings with their device compositions, and the distinct
     (bucket, devices) pairs that need an Algorithm 1 search."""
 
-    bucketings: list
-    compositions: dict  # bucketing -> list of device tuples
-    pairs: list  # distinct (bucket, n_devices)
+    bucketings: List[Bucketing]
+    compositions: Dict[Bucketing, List[Tuple[int, ...]]]  # bucketing -> its device counts per bucket
+    pairs: List[Tuple[Bucket, int]]  # distinct (bucket, n_devices)
     unit: int
-    counts: dict
+    counts: Dict[str, Tuple[int, int]]  # level -> (unpruned, kept)
 
 
-def plan(instance, settings: SearchSettings, requests=None) -> Plan:
+def plan(instance: Instance, settings: SearchSettings, requests: Optional[Requests] = None) -> Plan:
+    """The space of ``instance`` under ``settings``; loads from ``requests`` (default: the instance's)."""
     cl = instance.cluster
     unit = settings.device_unit or auto_unit(cl.n_gpus, cl.gpus_per_node)
     loads = model_loads(instance, requests)
     mb = ModelBuckets(instance, settings.bucket_threshold, max_buckets=settings.max_buckets)
     bucketings = list(mb)
-    compositions = {}
-    pairs = {}
+    compositions: Dict[Bucketing, List[Tuple[int, ...]]] = {}
+    pairs: Dict[Tuple[Bucket, int], None] = {}  # insertion-ordered set
     dev_unpruned = 0
     for bk in bucketings:
         db = DeviceBuckets(cl.n_gpus, [loads[list(b)].sum() for b in bk], unit, settings.balance_tolerance,
@@ -120,14 +128,14 @@ def plan(instance, settings: SearchSettings, requests=None) -> Plan:
     return Plan(bucketings, compositions, list(pairs), unit, counts)
 
 
-def summarize(instance, settings: Optional[SearchSettings] = None) -> dict:
+def summarize(instance: Instance, settings: Optional[SearchSettings] = None) -> dict:
     """Sizes of every level of the space, before and after pruning (``placeopt space``)."""
     settings = settings or SearchSettings()
     p = plan(instance, settings)
     tasks_kept = 0
     tasks_unpruned = 0
     part_kept = part_unpruned = cfg_kept = cfg_unpruned = 0
-    per_pair = {}
+    per_pair: Dict[Tuple[Bucket, int], int] = {}
     for b, n in p.pairs:
         per_pair[(b, n)] = len(bucket_tasks(instance, b, n, settings))
         gp = GroupPartitions(n, instance.cluster.gpus_per_node, settings.group_sizes or None)
@@ -141,7 +149,7 @@ def summarize(instance, settings: Optional[SearchSettings] = None) -> dict:
             cfg_unpruned += pc.count_unpruned()
         tasks_kept += per_pair[(b, n)]
         tasks_unpruned += bucket_tasks_unpruned(instance, b, n)
-    rows = {
+    rows: Dict[str, Tuple[Optional[int], int]] = {
         "model_bucketings": p.counts["model_bucketings"],
         "device_buckets": p.counts["device_buckets"],
         "bucket_device_pairs": (None, len(p.pairs)),

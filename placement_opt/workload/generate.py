@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from placement_opt.errors import InputError
 from placement_opt.workload.processes import gamma_arrivals, mmpp_arrivals, power_law_split
-from placement_opt.workload.spec import ArrivalProcess, Workload
+from placement_opt.workload.spec import ArrivalProcess, LengthSpec, TraceSpec, Workload
 from placement_opt.workload.trace import read_trace, refit_arrivals
 
 
@@ -67,7 +68,7 @@ def _arrivals(rng: np.random.Generator, proc: ArrivalProcess, duration: float) -
     return gamma_arrivals(rng, proc.rate, proc.cv, duration)
 
 
-def generate_requests(workload: Workload, model_names: Sequence[str], slo_seconds: Sequence[float],
+def generate_requests(workload: Workload, model_names: Sequence[str], slo_seconds: npt.ArrayLike,
                       seed: int = 0) -> Requests:
     """Draw every model's arrivals from its own seeded stream and merge them in time order.
 
@@ -76,9 +77,10 @@ def generate_requests(workload: Workload, model_names: Sequence[str], slo_second
     """
     n = len(model_names)
     slo = np.asarray(slo_seconds, dtype=np.float64)
-    prompt = output = None
+    prompt: Optional[np.ndarray] = None
+    output: Optional[np.ndarray] = None
     if workload.trace is not None:
-        times, ids, prompt, output = _trace_requests(workload, model_names, seed)
+        times, ids, prompt, output = _trace_requests(workload.trace, workload.duration_s, model_names, seed)
     else:
         parts, id_parts = [], []
         for i, proc in enumerate(model_processes(workload, model_names)):
@@ -92,14 +94,18 @@ def generate_requests(workload: Workload, model_names: Sequence[str], slo_second
         order = np.argsort(times, kind="stable")
         times, ids = times[order], ids[order]
     if workload.lengths is not None and prompt is None:
-        prompt, output = _draw_lengths(workload, len(times), seed)
+        prompt, output = _draw_lengths(workload.lengths, len(times), seed)
     deadline = times + slo[ids] if n else times.copy()
     return Requests(times.astype(np.float64, copy=False), ids.astype(np.int32, copy=False), deadline,
                     workload.duration_s, prompt, output)
 
 
-def _trace_requests(workload: Workload, model_names, seed):
-    spec = workload.trace
+#: Arrival times, model ids, and prompt and output token counts (None where the trace has none).
+TraceRequests = Tuple[np.ndarray, np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]
+
+
+def _trace_requests(spec: TraceSpec, duration_s: float, model_names: Sequence[str], seed: int) -> TraceRequests:
+    """The requests of trace ``spec`` within ``duration_s``: replayed, or refitted and rescaled."""
     trace = read_trace(spec.path)
     t = trace.arrival_s / spec.time_scale
     n = len(model_names)
@@ -111,7 +117,7 @@ def _trace_requests(workload: Workload, model_names, seed):
             raise InputError(f"trace names model {e.args[0]!r} that the instance lacks", "model", spec.path) from None
     else:
         ids = (np.arange(len(t)) % max(n, 1)).astype(np.int32)
-    keep = t < workload.duration_s
+    keep = t < duration_s
     t, ids = t[keep], ids[keep]
     if len(t) * spec.rate_scale > MAX_TRACE_REQUESTS:
         raise InputError(f"{len(t)} requests x rate_scale {spec.rate_scale:g} is over the limit of "
@@ -120,10 +126,10 @@ def _trace_requests(workload: Workload, model_names, seed):
     output = trace.output_tokens[keep] if trace.output_tokens is not None else None
     if spec.refit_window_s is None and spec.rate_scale == 1.0:
         return t, ids, prompt, output
-    window = spec.refit_window_s or workload.duration_s
+    window = spec.refit_window_s or duration_s
     parts, id_parts = [], []
     for i in range(n):
-        regenerated = refit_arrivals(np.random.default_rng([seed, i]), t[ids == i], workload.duration_s, window,
+        regenerated = refit_arrivals(np.random.default_rng([seed, i]), t[ids == i], duration_s, window,
                                      spec.rate_scale, spec.cv_scale)
         parts.append(regenerated)
         id_parts.append(np.full(len(regenerated), i, dtype=np.int32))
@@ -135,12 +141,13 @@ def _trace_requests(workload: Workload, model_names, seed):
         # Refitted requests take token counts resampled from the trace's own requests.
         rng = np.random.default_rng([seed, n, 7])
         pick = rng.integers(0, len(prompt), size=len(times))
+        assert output is not None, "a trace with prompt_tokens needs output_tokens to resample"
         prompt, output = prompt[pick], output[pick]
     return times, new_ids, prompt, output
 
 
-def _draw_lengths(workload: Workload, count: int, seed: int):
-    spec = workload.lengths
+def _draw_lengths(spec: LengthSpec, count: int, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Prompt and output token counts of ``count`` requests drawn from ``spec`` (int32)."""
     if spec.distribution == "fixed":
         prompt = np.full(count, int(round(spec.prompt_tokens)), dtype=np.int32)
         output = np.full(count, int(round(spec.output_tokens)), dtype=np.int32)

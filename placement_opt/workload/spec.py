@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from placement_opt.errors import InputError
 from placement_opt.validation import as_number, check_keys, get_int, get_number, get_str
@@ -66,7 +66,8 @@ class ArrivalProcess:
         return d
 
 
-def _pair(d, key, field, **bounds):
+def _pair(d: dict, key: str, field: str, **bounds: float) -> Tuple[float, float]:
+    """The two numbers of list ``d[key]``, each within ``bounds`` (as for :func:`as_number`)."""
     v = d.get(key)
     where = f"{field}.{key}"
     if not isinstance(v, list) or len(v) != 2:
@@ -85,7 +86,7 @@ class TraceSpec:
     time_scale: float = 1.0
 
     @classmethod
-    def from_dict(cls, d, field: str, base_dir: str) -> "TraceSpec":
+    def from_dict(cls, d: Any, field: str, base_dir: str) -> "TraceSpec":
         if isinstance(d, str):
             d = {"path": d}
         check_keys(d, field, ["path"], ["refit_window_s", "rate_scale", "cv_scale", "time_scale"])
@@ -121,7 +122,11 @@ class SLOSpec:
         return cls(scale=get_number(d, "scale", field, exclusive_minimum=0))
 
     def resolve(self, reference_latency: float) -> float:
-        return self.seconds if self.seconds is not None else self.scale * reference_latency
+        """The SLO in seconds for a model whose reference latency is ``reference_latency``."""
+        if self.seconds is not None:
+            return self.seconds
+        assert self.scale is not None  # one of scale and seconds is always set
+        return self.scale * reference_latency
 
     def to_dict(self) -> dict:
         return {"seconds": self.seconds} if self.seconds is not None else {"scale": self.scale}
