@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from typing import Any, Optional
 
 import click
 
@@ -23,7 +24,7 @@ from placement_opt.cli.common import check_output_path, progress, table, write_o
               help="Weights' dtype: fp16, bf16, fp32 or int8 (default: the config's torch_dtype; fp16 if absent).")
 @click.option("-o", "--output", default="-", show_default=True,
               help="Architecture JSON to write (atomically); - prints it.")
-def import_hf(config, name, dtype, output):
+def import_hf(config: str, name: Optional[str], dtype: Optional[str], output: str) -> None:
     """Convert a HuggingFace model's CONFIG (config.json: llama, mistral, qwen2, mixtral, bert, gpt2 or opt)
     into a placeopt architecture file, printing its parameter count. Instances may also name the
     config directly: "architecture": {"hf_config": "path/config.json"}."""
@@ -69,7 +70,8 @@ def _default_name(config: str) -> str:
 @click.option("-o", "--output", default=None, help="Instance JSON to write (atomically); - prints it.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @click.option("--list", "list_catalog", is_flag=True, help="List the catalog's GPUs and models, then exit.")
-def init(gpus, gpu, models, rate, llm, output, force, list_catalog):
+def init(gpus: str, gpu: str, models: Optional[str], rate: str, llm: bool, output: Optional[str], force: bool,
+         list_catalog: bool) -> None:
     """Write a starter instance to edit: catalog GPUs, catalog models (AlpaServe's shapes and
     public HuggingFace models), Poisson arrivals, and a description of every section. It is
     checked to load before it is written."""
@@ -109,7 +111,7 @@ def _parse_rate(text: str) -> float:
     return value
 
 
-def _check_loads(document: dict, output: str) -> None:
+def _check_loads(document: dict[str, Any], output: str) -> None:
     """The instance must load as written (e.g. every model must fit the cluster)."""
     from placement_opt.instance import instance_from_dict
 
