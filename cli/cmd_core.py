@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any, Iterable, Optional
 
 import click
@@ -30,13 +31,14 @@ def validate(file: str, as_json: bool) -> None:
     if isinstance(head, dict) and "groups" in head and "cluster" not in head:
         placement = read_placement(file)
         info = {"file": file, "kind": "placement", "groups": len(placement.groups)}
-    elif isinstance(head, dict) and {"layers", "hidden", "heads"} <= set(head) and "cluster" not in head:
+    elif isinstance(head, dict) and ({"layers", "hidden", "heads"} <= set(head) or "hf_config" in head) \
+            and "cluster" not in head:
         from placement_opt.model import Architecture
         try:
-            Architecture.from_dict(head, "")
+            arch = Architecture.from_dict(head, "", os.path.dirname(os.path.abspath(file)))
         except InputError as e:
             raise e.with_file(file) from None
-        info = {"file": file, "kind": "architecture", "layers": head["layers"]}
+        info = {"file": file, "kind": "architecture", "layers": arch.layers}
     elif isinstance(head, dict) and "format" in head and "tp" in head and "cluster" not in head:
         from placement_opt.costs.costtable import CostTable
         try:

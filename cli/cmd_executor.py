@@ -93,6 +93,7 @@ def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, sl
 
 def _architecture_from_file(path: str, model: str | None) -> tuple[str | None, Architecture]:
     data = read_json(path)
+    base_dir = os.path.dirname(os.path.abspath(path))  # an hf_config path is relative to the file
     try:
         if isinstance(data, dict) and "models" in data:
             if not isinstance(data["models"], list):
@@ -105,10 +106,11 @@ def _architecture_from_file(path: str, model: str | None) -> tuple[str | None, A
             if len(candidates) > 1 and model is None:
                 raise InputError("several models have architectures; pick one", "--model")
             i, m = candidates[0]
-            return m.get("name", f"model-{i}"), Architecture.from_dict(m["architecture"], f"models[{i}].architecture")
+            arch = Architecture.from_dict(m["architecture"], f"models[{i}].architecture", base_dir)
+            return m.get("name", f"model-{i}"), arch
         if isinstance(data, dict) and "architecture" in data:
             data = data["architecture"]
-        return model, Architecture.from_dict(data, "architecture")
+        return model, Architecture.from_dict(data, "architecture", base_dir)
     except InputError as e:
         raise e.with_file(path) from None
 

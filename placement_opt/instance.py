@@ -155,7 +155,7 @@ def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: O
     cluster = Cluster.from_dict(data["cluster"])
     profiles = _load_profiles(data.get("profiles", {}), base_dir)
     cost_tables = _load_cost_tables(data.get("cost_tables", {}), base_dir)
-    models, slo_overrides = _load_models(data["models"], profiles, cost_tables)
+    models, slo_overrides = _load_models(data["models"], profiles, cost_tables, base_dir)
     workload = Workload.from_dict(data["workload"], "workload", base_dir)
     objective = get_str(data, "objective", "", "slo_attainment", choices=OBJECTIVES)
     solver, options = _load_solver(data.get("solver", {}))
@@ -208,9 +208,10 @@ def _load_cost_tables(d: Any, base_dir: str) -> Dict[str, CostTable]:
             for name, v in d.items()}
 
 
-def _load_models(items: Any, profiles: Dict[str, Profile], cost_tables: Dict[str, CostTable]
+def _load_models(items: Any, profiles: Dict[str, Profile], cost_tables: Dict[str, CostTable], base_dir: str
                  ) -> Tuple[List[ModelSpec], Dict[str, SLOSpec]]:
-    """The ``models`` list expanded by ``count``, and the SLO overrides by expanded model name."""
+    """The ``models`` list expanded by ``count``, and the SLO overrides by expanded model name
+    (architecture paths such as ``hf_config`` resolve against ``base_dir``)."""
     if not isinstance(items, list) or not items:
         raise InputError("expected a non-empty list of models", "models")
     models: List[ModelSpec] = []
@@ -223,7 +224,8 @@ def _load_models(items: Any, profiles: Dict[str, Profile], cost_tables: Dict[str
         name = get_str(d, "name", where)
         count = get_int(d, "count", where, 1, minimum=1, maximum=100000)
         family = get_str(d, "family", where, "dnn", choices=FAMILIES)
-        arch = Architecture.from_dict(d["architecture"], f"{where}.architecture") if "architecture" in d else None
+        arch = (Architecture.from_dict(d["architecture"], f"{where}.architecture", base_dir)
+                if "architecture" in d else None)
         profile = get_str(d, "profile", where) if "profile" in d else None
         if profile is not None and profile not in profiles:
             raise InputError(f"no profile named {profile!r} in profiles", f"{where}.profile")

@@ -19,7 +19,7 @@ SOURCES = {"placement_opt": "placement_opt", "solvers": "placement_opt.solvers",
 #: bottom to top, as in docs/architecture.md; a module may import its own layer and lower ones
 LAYERS = (
     ("foundation", ("errors", "io", "validation", "version")),
-    ("descriptions", ("cluster", "model", "profile", "settings", "workload")),
+    ("descriptions", ("catalog", "cluster", "hf_config", "model", "profile", "settings", "workload")),
     ("costs", ("costs",)),
     ("parallel", ("parallel",)),
     ("problem", ("instance", "placement", "feasibility", "llm_units")),

@@ -24,6 +24,10 @@ def check_supported(arch: Architecture, tp: int, field: str) -> None:
     if arch.moe_experts:
         raise InputError("the executor runs dense transformers only (moe_experts must be 0)",
                          f"{field}.moe_experts")
+    if arch.gated_mlp or not arch.learned_positions:
+        key = "gated_mlp" if arch.gated_mlp else "learned_positions"
+        raise InputError("the executor runs BERT/GPT-style layers only (a GELU MLP and learned positions)",
+                         f"{field}.{key}")
     kvh = arch.kv_heads or arch.heads
     if arch.heads % kvh:
         raise InputError(f"heads {arch.heads} is not a multiple of kv_heads {kvh}", f"{field}.kv_heads")

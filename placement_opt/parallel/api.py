@@ -206,7 +206,7 @@ def parallelize_with(arch: Architecture, cluster: Cluster, n_gpus: int, pp: int,
             lat[i, s] = sum(per) + (send_time(s, arch.seq_len * bs, units[b - 1]) if s < pp - 1 else 0.0)
         plans = [costs[k].lean if lean else costs[k].fast for k in stage_units]
         w = sum(p.weight_bytes for p in plans)
-        if a == 0 and b == len(units):
+        if a == 0 and b == len(units) and arch.tied_embeddings:
             w -= _tied_head_bytes(plans[0], plans[-1])
         weights.append(float(w))
         acts.append(max(costs[k].activation_bytes for k in set(stage_units)))

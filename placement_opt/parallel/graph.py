@@ -106,16 +106,26 @@ def _gcd(a: int, b: int) -> int:
     return a
 
 
+def _activation(arch: Architecture, width: int, d: int, inputs: Tuple[int, ...]) -> Operator:
+    """The MLP's activation: GELU of the up projection, or (``gated_mlp``) SiLU of the gate
+    times the up projection, reading both halves of the fused gate-and-up output."""
+    if arch.gated_mlp:
+        return _elementwise("swiglu", width, d, inputs, reads=2, flops_per=8.0)
+    return _elementwise("gelu", width, d, inputs, reads=1, flops_per=8.0)
+
+
 def transformer_layer(arch: Architecture, moe: bool = False) -> LayerGraph:
-    """One dense (or MoE) transformer layer: attention block then MLP (or experts) block."""
-    h, d, f = arch.hidden, arch.dtype_bytes, arch.ffn_hidden
+    """One dense (or MoE) transformer layer: attention block then MLP (or experts) block.
+
+    A gated MLP's gate and up matrices form one ``hidden x 2 ffn`` up projection."""
+    h, d, f, up = arch.hidden, arch.dtype_bytes, arch.ffn_hidden, arch.mlp_up_width
     ops = _attention_block(arch, 0)
     i = len(ops)
     ops.append(_norm("ln2", h, d, (i - 1,)))
     if not moe:
         ops += [
-            _matmul("mlp_up", h, f, d, (i,)),
-            _elementwise("gelu", f, d, (i + 1,), reads=1, flops_per=8.0),
+            _matmul("mlp_up", h, up, d, (i,)),
+            _activation(arch, f, d, (i + 1,)),
             _matmul("mlp_down", f, h, d, (i + 2,)),
             _elementwise("residual2", h, d, (i + 3,)),
         ]
@@ -124,10 +134,10 @@ def transformer_layer(arch: Architecture, moe: bool = False) -> LayerGraph:
         ops += [
             _matmul("gate", h, e, d, (i,), bias=False),
             _elementwise("top_k", e, d, (i + 1,), reads=1, flops_per=4.0),
-            Operator(name="experts_up", kind="experts_up", family="matmul", flops=2.0 * h * f * k,
-                     bytes_moved=k * (h + f) * d, weight_bytes=e * (h * f + f) * d, out_bytes=k * f * d,
-                     inputs=(i, i + 2), split_in=h, split_out=f, experts=e),  # tokens from ln2, routing from gate
-            _elementwise("gelu", k * f, d, (i + 3,), reads=1, flops_per=8.0),
+            Operator(name="experts_up", kind="experts_up", family="matmul", flops=2.0 * h * up * k,
+                     bytes_moved=k * (h + up) * d, weight_bytes=e * (h * up + up) * d, out_bytes=k * up * d,
+                     inputs=(i, i + 2), split_in=h, split_out=up, experts=e),  # tokens from ln2, routing from gate
+            _activation(arch, k * f, d, (i + 3,)),
             Operator(name="experts_down", kind="experts_down", family="matmul", flops=2.0 * f * h * k,
                      bytes_moved=k * (h + f) * d, weight_bytes=e * (f * h + h) * d, out_bytes=h * d,
                      inputs=(i + 4,), split_in=f, split_out=h, experts=e),
@@ -137,16 +147,17 @@ def transformer_layer(arch: Architecture, moe: bool = False) -> LayerGraph:
 
 
 def embedding_unit(arch: Architecture) -> LayerGraph:
-    """Token embedding (vocab x hidden) plus learned positions (seq_len x hidden)."""
+    """Token embedding (vocab x hidden) plus learned positions (seq_len x hidden) if the model has them."""
     h, d = arch.hidden, arch.dtype_bytes
+    rows = arch.vocab + (arch.seq_len if arch.learned_positions else 0)
     op = Operator(name="embedding", kind="embedding", family="embedding", flops=h,
-                  bytes_moved=3.0 * h * d, weight_bytes=(arch.vocab + arch.seq_len) * h * d, out_bytes=h * d,
+                  bytes_moved=3.0 * h * d, weight_bytes=rows * h * d, out_bytes=h * d,
                   split_in=arch.vocab, split_out=h)
     return LayerGraph(kind="embedding", ops=(op,), out_bytes=h * d)
 
 
 def head_unit(arch: Architecture) -> LayerGraph:
-    """Final norm and the LM head (tied to the embedding when both sit in one stage)."""
+    """Final norm and the LM head (tied to the embedding when both sit in one stage, if ``tied_embeddings``)."""
     h, d = arch.hidden, arch.dtype_bytes
     ops = (_norm("ln_f", h, d, (), weight=False), _matmul("lm_head", h, arch.vocab, d, (0,), bias=False))
     return LayerGraph(kind="head", ops=ops, out_bytes=arch.vocab * d, output_replicated=False)
