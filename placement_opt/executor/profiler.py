@@ -64,6 +64,24 @@ def _time(fn: Callable[[], Any], sync: Callable[[], Any], warmup: int, repeats: 
     return statistics.median(samples)
 
 
+def _peak_meter(device: Any) -> Tuple[Callable[[], int], Callable[[int], Optional[float]]]:
+    """``(reset, peak)``: ``reset()`` empties the cache, zeroes the peak and returns the bytes
+    allocated; ``peak(base)`` is the peak since, above ``base`` (None on CPU)."""
+    import torch
+
+    def reset() -> int:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+            return int(torch.cuda.memory_allocated(device))
+        return 0
+
+    def peak(base: int) -> Optional[float]:
+        return float(torch.cuda.max_memory_allocated(device) - base) if device.type == "cuda" else None
+
+    return reset, peak
+
+
 def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSettings, init: str,
              out: Connection) -> None:
     """Body of one profiling process; TP rank 0 sends its measurements through ``out``."""
@@ -94,15 +112,7 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
         if graphs:
             from placement_opt.executor.graphs import GraphedStage
 
-        def peak_reset() -> int:
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats(device)
-                return torch.cuda.memory_allocated(device)
-            return 0
-
-        def peak(base: int) -> Optional[float]:
-            return float(torch.cuda.max_memory_allocated(device) - base) if device.type == "cuda" else None
+        peak_reset, peak = _peak_meter(device)
 
         def hidden(b: int) -> Any:
             return torch.randn((b, arch.seq_len, arch.hidden), device=device).to(dtype)
