@@ -33,7 +33,7 @@ for pp, tp in [(p, t) for p, t in [(2, 1), (1, 2), (4, 1), (2, 2)] if p * t <= _
       cp $F/profile-gpu.json "$OUT/" ;;
     profile4)
       # 4 GPUs: the configs of the four-models instances' placements
-      placeopt profile $F/arch.json --name transformer-5b --configs 1x1,1x2,1x4,2x2 --batch-sizes 1,2,4 \
+      placeopt profile $F/arch.json --name transformer-5b --configs ${CONFIGS4:-1x1,2x1,4x1,1x2,1x4,2x2} --batch-sizes 1 \
         --warmup 5 --repeats 20 -o $F/profile-gpu4.json
       cp $F/profile-gpu4.json "$OUT/" ;;
     tp4)
