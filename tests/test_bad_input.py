@@ -125,6 +125,13 @@ def test_malformed_trace_row(tmp_path):
     assert_input_error(run_cli(["validate", path]), "trace.csv", "line 3", "malformed row")
 
 
+def test_trace_with_one_token_column(tmp_path):
+    write(tmp_path, "trace.csv", "arrival_s,model,prompt_tokens\n0.5,model-a,100\n")
+    path = write(tmp_path, "instance.json", mutated(lambda d: d.update(
+        workload={"duration_s": 60, "trace": "trace.csv"})))
+    assert_input_error(run_cli(["validate", path]), "trace.csv", "prompt_tokens", "no output_tokens column")
+
+
 def test_trace_with_unknown_model(tmp_path):
     write(tmp_path, "trace.csv", "arrival_s,model\n0.5,model-a\n0.7,model-z\n")
     path = write(tmp_path, "instance.json", mutated(lambda d: d.update(

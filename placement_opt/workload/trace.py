@@ -61,6 +61,11 @@ def read_trace(path: str) -> Trace:
                 break
     if "arrival_s" not in cols:
         raise InputError("no arrival_s column", "header", path)
+    if ("prompt_tokens" in cols) != ("output_tokens" in cols):
+        have, missing = ("prompt_tokens", "output_tokens") if "prompt_tokens" in cols else ("output_tokens",
+                                                                                            "prompt_tokens")
+        raise InputError(f"has a {have} column but no {missing} column (give both token counts or neither)",
+                         "header", path)
     n = len(rows)
     arrival = np.empty(n, dtype=np.float64)
     models = []
