@@ -110,15 +110,28 @@ def check_solver(inst: Instance, file: str, name: str | None = None,
     are the instance's ``solver.options`` when it is the instance's solver, plus the command
     line's ``cli_options`` (strings). Returns those converted to the options' types."""
     from placement_opt.solvers import get_solver_class, make_solver
-    from placement_opt.solvers.base import check_options
     name = name or inst.solver
     try:
-        typed = check_options(get_solver_class(name).Options, cli_options or {}, from_text=True)
+        options_class = get_solver_class(name).Options
+    except InputError as e:
+        raise e.with_file(file) from None
+    typed = check_cli_options(options_class, cli_options or {})
+    try:
         merged = dict(inst.solver_options) if name == inst.solver else {}
         make_solver(name, {**merged, **typed})
     except InputError as e:
         raise e.with_file(file) from None
     return typed
+
+
+def check_cli_options(options_class: type, cli_options: dict[str, str]) -> dict[str, Any]:
+    """``-O KEY=VALUE`` options checked against ``options_class`` on their own: an error names
+    the option as typed (``-O beam``), not the instance file, which is not at fault."""
+    from placement_opt.solvers.base import check_options
+    try:
+        return check_options(options_class, cli_options, "-O", from_text=True)
+    except InputError as e:
+        raise InputError(e.reason, e.field.replace("-O.", "-O ", 1)) from None
 
 
 def check_run_options(time_limit: Optional[float], seed: Optional[int]) -> None:

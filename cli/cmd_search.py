@@ -16,7 +16,7 @@ from placement_opt.io import read_json
 from placement_opt.simulate import simulate
 from placement_opt.workload import Workload
 
-from placement_opt.cli.cmd_core import check_run_options, parse_cli_options
+from placement_opt.cli.cmd_core import check_cli_options, check_run_options, parse_cli_options
 from placement_opt.cli.common import INSTANCE, JSON_FLAG, emit_json, progress, read_instance, read_placement, table
 
 OPTION = click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE",
@@ -30,12 +30,11 @@ OPTION = click.option("--option", "-O", "options", multiple=True, metavar="KEY=V
 def space(instance: str, options: tuple[str, ...], as_json: bool) -> None:
     """Print the size of INSTANCE's AlpaServe search space, level by level, before and after pruning."""
     from placement_opt.solvers.alpaserve import AlpaServe
-    from placement_opt.solvers.base import parse_options
     from placement_opt.spaces import summarize
     inst = read_instance(instance)
     if inst.is_llm:
         raise InputError("the AlpaServe search space is defined for DNN (non-LLM) instances", "models")
-    settings = parse_options(AlpaServe.Options, parse_cli_options(options), "--option", from_text=True)
+    settings = AlpaServe.Options(**check_cli_options(AlpaServe.Options, parse_cli_options(options)))
     info = summarize(inst, settings)
     if as_json:
         emit_json({**info, "levels": {k: {"unpruned": u, "kept": v} for k, (u, v) in info["levels"].items()}})
@@ -93,7 +92,6 @@ def split_options(options: Sequence[str], names: Sequence[str]) -> dict[str, dic
     """``key=value`` applies to every solver that has the option; ``solver:key=value`` to one.
     Returns each solver's options converted to their declared types."""
     from placement_opt.solvers import get_solver_class
-    from placement_opt.solvers.base import check_options
     per: dict[str, dict[str, str]] = {n: {} for n in names}
     for key, value in parse_cli_options(options).items():
         if ":" in key:
@@ -108,8 +106,7 @@ def split_options(options: Sequence[str], names: Sequence[str]) -> dict[str, dic
             raise InputError("no solver in --solvers has this option", f"--option {key}")
         for n in takers:
             per[n][key] = value
-    return {n: check_options(get_solver_class(n).Options, raw, from_text=True) if raw else {}
-            for n, raw in per.items()}
+    return {n: check_cli_options(get_solver_class(n).Options, raw) if raw else {} for n, raw in per.items()}
 
 
 def compare_rows(inst: Instance, names: Sequence[str], per_options: Optional[dict[str, dict[str, Any]]] = None,
