@@ -125,13 +125,14 @@ def _architecture_from_file(path: str, model: str | None) -> tuple[str | None, A
 @click.option("--devices", type=int, default=None,
               help="Devices for the default configs (default: the GPUs present, or 1 on CPU).")
 @click.option("--batch-sizes", default="1", show_default=True, help="Comma-separated batch sizes.")
-@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True)
-@click.option("--warmup", type=int, default=5, show_default=True)
-@click.option("--repeats", type=int, default=20, show_default=True)
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
+              help="nccl: one process per GPU; gloo: CPU processes (auto: nccl when CUDA is available).")
+@click.option("--warmup", type=int, default=5, show_default=True, help="Untimed passes before timing.")
+@click.option("--repeats", type=int, default=20, show_default=True, help="Timed passes; the median is kept.")
 @click.option("--gap", type=float, default=0.0, show_default=True,
               help="Idle seconds before each timed repeat (0: back to back).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--cpu-threads", type=int, default=1, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights and inputs.")
+@click.option("--cpu-threads", type=int, default=1, show_default=True, help="Torch threads per CPU process.")
 @click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
               help="On GPUs, run each stage as one CUDA graph replay (its all-reduces included).")
 def profile_cmd(source: str, model: Optional[str], name: Optional[str], output: str, details: Optional[str],

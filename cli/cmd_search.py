@@ -140,7 +140,8 @@ def compare_rows(inst: Instance, names: Sequence[str], per_options: Optional[dic
 @INSTANCE
 @click.option("--solvers", "solver_list", required=True, help="Comma-separated solver names.")
 @click.option("--time-limit", type=float, default=None, help="Per-solver time limit in seconds.")
-@click.option("--seed", type=int, default=None)
+@click.option("--seed", type=int, default=None,
+              help="Seed of the workload every solver optimises and is scored on (default: the instance's).")
 @OPTION
 @JSON_FLAG
 def compare(instance: str, solver_list: str, time_limit: Optional[float], seed: Optional[int],

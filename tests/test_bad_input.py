@@ -443,3 +443,19 @@ def test_fuzzed_traces_never_crash(tmp_path, header, rows, raw):
     if result.exit_code == 2:
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("placeopt: error: "), result.stderr
+
+
+def test_every_cli_option_has_help_text():
+    import importlib
+    import pkgutil
+
+    import click
+
+    import placement_opt.cli as pkg
+    missing = []
+    for info in pkgutil.iter_modules(pkg.__path__):
+        module = importlib.import_module(f"placement_opt.cli.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, click.Command):
+                missing += [(obj.name, p.opts) for p in obj.params if isinstance(p, click.Option) and not p.help]
+    assert not missing
