@@ -80,12 +80,7 @@ def as_number(value: Any, where: str, *, minimum: float | None = None,
     value = float(value)
     if not math.isfinite(value):
         raise InputError(f"must be finite, got {value}", where)
-    if minimum is not None and value < minimum:
-        raise InputError(f"must be >= {minimum:g}, got {value:g}", where)
-    if exclusive_minimum is not None and value <= exclusive_minimum:
-        raise InputError(f"must be > {exclusive_minimum:g}, got {value:g}", where)
-    if maximum is not None and value > maximum:
-        raise InputError(f"must be <= {maximum:g}, got {value:g}", where)
+    _check_bounds(value, where, minimum, exclusive_minimum, maximum, "g")
     return value
 
 
@@ -103,13 +98,19 @@ def as_int(value: Any, where: str, *, minimum: float | None = None, exclusive_mi
            maximum: float | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"expected an integer, got {type(value).__name__}", where)
-    if minimum is not None and value < minimum:
-        raise InputError(f"must be >= {minimum}, got {value}", where)
-    if exclusive_minimum is not None and value <= exclusive_minimum:
-        raise InputError(f"must be > {exclusive_minimum}, got {value}", where)
-    if maximum is not None and value > maximum:
-        raise InputError(f"must be <= {maximum}, got {value}", where)
+    _check_bounds(value, where, minimum, exclusive_minimum, maximum, "")
     return value
+
+
+def _check_bounds(value: float, where: str, minimum: float | None, exclusive_minimum: float | None,
+                  maximum: float | None, fmt: str) -> None:
+    """Refuse ``value`` outside the bounds; numbers in the message use format spec ``fmt``."""
+    if minimum is not None and value < minimum:
+        raise InputError(f"must be >= {minimum:{fmt}}, got {value:{fmt}}", where)
+    if exclusive_minimum is not None and value <= exclusive_minimum:
+        raise InputError(f"must be > {exclusive_minimum:{fmt}}, got {value:{fmt}}", where)
+    if maximum is not None and value > maximum:
+        raise InputError(f"must be <= {maximum:{fmt}}, got {value:{fmt}}", where)
 
 
 def get_str(d: dict, key: str, field: str, default: Any = None, *, choices: Iterable[str] | None = None) -> str:
