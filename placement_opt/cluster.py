@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from placement_opt.validation import check_keys, get_int, get_number, get_str
+from placement_opt.validation import as_number, check_keys, get_int, get_list, get_number, get_str
 from placement_opt.errors import InputError
 
 GB = 1e9
@@ -76,17 +76,26 @@ class Link:
 
 @dataclass(frozen=True)
 class Cluster:
-    """``nodes`` x ``gpus_per_node`` identical GPUs; device ids run node-major from 0."""
+    """``nodes`` x ``gpus_per_node`` GPUs of one model; device ids run node-major from 0.
+
+    ``latency_scale`` (optional, one entry per device) multiplies every profiled latency of a
+    stage on that device: cards of one model can differ by 10% (clocks, cooling), and a profile
+    measured on one of them under-predicts the slower ones. A stage runs at the pace of its
+    slowest device. Empty means every device runs as profiled.
+    """
 
     nodes: int
     gpus_per_node: int
     gpu: GPUSpec
     intra_node_link: Link
     inter_node_link: Link
+    latency_scale: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise InputError("a cluster needs at least one node with one GPU", "cluster")
+        if self.latency_scale and len(self.latency_scale) != self.n_gpus:
+            raise InputError(f"expected {self.n_gpus} entries, one per device", "cluster.latency_scale")
 
     @property
     def n_gpus(self) -> int:
@@ -100,15 +109,24 @@ class Cluster:
         nodes = {self.node_of(d) for d in devices}
         return self.intra_node_link if len(nodes) <= 1 else self.inter_node_link
 
+    def stage_scale(self, devices: Iterable[int]) -> float:
+        """Latency multiplier of a stage on ``devices``: its slowest device's scale (1 if none given)."""
+        if not self.latency_scale:
+            return 1.0
+        return max((self.latency_scale[d] for d in devices), default=1.0)
+
     @classmethod
     def from_dict(cls, d: dict, field: str = "cluster") -> "Cluster":
-        check_keys(d, field, ["nodes", "gpus_per_node", "gpu"], ["intra_node_link", "inter_node_link"])
+        check_keys(d, field, ["nodes", "gpus_per_node", "gpu"],
+                   ["intra_node_link", "inter_node_link", "latency_scale"])
+        scales = get_list(d, "latency_scale", field) if "latency_scale" in d else []
         return cls(
             nodes=get_int(d, "nodes", field, minimum=1, maximum=100000),
             gpus_per_node=get_int(d, "gpus_per_node", field, minimum=1, maximum=1024),
             gpu=GPUSpec.from_dict(d["gpu"], f"{field}.gpu"),
             intra_node_link=Link.from_dict(d.get("intra_node_link", {}), f"{field}.intra_node_link", 150.0, 5e-6),
             inter_node_link=Link.from_dict(d.get("inter_node_link", {}), f"{field}.inter_node_link", 12.5, 2e-5),
+            latency_scale=tuple(as_number(x, f"{field}.latency_scale", minimum=0.1, maximum=10.0) for x in scales),
         )
 
     def to_dict(self) -> dict:
@@ -118,4 +136,5 @@ class Cluster:
             "gpu": self.gpu.to_dict(),
             "intra_node_link": self.intra_node_link.to_dict(),
             "inter_node_link": self.inter_node_link.to_dict(),
+            **({"latency_scale": list(self.latency_scale)} if self.latency_scale else {}),
         }

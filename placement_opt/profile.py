@@ -33,6 +33,9 @@ class ConfigProfile:
 
     ``stage_latency[i, s]`` is the latency (s) of stage ``s`` for a batch of
     ``batch_sizes[i]``; ``stage_weight_bytes[s]`` is what each GPU of stage ``s`` holds.
+    ``stage_gap_s[s]`` (optional, measured by calibration runs of the executor) is the time a
+    request occupies stage ``s`` beyond its latency when requests queue back to back: the
+    serving loop's host work between two of them (launch, activation send and receive).
     """
 
     pp: int
@@ -41,6 +44,7 @@ class ConfigProfile:
     stage_latency: np.ndarray
     stage_weight_bytes: Tuple[float, ...]
     stage_layers: Optional[Tuple[Tuple[int, int], ...]] = None
+    stage_gap_s: Tuple[float, ...] = ()
 
     @property
     def n_gpus(self) -> int:
@@ -63,11 +67,13 @@ class ConfigProfile:
         }
         if self.stage_layers is not None:
             d["stage_layers"] = [list(r) for r in self.stage_layers]
+        if self.stage_gap_s:
+            d["stage_gap_s"] = [float(g) for g in self.stage_gap_s]
         return d
 
     @classmethod
     def from_dict(cls, d: dict, field: str) -> "ConfigProfile":
-        check_keys(d, field, ["pp", "tp", "stage_latency_s", "stage_weight_gb"], ["stage_layers"])
+        check_keys(d, field, ["pp", "tp", "stage_latency_s", "stage_weight_gb"], ["stage_layers", "stage_gap_s"])
         pp = get_int(d, "pp", field, minimum=1, maximum=1024)
         tp = get_int(d, "tp", field, minimum=1, maximum=1024)
         lat = d["stage_latency_s"]
@@ -92,12 +98,16 @@ class ConfigProfile:
         stage_layers = None
         if "stage_layers" in d:
             stage_layers = _parse_stage_layers(d["stage_layers"], pp, f"{field}.stage_layers")
+        gaps = get_list(d, "stage_gap_s", field) if "stage_gap_s" in d else []
+        if gaps and len(gaps) != pp:
+            raise InputError(f"expected {pp} entries, one per stage", f"{field}.stage_gap_s")
         return cls(
             pp=pp, tp=tp,
             batch_sizes=tuple(int(batches[i]) for i in order),
             stage_latency=np.array([rows[i] for i in order], dtype=np.float64),
             stage_weight_bytes=tuple(as_number(w, f"{field}.stage_weight_gb", minimum=0) * GB for w in weights),
             stage_layers=stage_layers,
+            stage_gap_s=tuple(as_number(g, f"{field}.stage_gap_s", minimum=0, maximum=1.0) for g in gaps),
         )
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash benchmarks/fidelity/run_gpu.sh PHASE...
-# Phases: setup check profile profile4 tp4 profileeager profilegap quick full tp2 tp2eager repeat diag fullgap alpaserve pack.
+# Phases: setup check profile profile4 tp4 calibrate4 tp4cal profileeager profilegap quick full tp2 tp2eager repeat diag fullgap alpaserve pack.
 # Since issue 13 the executor and the profiler run every stage as one CUDA graph on GPUs; the *eager phases
 # (--no-cuda-graphs, with profile-gpu-eager.json) reproduce the earlier eager runs on the same machine. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
@@ -39,6 +39,23 @@ for pp, tp in [(p, t) for p, t in [(2, 1), (1, 2), (4, 1), (2, 2)] if p * t <= _
     tp4)
       for p in ${PLACEMENTS4:-tp2x2 tp4 pp2tp2 simple}; do for a in poisson gamma; do
         placeopt execute $F/four-models-$a.json $F/placement4-$p.json --slo-scale "$SCALES" -o "$R/four-$a-$p"
+      done; done ;;
+    calibrate4)
+      # issue 13: short runs on another seed (instances *-calibration.json), then the stage gaps and
+      # device latency scales they measure (placement_opt.offline.serving_calibration)
+      runs=()
+      for p in ${PLACEMENTS4:-simple tp4 pp2tp2 tp2x2}; do for a in poisson gamma; do
+        placeopt execute $F/four-models-$a-calibration.json $F/placement4-$p.json --slo-scale 10 -o "$R/calib-$a-$p"
+        runs+=(--run "$R/calib-$a-$p" $F/placement4-$p.json)
+      done; done
+      python3 -m placement_opt.offline.serving_calibration $F/four-models-poisson.json transformer-5b "${runs[@]}" \
+        --profile-out $F/profile-gpu4-calibrated.json --report "$OUT/calibration4.json" \
+        --instance-out $F/four-models-poisson.json=$F/four-models-poisson-calibrated.json \
+        --instance-out $F/four-models-gamma.json=$F/four-models-gamma-calibrated.json
+      cp $F/profile-gpu4-calibrated.json "$OUT/" ;;
+    tp4cal)
+      for p in ${PLACEMENTS4:-simple tp4 pp2tp2 tp2x2}; do for a in poisson gamma; do
+        placeopt execute $F/four-models-$a-calibrated.json $F/placement4-$p.json --slo-scale "$SCALES" -o "$R/cal-four-$a-$p"
       done; done ;;
     profileeager)
       placeopt profile $F/arch.json --name transformer-5b --configs 1x1,2x1,1x2 --batch-sizes 1,2,4 \

@@ -12,7 +12,7 @@ from placement_opt.profile import Profile
 from placement_opt.settings import SimulatorConfig
 from placement_opt.simulate.kernels import HostTables
 
-__all__ = ["HostTables", "batch_size_grid", "build_tables", "stage_latencies"]
+__all__ = ["HostTables", "batch_size_grid", "build_tables", "device_scales", "stage_latencies"]
 
 
 def batch_size_grid(profiles: Sequence[Profile], max_batch: int) -> np.ndarray:
@@ -24,8 +24,11 @@ def batch_size_grid(profiles: Sequence[Profile], max_batch: int) -> np.ndarray:
     return np.array(sorted(sizes), dtype=np.int64)
 
 
-def stage_latencies(profile: Profile, pp: int, tp: int, batch_sizes: np.ndarray, config: SimulatorConfig) -> np.ndarray:
-    """[len(batch_sizes), pp] latencies with the per-stage overhead factor applied (inf: unprofiled)."""
+def stage_latencies(profile: Profile, pp: int, tp: int, batch_sizes: np.ndarray, config: SimulatorConfig,
+                    scales: np.ndarray | None = None) -> np.ndarray:
+    """[len(batch_sizes), pp] times each request occupies each stage (inf: unprofiled): the
+    profiled latency x the per-stage overhead factor (x the stage's device ``scales``, if
+    given), plus the profile's measured stage gaps (host work, so not scaled)."""
     cfg = profile.config(pp, tp)
     assert cfg is not None, f"{profile.name} has no pp={pp} tp={tp} config"
     out = np.full((len(batch_sizes), pp), np.inf)
@@ -33,7 +36,19 @@ def stage_latencies(profile: Profile, pp: int, tp: int, batch_sizes: np.ndarray,
     for i, b in enumerate(batch_sizes):
         if b in cfg.batch_sizes:
             out[i] = cfg.stage_latency[cfg.batch_sizes.index(int(b))] * factor
+            if scales is not None:
+                out[i] *= scales
+            if cfg.stage_gap_s:
+                out[i] += cfg.stage_gap_s
     return out
+
+
+def device_scales(instance: Instance, group: Group) -> np.ndarray | None:
+    """Per-stage latency multipliers of ``group`` from the cluster's ``latency_scale`` (None: all 1)."""
+    cluster = instance.cluster
+    if not cluster.latency_scale:
+        return None
+    return np.array([cluster.stage_scale(group.devices[s * group.tp:(s + 1) * group.tp]) for s in range(group.pp)])
 
 
 def build_tables(instance: Instance, groups: Sequence[Group], config: SimulatorConfig | None = None,
@@ -61,9 +76,11 @@ def build_tables(instance: Instance, groups: Sequence[Group], config: SimulatorC
     for m in range(n_models):
         for g in hosts_of[m]:
             grp = groups[g]
-            key = (m, grp.pp, grp.tp)
+            scales = device_scales(instance, grp)
+            key = (m, grp.pp, grp.tp, None if scales is None else tuple(scales))
             if key not in cache:
-                cache[key] = stage_latencies(instance.model_profiles[m], grp.pp, grp.tp, batch_sizes, config).ravel()
+                cache[key] = stage_latencies(instance.model_profiles[m], grp.pp, grp.tp, batch_sizes, config,
+                                             scales).ravel()
             host_group.append(g)
             host_model.append(m)
             host_lat_ptr.append(offset)
