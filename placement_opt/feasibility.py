@@ -9,6 +9,7 @@ import numpy as np
 
 from placement_opt.errors import InputError
 from placement_opt.instance import Instance
+from placement_opt.llm_rules import llm_rule_violations
 from placement_opt.placement import Group, Placement
 
 
@@ -67,3 +68,8 @@ def check_placement(placement: Placement, instance: Instance) -> None:
             if need > budget * (1 + 1e-9):
                 raise InputError(f"models need {need / 1e9:.2f} GB per GPU, over the budget of "
                                  f"{budget / 1e9:.2f} GB", f"{where}.models")
+    if instance.is_llm:
+        problems = llm_rule_violations(placement, instance)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise InputError(problems[0].reason + more, problems[0].field)

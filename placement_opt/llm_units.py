@@ -8,15 +8,17 @@ the requests' token counts when the workload has them, else the ``llm`` section'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List
+from dataclasses import dataclass, replace
+from typing import List, Optional
 
 import numpy as np
 
 from placement_opt.costs.costtable import CostTable
 from placement_opt.errors import InputError
 from placement_opt.instance import Instance
-from placement_opt.settings import LLMConfig
+from placement_opt.model import Architecture
+from placement_opt.placement import Placement
+from placement_opt.settings import LLMConfig, RuleSet, rule_set
 from placement_opt.workload.generate import model_processes
 
 
@@ -32,6 +34,12 @@ class LLMSpec:
     rate: float
     prompt_tokens: float
     output_tokens: float
+    architecture: Architecture
+
+    @property
+    def params_billion(self) -> float:
+        """Parameters in billions (weights at the architecture's dtype)."""
+        return self.weight_bytes / self.architecture.dtype_bytes / 1e9
 
     @property
     def tokens_per_request(self) -> float:
@@ -84,11 +92,55 @@ def llm_specs(instance: Instance) -> List[LLMSpec]:
         out.append(LLMSpec(name=m.name, index=i, table=table,
                            weight_bytes=float(arch.weight_bytes()),
                            kv_bytes_per_token=float(arch.kv_bytes_per_token()),
-                           rate=float(rates[i]), prompt_tokens=float(prompt[i]), output_tokens=float(output[i])))
+                           rate=float(rates[i]), prompt_tokens=float(prompt[i]), output_tokens=float(output[i]),
+                           architecture=arch))
     return out
 
 
-def mesh_kv_pool_bytes(instance: Instance, n_gpus: int, weight_bytes: float) -> float:
-    """KV-cache bytes a mesh of ``n_gpus`` has left after weights and the activation reserve."""
+@dataclass(frozen=True)
+class MeshMemory:
+    """Bytes per GPU under a rule set: the memory a mesh's LLMs share (``per_gpu``), what
+    every LLM reserves on each GPU besides weights and KV (``reserve``), and the cap on
+    weights plus reserves (``weight_cap``; ``per_gpu`` when the rule set has none)."""
+
+    per_gpu: float
+    reserve: float
+    weight_cap: float
+
+    def kv_pool(self, n_gpus: int, weight_bytes: float, n_llms: int) -> float:
+        """KV-cache bytes of a mesh: memory - weights - reserves."""
+        return n_gpus * (self.per_gpu - n_llms * self.reserve) - weight_bytes
+
+    def weights_fit(self, n_gpus: int, weight_bytes: float, n_llms: int) -> bool:
+        """Whether weights plus reserves stay within the cap on every GPU."""
+        return weight_bytes / n_gpus + n_llms * self.reserve <= self.weight_cap * (1 + 1e-9)
+
+
+def placement_rules(placement: Optional[Placement] = None) -> RuleSet:
+    """The rule set a placement was made under (its provenance's ``rules``), else ``placeopt``."""
+    name = "placeopt" if placement is None else placement.provenance.get("rules", "placeopt")
+    return rule_set(str(name), "provenance.rules")
+
+
+def mesh_memory(instance: Instance, rules: RuleSet) -> MeshMemory:
+    """The memory plan of the instance's GPUs under ``rules`` (see :class:`RuleSet`)."""
+    gpu = instance.cluster.gpu
     cfg = llm_config(instance)
-    return instance.cluster.gpu.usable_memory_bytes * n_gpus * (1.0 - cfg.kv_reserve_fraction) - weight_bytes
+    per_gpu = (gpu.usable_memory_bytes * (1.0 - cfg.kv_reserve_fraction) if rules.memory_basis == "usable"
+               else gpu.memory_bytes)
+    reserve = (cfg.runtime_reserve_gb if rules.reserve_gb is None else rules.reserve_gb) * 1e9
+    cap = per_gpu if rules.weight_cap_fraction is None else rules.weight_cap_fraction * gpu.memory_bytes
+    return MeshMemory(per_gpu=per_gpu, reserve=reserve, weight_cap=min(cap, per_gpu))
+
+
+def effective_llm_config(instance: Instance, rules: RuleSet) -> LLMConfig:
+    """The ``llm`` section with the rule set's KV block size and prefill budget where it fixes them."""
+    cfg = llm_config(instance)
+    return replace(cfg, kv_block_tokens=rules.kv_block_tokens or cfg.kv_block_tokens,
+                   prefill_token_budget=rules.prefill_token_budget or cfg.prefill_token_budget)
+
+
+def mesh_kv_pool_bytes(instance: Instance, n_gpus: int, weight_bytes: float, n_llms: int,
+                       rules: RuleSet) -> float:
+    """KV-cache bytes a mesh of ``n_gpus`` holding ``n_llms`` LLMs has left after weights and reserves."""
+    return mesh_memory(instance, rules).kv_pool(n_gpus, weight_bytes, n_llms)

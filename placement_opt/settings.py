@@ -5,7 +5,9 @@ solvers that call them and the executor."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Optional, Tuple
 
+from placement_opt.errors import InputError
 from placement_opt.validation import option, parse_fields
 
 DISPATCH_POLICIES = ("earliest", "shortest_queue")
@@ -58,6 +60,8 @@ class LLMConfig:
     * ``rebalance_period_s``: ADBS quota re-balancing period; ``rebalance_fraction`` is the part
       of a donor's unused quota moved to the most utilised LLM each period.
     * ``kv_reserve_fraction``: part of a mesh's memory after weights kept free (activations).
+    * ``runtime_reserve_gb``: memory every LLM holds on every GPU of its mesh besides weights
+      and KV cache (CUDA contexts of its prefill and decode processes; see :data:`RULE_SETS`).
     * ``drain_s``: simulated time after the workload's end to let queued requests finish;
       requests still unfinished then count as served late (SLO missed).
     * ``prompt_tokens`` / ``output_tokens``: request lengths assumed by the estimator and the
@@ -73,6 +77,8 @@ class LLMConfig:
                                        help="part of a donor's unused quota moved each period")
     kv_reserve_fraction: float = option(0.05, minimum=0, maximum=0.9,
                                         help="part of a mesh's memory after weights kept free")
+    runtime_reserve_gb: float = option(1.6, minimum=0,
+                                       help="GB every LLM reserves on every GPU of its mesh (CUDA contexts)")
     drain_s: float = option(60.0, minimum=0, help="simulated seconds after the workload's end to finish requests")
     prompt_tokens: float = option(161.0, minimum=1, help="prompt length without workload lengths")
     output_tokens: float = option(338.0, minimum=1, help="output length without workload lengths")
@@ -84,3 +90,69 @@ class LLMConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """What a serving runtime allows: the memory plan and the SM-share grid of LLM meshes.
+
+    Memory per GPU of a mesh: ``weights / tp + n_llms x reserve + KV share``, where the basis
+    is the GPU's usable memory less ``llm.kv_reserve_fraction`` (``memory_basis="usable"``)
+    or the GPU's whole memory (``"total"``). ``weight_cap_fraction`` caps ``weights / tp +
+    n_llms x reserve`` at that fraction of the GPU's memory. SM shares are multiples of
+    ``sm_step``; the shares of a mesh sum to at most ``sm_limit`` (MPS may oversubscribe).
+    ``prefill_shares`` gives the prefill share by model size ((most parameters in
+    billions, share), ascending; None: the prefill share is the LLM's share).
+    ``kv_block_tokens`` / ``prefill_token_budget`` override the ``llm`` section's when set.
+    """
+
+    name: str
+    memory_basis: str
+    reserve_gb: Optional[float]  # None: the instance's llm.runtime_reserve_gb
+    weight_cap_fraction: Optional[float]
+    sm_step: float
+    sm_limit: float
+    prefill_shares: Optional[Tuple[Tuple[float, float], ...]]
+    kv_block_tokens: Optional[int]
+    prefill_token_budget: Optional[int]
+
+    @property
+    def max_llms_per_mesh(self) -> int:
+        """Most LLMs a mesh can hold when each needs at least one SM step."""
+        return int(self.sm_limit / self.sm_step + 1e-9)
+
+    def prefill_share(self, params_billion: float, share: float) -> float:
+        """The prefill SM share of an LLM of ``params_billion`` whose (decode) share is ``share``."""
+        if self.prefill_shares is None:
+            return share
+        for most, pre in self.prefill_shares:
+            if params_billion <= most:
+                return pre
+        return self.prefill_shares[-1][1]
+
+
+#: The rule sets. ``placeopt``: usable memory less ``kv_reserve_fraction``, 1.6 GB per LLM
+#: per GPU (the instance's ``llm.runtime_reserve_gb``; 2 x 0.8 GB, the CUDA context of a
+#: prefill and a decode process as MuxServe's placement code counts it), shares in 1 %
+#: steps summing to at most 100 %. ``muxserve``: the constants of the MuxServe reference
+#: (hao-ai-lab/MuxServe, muxserve/muxsched/placement.py and muxserve/arg_utils.py): 80 GB
+#: GPUs, 7.6 GB per LLM per GPU (0.8 GB x 2 processes + 6 GB activations), weights plus
+#: reserves at most 0.9 x (1 - 0.4) = 54 % of the GPU (43.2 GB of 80 GB), decode shares in
+#: 10 % steps summing to at most 120 % (overload threshold 20), prefill 80 / 90 / 100 % for
+#: 7B / 13B / larger, KV blocks of 32 tokens, 2048 prompt tokens per prefill.
+RULE_SETS = {
+    "placeopt": RuleSet(name="placeopt", memory_basis="usable", reserve_gb=None, weight_cap_fraction=None,
+                        sm_step=0.01, sm_limit=1.0, prefill_shares=None, kv_block_tokens=None,
+                        prefill_token_budget=None),
+    "muxserve": RuleSet(name="muxserve", memory_basis="total", reserve_gb=7.6, weight_cap_fraction=0.54,
+                        sm_step=0.1, sm_limit=1.2, prefill_shares=((10.0, 0.8), (20.0, 0.9), (1e9, 1.0)),
+                        kv_block_tokens=32, prefill_token_budget=2048),
+}
+RULES = tuple(RULE_SETS)
+
+
+def rule_set(name: str, field: str = "rules") -> RuleSet:
+    """The rule set called ``name``; an unknown name is an input error at ``field``."""
+    if name not in RULE_SETS:
+        raise InputError(f"must be one of {', '.join(RULES)}, got {name!r}", field)
+    return RULE_SETS[name]

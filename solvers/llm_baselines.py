@@ -1,8 +1,8 @@
 """LLM baselines of the MuxServe evaluation: spatial partitioning, temporal multiplexing and
 the greedy-memory placement of its ablation.
 
-* ``spatial``: every LLM alone on its own mesh of the fewest GPUs that hold its weights and
-  one request's KV cache (and that its cost table covers); GPUs left over then go, one
+* ``spatial``: every LLM alone on its own mesh of the fewest GPUs that keep the hardware
+  rules (weights, reserve and one request's KV cache; heads; a cost-table entry); GPUs left over then go, one
   doubling at a time, to the LLM whose Eq. 3 estimate falls furthest below its rate (when
   the meshes still pack into the nodes). Whole SMs, continuous batching, no sharing.
 * ``temporal``: MuxServe's placement, but each mesh runs one job at a time on all its SMs
@@ -22,12 +22,14 @@ from placement_opt.errors import InputError
 from placement_opt.instance import Instance
 from placement_opt.solvers.llm_estimator import build_tables
 from placement_opt.solvers.mesh_greedy import FREE_MEMORY
-from placement_opt.llm_units import llm_config, llm_specs
+from placement_opt.llm_units import llm_config, llm_specs, mesh_memory
 from placement_opt.placement import Group, Placement
+from placement_opt.settings import rule_set
 from placement_opt.spaces import allocate_devices
 
-from placement_opt.solvers.base import NoOptions, Solver, register
-from placement_opt.solvers.muxserve import MuxServeOptions, best_mesh_group_placement, search_mesh_groups, to_placement
+from placement_opt.solvers.base import Solver, register
+from placement_opt.solvers.muxserve import (MeshSearchOptions, MuxServeOptions, RulesOptions, best_mesh_group_placement,
+                                            search_mesh_groups, to_placement)
 
 
 @register
@@ -37,27 +39,27 @@ class Spatial(Solver):
     name = "spatial"
     summary = "each LLM alone on the fewest GPUs that hold it, spare GPUs to the most loaded (LLM baseline)"
     family = "llm"
-    Options = NoOptions
+    Options = RulesOptions
 
     def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         cfg = llm_config(instance)
         specs = llm_specs(instance)
         cl = instance.cluster
-        tables = build_tables(specs, cl, cfg.max_batch, cfg.kv_reserve_fraction, full_share=True)
-        cap = cl.gpu.usable_memory_bytes * (1.0 - cfg.kv_reserve_fraction)
+        rules = rule_set(self.options.rules)
+        tables = build_tables(specs, cl, cfg.max_batch, mesh_memory(instance, rules), full_share=True)
         t_of = {int(t): i for i, t in enumerate(tables.tps)}
         sizes = []
         for i, s in enumerate(specs):
             ok = [int(t) for t, f in zip(tables.tps, tables.feasible[i]) if f]
             if not ok:
-                raise InputError("fits no mesh of one node", f"models[{s.name}]")
+                raise InputError(f"fits no mesh of one node under the {rules.name} rules", f"models[{s.name}]")
             sizes.append(min(ok))
         if allocate_devices(sizes, cl.nodes, cl.gpus_per_node) is None:
             raise InputError(f"the LLMs need {sum(sizes)} GPUs in dedicated meshes; the cluster cannot hold them",
                              "models")
 
         def deficit(i: int) -> float:
-            est, _, _ = tables.estimate([i], t_of[sizes[i]], cap * sizes[i])
+            est, _, _ = tables.estimate([i], t_of[sizes[i]])
             return est / specs[i].rate if specs[i].rate > 0 else np.inf
 
         grown = True
@@ -78,7 +80,7 @@ class Spatial(Solver):
         assert devices is not None  # the first sizes and every growth kept were checked to pack
         groups = tuple(Group(devices=d, pp=1, tp=len(d), models=(s.name,), sm_share=(1.0,))
                        for d, s in sorted(zip(devices, specs), key=lambda x: x[0][0]))
-        return Placement(groups=groups)
+        return Placement(groups=groups, provenance={"rules": rules.name})
 
 
 @register
@@ -91,7 +93,7 @@ class Temporal(Solver):
     Options = MuxServeOptions
 
     def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
-        return best_mesh_group_placement(instance, self.options.refine, full_share=True, scheduling="temporal")
+        return best_mesh_group_placement(instance, self.options, full_share=True, scheduling="temporal")
 
 
 @register
@@ -101,8 +103,8 @@ class GreedyMemory(Solver):
     name = "greedy-memory"
     summary = "highest-rate LLM first onto the mesh with the most free memory (LLM baseline)"
     family = "llm"
-    Options = NoOptions
+    Options = MeshSearchOptions
 
     def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
-        specs, tables, results, n_groups = search_mesh_groups(instance, FREE_MEMORY)
-        return to_placement(instance, specs, tables, results[0], mesh_groups=n_groups)
+        search = search_mesh_groups(instance, FREE_MEMORY, options=self.options)
+        return to_placement(instance, search, search.ranked[0], rule_set(self.options.rules))

@@ -6,8 +6,8 @@ For LLM ``m`` colocated in a unit (a mesh and the LLMs on it)::
 
 prefill phases of colocated LLMs run one after another while their decode phases overlap.
 ``b_m`` is the smallest batch whose estimate meets the rate (binary search), capped by
-``max_batch`` and by the KV cache the LLM's quota holds: the mesh's pool after weights is
-split in proportion to rate x per-token KV size (ADBS's quotas), and a request needs
+``max_batch`` and by the KV cache the LLM's quota holds: the mesh's pool after weights and
+the runtime reserves (the rule set's memory plan) is split in proportion to rate x per-token KV size (ADBS's quotas), and a request needs
 ``prompt + output`` tokens of cache. Because each LLM's batch changes the others' prefill
 sum, the batches are found by a few rounds of fixed-point iteration.
 
@@ -27,7 +27,8 @@ from numba import njit
 from placement_opt.cluster import Cluster
 from placement_opt.costs.interp import lookup_batches
 from placement_opt.instance import Instance
-from placement_opt.llm_units import LLMSpec, llm_config, llm_specs
+from placement_opt.llm_rules import tp_violations
+from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
@@ -37,17 +38,18 @@ FIXED_POINT_ROUNDS = 4
 @njit(cache=True)
 def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
                     rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
-                    max_batch: int, tpt: np.ndarray, batch: np.ndarray) -> float:
+                    reserve: float, max_batch: int, tpt: np.ndarray, batch: np.ndarray) -> float:
     """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
-    bytes; writes per-member throughput and batch into ``tpt``/``batch`` and returns their
-    sum, or -1 when the weights leave no room for one request of each LLM."""
+    bytes where every LLM reserves ``reserve`` bytes; writes per-member throughput and batch
+    into ``tpt``/``batch`` and returns their sum, or -1 when weights and reserves leave no
+    room for one request of each LLM."""
     k = rows.shape[0]
     pool = cap
     need = 0.0
     demand = 0.0
     for i in range(k):
         m = llms[i]
-        pool -= weights[m]
+        pool -= weights[m] + reserve
         need += kv[m] * tokens[m]
         demand += rate[m] * kv[m]
     if pool < need:
@@ -105,18 +107,21 @@ class EstimatorTables:
     kv: np.ndarray
     tokens: np.ndarray
     max_batch: int
+    memory: MeshMemory  # the rule set's memory plan per GPU
 
     def row(self, llm: int, t: int) -> int:
         return llm * len(self.tps) + t
 
-    def estimate(self, llms: Sequence[int] | np.ndarray, t: int, cap: float) -> Tuple[float, np.ndarray, np.ndarray]:
-        """(sum, per-LLM throughput, batches) of a unit of ``llms`` on TP index ``t``."""
+    def estimate(self, llms: Sequence[int] | np.ndarray, t: int) -> Tuple[float, np.ndarray, np.ndarray]:
+        """(sum, per-LLM throughput, batches) of a unit of ``llms`` on a mesh of TP index ``t``."""
         members = np.asarray(llms, dtype=np.int64)
         rows = members * len(self.tps) + t
         tpt = np.zeros(len(members))
         batch = np.zeros(len(members), dtype=np.int64)
+        size = float(self.tps[t])
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
-                            self.tokens, cap, self.max_batch, tpt, batch)
+                            self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
+                            tpt, batch)
         return s, tpt, batch
 
 
@@ -130,58 +135,66 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int) -> Tup
     return pre, dec
 
 
-def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, kv_reserve_fraction: float,
+def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory: MeshMemory,
                  tps: Sequence[int] | None = None, full_share: bool = False) -> EstimatorTables:
     """Candidates of Algorithm 2: per LLM and TP degree, the smallest SM share (30-100 %)
     whose Eq. 3 estimate alone on the mesh meets the LLM's rate (all SMs if none does).
 
-    A TP degree is feasible when the cost table has it (or a lower one) and a mesh of that
-    size holds the weights plus one request's KV cache. ``full_share`` fixes every share at 1.
+    A TP degree is feasible when it keeps the hardware rules (:func:`tp_violations`: heads,
+    KV heads, MLP width, a cost-table entry) and a mesh of that size holds the weights, the
+    reserve and one request's KV cache under ``memory``. ``full_share`` fixes every share at
+    1.
     """
     gpn = cluster.gpus_per_node
     if tps is None:
         tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= gpn]
     tp_degrees = np.asarray(tps, dtype=np.int64)
     n, nt = len(specs), len(tp_degrees)
-    per_gpu = cluster.gpu.usable_memory_bytes * (1.0 - kv_reserve_fraction)
     share = np.zeros((n, nt))
     feasible = np.zeros((n, nt), dtype=bool)
     P = np.full((n * nt, max_batch + 1), np.inf)
     D = np.full((n * nt, max_batch + 1), np.inf)
-    out_len = np.array([s.output_tokens for s in specs])
-    rate = np.array([s.rate for s in specs])
-    weights = np.array([s.weight_bytes for s in specs])
-    kv = np.array([s.kv_bytes_per_token for s in specs])
-    tokens = np.array([s.tokens_per_request for s in specs])
-    tpt = np.zeros(1)
-    batch = np.zeros(1, dtype=np.int64)
+    tables = EstimatorTables(tps=tp_degrees, share=share, feasible=feasible, P=P, D=D,
+                             out_len=np.array([s.output_tokens for s in specs]), rate=np.array([s.rate for s in specs]),
+                             weights=np.array([s.weight_bytes for s in specs]),
+                             kv=np.array([s.kv_bytes_per_token for s in specs]),
+                             tokens=np.array([s.tokens_per_request for s in specs]), max_batch=max_batch, memory=memory)
     for i, spec in enumerate(specs):
-        lowest = min(spec.table.tp_degrees)
         for t, tp in enumerate(tp_degrees):
-            cap = per_gpu * tp
-            if tp < lowest or spec.weight_bytes + kv[i] * tokens[i] > cap:
+            if tp_violations(spec, int(tp)) or not _holds_alone(spec, int(tp), memory):
                 continue
             feasible[i, t] = True
-            row = i * nt + t
-            chosen = 1.0
-            for sh in ([1.0] if full_share else SM_SHARES):
-                P[row], D[row] = latency_vectors(spec, int(tp), float(sh), max_batch)
-                est = unit_throughput(np.array([row]), np.array([i]), P, D, out_len, rate, weights, kv, tokens,
-                                      cap, max_batch, tpt, batch)
-                chosen = float(sh)
-                if est >= rate[i] * (1 - 1e-9):
-                    break
-            share[i, t] = chosen
-    return EstimatorTables(tps=tp_degrees, share=share, feasible=feasible, P=P, D=D, out_len=out_len, rate=rate,
-                           weights=weights, kv=kv, tokens=tokens, max_batch=max_batch)
+            share[i, t] = _candidate_share(tables, spec, i, t, full_share)
+    return tables
+
+
+def _holds_alone(spec: LLMSpec, tp: int, memory: MeshMemory) -> bool:
+    """Whether a mesh of ``tp`` GPUs holds the LLM's weights, reserve and one request's KV cache."""
+    return (memory.weights_fit(tp, spec.weight_bytes, 1)
+            and memory.kv_pool(tp, spec.weight_bytes, 1) >= spec.kv_bytes_per_token * spec.tokens_per_request)
+
+
+def _candidate_share(tables: EstimatorTables, spec: LLMSpec, i: int, t: int, full_share: bool) -> float:
+    """Fill the latency rows of (LLM ``i``, TP index ``t``) at the smallest SM share whose
+    estimate alone meets the rate, and return that share (1 with ``full_share``)."""
+    row = tables.row(i, t)
+    tp = int(tables.tps[t])
+    chosen = 1.0
+    for sh in ([1.0] if full_share else SM_SHARES):
+        tables.P[row], tables.D[row] = latency_vectors(spec, tp, float(sh), tables.max_batch)
+        chosen = float(sh)
+        if tables.estimate([i], t)[0] >= tables.rate[i] * (1 - 1e-9):
+            break
+    return chosen
 
 
 def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, float]:
-    """Eq. 3 throughput (req/s) of every placed LLM at the placement's meshes and SM shares."""
+    """Eq. 3 throughput (req/s) of every placed LLM at the placement's meshes and SM shares,
+    under the placement's rule set's memory plan."""
     cfg = llm_config(instance)
     specs = llm_specs(instance)
+    memory = mesh_memory(instance, placement_rules(placement))
     index = {s.name: s.index for s in specs}
-    per_gpu = instance.cluster.gpu.usable_memory_bytes * (1.0 - cfg.kv_reserve_fraction)
     columns = {a: np.array([getattr(s, a) for s in specs])
                for a in ("output_tokens", "rate", "weight_bytes", "kv_bytes_per_token", "tokens_per_request")}
     out: Dict[str, float] = {}
@@ -199,8 +212,8 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         batch = np.zeros(k, dtype=np.int64)
         unit_throughput(np.arange(k, dtype=np.int64), np.asarray(members, dtype=np.int64), P, D,
                         columns["output_tokens"], columns["rate"], columns["weight_bytes"],
-                        columns["kv_bytes_per_token"], columns["tokens_per_request"], per_gpu * g.n_gpus,
-                        cfg.max_batch, tpt, batch)
+                        columns["kv_bytes_per_token"], columns["tokens_per_request"], memory.per_gpu * g.n_gpus,
+                        memory.reserve * g.n_gpus, cfg.max_batch, tpt, batch)
         for j, i in enumerate(members):
             out[specs[i].name] = float(tpt[j])
     return out

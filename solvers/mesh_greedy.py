@@ -3,8 +3,10 @@
 LLMs are taken in the given order (MuxServe: decreasing rate x size). Rule ``GAIN`` puts each
 on the mesh whose Eq. 3 estimate rises most (meshes whose SM shares still fit first, then
 any mesh with room); rule ``FREE_MEMORY`` (the paper's greedy ablation baseline) on the
-mesh with the most free memory. A mesh has room when its weights leave KV cache for one
-request of each of its LLMs. Returns the group's estimated throughput, -1 if an LLM fits
+mesh with the most free memory. A mesh has room when it keeps the rule set's memory plan
+(weights plus a reserve per LLM per GPU within the weight cap, and a KV pool after weights
+and reserves holding one request of each of its LLMs) and fewer than ``max_members`` LLMs
+(each needs one SM step). Returns the group's estimated throughput, -1 if an LLM fits
 nowhere.
 """
 
@@ -20,10 +22,10 @@ FREE_MEMORY = 1
 
 
 @njit(cache=True)
-def place_on_meshes(mesh_t, mesh_cap, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
-                    max_batch, assign, unit_tpt, sm_excess):
-    """Fill ``assign[m]`` (mesh of LLM m), ``unit_tpt[d]`` (estimate of mesh d) and
-    ``sm_excess[0]`` (the SM shares placed beyond full meshes, summed over meshes)."""
+def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
+                    max_batch, per_gpu, reserve, weight_cap, sm_limit, max_members, assign, unit_tpt):
+    """Fill ``assign[m]`` (mesh of LLM m) and ``unit_tpt[d]`` (estimate of mesh d); memory
+    figures are bytes per GPU (``per_gpu`` shared, ``reserve`` per LLM, ``weight_cap``)."""
     nd = mesh_t.shape[0]
     n = order.shape[0]
     nt = feasible.shape[1]
@@ -46,11 +48,15 @@ def place_on_meshes(mesh_t, mesh_cap, order, rule, feasible, share, P, D, out_le
         best_new = 0.0
         for d in range(nd):
             t = mesh_t[d]
-            if not feasible[m, t]:
+            size = mesh_size[d]
+            k1 = cnt[d] + 1
+            if not feasible[m, t] or k1 > max_members:
                 continue
-            if wused[d] + weights[m] + kvneed[d] + kv[m] * tokens[m] > mesh_cap[d]:
+            if (wused[d] + weights[m]) / size + k1 * reserve > weight_cap * (1 + 1e-9):
                 continue
-            sm_fit = rule == FREE_MEMORY or smsum[d] + share[m, t] <= 1.0 + 1e-9
+            if wused[d] + weights[m] + k1 * reserve * size + kvneed[d] + kv[m] * tokens[m] > per_gpu * size:
+                continue
+            sm_fit = rule == FREE_MEMORY or smsum[d] + share[m, t] <= sm_limit + 1e-9
             new = 0.0
             if rule == GAIN:
                 c = cnt[d]
@@ -60,12 +66,12 @@ def place_on_meshes(mesh_t, mesh_cap, order, rule, feasible, share, P, D, out_le
                 llms[c] = m
                 rows[c] = m * nt + t
                 new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
-                                      mesh_cap[d], max_batch, tpt, batch)
+                                      per_gpu * size, reserve * size, max_batch, tpt, batch)
                 if new < 0:
                     continue
                 val = new - unit_tpt[d]
             else:
-                val = mesh_cap[d] - wused[d] - kvneed[d]
+                val = per_gpu * size - wused[d] - kvneed[d] - cnt[d] * reserve * size
             if (sm_fit and not best_fit) or (sm_fit == best_fit and val > best_val + 1e-12):
                 best, best_val, best_fit, best_new = d, val, sm_fit, new
         if best < 0:
@@ -78,17 +84,15 @@ def place_on_meshes(mesh_t, mesh_cap, order, rule, feasible, share, P, D, out_le
         assign[m] = best
         unit_tpt[best] = best_new
     total = 0.0
-    sm_excess[0] = 0.0
     for d in range(nd):
         if cnt[d] == 0:
             continue
-        sm_excess[0] += max(smsum[d] - 1.0, 0.0)
         if rule == FREE_MEMORY:
             t = mesh_t[d]
             for q in range(cnt[d]):
                 llms[q] = members[d, q]
                 rows[q] = members[d, q] * nt + t
             unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
-                                          mesh_cap[d], max_batch, tpt, batch)
+                                          per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, tpt, batch)
         total += unit_tpt[d]
     return total

@@ -5,22 +5,30 @@
 2. Mesh groups (:mod:`placement_opt.spaces.meshes`): one power-of-two split per node, pruned to
    at most one mesh per LLM and a largest mesh that holds the largest LLM (267 groups for 16
    to 19 LLMs on 4 x 8 GPUs, as the reference implementation evaluates).
-3. Per group, LLMs in decreasing rate x size go greedily to the mesh with the largest
-   estimated throughput gain under memory and SM constraints (:mod:`placement_opt.solvers.mesh_greedy`,
-   Numba); the group with the highest estimated throughput wins. Estimates saturate at the
-   rates, so ties are common: they go to the group that oversubscribes SMs least, then to
-   the one whose units estimate most at twice the rates (headroom), then the first.
+3. Per group, LLMs in decreasing rate x size (a group where that order leaves an LLM
+   without room is retried with the LLMs that need the largest meshes first, the
+   reference's greedy-memory order) go greedily to the mesh with the largest
+   estimated throughput gain under the rule set's memory plan and SM limit
+   (:mod:`placement_opt.solvers.mesh_greedy`, Numba); the group with the highest estimated
+   throughput wins. Estimates saturate at the rates, so near-ties are common: the groups
+   within ``tie_tolerance`` of the best are ordered by a declared secondary objective
+   (default: most headroom, i.e. estimated throughput at ``headroom_factor`` x the rates,
+   then fewest GPUs in use, then enumeration order); provenance records how many tied and
+   which criterion decided.
 4. ``refine=K`` re-ranks the K best groups by simulating them (objective ``throughput``:
    requests/s; ``slo_attainment``: SLO attainment).
 
-SM shares written into the placement: the candidates' shares normalised to sum to 1 on each
-mesh, so every colocated LLM's decode job can run at once (a lone LLM gets the whole mesh).
+Every candidate keeps the hardware rules of :mod:`placement_opt.llm_rules` under the rule
+set ``rules`` (``placeopt`` or ``muxserve``), recorded as the placement's provenance
+``rules``. SM shares written into the placement: the candidates' shares normalised to sum
+to 1 on each mesh, so every colocated LLM's decode job can run at once (a lone LLM gets the
+whole mesh), floored to the rule set's step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -29,16 +37,36 @@ from placement_opt.instance import Instance
 from placement_opt.solvers.llm_estimator import EstimatorTables, build_tables
 from placement_opt.solvers.mesh_greedy import GAIN, place_on_meshes
 from placement_opt.spaces.meshes import mesh_devices, mesh_groups
-from placement_opt.llm_units import LLMSpec, llm_config, llm_specs
+from placement_opt.llm_units import LLMSpec, llm_config, llm_specs, mesh_memory
 from placement_opt.placement import Group, Placement
+from placement_opt.settings import RULES, RuleSet, rule_set
 from placement_opt.simulate.llm import simulate_llm
 from placement_opt.validation import option
 
 from placement_opt.solvers.base import Solver, register
 
 
+TIE_BREAKS = ("headroom", "gpus")
+
+
 @dataclass(frozen=True)
-class MuxServeOptions:
+class RulesOptions:
+    rules: str = option("placeopt", choices=RULES,
+                        help="hardware rule set: placeopt, or muxserve (the MuxServe reference's constants)")
+
+
+@dataclass(frozen=True)
+class MeshSearchOptions(RulesOptions):
+    tie_tolerance: float = option(1e-3, minimum=0, maximum=1,
+                                  help="mesh groups within this relative distance of the best estimate tie")
+    tie_break: str = option("headroom", choices=TIE_BREAKS,
+                            help="first criterion among tied groups (headroom: most estimated throughput at "
+                                 "headroom_factor x the rates; gpus: fewest GPUs in use); the other one next")
+    headroom_factor: float = option(1.5, exclusive_minimum=1, help="rate multiplier of the headroom criterion")
+
+
+@dataclass(frozen=True)
+class MuxServeOptions(MeshSearchOptions):
     refine: int = option(0, minimum=0, help="re-rank this many best mesh groups with the simulator; 0 = estimator only")
 
 
@@ -48,8 +76,20 @@ class GroupResult:
     group: Tuple[Tuple[int, ...], ...]  # per-node splits
     assign: np.ndarray  # mesh index of every LLM
     unit_tpt: np.ndarray
-    sm_excess: float  # SM shares beyond full meshes (LLMs forced onto meshes whose SMs were taken)
-    headroom: float = 0.0  # estimate of the same units at twice the rates (tie-break)
+    order: int  # enumeration index (last tie-break)
+    headroom: float = 0.0  # estimate of the same units at headroom_factor x the rates
+    gpus: int = 0  # GPUs of the meshes in use
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Every feasible mesh group's greedy placement, best first, and how the best was chosen."""
+
+    specs: List[LLMSpec]
+    tables: EstimatorTables
+    ranked: List[GroupResult]
+    mesh_groups: int
+    ties: dict  # tied_groups, tie_tolerance, tie_break, decided_by
 
 
 def smallest_meshes(specs: Sequence[LLMSpec], tables: EstimatorTables) -> List[int]:
@@ -64,65 +104,93 @@ def smallest_meshes(specs: Sequence[LLMSpec], tables: EstimatorTables) -> List[i
     return need
 
 
-def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = False
-                       ) -> Tuple[List[LLMSpec], EstimatorTables, List[GroupResult], int]:
-    """Estimator tables and every feasible mesh group's greedy placement, best first (and how
-    many mesh groups were enumerated)."""
+def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = False,
+                       options: MeshSearchOptions = MeshSearchOptions()) -> SearchResult:
+    """Estimator tables and every feasible mesh group's greedy placement under the rule set, best first."""
     cfg = llm_config(instance)
+    rules = rule_set(options.rules)
+    memory = mesh_memory(instance, rules)
     specs = llm_specs(instance)
     cl = instance.cluster
-    tables = build_tables(specs, cl, cfg.max_batch, cfg.kv_reserve_fraction, full_share=full_share)
+    tables = build_tables(specs, cl, cfg.max_batch, memory, full_share=full_share)
     need = smallest_meshes(specs, tables)
     groups = mesh_groups(cl.nodes, cl.gpus_per_node, max_meshes=len(specs), min_largest=max(need))
     tp_index = {int(t): i for i, t in enumerate(tables.tps)}
-    per_gpu = cl.gpu.usable_memory_bytes * (1.0 - cfg.kv_reserve_fraction)
     if rule == GAIN:
-        ranked = sorted(range(len(specs)), key=lambda i: (-specs[i].rate * specs[i].weight_bytes, i))
+        key = {i: -specs[i].rate * specs[i].weight_bytes for i in range(len(specs))}
     else:
-        ranked = sorted(range(len(specs)), key=lambda i: (-specs[i].rate, i))
-    order = np.asarray(ranked, dtype=np.int64)
+        key = {i: -specs[i].rate for i in range(len(specs))}
+    orders = [np.asarray(sorted(key, key=lambda i: (key[i], i)), dtype=np.int64),
+              # fallback, the reference's greedy-memory order: LLMs needing larger meshes first
+              np.asarray(sorted(key, key=lambda i: (-need[i], key[i], i)), dtype=np.int64)]
     results = []
-    for group in groups:
-        sizes = [s for split in group for s in split]
-        mesh_t = np.array([tp_index[s] for s in sizes], dtype=np.int64)
-        cap = np.array([per_gpu * s for s in sizes])
-        assign = np.full(len(specs), -1, dtype=np.int64)
-        unit_tpt = np.zeros(len(sizes))
-        excess = np.zeros(1)
-        est = place_on_meshes(mesh_t, cap, order, rule, tables.feasible, tables.share, tables.P, tables.D,
-                              tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
-                              tables.max_batch, assign, unit_tpt, excess)
-        if est >= 0:
-            results.append(GroupResult(est, group, assign, unit_tpt, float(excess[0])))
+    for gi, group in enumerate(groups):
+        sizes = np.array([s for split in group for s in split], dtype=np.float64)
+        mesh_t = np.array([tp_index[int(s)] for s in sizes], dtype=np.int64)
+        for order in orders:
+            assign = np.full(len(specs), -1, dtype=np.int64)
+            unit_tpt = np.zeros(len(sizes))
+            est = place_on_meshes(mesh_t, sizes, order, rule, tables.feasible, tables.share, tables.P, tables.D,
+                                  tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
+                                  tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap,
+                                  1.0 if full_share else rules.sm_limit, rules.max_llms_per_mesh, assign, unit_tpt)
+            if est >= 0:
+                results.append(GroupResult(est, group, assign, unit_tpt, gi))
+                break
     if not results:
-        raise InputError("no mesh group holds every LLM with room for its KV cache", "models")
-    return specs, tables, rank(results, tables, per_gpu), len(groups)
+        raise InputError(f"no mesh group holds every LLM under the {rules.name} rules (memory, reserves, "
+                         "tensor-parallel degrees)", "models")
+    ordered, ties = rank(results, tables, options)
+    return SearchResult(specs, tables, ordered, len(groups), ties)
 
 
-def rank(results: List[GroupResult], tables: EstimatorTables, per_gpu: float) -> List[GroupResult]:
-    """Best first: estimate (to 0.1 %), then less SM oversubscription, then more headroom
-    (the same units' estimate at twice the rates), then enumeration order."""
+def _scored(r: GroupResult, tables: EstimatorTables, scaled: EstimatorTables) -> GroupResult:
+    """``r`` with its headroom (estimate at the scaled rates) and GPUs in use filled in."""
+    head = 0.0
+    gpus = 0
+    sizes = [s for split in r.group for s in split]
+    for d, size in enumerate(sizes):
+        members = np.flatnonzero(r.assign == d)
+        if len(members):
+            head += scaled.estimate(members, int(np.flatnonzero(tables.tps == size)[0]))[0]
+            gpus += size
+    return replace(r, headroom=head, gpus=gpus)
+
+
+def rank(results: List[GroupResult], tables: EstimatorTables, options: MeshSearchOptions
+         ) -> Tuple[List[GroupResult], dict]:
+    """Best first: the groups whose estimate is within ``tie_tolerance`` of the best, ordered by
+    the declared secondary objective (``tie_break`` first, the other criterion next, then
+    enumeration order), then the rest by estimate. Also returns the tie report for provenance."""
     top = max(r.estimate for r in results)
-    tied = [r for r in results if r.estimate >= top * (1 - 1e-3)]
-    doubled = replace(tables, rate=tables.rate * 2.0)
-    scored = []
-    for r in tied:
-        head = 0.0
-        sizes = [s for split in r.group for s in split]
-        for d, size in enumerate(sizes):
-            members = np.flatnonzero(r.assign == d)
-            if len(members):
-                t = int(np.flatnonzero(tables.tps == size)[0])
-                head += doubled.estimate(members, t, per_gpu * size)[0]
-        scored.append(replace(r, headroom=head))
-    scored.sort(key=lambda r: (round(r.sm_excess, 6), -r.headroom))
-    rest = sorted((r for r in results if r.estimate < top * (1 - 1e-3)), key=lambda r: -r.estimate)
-    return scored + rest
+    floor = top * (1 - options.tie_tolerance)
+    scaled = replace(tables, rate=tables.rate * options.headroom_factor)
+    tied = [_scored(r, tables, scaled) for r in results if r.estimate >= floor]
+    criteria = {"headroom": lambda r: -round(r.headroom, 6), "gpus": lambda r: r.gpus}
+    names = [options.tie_break] + [c for c in TIE_BREAKS if c != options.tie_break]
+    tied.sort(key=lambda r: tuple(criteria[c](r) for c in names) + (r.order,))
+    decided_by = "estimate"
+    if len(tied) > 1:
+        first, second = tied[0], tied[1]
+        decided_by = next((c for c in names if criteria[c](first) != criteria[c](second)), "enumeration order")
+    rest = sorted((r for r in results if r.estimate < floor), key=lambda r: (-r.estimate, r.order))
+    ties = {"tied_groups": len(tied), "tie_tolerance": options.tie_tolerance,
+            "tie_break": f"{names[0]}, then {names[1]}, then enumeration order (headroom at "
+                         f"{options.headroom_factor:g}x the rates)", "decided_by": decided_by}
+    return tied + rest, ties
 
 
-def to_placement(instance: Instance, specs: Sequence[LLMSpec], tables: EstimatorTables, result: GroupResult,
-                 full_share: bool = False, scheduling: Optional[str] = None, **provenance: Any) -> Placement:
-    """Groups of the non-empty meshes with their LLMs and SM shares."""
+def quantised_shares(shares: np.ndarray, rules: RuleSet) -> Tuple[float, ...]:
+    """Shares floored to the rule set's step, at least one step each."""
+    steps = np.maximum(np.floor(shares / rules.sm_step + 1e-9), 1.0)
+    return tuple(float(round(x * rules.sm_step, 6)) for x in steps)
+
+
+def to_placement(instance: Instance, search: SearchResult, result: GroupResult, rules: RuleSet,
+                 full_share: bool = False, scheduling: Optional[str] = None) -> Placement:
+    """Groups of the non-empty meshes with their LLMs and SM shares; provenance records the
+    rule set and the search (mesh groups, estimate, ties)."""
+    specs, tables = search.specs, search.tables
     devices = mesh_devices(result.group, instance.cluster.gpus_per_node)
     out = []
     for d, devs in enumerate(devices):
@@ -135,18 +203,16 @@ def to_placement(instance: Instance, specs: Sequence[LLMSpec], tables: Estimator
             shares[:] = 1.0
         else:
             shares = shares / shares.sum()
-        sm_share = tuple(float(round(min(s, 1.0), 4)) for s in shares)
         out.append(Group(devices=devs, pp=1, tp=len(devs), models=tuple(specs[i].name for i in members),
-                         sm_share=sm_share))
-    search = {"mesh_groups": provenance.pop("mesh_groups", None), "estimated_throughput_rps": result.estimate,
-              "mesh_group": [list(s) for s in result.group]}
-    return Placement(groups=tuple(out), provenance={"search": search, **provenance}, scheduling=scheduling)
+                         sm_share=quantised_shares(np.minimum(shares, 1.0), rules)))
+    info = {"mesh_groups": search.mesh_groups, "estimated_throughput_rps": result.estimate,
+            "mesh_group": [list(s) for s in result.group], **search.ties}
+    return Placement(groups=tuple(out), provenance={"search": info, "rules": rules.name}, scheduling=scheduling)
 
 
-def refine_by_simulation(instance: Instance, specs: Sequence[LLMSpec], tables: EstimatorTables,
-                         results: Sequence[GroupResult], k: int, full_share: bool = False,
-                         scheduling: Optional[str] = None, **provenance: Any) -> Placement:
-    """The best of the ``k`` top groups by simulated objective (ties: the better estimate).
+def refine_by_simulation(instance: Instance, search: SearchResult, k: int, rules: RuleSet, full_share: bool = False,
+                         scheduling: Optional[str] = None) -> Placement:
+    """The best of the ``k`` top groups by simulated objective (ties: the better rank).
 
     The ``throughput`` objective is rate-weighted (``throughput_weighted_rps``, the MuxServe
     paper's metric); ``slo_attainment`` is the share of requests within their SLO.
@@ -154,13 +220,13 @@ def refine_by_simulation(instance: Instance, specs: Sequence[LLMSpec], tables: E
     key = "slo_attainment" if instance.objective == "slo_attainment" else "throughput_weighted_rps"
     best: Optional[Placement] = None
     best_val = -np.inf
-    for r in results[:k]:
-        pl = to_placement(instance, specs, tables, r, full_share, scheduling, **provenance)
+    for r in search.ranked[:k]:
+        pl = to_placement(instance, search, r, rules, full_share, scheduling)
         val = simulate_llm(instance, pl)[key]
         if val > best_val + 1e-12:
             best, best_val = pl, val
     assert best is not None  # k >= 1 and results is never empty (search_mesh_groups raises)
-    return best
+    return best.with_provenance(search={**best.provenance["search"], "refined": min(k, len(search.ranked))})
 
 
 @register
@@ -173,15 +239,15 @@ class MuxServe(Solver):
     Options = MuxServeOptions
 
     def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
-        return best_mesh_group_placement(instance, self.options.refine)
+        return best_mesh_group_placement(instance, self.options)
 
 
-def best_mesh_group_placement(instance: Instance, refine: int, full_share: bool = False,
+def best_mesh_group_placement(instance: Instance, options: MuxServeOptions, full_share: bool = False,
                               scheduling: Optional[str] = None) -> Placement:
     """The estimator's best mesh group, or with ``refine`` > 0 the simulator's best of the top ``refine``."""
-    specs, tables, results, n_groups = search_mesh_groups(instance, GAIN)
-    if refine > 0:
-        return refine_by_simulation(instance, specs, tables, results, refine, full_share=full_share,
-                                    scheduling=scheduling, mesh_groups=n_groups)
-    return to_placement(instance, specs, tables, results[0], full_share=full_share, scheduling=scheduling,
-                        mesh_groups=n_groups)
+    search = search_mesh_groups(instance, GAIN, full_share=full_share, options=options)
+    rules = rule_set(options.rules)
+    if options.refine > 0:
+        return refine_by_simulation(instance, search, options.refine, rules, full_share=full_share,
+                                    scheduling=scheduling)
+    return to_placement(instance, search, search.ranked[0], rules, full_share=full_share, scheduling=scheduling)

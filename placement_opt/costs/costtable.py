@@ -73,14 +73,12 @@ class CostTable:
         return tuple(sorted(self.tables))
 
     def table_for(self, tp: int) -> TPTable:
-        """The table of degree ``tp``; a missing degree uses the nearest lower one (else higher).
-
-        A lower degree is slower, so using it is a conservative estimate for the mesh.
-        """
-        if tp in self.tables:
-            return self.tables[tp]
-        lower = [t for t in self.tables if t < tp]
-        return self.tables[max(lower)] if lower else self.tables[min(self.tables)]
+        """The table of degree ``tp``. A degree the table lacks is an error, never a stand-in:
+        another degree's latencies would be wrong and could hide a placement no engine runs."""
+        if tp not in self.tables:
+            raise InputError(f"cost table {self.name!r} has no tp={tp} (it has "
+                             f"{', '.join(str(t) for t in self.tp_degrees)})", f"cost_tables[{self.name}].tp")
+        return self.tables[tp]
 
     def at_share(self, tp: int, share: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(batch_grid, len_grid, prefill_2d_s, decode_2d_s)`` for the simulator's kernels."""

@@ -9,7 +9,8 @@ Semantics (details in the kernel's docstring and ``docs/llm.md``):
 * a mesh is a group with ``pp = 1`` and ``tp`` = its size; its LLMs run prefill and decode
   jobs at their SM share (``Group.sm_share``, 1 when absent); the ``temporal`` policy gives
   every job the whole mesh and runs them one at a time in FCFS order;
-* the KV pool is the mesh's usable memory, less ``llm.kv_reserve_fraction``, less the
+* the KV pool is the mesh's memory under the placement's rule set (``placeopt``: usable memory
+  less ``llm.kv_reserve_fraction``), less a runtime reserve per LLM per GPU, less the
   weights; an LLM hosted by several meshes gets its requests round robin;
 * each request's SLO is the workload's scale x its own single-LLM latency (its prefill and
   decode steps alone at batch 1 on the LLM's smallest TP degree with all SMs), or the
@@ -34,7 +35,8 @@ from placement_opt.settings import POLICIES, LLMConfig
 from placement_opt.costs.interp import lookup_batches, lookup_lengths
 from placement_opt.simulate.meshsim import (ADBS, FCFS, ROUND_ROBIN, LatencyTables, MeshLLMs, MeshOutputs, MeshRequests,
                                             MeshSettings, mesh_outputs, simulate_mesh)
-from placement_opt.llm_units import LLMSpec, llm_config, llm_specs, mesh_kv_pool_bytes
+from placement_opt.llm_units import LLMSpec, effective_llm_config, llm_config, llm_specs, mesh_kv_pool_bytes, placement_rules
+from placement_opt.settings import RuleSet
 from placement_opt.workload import Requests
 
 KIB = 1024
@@ -63,16 +65,19 @@ def resolve_policy(instance: Instance, placement: Placement, policy: Optional[st
     return policy
 
 
-def check_llm_groups(instance: Instance, groups: Sequence[Group], specs: Optional[List[LLMSpec]] = None) -> list:
-    """KV pool bytes of every group; raises InputError for a multi-stage or overfull mesh."""
+def check_llm_groups(instance: Instance, groups: Sequence[Group], specs: Optional[List[LLMSpec]] = None,
+                     rules: Optional[RuleSet] = None) -> list:
+    """KV pool bytes of every group under ``rules`` (default ``placeopt``); raises InputError
+    for a multi-stage or overfull mesh."""
     specs = specs or llm_specs(instance)
+    rules = rules or placement_rules()
     index = {s.name: s for s in specs}
     pools = []
     for gi, g in enumerate(groups):
         if g.pp != 1:
             raise InputError("an LLM mesh has one stage (pp = 1, tp = mesh size)", f"groups[{gi}].pp")
         weights = sum(index[m].weight_bytes for m in g.models)
-        pool = mesh_kv_pool_bytes(instance, g.n_gpus, weights)
+        pool = mesh_kv_pool_bytes(instance, g.n_gpus, weights, len(g.models), rules)
         need = sum(index[m].kv_bytes_per_token * index[m].tokens_per_request for m in g.models)
         if g.models and pool < need:
             raise InputError(f"weights of {weights / 1e9:.1f} GB leave {max(pool, 0) / 1e9:.2f} GB of KV cache on "
@@ -137,11 +142,12 @@ def simulate_llm(instance: Instance, placement: Placement, requests: Optional[Re
     """Simulate an LLM placement; returns the metrics described in ``docs/llm.md``."""
     if placement.windows:
         raise InputError("time-varying placements (windows) are not supported for LLM instances", "windows")
-    cfg = llm_config(instance)
+    rules = placement_rules(placement)
+    cfg = effective_llm_config(instance, rules)
     policy = resolve_policy(instance, placement, policy)
     specs = llm_specs(instance)
     req = instance.requests() if requests is None else requests
-    pools = check_llm_groups(instance, placement.groups, specs)
+    pools = check_llm_groups(instance, placement.groups, specs, rules)
     prompt, output = _with_lengths(instance, req)
     # every request as the kernel takes them, but with the instance's model index in ``llm``
     all_requests = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
