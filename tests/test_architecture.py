@@ -22,7 +22,7 @@ LAYERS = (
     ("descriptions", ("catalog", "cluster", "hf_config", "model", "profile", "settings", "workload")),
     ("costs", ("costs",)),
     ("parallel", ("parallel",)),
-    ("problem", ("instance", "placement", "feasibility", "llm_units")),
+    ("problem", ("instance", "placement", "feasibility", "llm_units", "llm_rules", "llm_export")),
     ("simulate", ("simulate",)),
     ("spaces", ("spaces",)),
     ("solvers", ("solvers",)),
