@@ -134,11 +134,8 @@ def tables_at_share(tp_table, share):
 
 
 def table_for_tp(cost_table, tp):
-    """The TP degree's table, else the nearest lower degree's, else the lowest degree's."""
-    if tp in cost_table.tables:
-        return cost_table.tables[tp]
-    lower = [d for d in cost_table.tables if d < tp]
-    return cost_table.tables[max(lower) if lower else min(cost_table.tables)]
+    """The TP degree's table (a table without the degree is an error, never a stand-in)."""
+    return cost_table.tables[tp]
 
 
 def mesh_latency_tables(cost_tables, tp, shares, max_batch):
@@ -580,7 +577,8 @@ def oracle_llm(instance, placement, requests, policy, specs, config, decode_poin
     for gi, g in enumerate(placement.groups):
         mesh_specs = [spec_of[m] for m in g.models]
         weights = sum(s.weight_bytes for s in mesh_specs)
-        pool_bytes = instance.cluster.gpu.usable_memory_bytes * g.n_gpus * (1.0 - cfg.kv_reserve_fraction) - weights
+        pool_bytes = (instance.cluster.gpu.usable_memory_bytes * g.n_gpus * (1.0 - cfg.kv_reserve_fraction) - weights
+                      - len(g.models) * g.n_gpus * cfg.runtime_reserve_gb * 1e9)
         pool = int(pool_bytes // KIB)
         out.pools_bytes.append(pool_bytes)
         out.pools_kib.append(pool)

@@ -242,9 +242,10 @@ LAYOUTS = [(1, 1), (2, 2), (1, 3), (2, 1, 1), (1, 1, 1), (1, 1, 2)]  # mesh size
 
 
 def cost_table(rng, model):
-    """An inline cost table: 1-3 TP degrees, 1-3 SM shares, small batch and length grids (ms)."""
+    """An inline cost table: every mesh size of LAYOUTS as a TP degree (a lookup never falls back
+    to another degree), 1-3 SM shares, small batch and length grids (ms)."""
     tps = {}
-    for tp in rng.sample([1, 2, 4], rng.randint(1, 3)):
+    for tp in (1, 2, 3, 4):
         sm = rng.choice([[1.0], [0.5, 1.0], [0.3, 0.6, 1.0]])
         batch = rng.choice([[1], [1, 4], [1, 2, 8]])
         seq = rng.choice([[16], [8, 64], [16, 32, 128]])
@@ -269,7 +270,7 @@ def llm_cases(draw, policy):
            "max_batch": draw(st.integers(1, 6)), "prefill_token_budget": draw(st.sampled_from([16, 64, 4096])),
            "rebalance_period_s": draw(st.sampled_from([0.05, 0.2, 1.0, 5.0])),
            "rebalance_fraction": draw(st.sampled_from([0.0, 0.5, 1.0])),
-           "kv_reserve_fraction": draw(st.sampled_from([0.0, 0.05, 0.3])),
+           "kv_reserve_fraction": draw(st.sampled_from([0.0, 0.05, 0.3])), "runtime_reserve_gb": 0.0,
            "drain_s": draw(st.sampled_from([0.0, 2.0, 30.0])), "prompt_tokens": 8.0, "output_tokens": 4.0}
     layout = draw(st.sampled_from(LAYOUTS))
     groups, dev = [], 0

@@ -5,7 +5,8 @@ import pytest
 
 from placement_opt import load_instance
 from placement_opt.solvers.llm_estimator import build_tables
-from placement_opt.llm_units import llm_specs
+from placement_opt.llm_units import llm_specs, mesh_memory
+from placement_opt.settings import rule_set
 
 from .helpers import SMALL
 
@@ -14,15 +15,14 @@ from .helpers import SMALL
 def setup():
     inst = load_instance(SMALL)
     specs = llm_specs(inst)
-    tables = build_tables(specs, inst.cluster, 256, 0.05)
-    cap = inst.cluster.gpu.usable_memory_bytes * 0.95
-    return inst, specs, tables, cap
+    tables = build_tables(specs, inst.cluster, 256, mesh_memory(inst, rule_set("placeopt")))
+    return inst, specs, tables, None
 
 
 def test_single_llm_matches_equation_3(setup):
-    inst, specs, tables, cap = setup
+    inst, specs, tables, _ = setup
     i, t = 1, 0  # a 7B LLM on one GPU
-    s, tpt, batch = tables.estimate([i], t, cap)
+    s, tpt, batch = tables.estimate([i], t)
     b = batch[0]
     row = tables.row(i, t)
     direct = b / (tables.P[row, b] + tables.D[row, b] * specs[i].output_tokens)
@@ -33,17 +33,17 @@ def test_single_llm_matches_equation_3(setup):
 
 
 def test_colocation_costs_throughput_and_kv_caps_batches(setup):
-    inst, specs, tables, cap = setup
-    alone, _, _ = tables.estimate([0], 0, cap)
-    both, tpt, _ = tables.estimate([0, 1], 0, cap)
+    inst, specs, tables, _ = setup
+    alone, _, _ = tables.estimate([0], 0)
+    both, tpt, _ = tables.estimate([0, 1], 0)
     assert both <= alone + specs[1].rate + 1e-9
     assert tpt[0] <= alone + 1e-9
     # the weights of four LLMs leave no KV room on one GPU
-    assert tables.estimate([0, 1, 2, 3], 0, cap)[0] == -1.0
+    assert tables.estimate([0, 1, 2, 3], 0)[0] == -1.0
 
 
 def test_candidates_take_more_sms_for_more_load(setup):
-    inst, specs, tables, cap = setup
+    inst, specs, tables, _ = setup
     assert tables.feasible[:, 0].all()  # 7B and 13B fit one 80 GB GPU
     rare, busy = 2, 1  # two 7B LLMs at 0.5 and 8 req/s
     assert tables.share[rare, 0] == pytest.approx(0.3)

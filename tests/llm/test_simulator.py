@@ -32,6 +32,7 @@ def tight_instance(tmp_path, usable_gb, duration=20, drain=600):
     data["cluster"]["gpu"]["usable_memory_gb"] = usable_gb
     data["workload"]["duration_s"] = duration
     data["llm"]["drain_s"] = drain
+    data["llm"]["runtime_reserve_gb"] = 0.0  # the pool is what these tests tighten
     path = tmp_path / "tight.json"
     path.write_text(json.dumps(data))
     return load_instance(str(path))

@@ -77,9 +77,10 @@ def test_refine_ranks_by_the_rate_weighted_throughput(monkeypatch):
     simulator whose two throughputs disagree, refine follows the weighted one."""
     import importlib
 
+    from placement_opt.settings import rule_set
     from placement_opt.solvers.muxserve import refine_by_simulation, search_mesh_groups
     inst = load_instance(SMALL)
-    specs, tables, results, _ = search_mesh_groups(inst)
+    search = search_mesh_groups(inst)
     calls = []
 
     def fake(instance, placement, *args):
@@ -89,8 +90,8 @@ def test_refine_ranks_by_the_rate_weighted_throughput(monkeypatch):
 
     # the name muxserve's refinement calls (it imports the function into its module)
     monkeypatch.setattr(importlib.import_module("placement_opt.solvers.muxserve"), "simulate_llm", fake)
-    chosen = refine_by_simulation(inst, specs, tables, results, 3)
-    assert len(calls) == 3 and chosen is calls[-1]
+    chosen = refine_by_simulation(inst, search, 3, rule_set("placeopt"))
+    assert len(calls) == 3 and chosen.groups == calls[-1].groups
 
 
 def test_llm_solvers_refuse_dnn_instances_and_vice_versa():
