@@ -14,7 +14,10 @@ Everything is measured in this run (same machine, same process):
 * Eq. 3 estimator vs simulator: per-LLM relative error of the MuxServe placement's
   estimated throughput at each ChatLMSYS load;
 * ``sim_requests_per_s``: requests per wall-clock second simulating one hour of the highest
-  ChatLMSYS load (ADBS, MuxServe placement).
+  ChatLMSYS load (ADBS, MuxServe placement);
+* ``infeasible_placements``: placements that break a hardware rule of their rule set
+  (``placement_opt.llm_rules``), over every bundled LLM instance x LLM solver x rule set
+  (target 0); pairs where no placement exists under the rules are listed, not counted.
 
 Run: ``python benchmarks/muxserve_bench.py [--quick]`` (``--quick``: one load, 10 simulated minutes).
 """
@@ -30,6 +33,9 @@ from dataclasses import replace
 import numpy as np
 
 from placement_opt import load_instance
+from placement_opt.errors import InputError
+from placement_opt.llm_rules import llm_rule_violations
+from placement_opt.settings import RULES
 from placement_opt.offline.llm_catalog import ablation_requests
 from placement_opt.solvers.llm_estimator import placement_estimates
 from placement_opt.simulate.llm import simulate_llm
@@ -124,6 +130,27 @@ def sim_speed(duration):
     return len(req) / wall
 
 
+def infeasible_placements():
+    """Rule violations of every LLM solver's placement on every bundled LLM instance, both rule sets."""
+    solvers = ("muxserve", "spatial", "temporal", "greedy-memory")
+    bad = 0
+    print("\nhardware rules: every bundled LLM instance x LLM solver x rule set")
+    for name in sorted(f for f in os.listdir(MUX) if f.endswith(".json")):
+        i = inst(name)
+        for rules in RULES:
+            for solver in solvers:
+                try:
+                    pl = make_solver(solver, {"rules": rules}).solve(i)
+                except InputError as e:
+                    print(f"  {name} {solver} rules={rules}: no placement ({e.one_line()})")
+                    continue
+                problems = llm_rule_violations(pl, i)
+                bad += bool(problems)
+                for p in problems:
+                    print(f"  {name} {solver} rules={rules}: {p}")
+    return bad
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -132,8 +159,9 @@ def main(argv=None) -> int:
     rs, rt = compare((2000,) if args.quick else LOADS)
     ablation((0,) if args.quick else (0, 1, 2))
     rps = sim_speed(600.0 if args.quick else 3600.0)
+    bad = infeasible_placements()
     print(f"placement_ms={ms:.1f} muxserve_vs_spatial={rs:.3f} muxserve_vs_temporal={rt:.3f} "
-          f"sim_requests_per_s={rps:.0f}")
+          f"sim_requests_per_s={rps:.0f} infeasible_placements={bad}")
     return 0
 
 
