@@ -249,7 +249,7 @@ def test_placeopt_solvers_lists_the_declared_options():
     assert set(by_name) == set(solver_names())
     assert by_name["round-robin"]["options"][1] == {"name": "tp", "type": "int", "default": 1, "constraint": ">= 1",
                                                     "help": "tensor-parallel degree inside a group (pp = group_size / tp)"}
-    assert by_name["spatial"]["options"] == []
-    assert "no options" in CliRunner().invoke(cli, ["solvers", "spatial"]).output
+    assert [o["name"] for o in by_name["spatial"]["options"]] == ["rules"]  # issue 12: every LLM solver
+    assert "one of placeopt, muxserve" in CliRunner().invoke(cli, ["solvers", "spatial"]).output
     unknown = CliRunner().invoke(cli, ["solvers", "nosuch"])
     assert unknown.exit_code == 2 and "unknown solver 'nosuch'" in unknown.stderr
