@@ -1,0 +1,435 @@
+"""The mesh scheduler of the LLM executor: the simulator's policy decisions, step by step.
+
+:class:`MeshScheduler` holds one mesh's queues, KV accounting and quotas exactly as the
+Numba kernel :mod:`placement_opt.simulate.meshsim` does (same rules, same order of
+decisions, same integer KiB accounting), but as a Python object the engine drives with real
+clocks: :meth:`MeshScheduler.complete` ends a job when the GPU says it ended,
+:meth:`MeshScheduler.schedule` returns the jobs to launch now. The kernel cannot be called
+step by step (it owns its event loop and its clock), so equality is proved instead:
+:func:`run_virtual` drives this scheduler with the kernel's latency tables on a virtual
+clock, and ``tests/test_llm_sched.py`` checks that every request's first token, finish and
+preemptions equal the kernel's on random workloads for every policy.
+
+Rules (see ``meshsim``'s docstring for the full text): ADBS and ROUND_ROBIN run one prefill
+at a time offered round robin, a waiting admissible prefill blocks new decodes, decodes
+fill the remaining SMs round robin; ADBS adds KV quotas re-balanced every period. FCFS
+prefills the LLM with the oldest waiting request and starts decodes oldest-first with
+head-of-line blocking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, NamedTuple, Optional
+
+import numpy as np
+
+from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings)
+
+PREFILL = "prefill"
+DECODE = "decode"
+
+
+class Job(NamedTuple):
+    """One job to launch: a prefill of ``requests`` (their contexts recomputed) or one decode
+    step of them; ``contexts`` are the tokens each has in its KV cache before the job."""
+
+    kind: str
+    llm: int
+    requests: List[int]
+    contexts: List[int]
+
+
+@dataclass
+class _LLM:
+    """One LLM's queues and KV accounting (the kernel's ``LLM_STATE`` and slot lists)."""
+
+    share: float
+    block_kib: int
+    arrivals: List[int] = field(default_factory=list)  # its requests in arrival order
+    next_arrival: int = 0
+    preempted: List[int] = field(default_factory=list)  # a stack: last preempted on top
+    running: List[int] = field(default_factory=list)  # admission order
+    prefill: List[int] = field(default_factory=list)  # the prefill job in flight
+    n_decode: int = 0  # the first n_decode running requests are in the decode step in flight
+    used: int = 0
+    quota: int = 0
+    tried: bool = False
+    kv_time: float = 0.0
+
+
+def _blocks(tokens: int, block: int) -> int:
+    """KV blocks of ``block`` tokens that hold ``tokens`` tokens."""
+    return (tokens + block - 1) // block
+
+
+def len_interp(row: np.ndarray, lgrid: np.ndarray, x: float) -> float:
+    """The kernel's latency-table row lookup at length ``x`` (same arithmetic, same result)."""
+    n = lgrid.shape[0]
+    if n == 1 or x <= lgrid[0]:
+        return float(row[0])
+    if x >= lgrid[n - 1]:
+        i = n - 2
+    else:
+        i = 0
+        while lgrid[i + 1] < x:
+            i += 1
+    w = (x - lgrid[i]) / (lgrid[i + 1] - lgrid[i])
+    v = row[i] + (row[i + 1] - row[i]) * w
+    return float(v if v > row[n - 1] or w <= 1.0 else row[n - 1])
+
+
+class MeshScheduler:
+    """One mesh's requests, LLM queues, KV accounting and policy (see the module docstring)."""
+
+    def __init__(self, requests: MeshRequests, llms: MeshLLMs, cfg: MeshSettings):
+        self.cfg = cfg
+        n = len(requests.arrival)
+        self.arrival = np.asarray(requests.arrival, dtype=np.float64)
+        self.llm_of = [int(x) for x in requests.llm]
+        self.prompt = [int(x) for x in requests.prompt]
+        self.output = [int(x) for x in requests.output]
+        self.generated = [0] * n
+        self.held = [0] * n
+        self.first = [-1.0] * n
+        self.finish = [-1.0] * n
+        self.preemptions = [0] * n
+        self.llms = [_LLM(share=float(s), block_kib=int(cfg.block * kv)) for s, kv in zip(llms.share, llms.kv_kib)]
+        for r in range(n):
+            self.llms[self.llm_of[r]].arrivals.append(r)
+        self.sm_used = 0.0
+        self.rr_prefill = 0
+        self.rr_decode = 0
+        self._initial_quotas(llms)
+
+    def _initial_quotas(self, mesh_llms: MeshLLMs) -> None:
+        """ADBS: the pool split in proportion to rate x KiB per token; else the whole pool."""
+        K, pool = len(self.llms), self.cfg.pool
+        for llm in self.llms:
+            llm.quota = pool
+        if self.cfg.policy == ADBS:
+            demand = 0.0
+            for k in range(K):
+                demand += mesh_llms.rate[k] * mesh_llms.kv_kib[k]
+            for k in range(K):
+                frac = mesh_llms.rate[k] * mesh_llms.kv_kib[k] / demand if demand > 0 else 1.0 / K
+                self.llms[k].quota = int(np.int64(pool * frac))
+
+    # ------------------------------------------------------------ small rules
+
+    def kv_in_use(self) -> int:
+        """KiB of KV cache held by all the LLMs."""
+        return sum(llm.used for llm in self.llms)
+
+    def busy(self) -> bool:
+        """Whether any job runs on the mesh."""
+        return any(llm.prefill or llm.n_decode for llm in self.llms)
+
+    def _prefill_in_flight(self) -> bool:
+        return any(llm.prefill for llm in self.llms)
+
+    def _exceeds_sms(self, share: float) -> bool:
+        return self.sm_used + share > 1.0 + EPS
+
+    def _next_token_blocks(self, r: int) -> int:
+        """Blocks request r needs for its context plus one token."""
+        return _blocks(self.prompt[r] + self.generated[r] + 1, self.cfg.block)
+
+    def _head(self, k: int, t: float) -> int:
+        """LLM k's next waiting request (a preempted one first), or -1."""
+        llm = self.llms[k]
+        if llm.preempted:
+            return llm.preempted[-1]
+        if llm.next_arrival < len(llm.arrivals):
+            r = llm.arrivals[llm.next_arrival]
+            if self.arrival[r] <= t:
+                return r
+        return -1
+
+    def _take_head(self, k: int) -> None:
+        llm = self.llms[k]
+        if llm.preempted:
+            llm.preempted.pop()
+        else:
+            llm.next_arrival += 1
+
+    def _head_fits(self, k: int, t: float, quota_k: int) -> bool:
+        """Whether LLM k could admit its next waiting request now."""
+        r = self._head(k, t)
+        llm = self.llms[k]
+        if r < 0 or len(llm.running) >= self.cfg.max_batch:
+            return False
+        kib = self._next_token_blocks(r) * llm.block_kib
+        if self.kv_in_use() + kib > self.cfg.pool:
+            return False
+        return not llm.running or llm.used + kib <= quota_k
+
+    def waiting(self, k: int, t: float) -> bool:
+        """Whether LLM k has a request waiting for a prefill at time t."""
+        return self._head(k, t) >= 0
+
+    # ------------------------------------------------------------ completions
+
+    def _emit_token(self, r: int, k: int, t: float) -> bool:
+        """Request r gets a token at t; after its last one it finishes and frees its blocks."""
+        self.generated[r] += 1
+        if self.generated[r] < self.output[r]:
+            return False
+        self.finish[r] = t
+        self.llms[k].used -= self.held[r] * self.llms[k].block_kib
+        self.held[r] = 0
+        return True
+
+    def complete(self, kind: str, k: int, t: float) -> List[int]:
+        """End LLM k's ``kind`` job at time t; returns the requests that finished."""
+        llm = self.llms[k]
+        done: List[int] = []
+        if kind == DECODE:
+            stepped, rest = llm.running[:llm.n_decode], llm.running[llm.n_decode:]
+            keep: List[int] = []
+            for r in stepped:
+                (done if self._emit_token(r, k, t) else keep).append(r)
+            llm.running = keep + rest
+            llm.n_decode = 0
+        else:
+            for r in llm.prefill:
+                if self.first[r] < 0:
+                    self.first[r] = t
+                if self._emit_token(r, k, t):
+                    done.append(r)
+                else:
+                    llm.running.append(r)
+            llm.prefill = []
+        self.sm_used -= llm.share
+        if self.sm_used < EPS:
+            self.sm_used = 0.0
+        return done
+
+    def rebalance(self) -> None:
+        """ADBS: move part of the least utilised LLM's unused quota to the most utilised one."""
+        lo, hi, ulo, uhi = -1, -1, np.inf, -1.0
+        for k, llm in enumerate(self.llms):
+            u = llm.used / llm.quota if llm.quota > 0 else 1.0
+            if llm.quota > 0 and u < ulo:
+                ulo, lo = u, k
+            if u > uhi:
+                uhi, hi = u, k
+        if lo >= 0 and hi >= 0 and lo != hi and uhi > ulo + 0.1:
+            moved = int(np.int64(self.cfg.frac * (self.llms[lo].quota - self.llms[lo].used)))
+            if moved > 0:
+                self.llms[lo].quota -= moved
+                self.llms[hi].quota += moved
+
+    def drop_unfittable(self, t: float) -> List[int]:
+        """Nothing runs: drop every head request that needs more than the whole pool."""
+        dropped = []
+        for k, llm in enumerate(self.llms):
+            r = self._head(k, t)
+            if r >= 0 and self._next_token_blocks(r) * llm.block_kib > self.cfg.pool:
+                self._take_head(k)
+                self.finish[r] = -2.0
+                dropped.append(r)
+        return dropped
+
+    # ------------------------------------------------------------ job starts
+
+    def _start_prefill(self, k: int, t: float, quota_k: int, use_quota: bool) -> Optional[Job]:
+        """Admit LLM k's waiting requests while blocks, quota, batch and budget allow."""
+        llm, cfg = self.llms[k], self.cfg
+        unit, total, tokens = llm.block_kib, self.kv_in_use(), 0
+        batch: List[int] = []
+        while len(llm.running) + len(batch) < cfg.max_batch:
+            r = self._head(k, t)
+            if r < 0:
+                break
+            ctx = self.prompt[r] + self.generated[r]
+            if batch and tokens + ctx > cfg.token_budget:
+                break
+            nb = _blocks(ctx + 1, cfg.block)
+            if total + nb * unit > cfg.pool:
+                break
+            if use_quota and llm.used + nb * unit > quota_k and not (not llm.running and not batch):
+                break
+            self._take_head(k)
+            self.held[r] = nb
+            llm.used += nb * unit
+            total += nb * unit
+            batch.append(r)
+            tokens += ctx
+        if not batch:
+            return None
+        llm.prefill = batch
+        self.sm_used += llm.share
+        return Job(PREFILL, k, list(batch), [self.prompt[r] + self.generated[r] for r in batch])
+
+    def _preempt_until_step_fits(self, k: int) -> None:
+        """Preempt LLM k's newest running requests while the pool lacks one more token's blocks."""
+        llm = self.llms[k]
+        total = self.kv_in_use()
+        while llm.running:
+            extra = sum(max(0, self._next_token_blocks(r) - self.held[r]) for r in llm.running)
+            if total + extra * llm.block_kib <= self.cfg.pool:
+                return
+            r = llm.running.pop()
+            llm.used -= self.held[r] * llm.block_kib
+            total -= self.held[r] * llm.block_kib
+            self.held[r] = 0
+            self.preemptions[r] += 1
+            llm.preempted.append(r)
+
+    def _start_decode(self, k: int) -> Optional[Job]:
+        """Reserve one more token's blocks (preempting if needed) and start a decode step."""
+        self._preempt_until_step_fits(k)
+        llm = self.llms[k]
+        if not llm.running:
+            return None
+        for r in llm.running:
+            need = self._next_token_blocks(r)
+            if need > self.held[r]:
+                llm.used += (need - self.held[r]) * llm.block_kib
+                self.held[r] = need
+        llm.n_decode = len(llm.running)
+        self.sm_used += llm.share
+        return Job(DECODE, k, list(llm.running), [self.prompt[r] + self.generated[r] for r in llm.running])
+
+    def schedule(self, t: float) -> List[Job]:
+        """Start jobs, pass after pass, until a pass starts nothing and preempts nothing."""
+        jobs: List[Job] = []
+        progress = True
+        while progress:
+            progress = self._fcfs_pass(t, jobs) if self.cfg.policy == FCFS else self._round_robin_pass(t, jobs)
+        return jobs
+
+    def _round_robin_pass(self, t: float, jobs: List[Job]) -> bool:
+        """ADBS / ROUND_ROBIN: one prefill offered round robin, then decodes round robin."""
+        started = False
+        if not self._prefill_in_flight():
+            started, blocked = self._offer_prefill_round_robin(t, jobs)
+            if blocked:
+                return started
+        return self._offer_decodes_round_robin(jobs) or started
+
+    def _offer_prefill_round_robin(self, t: float, jobs: List[Job]) -> tuple[bool, bool]:
+        """The first LLM from the pointer on that can admit takes the prefill (or blocks)."""
+        K = len(self.llms)
+        use_quota = self.cfg.policy == ADBS
+        for i in range(K):
+            k = (self.rr_prefill + i) % K
+            quota_k = self.llms[k].quota if use_quota else self.cfg.pool
+            if not self._head_fits(k, t, quota_k):
+                continue
+            if self._exceeds_sms(self.llms[k].share):
+                return False, True
+            job = self._start_prefill(k, t, quota_k, use_quota)
+            if job is not None:
+                jobs.append(job)
+                self.rr_prefill = (k + 1) % K
+                return True, False
+        return False, False
+
+    def _offer_decodes_round_robin(self, jobs: List[Job]) -> bool:
+        """Offer a decode to every idle LLM with a running batch whose share fits, round robin."""
+        K = len(self.llms)
+        offered = False
+        start = self.rr_decode
+        for i in range(K):
+            k = (start + i) % K
+            llm = self.llms[k]
+            if llm.n_decode > 0 or not llm.running or self._exceeds_sms(llm.share):
+                continue
+            job = self._start_decode(k)
+            if job is not None:
+                jobs.append(job)
+                self.rr_decode = (k + 1) % K
+            offered = True
+        return offered
+
+    def _fcfs_pass(self, t: float, jobs: List[Job]) -> bool:
+        """FCFS: the oldest waiting LLM prefills; decodes oldest-first with head-of-line blocking."""
+        progress = False
+        if not self._prefill_in_flight():
+            best = self._oldest_waiting_llm(t)
+            if best >= 0 and self._head_fits(best, t, self.cfg.pool):
+                if self._exceeds_sms(self.llms[best].share):
+                    return progress
+                job = self._start_prefill(best, t, self.cfg.pool, False)
+                if job is not None:
+                    jobs.append(job)
+                    progress = True
+        for llm in self.llms:
+            llm.tried = False
+        while True:
+            best = self._oldest_running_llm()
+            if best < 0 or self._exceeds_sms(self.llms[best].share):
+                break
+            self.llms[best].tried = True
+            job = self._start_decode(best)
+            if job is not None:
+                jobs.append(job)
+            progress = True
+        return progress
+
+    def _oldest_waiting_llm(self, t: float) -> int:
+        best, key = -1, np.inf
+        for k in range(len(self.llms)):
+            r = self._head(k, t)
+            if r >= 0 and self.arrival[r] < key:
+                key, best = self.arrival[r], k
+        return best
+
+    def _oldest_running_llm(self) -> int:
+        best, key = -1, np.inf
+        for k, llm in enumerate(self.llms):
+            if not llm.tried and llm.n_decode == 0 and llm.running:
+                oldest = llm.running[0]
+                if self.arrival[oldest] < key:
+                    key, best = self.arrival[oldest], k
+        return best
+
+
+def job_seconds(job: Job, tables: LatencyTables) -> float:
+    """The kernel's time of ``job``: its table row at the batch size, at the mean context."""
+    b = len(job.requests)
+    mean = sum(job.contexts) / b
+    rows = tables.prefill if job.kind == PREFILL else tables.decode
+    return len_interp(rows[job.llm, b], tables.lgrid, mean)
+
+
+def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings) -> MeshScheduler:
+    """Drive a :class:`MeshScheduler` on a virtual clock with the kernel's job times and its
+    event loop (end due jobs, re-balance, schedule, drop, advance); returns it finished."""
+    s = MeshScheduler(requests, llms, cfg)
+    n = len(requests.arrival)
+    ends: dict[tuple[str, int], float] = {}
+    t, done, arrived = 0.0, 0, 0
+    next_rebalance = cfg.period if cfg.policy == ADBS else np.inf
+    while True:
+        for k in range(len(s.llms)):
+            for kind in (DECODE, PREFILL):
+                if ends.get((kind, k), np.inf) <= t:
+                    del ends[(kind, k)]
+                    done += len(s.complete(kind, k, t))
+        while arrived < n and s.arrival[arrived] <= t:
+            arrived += 1
+        if done == n:
+            return s
+        while t >= next_rebalance:
+            next_rebalance += cfg.period
+            s.rebalance()
+        for job in s.schedule(t):
+            ends[(job.kind, job.llm)] = t + job_seconds(job, tables)
+        if not s.busy():
+            dropped = s.drop_unfittable(t)
+            if dropped:
+                done += len(dropped)
+                continue
+        t_next = min(ends.values(), default=np.inf)
+        if arrived < n and s.arrival[arrived] < t_next:
+            t_next = float(s.arrival[arrived])
+        if t_next == np.inf:
+            return s
+        if cfg.policy == ADBS and s.busy() and next_rebalance < t_next:
+            t_next = next_rebalance
+        if t_next >= cfg.horizon:
+            return s
+        t = t_next
