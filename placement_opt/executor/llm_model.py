@@ -1,0 +1,244 @@
+"""A LLaMA-style decoder for the LLM executor, tensor-parallel over torch.distributed.
+
+Built from an instance's :class:`~placement_opt.model.Architecture`: token embedding,
+``layers`` blocks of RMSNorm -> grouped-query attention with rotary positions (RoPE) ->
+RMSNorm -> SwiGLU MLP (a plain GELU MLP when the architecture has no gate), a final RMSNorm
+and an LM head (the embedding when tied). Rotary positions are used even where the
+architecture declares learned ones (their table is under 0.1% of the weights).
+
+Tensor parallelism (Megatron style): the QKV and the gate/up matrices are column-parallel
+(each rank holds ``heads / tp`` query heads, ``kv_heads / tp`` KV heads and ``ffn / tp``
+MLP columns), the attention output and down matrices row-parallel, each followed by one
+all-reduce in the TP group; embedding, norms and LM head are replicated, so every rank ends
+with the same logits and picks the same greedy token.
+
+Weights are seeded: every full matrix is drawn from its own generator (the model's seed, the
+layer and the matrix) and each rank keeps its slice, so a TP-2 model holds exactly the
+halves of the TP-1 model's matrices and computes the same function.
+
+Attention reads and writes the paged KV pool of :mod:`.llm_kvcache`: a prefill computes the
+whole context (a recomputed one included) and scatters its K and V into the request's
+blocks; a decode step writes the new token's K and V, gathers each request's blocks and
+runs SDPA with a mask over the valid positions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, List, Optional, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from placement_opt.errors import InputError
+from placement_opt.model import Architecture
+
+ROPE_BASE = 10000.0
+NORM_EPS = 1e-5
+
+
+def check_llm_supported(arch: Architecture, tp: int, field: str) -> None:
+    """Raise InputError when the decoder cannot be built for ``arch`` split over ``tp`` GPUs."""
+    kvh = arch.kv_heads or arch.heads
+    if arch.moe_experts:
+        raise InputError("the LLM executor builds dense decoders; this one has experts", f"{field}.moe_experts")
+    if arch.heads % kvh:
+        raise InputError(f"heads {arch.heads} is not a multiple of kv_heads {kvh}", f"{field}.kv_heads")
+    if arch.heads % tp or kvh % tp or arch.ffn_hidden % tp:
+        raise InputError(f"heads {arch.heads}, kv_heads {kvh} and ffn {arch.ffn_hidden} must divide by the mesh's "
+                         f"{tp} GPUs", field)
+    if (arch.hidden // arch.heads) % 2:
+        raise InputError("rotary positions need an even head size", f"{field}.heads")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The per-rank sizes of one decoder shard."""
+
+    hidden: int
+    head_dim: int
+    heads: int  # query heads on this rank
+    kv_heads: int  # KV heads on this rank
+    ffn: int  # MLP columns on this rank
+    gated: bool
+    vocab: int
+    layers: int
+
+    @classmethod
+    def of(cls, arch: Architecture, tp: int) -> "Shape":
+        kvh = arch.kv_heads or arch.heads
+        return cls(hidden=arch.hidden, head_dim=arch.hidden // arch.heads, heads=arch.heads // tp,
+                   kv_heads=kvh // tp, ffn=arch.ffn_hidden // tp, gated=arch.gated_mlp, vocab=arch.vocab,
+                   layers=arch.layers)
+
+
+class _Seeded:
+    """Full matrices from per-matrix generators; the caller keeps its rank's slice."""
+
+    def __init__(self, seed: int, device: torch.device, dtype: torch.dtype):
+        self.seed, self.device, self.dtype = seed, device, dtype
+        self.count = 0
+
+    def matrix(self, rows: int, cols: int) -> torch.Tensor:
+        """The next ``rows x cols`` matrix, N(0, 1/cols) (activations keep their scale)."""
+        self.count += 1
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed((self.seed * 1_000_003 + self.count) % (2 ** 63))
+        w = torch.randn(rows, cols, generator=gen, device=self.device, dtype=torch.float32)
+        return w.mul_(1.0 / math.sqrt(cols))
+
+
+class DecoderShard:
+    """One rank's shard of the decoder; see the module docstring."""
+
+    def __init__(self, arch: Architecture, seed: int, tp_rank: int, tp: int, group: Any, device: torch.device,
+                 dtype: torch.dtype):
+        self.arch, self.shape = arch, Shape.of(arch, tp)
+        self.tp, self.group, self.device, self.dtype = tp, group, device, dtype
+        s, src = self.shape, _Seeded(seed, device, dtype)
+        full_heads, full_kv, full_ffn = s.heads * tp, s.kv_heads * tp, s.ffn * tp
+
+        def rows(w: torch.Tensor, n: int) -> torch.Tensor:
+            return w[tp_rank * n:(tp_rank + 1) * n]
+
+        def cols(w: torch.Tensor, n: int) -> torch.Tensor:
+            return w[:, tp_rank * n:(tp_rank + 1) * n]
+
+        h, hd = s.hidden, s.head_dim
+        self.embed = src.matrix(s.vocab, h).mul_(math.sqrt(h)).to(dtype)
+        self.layers: List[dict] = []
+        for _ in range(s.layers):
+            wq, wk, wv = src.matrix(full_heads * hd, h), src.matrix(full_kv * hd, h), src.matrix(full_kv * hd, h)
+            wo = src.matrix(h, full_heads * hd)
+            up = src.matrix(full_ffn, h)
+            gate = src.matrix(full_ffn, h) if s.gated else None
+            down = src.matrix(h, full_ffn)
+            layer = {"attn_norm": torch.ones(h, device=device, dtype=dtype),
+                     "mlp_norm": torch.ones(h, device=device, dtype=dtype),
+                     "wqkv": torch.cat([rows(wq, s.heads * hd), rows(wk, s.kv_heads * hd),
+                                        rows(wv, s.kv_heads * hd)]).to(dtype),
+                     "wo": cols(wo, s.heads * hd).contiguous().to(dtype),
+                     "up": (torch.cat([rows(gate, s.ffn), rows(up, s.ffn)]) if gate is not None
+                            else rows(up, s.ffn)).contiguous().to(dtype),
+                     "down": cols(down, s.ffn).contiguous().to(dtype)}
+            self.layers.append(layer)
+        self.final_norm = torch.ones(h, device=device, dtype=dtype)
+        self.lm_head = self.embed if arch.tied_embeddings else src.matrix(s.vocab, h).to(dtype)
+        inv = 1.0 / (ROPE_BASE ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
+        self.inv_freq = inv
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights this rank holds."""
+        tensors = [self.embed, self.final_norm] + [t for layer in self.layers for t in layer.values()]
+        if self.lm_head is not self.embed:
+            tensors.append(self.lm_head)
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    # ------------------------------------------------------------ building blocks
+
+    def _all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp > 1:
+            import torch.distributed as dist
+            dist.all_reduce(x, group=self.group)
+        return x
+
+    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + NORM_EPS)).to(x.dtype) * w
+
+    def _rope(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x`` [..., tokens, heads, hd] by the angles of ``pos`` [..., tokens]."""
+        ang = pos.to(torch.float32).unsqueeze(-1) * self.inv_freq  # [..., tokens, hd/2]
+        cos, sin = ang.cos().unsqueeze(-2), ang.sin().unsqueeze(-2)
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+    def _mlp(self, layer: dict, x: torch.Tensor) -> torch.Tensor:
+        y = x @ layer["up"].t()
+        if self.shape.gated:
+            g, u = y.chunk(2, dim=-1)
+            y = F.silu(g) * u
+        else:
+            y = F.gelu(y)
+        return self._all_reduce(y @ layer["down"].t())
+
+    def _qkv(self, layer: dict, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K, V of ``x`` [..., tokens, hidden] as [..., tokens, heads, hd], rotated."""
+        s = self.shape
+        qkv = self._rms(x, layer["attn_norm"]) @ layer["wqkv"].t()
+        q, k, v = qkv.split([s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim], dim=-1)
+        lead = x.shape[:-1]
+        q = self._rope(q.reshape(*lead, s.heads, s.head_dim), pos)
+        k = self._rope(k.reshape(*lead, s.kv_heads, s.head_dim), pos)
+        return q, k, v.reshape(*lead, s.kv_heads, s.head_dim)
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self._rms(x, self.final_norm).float() @ self.lm_head.float().t()
+
+    # ------------------------------------------------------------ whole sequences
+
+    def forward_full(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [b, L, vocab] of whole sequences ``tokens`` [b, L] (no cache; the reference)."""
+        b, n = tokens.shape
+        pos = torch.arange(n, device=self.device).expand(b, n)
+        x = self.embed[tokens]
+        for layer in self.layers:
+            q, k, v = self._qkv(layer, x, pos)
+            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               is_causal=True, enable_gqa=True)
+            x = x + self._all_reduce(a.transpose(1, 2).reshape(b, n, -1) @ layer["wo"].t())
+            x = x + self._mlp(layer, self._rms(x, layer["mlp_norm"]))
+        return self._logits(x)
+
+    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, kv: Optional["PagedWrite"]) -> torch.Tensor:
+        """Prefill padded prompts ``tokens`` [b, L] of ``lengths`` [b]; writes their K and V
+        through ``kv`` (if given) and returns the logits at each prompt's last token [b, vocab]."""
+        b, n = tokens.shape
+        pos = torch.arange(n, device=self.device).expand(b, n)
+        valid = pos < lengths.unsqueeze(1)  # [b, L]
+        mask = torch.tril(torch.ones(n, n, dtype=torch.bool, device=self.device)) & valid.unsqueeze(1)
+        mask = mask | ~valid.unsqueeze(2)  # padded queries attend somewhere (their rows are discarded)
+        x = self.embed[tokens]
+        for li, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x, pos)
+            if kv is not None:
+                kv.write_prefill(li, k, v, valid)
+            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=mask.unsqueeze(1), enable_gqa=True)
+            x = x + self._all_reduce(a.transpose(1, 2).reshape(b, n, -1) @ layer["wo"].t())
+            x = x + self._mlp(layer, self._rms(x, layer["mlp_norm"]))
+        last = x[torch.arange(b, device=self.device), lengths - 1]
+        return self._logits(last)
+
+    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, kv: "PagedWrite") -> torch.Tensor:
+        """One decode step of ``tokens`` [B] at positions ``pos`` [B] over the paged cache
+        ``kv``; returns the logits [B, vocab]."""
+        B = tokens.shape[0]
+        x = self.embed[tokens].unsqueeze(1)  # [B, 1, h]
+        p = pos.unsqueeze(1)
+        for li, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x, p)
+            kv.write_token(li, k[:, 0], v[:, 0])
+            keys, values = kv.gather(li)  # [B, kvh, M*block, hd]
+            a = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=kv.mask, enable_gqa=True)
+            x = x + self._all_reduce(a.transpose(1, 2).reshape(B, 1, -1) @ layer["wo"].t())
+            x = x + self._mlp(layer, self._rms(x, layer["mlp_norm"]))
+        return self._logits(x[:, 0])
+
+
+class PagedWrite(Protocol):
+    """The KV-pool side of one job (built by :mod:`.llm_kvcache`): where each token's K and V
+    go and which blocks each request reads."""
+
+    mask: torch.Tensor
+
+    def write_prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor) -> None:
+        """Store a prefill's valid tokens' K and V ([b, L, kv_heads, hd])."""
+
+    def write_token(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store a decode step's new K and V ([B, kv_heads, hd])."""
+
+    def gather(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every request's K and V of ``layer`` as [B, kv_heads, positions, hd]."""
+        ...
