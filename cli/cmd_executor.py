@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
@@ -47,11 +47,18 @@ def _floats(text: str, field: str) -> list[float]:
 @click.option("--cpu-threads", type=int, default=1, show_default=True, help="Torch threads per CPU worker.")
 @click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
               help="On GPUs, run each stage as one CUDA graph replay (its all-reduces included).")
+@click.option("--policy", default=None,
+              help="LLM instances: mesh scheduling policy (adbs, round-robin, fcfs, temporal); default: the "
+                   "placement's scheduling, else the instance's llm.policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summaries as JSON.")
 def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, slo_scales: Optional[str],
                 duration: Optional[float], hang_timeout: float, start_timeout: float, warmup: int, cpu_threads: int,
-                cuda_graphs: bool, as_json: bool) -> None:
-    """Run PLACEMENT on INSTANCE's workload on real devices and compare with the simulator."""
+                cuda_graphs: bool, policy: Optional[str], as_json: bool) -> None:
+    """Run PLACEMENT on INSTANCE's workload on real devices and compare with the simulator.
+
+    DNN instances replay requests through pipelines of transformer stages; LLM instances run
+    every mesh's LLMs with a paged KV cache and the simulator's scheduling policy.
+    """
     from placement_opt.executor import require_torch
 
     require_torch()
@@ -75,6 +82,13 @@ def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, sl
         raise InputError("exists and is not a folder", "--output-dir", output_dir)
     config = ExecutorConfig(backend=backend, hang_timeout_s=hang_timeout, start_timeout_s=start_timeout,
                             warmup=warmup, cpu_threads=cpu_threads, duration_s=duration, cuda_graphs=cuda_graphs)
+    if inst.is_llm:
+        if scales:
+            raise InputError("SLO-scale trials are for DNN instances", "--slo-scale")
+        _execute_llm(inst, plc, output_dir, config, policy, as_json)
+        return
+    if policy is not None:
+        raise InputError("scheduling policies are for LLM instances", "--policy")
     try:
         summaries = execute(inst, plc, output_dir, config, scales, log=progress)
     except ExecutorError as e:
@@ -89,6 +103,29 @@ def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, sl
     click.echo(table(["trial", "attainment measured", "simulated", "diff (pp)", "mean latency measured (s)",
                       "simulated (s)", "late"], rows))
     progress(f"wrote {output_dir}")
+
+
+def _execute_llm(inst: Any, plc: Any, output_dir: str, config: Any, policy: Optional[str], as_json: bool) -> None:
+    """``placeopt execute`` of an LLM instance: run, then print measured beside simulated."""
+    from placement_opt.executor.controller import ExecutorError
+    from placement_opt.executor.llm_run import execute_llm
+
+    try:
+        summary = execute_llm(inst, plc, output_dir, config, policy, log=progress)
+    except ExecutorError as e:
+        click.echo(f"placeopt: execute failed: {e}", err=True)
+        sys.exit(1)
+    if as_json:
+        emit_json(summary)
+        return
+    m, s = summary["measured"], summary["simulated"]
+    keys = ["throughput_rps", "tokens_per_s", "ttft_mean_s", "tpot_mean_s", "slo_attainment", "sm_utilisation",
+            "kv_utilisation"]
+    click.echo(table(["metric", "measured", "simulated"], [[k, m[k], s[k]] for k in keys]))
+    rows = [[name, pm["throughput_rps"], s["per_model"][name]["throughput_rps"], pm["ttft_mean_s"],
+             s["per_model"][name]["ttft_mean_s"]] for name, pm in m["per_model"].items()]
+    click.echo(table(["model", "req/s measured", "simulated", "TTFT measured (s)", "simulated (s)"], rows))
+    progress(f"SM partitioning: {', '.join(summary['sm_partitioning'])}; wrote {output_dir}")
 
 
 def _architecture_from_file(path: str, model: str | None) -> tuple[str | None, Architecture]:

@@ -1,0 +1,272 @@
+"""The LLM engine of one mesh on one GPU (or CPU): decoders, KV pool, streams, jobs.
+
+Every rank of a mesh holds a :class:`MeshEngine` with its TP shard of each of the mesh's
+LLMs, one :class:`~.llm_kvcache.KVPool` shared by them, and per LLM a prefill and a decode
+stream. :meth:`MeshEngine.launch` starts a scheduler :class:`~.llm_sched.Job` without
+waiting (on GPUs its kernels are queued on the LLM's stream and an event marks its end);
+:meth:`MeshEngine.finish` waits for a job, appends the greedy tokens it produced to its
+requests and returns them. Every rank of a mesh launches and finishes the same jobs in the
+same order, so their TP collectives pair up (each LLM has its own prefill and decode
+process groups, so jobs of different LLMs, or one LLM's prefill and decode, never share a
+communicator).
+
+SM partitioning (GPU): each LLM's streams come from a CUDA green context with its SM share
+of the GPU's SMs, rounded up to the architecture's granularity (:func:`sm_counts`);
+``mechanism`` says what ran: ``green-contexts``, ``streams`` (plain streams when green
+contexts are unavailable: jobs overlap with no SM limit) or ``cpu-serial`` (CPU: jobs run
+one after another inside ``launch``).
+
+Decode steps on GPUs replay CUDA graphs captured at start-up per (batch bucket, block
+bucket), powers of two, on static :class:`~.llm_kvcache.DecodeInputs`; each LLM's graphs
+share one memory pool (its decode steps never overlap each other).
+
+Request token ids are synthetic and deterministic (a hash of the mesh-local request id):
+the weights are random, the point is the work, and every rank derives the same ids.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from placement_opt.model import Architecture
+from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillWrite, page_units
+from placement_opt.executor.llm_model import DecoderShard
+from placement_opt.executor.llm_sched import DECODE, PREFILL, Job
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class LLMBuild:
+    """One LLM of the mesh: its architecture, weights seed and SM share."""
+
+    name: str
+    architecture: Architecture
+    seed: int
+    share: float
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What a rank builds: the mesh's LLMs, its TP position, the pool and the decode buckets."""
+
+    llms: Tuple[LLMBuild, ...]
+    tp: int
+    tp_rank: int
+    pool_pages: int  # pages in this GPU's pool
+    block: int  # tokens per KV block
+    max_batch: int
+    max_blocks: int  # most blocks one request holds (its longest context + 1 token)
+    cuda_graphs: bool
+    green_contexts: bool = True
+
+
+def prompt_tokens(r: int, length: int, vocab: int) -> List[int]:
+    """Synthetic prompt of request ``r`` (mesh-local id): ``length`` ids from a seeded generator."""
+    rng = np.random.default_rng(1_000_003 + r)
+    return [int(x) for x in rng.integers(0, vocab, size=length)]
+
+
+def buckets(limit: int) -> List[int]:
+    """Powers of two from 1 up to the first one >= ``limit``."""
+    out = [1]
+    while out[-1] < limit:
+        out.append(out[-1] * 2)
+    return out
+
+
+def sm_counts(shares: Sequence[float], total_sms: int, capability: Tuple[int, int]) -> List[int]:
+    """SMs of each share's green context: the share of ``total_sms`` rounded up to the
+    architecture's granularity (8 SMs from compute capability 9.0, 2 before), at most all."""
+    g = 8 if capability[0] >= 9 else 2
+    return [min(total_sms, max(g, g * math.ceil(s * total_sms / g - 1e-9))) for s in shares]
+
+
+@dataclass
+class _Running:
+    """A launched job: its end event (GPU) and its greedy tokens (on the device)."""
+
+    job: Job
+    tokens: torch.Tensor
+    event: Optional[Any] = None
+
+
+@dataclass
+class _LLMRuntime:
+    """One LLM on this rank: shard, cache, streams, process groups, captured decode graphs."""
+
+    build: LLMBuild
+    model: DecoderShard
+    cache: LLMCache
+    streams: Tuple[Any, Any]  # prefill, decode (None on CPU)
+    groups: Tuple[Any, Any]  # TP process groups of its prefill and decode jobs
+    graphs: Dict[Tuple[int, int], Tuple[Any, DecodeInputs, torch.Tensor]] = field(default_factory=dict)
+    graph_pool: Any = None
+
+
+class MeshEngine:
+    """See the module docstring."""
+
+    def __init__(self, spec: EngineSpec, device: torch.device, groups: Sequence[Tuple[Any, Any]]):
+        self.spec, self.device = spec, device
+        archs = [b.architecture for b in spec.llms]
+        head_dims = {a.hidden // a.heads for a in archs}
+        assert len(head_dims) == 1, "a mesh's LLMs share one head size (checked before start)"
+        self.dtype = torch.float32 if device.type == "cpu" else DTYPES.get(archs[0].dtype, torch.float16)
+        self.pool = KVPool(spec.pool_pages, page_units(archs, spec.tp), spec.block, head_dims.pop(), device,
+                           self.dtype)
+        self.mechanism, self.sm = "cpu-serial", [0] * len(archs)
+        streams = self._make_streams()
+        self.llms: List[_LLMRuntime] = []
+        for k, b in enumerate(spec.llms):
+            model = DecoderShard(b.architecture, b.seed, spec.tp_rank, spec.tp, groups[k][0], device, self.dtype)
+            self.llms.append(_LLMRuntime(build=b, model=model, cache=LLMCache(self.pool, b.architecture, spec.tp),
+                                         streams=streams[k], groups=tuple(groups[k])))  # type: ignore[arg-type]
+        self.tokens: Dict[int, List[int]] = {}  # request -> prompt and generated ids
+        self.running: Dict[Tuple[str, int], _Running] = {}
+
+    # ------------------------------------------------------------ start-up
+
+    def _make_streams(self) -> List[Tuple[Any, Any]]:
+        """Per LLM its prefill and decode streams, from green contexts of its SM share when
+        possible (sets ``mechanism`` and ``sm``)."""
+        n = len(self.spec.llms)
+        if self.device.type != "cuda":
+            return [(None, None)] * n
+        props = torch.cuda.get_device_properties(self.device)
+        shares = [b.share for b in self.spec.llms]
+        self.sm = sm_counts(shares, props.multi_processor_count, (props.major, props.minor))
+        if self.spec.green_contexts:
+            try:
+                return self._green_streams()
+            except Exception as e:  # unsupported build, driver or device: fall back
+                self.fallback_reason = f"{type(e).__name__}: {e}"
+        self.mechanism = "streams"
+        self.sm = [props.multi_processor_count] * n
+        return [(torch.cuda.Stream(self.device), torch.cuda.Stream(self.device)) for _ in range(n)]
+
+    def _green_streams(self) -> List[Tuple[Any, Any]]:
+        from torch.cuda.green_contexts import GreenContext
+
+        self.contexts = [GreenContext.create(c, self.device.index or 0) for c in self.sm]
+        out = [(ctx.Stream(), ctx.Stream()) for ctx in self.contexts]
+        self.mechanism = "green-contexts"
+        return out
+
+    def warm_up(self) -> None:
+        """Run one prefill and one decode per LLM, then capture the decode graphs (GPU)."""
+        for k, rt in enumerate(self.llms):
+            r = -1 - k  # a request id no replayed request has
+            self.tokens[r] = prompt_tokens(r, 4, rt.build.architecture.vocab)
+            for job in (Job(PREFILL, k, [r], [4]), Job(DECODE, k, [r], [5])):
+                self.launch(job)
+                self.finish(job.kind, k)
+            rt.cache.release(r)
+            del self.tokens[r]
+        if self.device.type == "cuda" and self.spec.cuda_graphs:
+            for k in range(len(self.llms)):
+                self._capture(k)
+        self.sync()
+
+    def _capture(self, k: int) -> None:
+        """Capture LLM k's decode step for every (batch, blocks) bucket on its decode stream."""
+        rt = self.llms[k]
+        rt.graph_pool = torch.cuda.graph_pool_handle()
+        stream = rt.streams[1]
+        for b in buckets(self.spec.max_batch):
+            for m in buckets(self.spec.max_blocks):
+                inputs = DecodeInputs(rt.cache, b, m)
+                with torch.cuda.stream(stream):
+                    rt.model.decode(inputs.tokens, inputs.pos, inputs)  # warm-up off the capture
+                stream.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=rt.graph_pool, stream=stream, capture_error_mode="thread_local"):
+                    out = rt.model.decode(inputs.tokens, inputs.pos, inputs).argmax(-1)
+                rt.graphs[(b, m)] = (graph, inputs, out)
+        stream.synchronize()
+
+    # ------------------------------------------------------------ jobs
+
+    def _blocks(self, tokens: int) -> int:
+        return (tokens + self.spec.block - 1) // self.spec.block
+
+    def launch(self, job: Job) -> None:
+        """Start ``job`` (its requests' blocks reserved first); returns without waiting on GPUs."""
+        rt = self.llms[job.llm]
+        vocab = rt.build.architecture.vocab
+        for r, ctx in zip(job.requests, job.contexts):
+            if r not in self.tokens:
+                self.tokens[r] = prompt_tokens(r, ctx, vocab)
+            rt.cache.ensure(r, self._blocks(ctx + 1))
+        stream = rt.streams[0 if job.kind == PREFILL else 1]
+        if stream is None:
+            tokens = self._prefill(rt, job) if job.kind == PREFILL else self._decode(rt, job)
+            self.running[(job.kind, job.llm)] = _Running(job, tokens)
+            return
+        stream.wait_stream(torch.cuda.current_stream(self.device))  # the inputs copied on the default stream
+        with torch.cuda.stream(stream):
+            tokens = self._prefill(rt, job) if job.kind == PREFILL else self._decode(rt, job)
+            event = torch.cuda.Event()
+            event.record(stream)
+        self.running[(job.kind, job.llm)] = _Running(job, tokens, event)
+
+    def _prefill(self, rt: _LLMRuntime, job: Job) -> torch.Tensor:
+        lengths = list(job.contexts)
+        ids = np.zeros((len(lengths), max(lengths)), dtype=np.int64)
+        for i, (r, n) in enumerate(zip(job.requests, lengths)):
+            ids[i, :n] = self.tokens[r][:n]
+        tok = torch.from_numpy(ids).to(self.device, non_blocking=True)
+        lens = torch.tensor(lengths, device=self.device)
+        logits = rt.model.prefill(tok, lens, PrefillWrite(rt.cache, job.requests, lengths))
+        return logits.argmax(-1)
+
+    def _decode(self, rt: _LLMRuntime, job: Job) -> torch.Tensor:
+        n = len(job.requests)
+        last = [self.tokens[r][-1] for r in job.requests]
+        pos = [c - 1 for c in job.contexts]  # the last token's position: its K and V are written now
+        need = self._blocks(max(job.contexts))
+        if rt.graphs:
+            b = next(x for x in buckets(self.spec.max_batch) if x >= n)
+            m = next(x for x in buckets(self.spec.max_blocks) if x >= need)
+            graph, inputs, out = rt.graphs[(b, m)]
+            inputs.fill(job.requests, last, pos)
+            graph.replay()
+            return out[:n].clone()
+        inputs = DecodeInputs(rt.cache, n, need)
+        inputs.fill(job.requests, last, pos)
+        return rt.model.decode(inputs.tokens, inputs.pos, inputs).argmax(-1)
+
+    def done(self, kind: str, k: int) -> bool:
+        """Whether LLM k's ``kind`` job has finished on the device (does not wait)."""
+        run = self.running[(kind, k)]
+        return run.event is None or bool(run.event.query())
+
+    def in_flight(self) -> List[Tuple[str, int]]:
+        return list(self.running)
+
+    def finish(self, kind: str, k: int) -> Job:
+        """Wait for LLM k's ``kind`` job, append its tokens to its requests and return it."""
+        run = self.running.pop((kind, k))
+        if run.event is not None:
+            run.event.synchronize()
+        for r, t in zip(run.job.requests, run.tokens.tolist()):
+            self.tokens[r].append(int(t))
+        return run.job
+
+    def release(self, k: int, r: int, forget: bool) -> None:
+        """Free request r's blocks (finished: ``forget`` its tokens too; preempted: keep them)."""
+        self.llms[k].cache.release(r)
+        if forget:
+            self.tokens.pop(r, None)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def weight_bytes(self) -> List[int]:
+        return [rt.model.weight_bytes() for rt in self.llms]

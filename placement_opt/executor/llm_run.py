@@ -1,0 +1,429 @@
+"""``placeopt execute`` for LLM instances: run a MuxServe-style placement on real devices.
+
+One process per GPU of every mesh that hosts LLMs (CPU processes with gloo when there is
+no GPU). Requests are split over the meshes as the simulator splits them, each mesh's
+leader replays its requests in real time with the simulator's scheduling decisions
+(:mod:`.llm_worker`), and the controller gathers every request's record. It watches the
+workers throughout: a worker that exits or reports an error, a mesh whose heartbeat stops
+for ``hang_timeout_s``, or Ctrl-C stops the run; every worker is then killed, what was
+measured so far is written, and :class:`ExecutorError` (or ``KeyboardInterrupt``) is raised.
+
+Output (atomically written into the output folder): ``metrics.json`` (the measured metrics,
+the JSON ``placeopt simulate`` prints for LLM instances, computed by the simulator's own
+:func:`~placement_opt.simulate.llm.llm_metrics` from the measured times), ``simulated.json``
+(the simulator on the same requests), ``requests.csv`` (per request: arrival, lengths, mesh,
+measured and simulated first token and finish, preemptions, every token's time) and
+``summary.json`` (both side by side, their relative errors, and the run's facts: SM
+partitioning mechanism and SM counts, backend, CUDA graphs, pool sizes).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+import time
+from dataclasses import dataclass
+from multiprocessing import connection
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from placement_opt.errors import InputError
+from placement_opt.instance import Instance
+from placement_opt.io import atomic_write_json, atomic_write_text
+from placement_opt.llm_units import LLMSpec, llm_config, llm_specs
+from placement_opt.placement import Placement
+from placement_opt.simulate import llm as simllm
+from placement_opt.simulate.meshsim import MeshLLMs, MeshRequests, MeshSettings
+from placement_opt.workload import Requests
+from placement_opt.executor.controller import ExecutorConfig, ExecutorError, _free_port, host_memory_bytes, model_seed
+from placement_opt.executor.llm_engine import EngineSpec, LLMBuild
+from placement_opt.executor.llm_kvcache import page_units, units_per_block
+from placement_opt.executor.llm_worker import LLMWorkerSpec, MeshWork, llm_worker_main
+
+KIB = 1024
+
+
+@dataclass(frozen=True)
+class MeshPlan:
+    """One mesh of the placement as the executor runs it."""
+
+    group: int
+    specs: Tuple[LLMSpec, ...]
+    devices: Tuple[int, ...]
+    requests: np.ndarray  # indices into the replayed requests
+    work: MeshWork
+    pool_pages: int
+    max_blocks: int
+
+
+def _arch(instance: Instance, spec: LLMSpec) -> Any:
+    arch = instance.models[spec.index].architecture
+    assert arch is not None  # parsing requires an architecture for LLMs
+    return arch
+
+
+def check_llm_executable(instance: Instance, placement: Placement, backend: str) -> List[float]:
+    """Everything the LLM executor needs, as input errors before any process starts; returns
+    the KV pool bytes of every group (the simulator's rule)."""
+    from placement_opt.executor.llm_model import check_llm_supported
+
+    if placement.windows:
+        raise InputError("the executor runs static placements; this one has time windows", "windows")
+    specs = llm_specs(instance)
+    pools = simllm.check_llm_groups(instance, placement.groups, specs)
+    index = {s.name: s for s in specs}
+    host_bytes = 0
+    for gi, g in enumerate(placement.groups):
+        archs = [_arch(instance, index[m]) for m in g.models]
+        for m, a in zip(g.models, archs):
+            check_llm_supported(a, g.tp, f"models[{m}].architecture")
+            host_bytes += a.param_count() * 4
+        if len({a.hidden // a.heads for a in archs}) > 1:
+            raise InputError("the LLMs of one mesh must share one head size (their KV blocks share a pool)",
+                             f"groups[{gi}].models")
+    if backend == "gloo" and host_bytes > host_memory_bytes():
+        raise InputError(f"the CPU workers would hold {host_bytes / 1e9:.1f} GB of fp32 weights, more than this "
+                         "host's memory", "groups")
+    if backend == "nccl":
+        import torch
+        used = [d for g in placement.groups if g.models for d in g.devices]
+        if used and max(used) >= torch.cuda.device_count():
+            raise InputError(f"the placement uses device {max(used)} but this host has "
+                             f"{torch.cuda.device_count()} GPUs", "groups")
+    return pools
+
+
+def replay_requests(instance: Instance, duration_s: Optional[float]) -> Requests:
+    """The instance's requests, only those arriving in the first ``duration_s`` seconds if given."""
+    req = instance.requests()
+    if duration_s is None or duration_s >= req.duration_s:
+        return req
+    return dataclasses.replace(req.select(req.arrival < duration_s), duration_s=float(duration_s))
+
+
+def _pool_pages(instance: Instance, specs: Sequence[LLMSpec], tp: int, pool_bytes: float, block: int,
+                req: MeshRequests) -> int:
+    """Pages of one GPU's pool: the simulator's pool at the architectures' dtype, per GPU,
+    capped at what all the mesh's requests could hold at once."""
+    archs = [_arch(instance, s) for s in specs]
+    P = page_units(archs, tp)
+    a0 = archs[0]
+    page_bytes = P * block * (a0.hidden // a0.heads) * a0.dtype_bytes
+    by_rule = int(pool_bytes / tp // page_bytes)
+    blocks = (req.prompt + req.output + block) // block
+    ppb = np.array([units_per_block(a, tp) // P for a in archs])
+    return max(1, min(by_rule, int((blocks * ppb[req.llm]).sum())))
+
+
+def plan_meshes(instance: Instance, placement: Placement, req: Requests, pools: List[float], policy: str
+                ) -> List[MeshPlan]:
+    """Every mesh that hosts LLMs: its requests (split as the simulator splits them), its
+    scheduler's inputs (as the simulator builds them), its pool pages and longest request."""
+    cfg = llm_config(instance)
+    specs = llm_specs(instance)
+    index = {s.name: s.index for s in specs}
+    prompt, output = simllm._with_lengths(instance, req)
+    mesh_of = simllm._mesh_of_requests(placement.groups, index, req.model)
+    all_req = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
+    plans = []
+    for gi, g in enumerate(placement.groups):
+        if not g.models:
+            continue
+        sel = np.flatnonzero(mesh_of == gi)
+        mesh_specs = [specs[index[m]] for m in g.models]
+        local = simllm._mesh_requests(all_req, sel, mesh_specs)
+        shares = simllm._sm_shares(g, policy)
+        llms = MeshLLMs(share=np.asarray(shares, dtype=np.float64),
+                        kv_kib=np.array([int(np.ceil(s.kv_bytes_per_token / KIB)) for s in mesh_specs],
+                                        dtype=np.int64),
+                        rate=np.array([s.rate for s in mesh_specs]))
+        settings = MeshSettings(policy=simllm._POLICY_CODE[policy], pool=simllm._pool_kib(pools[gi]),
+                                block=cfg.kv_block_tokens, max_batch=cfg.max_batch,
+                                token_budget=cfg.prefill_token_budget, period=cfg.rebalance_period_s,
+                                frac=cfg.rebalance_fraction, horizon=req.duration_s + cfg.drain_s)
+        longest = int((local.prompt + local.output).max()) if len(sel) else 1
+        plans.append(MeshPlan(group=gi, specs=tuple(mesh_specs), devices=tuple(g.devices), requests=sel,
+                              work=MeshWork(local, llms, settings),
+                              pool_pages=_pool_pages(instance, mesh_specs, g.tp, pools[gi], cfg.kv_block_tokens,
+                                                     local),
+                              max_blocks=(longest + cfg.kv_block_tokens) // cfg.kv_block_tokens))
+    return plans
+
+
+def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config: ExecutorConfig,
+                 max_batch: int) -> List[LLMWorkerSpec]:
+    """One spec per process, meshes in group order, TP rank order within a mesh."""
+    meshes, rank = [], 0
+    for p in plans:
+        meshes.append(tuple(range(rank, rank + len(p.devices))))
+        rank += len(p.devices)
+    init = f"tcp://127.0.0.1:{_free_port()}"
+    out = []
+    for p, ranks in zip(plans, meshes):
+        builds = tuple(LLMBuild(name=s.name, architecture=_arch(instance, s), seed=model_seed(instance.seed, s.name),
+                                share=float(p.work.llms.share[k])) for k, s in enumerate(p.specs))
+        for tp_rank, r in enumerate(ranks):
+            engine = EngineSpec(llms=builds, tp=len(ranks), tp_rank=tp_rank, pool_pages=p.pool_pages,
+                                block=int(p.work.settings.block), max_batch=max_batch, max_blocks=p.max_blocks,
+                                cuda_graphs=config.cuda_graphs and backend == "nccl")
+            out.append(LLMWorkerSpec(rank=r, device=p.devices[tp_rank] if backend == "nccl" else 0, group=p.group,
+                                     mesh_ranks=ranks, all_meshes=tuple(meshes),
+                                     n_llms_of=tuple(len(q.specs) for q in plans), world_size=rank,
+                                     backend=backend, init_method=init, engine=engine,
+                                     work=p.work if tp_rank == 0 else None, cpu_threads=config.cpu_threads,
+                                     timeout_s=config.start_timeout_s))
+    return out
+
+
+class _Run:
+    """The worker processes of one run, their reports, and what was measured so far."""
+
+    def __init__(self, specs: List[LLMWorkerSpec], plans: List[MeshPlan], n_requests: int, config: ExecutorConfig):
+        import torch.multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.specs, self.plans, self.config = specs, plans, config
+        self.first = np.full(n_requests, -1.0)
+        self.finish = np.full(n_requests, -1.0)
+        self.preempt = np.zeros(n_requests, dtype=np.int64)
+        self.token_times: Dict[int, List[float]] = {}
+        self.ready: Dict[int, Any] = {}
+        self.errors: Dict[int, str] = {}
+        self.done: set = set()
+        self.mesh_totals: Dict[int, dict] = {}
+        self.beat: Dict[int, float] = {}
+        self.index = {p.group: p.requests for p in plans}
+        self.procs, self.commands, self.reports = [], [], []
+        for spec in specs:
+            cmd_recv, cmd_send = ctx.Pipe(duplex=False)
+            rep_recv, rep_send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=llm_worker_main, args=(spec, cmd_recv, rep_send), daemon=True,
+                               name=f"placeopt-llm-worker-{spec.rank}")
+            proc.start()
+            cmd_recv.close()
+            rep_send.close()
+            self.procs.append(proc)
+            self.commands.append(cmd_send)
+            self.reports.append(rep_recv)
+        self._open = list(self.reports)
+
+    def poll(self, timeout: float) -> None:
+        """Handle every report arriving within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self._open:
+            ready = connection.wait(self._open, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return
+            for conn in ready:
+                assert isinstance(conn, connection.Connection)
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    self._open.remove(conn)
+                    continue
+                self._handle(msg)
+
+    def _handle(self, msg: tuple) -> None:
+        kind, who = msg[0], msg[1]
+        if kind == "req":
+            i = int(self.index[who][msg[2]])
+            self.first[i], self.finish[i], self.preempt[i] = msg[3], msg[4], msg[5]
+            self.token_times[i] = list(msg[6])
+        elif kind == "beat":
+            self.beat[who] = time.monotonic()
+        elif kind == "mesh":
+            self.mesh_totals[who] = msg[2]
+        elif kind == "ready":
+            self.ready[who] = msg[2]
+        elif kind == "error":
+            self.errors[who] = msg[2]
+        elif kind == "done":
+            self.done.add(who)
+
+    def check(self, serving: bool) -> None:
+        """Raise ExecutorError for a failed, dead or (while serving) silent worker."""
+        for rank, text in sorted(self.errors.items()):
+            last = text.strip().splitlines()[-1] if text.strip() else "unknown error"
+            raise ExecutorError(f"LLM worker rank {rank} (group {self.specs[rank].group}) failed: {last}")
+        for rank, proc in enumerate(self.procs):
+            if proc.exitcode is not None and rank not in self.done:
+                raise ExecutorError(f"LLM worker rank {rank} (group {self.specs[rank].group}) died "
+                                    f"(exit code {proc.exitcode})")
+        if serving:
+            now = time.monotonic()
+            for p in self.plans:
+                if p.group not in self.mesh_totals and now - self.beat[p.group] > self.config.hang_timeout_s:
+                    raise ExecutorError(f"no heartbeat from mesh {p.group} for {self.config.hang_timeout_s:g} s; "
+                                        "a worker hangs")
+
+    def send_all(self, command: Any) -> None:
+        for c in self.commands:
+            try:
+                c.send(command)
+            except (BrokenPipeError, OSError):
+                pass
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+        for p in self.procs:
+            p.join(5.0)
+        for c in self.commands + self.reports:
+            c.close()
+
+    def wait_ready(self) -> float:
+        started = time.monotonic()
+        while len(self.ready) < len(self.specs):
+            self.poll(0.1)
+            self.check(False)
+            if time.monotonic() - started > self.config.start_timeout_s:
+                missing = sorted(set(range(len(self.specs))) - set(self.ready))
+                raise ExecutorError(f"workers {missing} not ready after {self.config.start_timeout_s:g} s")
+        return time.monotonic() - started
+
+    def serve(self) -> float:
+        """Start every mesh at one common time and wait for all to finish; returns that time."""
+        t0 = time.monotonic() + self.config.lead_s
+        for p in self.plans:
+            self.beat[p.group] = t0
+        self.send_all(t0)
+        while len(self.done) < len(self.specs):
+            self.poll(0.05)
+            self.check(True)
+        return t0
+
+
+def _measured_run(run: _Run, plans: List[MeshPlan], n_specs: int, n_groups: int, duration: float
+                  ) -> simllm.LLMRun:
+    """The measured outcome in the simulator's form (per request; per group its utilisation)."""
+    stop = duration
+    kv_share = np.zeros(n_specs)
+    groups: List[dict] = [{"models": [], "sm_utilisation": 0.0, "kv_utilisation": 0.0} for _ in range(n_groups)]
+    for p in plans:
+        tot = run.mesh_totals.get(p.group)
+        pool_kib = int(p.work.settings.pool)
+        names = [s.name for s in p.specs]
+        if tot is None:  # the run stopped before this mesh finished
+            groups[p.group] = {"models": names, "sm_utilisation": 0.0, "kv_utilisation": 0.0, "incomplete": True}
+            continue
+        span = max(tot["stop_s"], 1e-9)
+        stop = max(stop, tot["stop_s"])
+        for k, s in enumerate(p.specs):
+            kv_share[s.index] += tot["kv_llm_time"][k] / (span * pool_kib)
+        groups[p.group] = {"models": names, "sm_share": p.work.llms.share.tolist(),
+                           "kv_pool_gb": round(pool_kib * KIB / 1e9, 3),
+                           "kv_peak_utilisation": tot["peak_kv_kib"] / pool_kib,
+                           "sm_utilisation": tot["sm_time"] / span,
+                           "kv_utilisation": tot["kv_time"] / (span * pool_kib),
+                           "preemptions": tot["preemptions"]}
+    return simllm.LLMRun(first=run.first, finish=run.finish, preempt=run.preempt, stop=stop, group_metrics=groups,
+                         kv_share=kv_share)
+
+
+def _rel(measured: Optional[float], simulated: Optional[float]) -> Optional[float]:
+    """|measured - simulated| / simulated, None when either is missing or the prediction is 0."""
+    if measured is None or simulated is None or simulated == 0:
+        return None
+    return abs(measured - simulated) / abs(simulated)
+
+
+def compare(measured: dict, simulated: dict) -> dict:
+    """The fidelity figures of one run: relative errors (fractions) and attainment points."""
+    per = {name: _rel(m["throughput_rps"], simulated["per_model"][name]["throughput_rps"])
+           for name, m in measured["per_model"].items()}
+    known = [v for v in per.values() if v is not None]
+    return {"throughput_err": _rel(measured["throughput_rps"], simulated["throughput_rps"]),
+            "tokens_per_s_err": _rel(measured["tokens_per_s"], simulated["tokens_per_s"]),
+            "per_llm_throughput_err": per, "max_llm_err": max(known) if known else None,
+            "ttft_err": _rel(measured["ttft_mean_s"], simulated["ttft_mean_s"]),
+            "tpot_err": _rel(measured["tpot_mean_s"], simulated["tpot_mean_s"]),
+            "slo_attainment_pp": 100.0 * (measured["slo_attainment"] - simulated["slo_attainment"])}
+
+
+def requests_csv(req: Requests, names: Sequence[str], prompt: np.ndarray, output: np.ndarray, mesh_of: np.ndarray,
+                 run: _Run, predicted: simllm.LLMRun) -> str:
+    """One row per request: lengths, mesh, measured and simulated times, every token's time."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["request", "model", "group", "arrival_s", "prompt_tokens", "output_tokens", "first_token_s",
+                "finish_s", "simulated_first_token_s", "simulated_finish_s", "preemptions",
+                "simulated_preemptions", "token_times_s"])
+
+    def fmt(x: float) -> str:
+        return f"{x:.6f}" if x >= 0 else ("dropped" if x == -2 else "")
+
+    for i in range(len(req)):
+        w.writerow([i, names[int(req.model[i])], int(mesh_of[i]), f"{req.arrival[i]:.6f}", int(prompt[i]),
+                    int(output[i]), fmt(run.first[i]), fmt(run.finish[i]), fmt(predicted.first[i]),
+                    fmt(predicted.finish[i]), int(run.preempt[i]), int(predicted.preempt[i]),
+                    " ".join(f"{t:.5f}" for t in run.token_times.get(i, []))])
+    return buf.getvalue()
+
+
+def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: ExecutorConfig = ExecutorConfig(),
+                policy: Optional[str] = None, log: Callable[[str], None] = lambda msg: None) -> dict:
+    """Run an LLM ``placement`` on real devices; write the files of the module docstring and
+    return the summary. Raises ExecutorError after saving partial results when a worker
+    fails or hangs; re-raises KeyboardInterrupt likewise."""
+    backend = config.resolved_backend()
+    pools = check_llm_executable(instance, placement, backend)
+    policy = simllm.resolve_policy(instance, placement, policy)
+    req = replay_requests(instance, config.duration_s)
+    plans = plan_meshes(instance, placement, req, pools, policy)
+    cfg = llm_config(instance)
+    max_batch = min(cfg.max_batch, max((len(p.requests) for p in plans), default=1))
+    specs = worker_specs(instance, plans, backend, config, max(1, max_batch))
+    os.makedirs(out_dir, exist_ok=True)
+    run = _Run(specs, plans, len(req), config)
+    log(f"started {len(specs)} LLM workers ({backend}, policy {policy}), pids {' '.join(str(p.pid) for p in run.procs)}")
+    status, startup = "complete", None
+    try:
+        startup = run.wait_ready()
+        log(f"workers ready after {startup:.1f} s; replaying {len(req)} requests over {req.duration_s:g} s")
+        run.serve()
+    except (ExecutorError, KeyboardInterrupt) as e:
+        run.kill()
+        status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
+        _save(instance, placement, req, plans, run, pools, policy, backend, status, startup, config, out_dir)
+        if isinstance(e, ExecutorError):
+            raise ExecutorError(f"{e}; partial results saved in {out_dir}") from None
+        raise
+    except BaseException:
+        run.kill()
+        raise
+    run.kill()
+    return _save(instance, placement, req, plans, run, pools, policy, backend, status, startup, config, out_dir)
+
+
+def _save(instance: Instance, placement: Placement, req: Requests, plans: List[MeshPlan], run: _Run,
+          pools: List[float], policy: str, backend: str, status: str, startup: Optional[float],
+          config: ExecutorConfig, out_dir: str) -> dict:
+    """Write metrics.json, simulated.json, requests.csv and summary.json; returns the summary."""
+    cfg = llm_config(instance)
+    specs = llm_specs(instance)
+    prompt, output = simllm._with_lengths(instance, req)
+    all_req = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
+    predicted = simllm._simulate_meshes(placement.groups, pools, specs, all_req, req.duration_s, cfg, policy)
+    slo = simllm.request_slo_seconds(instance, specs, req, prompt, output)
+    simulated = simllm.llm_metrics(specs, req, output, slo, placement.groups, predicted, policy)
+    measured_run = _measured_run(run, plans, len(specs), len(placement.groups), req.duration_s)
+    measured = simllm.llm_metrics(specs, req, output, slo, placement.groups, measured_run, policy)
+    index = {s.name: s.index for s in specs}
+    mesh_of = simllm._mesh_of_requests(placement.groups, index, req.model)
+    facts = {"status": status, "backend": backend, "policy": policy, "workers": len(run.specs),
+             "startup_s": startup, "cuda_graphs": any(s.engine.cuda_graphs for s in run.specs),
+             "sm_partitioning": sorted({str(v.get("mechanism")) for v in run.ready.values()}),
+             "worker_info": {str(k): v for k, v in sorted(run.ready.items())},
+             "pool_pages": {str(p.group): p.pool_pages for p in plans},
+             "instance_sha256": instance.sha256, "duration_s": req.duration_s}
+    summary = {"measured": measured, "simulated": simulated, "errors": compare(measured, simulated), **facts}
+    atomic_write_json(os.path.join(out_dir, "metrics.json"), measured)
+    atomic_write_json(os.path.join(out_dir, "simulated.json"), simulated)
+    atomic_write_text(os.path.join(out_dir, "requests.csv"),
+                      requests_csv(req, instance.model_names, prompt, output, mesh_of, run, predicted))
+    atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
+    return summary

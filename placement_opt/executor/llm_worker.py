@@ -1,0 +1,251 @@
+"""One LLM executor process: a mesh's leader (TP rank 0) or one of its followers.
+
+The leader replays its mesh's requests in real time: it owns the mesh's
+:class:`~.llm_sched.MeshScheduler` (the simulator's policy decisions) and loops: finish the
+jobs whose end events fired (their requests get a token at that moment), re-balance ADBS
+quotas when due, free the blocks of finished and preempted requests, ask the scheduler for
+jobs to start now and launch them, drop what can never fit, integrate SM and KV use. Every
+decision that touches the device (launch, finish, free) is also broadcast to the followers
+over the mesh's gloo group, which apply them in the same order, so all TP ranks run the same
+jobs. The leader reports each request's record when it finishes (or is dropped), a
+heartbeat every second, and its mesh's totals at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from placement_opt.simulate.meshsim import ADBS, MeshLLMs, MeshRequests, MeshSettings
+from placement_opt.executor.llm_engine import EngineSpec
+from placement_opt.executor.llm_sched import MeshScheduler
+from placement_opt.executor.worker import _die_with_parent
+
+HEARTBEAT_S = 1.0
+IDLE_SLEEP_S = 0.0002
+
+
+@dataclass(frozen=True)
+class MeshWork:
+    """What a mesh leader replays: its requests (mesh-local LLM ids) and the scheduler's inputs."""
+
+    requests: MeshRequests
+    llms: MeshLLMs
+    settings: MeshSettings
+
+
+@dataclass(frozen=True)
+class LLMWorkerSpec:
+    """One process: its rank and device, its mesh, how it joins the others, what it builds."""
+
+    rank: int
+    device: int
+    group: int  # the placement's group (mesh)
+    mesh_ranks: Tuple[int, ...]  # global ranks of the mesh, TP order
+    all_meshes: Tuple[Tuple[int, ...], ...]  # every mesh's ranks, in group order (subgroups are made in this order)
+    n_llms_of: Tuple[int, ...]  # LLMs of every mesh, same order
+    world_size: int
+    backend: str
+    init_method: str
+    engine: EngineSpec
+    work: Optional[MeshWork]  # the leader's; None on followers
+    cpu_threads: int
+    timeout_s: float
+
+
+def _make_groups(spec: LLMWorkerSpec) -> Tuple[Any, List[Tuple[Any, Any]]]:
+    """The mesh's gloo control group and its LLMs' (prefill, decode) TP groups; every rank
+    creates every mesh's groups in the same order, as torch.distributed requires."""
+    import torch.distributed as dist
+
+    control, llm_groups = None, []
+    for ranks, n_llms in zip(spec.all_meshes, spec.n_llms_of):
+        if len(ranks) == 1:
+            continue
+        mine = spec.rank in ranks
+        c = dist.new_group(list(ranks), backend="gloo")
+        pairs = [(dist.new_group(list(ranks)), dist.new_group(list(ranks))) for _ in range(n_llms)]
+        if mine:
+            control, llm_groups = c, pairs
+    if not llm_groups:
+        llm_groups = [(None, None)] * len(spec.engine.llms)
+    return control, llm_groups
+
+
+class _Leader:
+    """The leader's replay loop (see the module docstring)."""
+
+    def __init__(self, engine: Any, work: MeshWork, control: Any, src: int, reports: Connection, group: int):
+        self.engine, self.work, self.control, self.src = engine, work, control, src
+        self.reports, self.group = reports, group
+        self.sched = MeshScheduler(work.requests, work.llms, work.settings)
+        self.token_times: Dict[int, List[float]] = {}
+        self.holding: Dict[int, int] = {}  # request -> LLM, for requests with blocks on the device
+        self.ops: List[tuple] = []
+        self.sm_time = 0.0
+        self.kv_time = 0.0
+        self.kv_llm_time = [0.0] * len(self.sched.llms)
+        self.peak_kv = 0
+
+    def _send(self) -> None:
+        """Broadcast this iteration's device operations to the followers."""
+        if self.control is not None and self.ops:
+            import torch.distributed as dist
+            dist.broadcast_object_list([self.ops], src=self.src, group=self.control)
+        self.ops = []
+
+    def _finish_due(self, t: float) -> int:
+        """Finish the jobs whose end event fired, in the simulator's order; returns requests done."""
+        done = 0
+        for k in range(len(self.sched.llms)):
+            for kind in ("decode", "prefill"):
+                if (kind, k) in self.engine.running and self.engine.done(kind, k):
+                    job = self.engine.finish(kind, k)
+                    self.ops.append(("finish", kind, k))
+                    for r in job.requests:
+                        self.token_times.setdefault(r, []).append(t)
+                    for r in self.sched.complete(kind, k, t):
+                        self._release(r, True)
+                        self._report(r)
+                        done += 1
+        return done
+
+    def _release(self, r: int, forget: bool) -> None:
+        k = self.holding.pop(r)
+        self.engine.release(k, r, forget)
+        self.ops.append(("release", k, r, forget))
+
+    def _release_preempted(self) -> None:
+        for r in [r for r in self.holding if self.sched.held[r] == 0]:
+            self._release(r, False)
+
+    def _report(self, r: int) -> None:
+        s = self.sched
+        self.reports.send(("req", self.group, r, s.first[r], s.finish[r], s.preemptions[r],
+                           self.token_times.pop(r, [])))
+
+    def _launch(self, t: float) -> None:
+        for job in self.sched.schedule(t):
+            self._release_preempted()
+            self.ops.append(("launch", job))
+            self._send()  # followers first: on CPUs a launch runs the job, its all-reduces need them
+            self.engine.launch(job)
+            for r in job.requests:
+                self.holding[r] = job.llm
+        self._release_preempted()
+
+    def run(self, t0: float) -> dict:
+        """Replay the mesh's requests from monotonic time ``t0``; returns the mesh's totals."""
+        import time as _t
+        s, cfg = self.sched, self.work.settings
+        n = len(self.work.requests.arrival)
+        done, last, beat = 0, 0.0, 0.0
+        next_rebalance = cfg.period if cfg.policy == ADBS else np.inf
+        while True:
+            t = _t.monotonic() - t0
+            self.sm_time += s.sm_used * (t - last)
+            used = s.kv_in_use()
+            self.kv_time += used * (t - last)
+            for k, llm in enumerate(s.llms):
+                self.kv_llm_time[k] += llm.used * (t - last)
+            self.peak_kv = max(self.peak_kv, used)
+            last = t
+            done += self._finish_due(t)
+            if done >= n or t >= cfg.horizon:
+                break
+            while t >= next_rebalance:
+                next_rebalance += cfg.period
+                s.rebalance()
+            self._launch(t)
+            if not s.busy():
+                for r in s.drop_unfittable(t):
+                    self._report(r)
+                    done += 1
+            self._send()
+            if t - beat >= HEARTBEAT_S:
+                beat = t
+                self.reports.send(("beat", self.group, t))
+            if not self.engine.running:
+                _t.sleep(IDLE_SLEEP_S)
+        self.ops.append(("stop",))
+        self._send()
+        return {"stop_s": last, "sm_time": self.sm_time, "kv_time": self.kv_time, "kv_llm_time": self.kv_llm_time,
+                "peak_kv_kib": self.peak_kv, "preemptions": int(sum(s.preemptions))}
+
+
+def _follow(engine: Any, control: Any, src: int) -> None:
+    """Apply the leader's device operations until it says stop."""
+    import torch.distributed as dist
+
+    while True:
+        box: List[Any] = [None]
+        dist.broadcast_object_list(box, src=src, group=control)
+        for op in box[0]:
+            if op[0] == "launch":
+                engine.launch(op[1])
+            elif op[0] == "finish":
+                engine.finish(op[1], op[2])
+            elif op[0] == "release":
+                engine.release(op[1], op[2], op[3])
+            elif op[0] == "stop":
+                return
+
+
+def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
+    """Join the process group, build this rank's engine and warm it up."""
+    import torch
+    import torch.distributed as dist
+
+    from placement_opt.executor.llm_engine import MeshEngine
+
+    if spec.backend == "nccl":
+        torch.cuda.set_device(spec.device)
+        device = torch.device("cuda", spec.device)
+    else:
+        torch.set_num_threads(spec.cpu_threads)
+        device = torch.device("cpu")
+    dist.init_process_group(spec.backend, init_method=spec.init_method, rank=spec.rank,
+                            world_size=spec.world_size, timeout=timedelta(seconds=spec.timeout_s))
+    control, groups = _make_groups(spec)
+    engine = MeshEngine(spec.engine, device, groups)
+    engine.warm_up()
+    return engine, control
+
+
+def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connection) -> None:
+    """Process entry point: build, report ready, wait for the start time, serve, report."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller handles Ctrl-C and stops us
+    try:
+        engine, control = _build(spec)
+        reports.send(("ready", spec.rank, {"device": str(engine.device), "mechanism": engine.mechanism,
+                                           "sm_counts": engine.sm, "weight_bytes": engine.weight_bytes(),
+                                           "pool_pages": engine.pool.n_pages,
+                                           "fallback": getattr(engine, "fallback_reason", None)}))
+        cmd = commands.recv()
+        if cmd is not None:
+            t0 = float(cmd)
+            src = spec.mesh_ranks[0]
+            if spec.work is not None:
+                totals = _Leader(engine, spec.work, control, src, reports, spec.group).run(t0)
+                reports.send(("mesh", spec.group, totals))
+            else:
+                _follow(engine, control, src)
+            engine.sync()
+        reports.send(("done", spec.rank, None))
+    except EOFError:
+        os._exit(3)  # the controller went away
+    except BaseException:
+        try:
+            reports.send(("error", spec.rank, traceback.format_exc()))
+        finally:
+            os._exit(1)
+    os._exit(0)  # skip interpreter teardown (NCCL/gloo destructors can block on gone peers)
