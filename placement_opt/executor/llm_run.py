@@ -245,6 +245,10 @@ class _Run:
 
     def check(self, serving: bool) -> None:
         """Raise ExecutorError for a failed, dead or (while serving) silent worker."""
+        for rank, proc in enumerate(self.procs):  # a killed worker first: its peers' errors follow from it
+            if proc.exitcode is not None and proc.exitcode < 0 and rank not in self.done:
+                raise ExecutorError(f"LLM worker rank {rank} (group {self.specs[rank].group}) died "
+                                    f"(signal {-proc.exitcode})")
         for rank, text in sorted(self.errors.items()):
             last = text.strip().splitlines()[-1] if text.strip() else "unknown error"
             raise ExecutorError(f"LLM worker rank {rank} (group {self.specs[rank].group}) failed: {last}")

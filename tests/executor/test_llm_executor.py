@@ -1,0 +1,246 @@
+"""The LLM executor on CPUs with gloo: the decoder's maths, the paged cache, a whole run, failures.
+
+* TP-2 logits (two gloo processes, each with its half of every matrix) equal the unsharded
+  model's, for a prefill and for paged decode steps;
+* decoding through the paged KV pool (blocks scattered over a shared pool, two LLMs
+  interleaved) gives the same greedy tokens as recomputing the whole sequence each step;
+* ``placeopt execute`` of a tiny LLM instance (TP-2 mesh, and two 1-GPU meshes under fcfs)
+  finishes every request with exactly its output length, writes the simulator's metrics
+  JSON (same keys) beside the simulated one, and a per-request CSV;
+* a killed or hung worker, or Ctrl-C, stops the run with partial results, exit status 1
+  (130 for Ctrl-C) and no process left behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from placement_opt.cli.main import cli  # noqa: E402
+from placement_opt.model import Architecture  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = os.path.join(ROOT, "instances", "tiny", "llm-cpu.json")
+TP2 = os.path.join(ROOT, "instances", "tiny", "llm-cpu-placement-tp2.json")
+SPATIAL = os.path.join(ROOT, "instances", "tiny", "llm-cpu-placement-spatial.json")
+ARCH = Architecture(layers=2, hidden=64, heads=4, kv_heads=2, vocab=97, ffn_ratio=2.0, gated_mlp=True,
+                    tied_embeddings=False, learned_positions=False, dtype="fp32")
+
+
+def _tp_rank_main(rank: int, port: int, out_dir: str) -> None:
+    """One rank of a TP-2 decoder: prefill two prompts, three paged decode steps; saves logits."""
+    import torch.distributed as dist
+
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillWrite, page_units
+    from placement_opt.executor.llm_model import DecoderShard
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    torch.save(_run_decoder(ARCH, rank, 2, dist.group.WORLD), os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def _run_decoder(arch, tp_rank, tp, group):
+    """Prefill logits and three decode steps' logits of a fixed prompt pair."""
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillWrite, page_units
+    from placement_opt.executor.llm_model import DecoderShard
+
+    cpu = torch.device("cpu")
+    model = DecoderShard(arch, 11, tp_rank, tp, group, cpu, torch.float32)
+    pool = KVPool(64, page_units([arch], tp), 4, arch.hidden // arch.heads, cpu, torch.float32)
+    cache = LLMCache(pool, arch, tp)
+    prompts = [[5, 6, 7, 8, 9, 10], [3, 2, 1]]
+    for r, p in enumerate(prompts):
+        cache.ensure(r, 4)
+    ids = torch.zeros(2, 6, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, :len(p)] = torch.tensor(p)
+    lens = [len(p) for p in prompts]
+    logits = [model.prefill(ids, torch.tensor(lens), PrefillWrite(cache, [0, 1], lens))]
+    seqs = [p + [int(t)] for p, t in zip(prompts, logits[0].argmax(-1))]
+    for _ in range(3):
+        inputs = DecodeInputs(cache, 2, 4)
+        inputs.fill([0, 1], [s[-1] for s in seqs], [len(s) - 1 for s in seqs])
+        step = model.decode(inputs.tokens, inputs.pos, inputs)
+        logits.append(step)
+        for s, t in zip(seqs, step.argmax(-1)):
+            s.append(int(t))
+    return torch.stack([torch.cat([x.flatten() for x in logits])])
+
+
+def test_tp2_logits_equal_unsharded(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_tp_rank_main, args=(port, str(tmp_path)), nprocs=2, join=True)
+    full = _run_decoder(ARCH, 0, 1, None)
+    for rank in range(2):
+        sharded = torch.load(tmp_path / f"rank{rank}.pt")
+        assert torch.allclose(sharded, full, atol=1e-4, rtol=1e-4), (sharded - full).abs().max()
+
+
+def test_paged_decode_equals_full_recompute():
+    """Two LLMs share one pool; requests of both decode interleaved, blocks scattered."""
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillWrite, page_units
+    from placement_opt.executor.llm_model import DecoderShard
+
+    cpu = torch.device("cpu")
+    other = Architecture(layers=3, hidden=48, heads=3, kv_heads=1, vocab=61, ffn_ratio=3.0, dtype="fp32")
+    archs = [ARCH, other]
+    models = [DecoderShard(a, 3 + k, 0, 1, None, cpu, torch.float32) for k, a in enumerate(archs)]
+    pool = KVPool(400, page_units(archs, 1), 2, 16, cpu, torch.float32)
+    pool.free.reverse()  # hand pages out in a scrambled order
+    caches = [LLMCache(pool, a, 1) for a in archs]
+    seqs = {0: (0, [1, 2, 3, 4, 5]), 1: (1, [7, 8]), 2: (0, [9]), 3: (1, [4, 4, 4, 4, 4, 4, 4])}
+    for r, (k, p) in seqs.items():
+        caches[k].ensure(r, (len(p) + 2) // 2)
+        logits = models[k].prefill(torch.tensor([p]), torch.tensor([len(p)]), PrefillWrite(caches[k], [r], [len(p)]))
+        p.append(int(logits.argmax(-1)))
+    for _ in range(9):
+        for k in range(2):
+            mine = [r for r, (kk, _) in seqs.items() if kk == k]
+            for r in mine:
+                caches[k].ensure(r, (len(seqs[r][1]) + 2) // 2)
+            blocks = max((len(seqs[r][1]) + 1) // 2 for r in mine)
+            inputs = DecodeInputs(caches[k], 4, blocks + 1)  # padded rows and blocks
+            inputs.fill(mine, [seqs[r][1][-1] for r in mine], [len(seqs[r][1]) - 1 for r in mine])
+            out = models[k].decode(inputs.tokens, inputs.pos, inputs)[:len(mine)].argmax(-1)
+            for r, t in zip(mine, out.tolist()):
+                seqs[r][1].append(t)
+    for r, (k, s) in seqs.items():
+        n_prompt = {0: 5, 1: 2, 2: 1, 3: 7}[r]
+        ref = s[:n_prompt]
+        while len(ref) < len(s):
+            ref.append(int(models[k].forward_full(torch.tensor([ref]))[0, -1].argmax()))
+        assert ref == s, f"request {r}: paged {s} recomputed {ref}"
+
+
+def _execute(placement, out, *extra):
+    r = CliRunner().invoke(cli, ["execute", TINY, placement, "--backend", "gloo", "-o", str(out), "--json", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("placement,policy", [(TP2, "adbs"), (SPATIAL, "fcfs")])
+def test_execute_tiny_llm_instance(tmp_path, placement, policy):
+    summary = _execute(placement, tmp_path / "o", "--policy", policy)
+    assert summary["status"] == "complete" and summary["policy"] == policy
+    assert summary["sm_partitioning"] == ["cpu-serial"]
+    measured, simulated = summary["measured"], summary["simulated"]
+    assert set(measured) == set(simulated) and measured["requests"] == simulated["requests"] > 5
+    assert measured["finished"] == measured["requests"]
+    assert json.loads((tmp_path / "o" / "metrics.json").read_text()) == measured
+    rows = list(csv.DictReader(open(tmp_path / "o" / "requests.csv")))
+    assert len(rows) == measured["requests"]
+    for row in rows:
+        times = [float(x) for x in row["token_times_s"].split()]
+        assert len(times) == int(row["output_tokens"])  # exactly its output length
+        assert times == sorted(times) and float(row["first_token_s"]) == pytest.approx(times[0], abs=1e-5)
+        assert float(row["arrival_s"]) <= times[0] and float(row["finish_s"]) == pytest.approx(times[-1], abs=1e-5)
+    assert summary["errors"]["throughput_err"] is not None
+
+
+# ---------------------------------------------------------------- failures
+
+
+@pytest.fixture()
+def long_instance(tmp_path):
+    """The tiny instance with 60 s of arrivals: long enough to break it mid-run."""
+    data = json.loads(open(TINY).read())
+    data["workload"]["duration_s"] = 60
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+class _Controller:
+    """`placeopt execute` in a subprocess, its stderr collected line by line."""
+
+    def __init__(self, instance, out, *extra):
+        cmd = [sys.executable, "-m", "placement_opt.cli.main", "execute", instance, TP2, "--backend", "gloo",
+               "-o", str(out), *extra]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.lines: list = []
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True).start()
+
+    def wait_for(self, text, timeout=90.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for line in list(self.lines):
+                if text in line:
+                    return line
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{text!r} not seen; stderr: {''.join(self.lines)}")
+
+    def pids(self):
+        return [int(x) for x in self.wait_for("pids").split("pids", 1)[1].split()]
+
+    def finish(self, timeout=40):
+        start = time.monotonic()
+        code = self.proc.wait(timeout=timeout)
+        time.sleep(0.2)
+        return code, time.monotonic() - start, "".join(self.lines)
+
+
+def _gone(pids, timeout=10.0):
+    """Whether every pid has exited (zombies count as gone)."""
+    end = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < end:
+        still = []
+        for pid in alive:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split(")")[-1].split()[0] != "Z":
+                        still.append(pid)
+            except (ProcessLookupError, FileNotFoundError):
+                pass
+        alive = still
+        if alive:
+            time.sleep(0.1)
+    for pid in alive:  # never leave one behind, then fail
+        os.kill(pid, signal.SIGKILL)
+    return not alive
+
+
+@pytest.mark.parametrize("how", ["kill", "hang", "ctrl-c"])
+def test_llm_run_stops_cleanly(long_instance, tmp_path, how):
+    c = _Controller(long_instance, tmp_path / "o", "--hang-timeout", "3")
+    pids = c.pids()
+    c.wait_for("replaying")
+    time.sleep(2.0)
+    if how == "kill":
+        os.kill(pids[1], signal.SIGKILL)  # the follower
+    elif how == "hang":
+        os.kill(pids[0], signal.SIGSTOP)  # the leader: alive, silent
+    else:
+        c.proc.send_signal(signal.SIGINT)
+    code, waited, err = c.finish()
+    assert _gone(pids)
+    assert waited < 20
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    if how == "ctrl-c":
+        assert code == 130 and summary["status"] == "interrupted"
+    else:
+        assert code == 1 and "partial results saved" in err
+        assert ("died" if how == "kill" else "a worker hangs") in err
+        assert summary["status"].startswith("failed")
+    assert summary["measured"]["finished"] > 0
