@@ -126,7 +126,7 @@ class MeshEngine:
         for k, b in enumerate(spec.llms):
             model = DecoderShard(b.architecture, b.seed, spec.tp_rank, spec.tp, groups[k][0], device, self.dtype)
             self.llms.append(_LLMRuntime(build=b, model=model, cache=LLMCache(self.pool, b.architecture, spec.tp),
-                                         streams=streams[k], groups=tuple(groups[k])))  # type: ignore[arg-type]
+                                         streams=streams[k], groups=(groups[k][0], groups[k][1])))
         self.tokens: Dict[int, List[int]] = {}  # request -> prompt and generated ids
         self.running: Dict[Tuple[str, int], _Running] = {}
 

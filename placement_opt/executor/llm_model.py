@@ -191,7 +191,7 @@ class DecoderShard:
             x = x + self._mlp(layer, self._rms(x, layer["mlp_norm"]))
         return self._logits(x)
 
-    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, kv: Optional["PagedWrite"]) -> torch.Tensor:
+    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, kv: Optional["PrefillSink"]) -> torch.Tensor:
         """Prefill padded prompts ``tokens`` [b, L] of ``lengths`` [b]; writes their K and V
         through ``kv`` (if given) and returns the logits at each prompt's last token [b, vocab]."""
         b, n = tokens.shape
@@ -211,7 +211,7 @@ class DecoderShard:
         last = x[torch.arange(b, device=self.device), lengths - 1]
         return self._logits(last)
 
-    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, kv: "PagedWrite") -> torch.Tensor:
+    def decode(self, tokens: torch.Tensor, pos: torch.Tensor, kv: "DecodeSink") -> torch.Tensor:
         """One decode step of ``tokens`` [B] at positions ``pos`` [B] over the paged cache
         ``kv``; returns the logits [B, vocab]."""
         B = tokens.shape[0]
@@ -227,17 +227,21 @@ class DecoderShard:
         return self._logits(x[:, 0])
 
 
-class PagedWrite(Protocol):
-    """The KV-pool side of one job (built by :mod:`.llm_kvcache`): where each token's K and V
-    go and which blocks each request reads."""
+class PrefillSink(Protocol):
+    """Where a prefill's K and V go (built by :mod:`.llm_kvcache`)."""
+
+    def write_prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor) -> None:
+        """Store the valid tokens' K and V ([b, L, kv_heads, hd])."""
+
+
+class DecodeSink(Protocol):
+    """The paged cache as one decode step sees it (built by :mod:`.llm_kvcache`): where the
+    new token's K and V go, every request's blocks and the mask of its valid positions."""
 
     mask: torch.Tensor
 
-    def write_prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor) -> None:
-        """Store a prefill's valid tokens' K and V ([b, L, kv_heads, hd])."""
-
     def write_token(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store a decode step's new K and V ([B, kv_heads, hd])."""
+        """Store the new token's K and V ([B, kv_heads, hd])."""
 
     def gather(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Every request's K and V of ``layer`` as [B, kv_heads, positions, hd]."""
