@@ -172,18 +172,38 @@ def _architecture_from_file(path: str, model: str | None) -> tuple[str | None, A
 @click.option("--cpu-threads", type=int, default=1, show_default=True, help="Torch threads per CPU process.")
 @click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
               help="On GPUs, run each stage as one CUDA graph replay (its all-reduces included).")
+@click.option("--llm", "llm_mode", is_flag=True,
+              help="Profile as an LLM (prefill and decode cost table); implied when SOURCE's model has family llm.")
+@click.option("--tp", "tp_list", default="1", show_default=True, help="LLM: comma-separated TP degrees.")
+@click.option("--sm-shares", default="1", show_default=True,
+              help="LLM: comma-separated SM shares in (0, 1] (green contexts on GPUs; CPU: 1 only).")
+@click.option("--seq-lens", default="32,64,128,256,512", show_default=True,
+              help="LLM: comma-separated prompt lengths (prefill) and context lengths (decode).")
+@click.option("--token-budget", type=int, default=4096, show_default=True,
+              help="LLM: prefill points with batch x length above this (batch > 1) are left unmeasured.")
+@click.option("--block", type=int, default=16, show_default=True, help="LLM: tokens per KV block.")
+@click.option("--gpu-name", default=None, help="LLM: the table's gpu field (default: the device's name).")
 def profile_cmd(source: str, model: Optional[str], name: Optional[str], output: str, details: Optional[str],
                 configs: Optional[str], devices: Optional[int], batch_sizes: str, backend: str, warmup: int,
-                repeats: int, gap: float, seed: int, cpu_threads: int, cuda_graphs: bool) -> None:
+                repeats: int, gap: float, seed: int, cpu_threads: int, cuda_graphs: bool, llm_mode: bool,
+                tp_list: str, sm_shares: str, seq_lens: str, token_budget: int, block: int,
+                gpu_name: Optional[str]) -> None:
     """Measure per-stage and per-layer latency and memory of SOURCE's architecture on the devices present.
 
     SOURCE is an architecture JSON, or an instance JSON (read without loading its profiles)
-    with --model naming the model.
+    with --model naming the model. LLMs (--llm, or a model of family llm) get a prefill and
+    decode cost table by TP degree, SM share, batch and length instead (-o), with SM counts and
+    memory per GPU in --details.
     """
     from placement_opt.executor import require_torch
 
     require_torch()
     import torch
+
+    if llm_mode or _is_llm_model(source, model):
+        _profile_llm(source, model, output, details, backend, batch_sizes, tp_list, sm_shares, seq_lens,
+                     token_budget, block, gpu_name, warmup, repeats, seed, cpu_threads, cuda_graphs)
+        return
 
     from placement_opt.executor.controller import ExecutorConfig, ExecutorError
     from placement_opt.executor.network import check_supported
@@ -238,6 +258,73 @@ def profile_cmd(source: str, model: Optional[str], name: Optional[str], output: 
              " ".join(f"{w / 1e9:.3f}" for w in c.stage_weight_bytes)]
             for _, c in sorted(profile.configs.items()) for i, b in enumerate(c.batch_sizes)]
     click.echo(table(["config", "batch", "stage latency (ms)", "stage weights (GB/GPU)"], rows))
+    progress(f"wrote {output}")
+
+
+def _is_llm_model(path: str, model: Optional[str]) -> bool:
+    """Whether SOURCE is an instance whose (named, or only) model with an architecture has family llm."""
+    data = read_json(path)
+    if not (isinstance(data, dict) and isinstance(data.get("models"), list)):
+        return False
+    found = [m for m in data["models"] if isinstance(m, dict) and "architecture" in m
+             and (model is None or m.get("name") == model)]
+    return len(found) == 1 and found[0].get("family") == "llm"
+
+
+def _ints(text: str, field: str) -> tuple[int, ...]:
+    values = _floats(text, field)
+    if any(v != int(v) for v in values):
+        raise InputError("expected whole numbers", field)
+    return tuple(sorted({int(v) for v in values}))
+
+
+def _profile_llm(source: str, model: Optional[str], output: str, details: Optional[str], backend: str,
+                 batch_sizes: str, tp_list: str, sm_shares: str, seq_lens: str, token_budget: int, block: int,
+                 gpu_name: Optional[str], warmup: int, repeats: int, seed: int, cpu_threads: int,
+                 cuda_graphs: bool) -> None:
+    """``placeopt profile`` of an LLM: check the options, measure, write the cost table."""
+    import torch
+
+    from placement_opt.executor.controller import ExecutorConfig, ExecutorError
+    from placement_opt.executor.llm_model import check_llm_supported
+    from placement_opt.executor.llm_profiler import LLMProfileSettings, profile_llm
+    from placement_opt.io import atomic_write_json
+
+    model_name, arch = _architecture_from_file(source, model)
+    check_output_path(output)
+    resolved = ExecutorConfig(backend=backend).resolved_backend()
+    tps = _ints(tp_list, "--tp")
+    shares = tuple(sorted(set(_floats(sm_shares, "--sm-shares"))))
+    if any(x > 1 for x in shares):
+        raise InputError("SM shares are fractions in (0, 1]", "--sm-shares")
+    if resolved == "gloo" and shares != (1.0,):
+        raise InputError("CPU processes have no SM shares: use --sm-shares 1", "--sm-shares")
+    present = torch.cuda.device_count() if resolved == "nccl" else max(tps)
+    if max(tps) > present:
+        raise InputError(f"tp {max(tps)} needs {max(tps)} GPUs; {present} present", "--tp")
+    for tp in tps:
+        check_llm_supported(arch, tp, "architecture")
+    if warmup < 0 or repeats < 1 or token_budget < 1 or block < 1 or cpu_threads < 1:
+        raise InputError("expected warmup >= 0 and repeats, token budget, block and cpu threads >= 1", "--repeats")
+    settings = LLMProfileSettings(tp_degrees=tps, sm_shares=shares, batch_sizes=_ints(batch_sizes, "--batch-sizes"),
+                                  seq_lens=_ints(seq_lens, "--seq-lens"), token_budget=token_budget, block=block,
+                                  warmup=warmup, repeats=repeats, backend=resolved, seed=seed,
+                                  cpu_threads=cpu_threads, cuda_graphs=cuda_graphs)
+    progress(f"profiling LLM {model_name or 'model'}: tp {list(tps)}, SM shares {list(shares)}, batch sizes "
+             f"{list(settings.batch_sizes)}, lengths {list(settings.seq_lens)}, {resolved}")
+    try:
+        cost_table, detail = profile_llm(model_name or "model", arch, settings, gpu_name)
+    except ExecutorError as e:
+        click.echo(f"placeopt: profile failed: {e}", err=True)
+        sys.exit(1)
+    atomic_write_json(output, cost_table)
+    if details:
+        atomic_write_json(details, detail)
+    rows = [[tp, share, b, t["prefill_ms"][k][i][-1], t["decode_ms"][k][i][-1]]
+            for tp, t in cost_table["tp"].items() for k, share in enumerate(t["sm_share"])
+            for i, b in enumerate(t["batch"])]
+    click.echo(table(["tp", "SM share", "batch", f"prefill ms @{settings.seq_lens[-1]}",
+                      f"decode ms @{settings.seq_lens[-1]}"], rows))
     progress(f"wrote {output}")
 
 

@@ -1,0 +1,284 @@
+"""``placeopt profile`` for LLM architectures: a measured prefill/decode cost table.
+
+For every TP degree, ``tp`` processes (one per GPU, or CPU processes with gloo) build the
+executor's own decoder (:mod:`.llm_model`) and paged KV pool, and time, at every SM share
+(GPU: on a stream of a green context with that share's SM count, as the executor serves;
+CPU: only share 1), with warm-up and repeats (median):
+
+* prefill of ``batch`` prompts of ``seq_len`` tokens (eager, as the engine runs prefills),
+  skipped (left unmeasured, ``null``) where ``batch x seq_len`` exceeds the token budget
+  and ``batch > 1``: the simulator never batches such a prefill;
+* one decode step of ``batch`` requests with ``seq_len`` tokens of context each (a CUDA
+  graph replay on GPUs, as the engine decodes).
+
+The result is a cost table in the format of the converted MuxServe tables
+(:mod:`placement_opt.costs.costtable`, times in ms) and details: the SM counts of each share,
+the weight bytes and peak runtime memory (activations and graph workspace above weights and
+KV pool) per GPU per TP degree.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from placement_opt.costs.costtable import FORMAT
+from placement_opt.model import Architecture
+from placement_opt.executor.worker import _die_with_parent
+
+
+@dataclass(frozen=True)
+class LLMProfileSettings:
+    """The grid and how carefully to time it."""
+
+    tp_degrees: Tuple[int, ...]
+    sm_shares: Tuple[float, ...]
+    batch_sizes: Tuple[int, ...]
+    seq_lens: Tuple[int, ...]
+    token_budget: int = 4096
+    block: int = 16
+    warmup: int = 2
+    repeats: int = 5
+    backend: str = "gloo"
+    seed: int = 0
+    cpu_threads: int = 1
+    cuda_graphs: bool = True
+    timeout_s: float = 3600.0
+
+
+def _median_s(fn: Callable[[], Any], stream: Any, device: Any, warmup: int, repeats: int) -> float:
+    """Median seconds of ``repeats`` runs of ``fn`` (on ``stream`` on GPUs, CUDA events)."""
+    import time
+
+    import torch
+
+    if device.type != "cuda":
+        for _ in range(warmup):
+            fn()
+        samples = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t)
+        return statistics.median(samples)
+    samples = []
+    with torch.cuda.stream(stream):
+        for i in range(warmup + repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fn()
+            end.record(stream)
+            end.synchronize()
+            if i >= warmup:
+                samples.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(samples)
+
+
+class _Bench:
+    """One rank's decoder, pool and cache, and the timed jobs."""
+
+    def __init__(self, arch: Architecture, settings: LLMProfileSettings, rank: int, tp: int, device: Any):
+        import torch
+
+        from placement_opt.executor.llm_engine import DTYPES
+        from placement_opt.executor.llm_kvcache import KVPool, LLMCache, page_units, units_per_block
+        from placement_opt.executor.llm_model import DecoderShard
+
+        self.arch, self.settings, self.device = arch, settings, device
+        self.dtype = torch.float32 if device.type == "cpu" else DTYPES.get(arch.dtype, torch.float16)
+        self.model = DecoderShard(arch, settings.seed, rank, tp, None if tp == 1 else _world(), device, self.dtype)
+        self.weight_bytes = self.model.weight_bytes()
+        block = settings.block
+        self.max_batch, self.max_blocks = max(settings.batch_sizes), (max(settings.seq_lens) + block) // block
+        page = page_units([arch], tp)
+        pages = self.max_batch * self.max_blocks * units_per_block(arch, tp) // page
+        self.pool = KVPool(pages, page, block, arch.hidden // arch.heads, device, self.dtype)
+        self.cache = LLMCache(self.pool, arch, tp)
+        for r in range(self.max_batch):
+            self.cache.ensure(r, self.max_blocks)
+        self.graph_pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
+
+    def prefill(self, batch: int, length: int) -> Callable[[], Any]:
+        import torch
+
+        from placement_opt.executor.llm_kvcache import PrefillWrite
+
+        gen = torch.Generator().manual_seed(batch * 100_003 + length)
+        ids = torch.randint(0, self.arch.vocab, (batch, length), generator=gen).to(self.device)
+        lens = torch.full((batch,), length, device=self.device)
+        sink = PrefillWrite(self.cache, list(range(batch)), [length] * batch)
+        return lambda: self.model.prefill(ids, lens, sink).argmax(-1)
+
+    def decode(self, batch: int, context: int, stream: Any) -> Callable[[], Any]:
+        """One decode step at ``context`` tokens each, captured as a CUDA graph on GPUs."""
+        import torch
+
+        from placement_opt.executor.llm_kvcache import DecodeInputs
+
+        block = self.settings.block
+        inputs = DecodeInputs(self.cache, batch, (context + block - 1) // block)
+        inputs.fill(list(range(batch)), [1] * batch, [context - 1] * batch)
+        step = lambda: self.model.decode(inputs.tokens, inputs.pos, inputs).argmax(-1)  # noqa: E731
+        if self.device.type != "cuda" or not self.settings.cuda_graphs:
+            return step
+        with torch.cuda.stream(stream):
+            step()
+        stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.graph_pool, stream=stream, capture_error_mode="thread_local"):
+            step()
+        return graph.replay
+
+
+def _world() -> Any:
+    import torch.distributed as dist
+    return dist.group.WORLD
+
+
+def _share_stream(device: Any, share: float) -> Tuple[Any, int, str]:
+    """A stream with ``share`` of the GPU's SMs: (stream, SM count, mechanism)."""
+    import torch
+
+    from placement_opt.executor.llm_engine import sm_counts
+
+    if device.type != "cuda":
+        return None, 0, "cpu"
+    props = torch.cuda.get_device_properties(device)
+    n = sm_counts([share], props.multi_processor_count, (props.major, props.minor))[0]
+    if share >= 1.0:
+        return torch.cuda.Stream(device), props.multi_processor_count, "all-sms"
+    from torch.cuda.green_contexts import GreenContext
+
+    ctx = GreenContext.create(n, device.index or 0)
+    _share_stream.keep.append(ctx)  # type: ignore[attr-defined]
+    return ctx.Stream(), n, "green-contexts"
+
+
+_share_stream.keep = []  # type: ignore[attr-defined]
+
+
+def _grid(bench: _Bench, settings: LLMProfileSettings, stream: Any) -> Tuple[List[list], List[list]]:
+    """Prefill and decode seconds over batch x length (None: not measured) at one share."""
+    pre: List[list] = []
+    dec: List[list] = []
+    for b in settings.batch_sizes:
+        prow: List[Optional[float]] = []
+        drow: List[Optional[float]] = []
+        for n in settings.seq_lens:
+            fits = b == 1 or b * n <= settings.token_budget
+            prow.append(_median_s(bench.prefill(b, n), stream, bench.device, settings.warmup, settings.repeats)
+                        if fits else None)
+            drow.append(_median_s(bench.decode(b, n, stream), stream, bench.device, settings.warmup,
+                                  settings.repeats))
+        pre.append(prow)
+        dec.append(drow)
+    return pre, dec
+
+
+def _measure(rank: int, tp: int, arch: Architecture, settings: LLMProfileSettings, init: str,
+             out: Connection) -> None:
+    """One profiling process: every share's grid; rank 0 sends the results."""
+    _die_with_parent()
+    try:
+        import torch
+        import torch.distributed as dist
+
+        if settings.backend == "nccl":
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+        else:
+            torch.set_num_threads(settings.cpu_threads)
+            device = torch.device("cpu")
+        if tp > 1:
+            dist.init_process_group(settings.backend, init_method=init, rank=rank, world_size=tp,
+                                    timeout=timedelta(seconds=settings.timeout_s))
+        base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+        bench = _Bench(arch, settings, rank, tp, device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        held = torch.cuda.memory_allocated(device) - base if device.type == "cuda" else 0
+        shares: Dict[str, Any] = {}
+        for share in settings.sm_shares:
+            stream, n_sm, how = _share_stream(device, share)
+            pre, dec = _grid(bench, settings, stream)
+            shares[repr(share)] = {"prefill_s": pre, "decode_s": dec, "sm_count": n_sm, "mechanism": how}
+        peak = (torch.cuda.max_memory_allocated(device) - base - held) if device.type == "cuda" else None
+        if rank == 0:
+            name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+            out.send(("ok", {"tp": tp, "shares": shares, "device_name": name, "torch": torch.__version__,
+                             "weight_bytes_per_gpu": bench.weight_bytes, "runtime_peak_bytes_per_gpu": peak}))
+        if tp > 1:
+            dist.barrier()
+    except BaseException:
+        out.send(("error", traceback.format_exc()))
+        os._exit(1)
+    os._exit(0)
+
+
+def _run_tp(arch: Architecture, tp: int, settings: LLMProfileSettings) -> dict:
+    """Run ``tp`` profiling processes; their rank 0's results (ExecutorError on failure)."""
+    import torch.multiprocessing as mp
+
+    from placement_opt.executor.controller import ExecutorError, _free_port
+
+    ctx = mp.get_context("spawn")
+    init = f"tcp://127.0.0.1:{_free_port()}"
+    recv, send = ctx.Pipe(duplex=False)
+    procs = [ctx.Process(target=_measure, args=(r, tp, arch, settings, init, send), daemon=True) for r in range(tp)]
+    for p in procs:
+        p.start()
+    send.close()
+    try:
+        if not recv.poll(settings.timeout_s):
+            raise ExecutorError(f"profiling tp={tp} gave no result within {settings.timeout_s:g} s")
+        status, data = recv.recv()
+        if status != "ok":
+            raise ExecutorError(f"profiling tp={tp} failed: {data.strip().splitlines()[-1]}")
+        return data
+    except EOFError:
+        raise ExecutorError(f"profiling tp={tp}: a process died (exit codes {[p.exitcode for p in procs]})") from None
+    finally:
+        for p in procs:
+            p.join(60 if p.is_alive() else 0)
+            if p.is_alive():
+                p.kill()
+            p.join(5)
+        recv.close()
+
+
+def _ms(grid: List[list]) -> List[list]:
+    return [[None if v is None else round(v * 1e3, 6) for v in row] for row in grid]
+
+
+def profile_llm(model: str, arch: Architecture, settings: LLMProfileSettings, gpu: Optional[str] = None
+                ) -> Tuple[dict, dict]:
+    """Measure the grid of ``settings`` for every TP degree: (cost table JSON, details)."""
+    by_tp = {tp: _run_tp(arch, tp, settings) for tp in settings.tp_degrees}
+    first = next(iter(by_tp.values()))
+    tables = {}
+    for tp, data in sorted(by_tp.items()):
+        keys = [repr(s) for s in settings.sm_shares]
+        tables[str(tp)] = {"sm_share": list(settings.sm_shares), "batch": list(settings.batch_sizes),
+                           "seq_len": list(settings.seq_lens),
+                           "prefill_ms": [_ms(data["shares"][k]["prefill_s"]) for k in keys],
+                           "decode_ms": [_ms(data["shares"][k]["decode_s"]) for k in keys]}
+    source = (f"measured by placeopt profile on {first['device_name']} ({settings.backend}, torch {first['torch']}, "
+              f"warmup {settings.warmup}, median of {settings.repeats}; SM shares as "
+              f"{sorted({v['mechanism'] for d in by_tp.values() for v in d['shares'].values()})}; decode steps "
+              f"{'as CUDA graphs' if settings.cuda_graphs and settings.backend == 'nccl' else 'eager'}; "
+              f"prefill batches over {settings.token_budget} tokens not measured)")
+    table = {"format": FORMAT, "version": 1, "model": model, "gpu": gpu or first["device_name"], "source": source,
+             "units": "ms", "tp": tables}
+    details = {"model": model, "architecture": arch.to_dict(), "device": first["device_name"],
+               "sm_counts": {str(tp): {k: v["sm_count"] for k, v in d["shares"].items()} for tp, d in by_tp.items()},
+               "memory": {str(tp): {"weight_bytes_per_gpu": d["weight_bytes_per_gpu"],
+                                    "runtime_peak_bytes_per_gpu": d["runtime_peak_bytes_per_gpu"]}
+                          for tp, d in by_tp.items()},
+               "settings": {"warmup": settings.warmup, "repeats": settings.repeats, "block": settings.block,
+                            "token_budget": settings.token_budget, "backend": settings.backend}}
+    return table, details
