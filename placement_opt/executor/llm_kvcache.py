@@ -178,7 +178,9 @@ class DecodeInputs:
         B, M = self.batch, self.n_blocks
 
         def one(kv: int) -> torch.Tensor:
-            x = data[self.cache.units(self.pages, layer, kv)]  # [B, M, kvh, block, hd]
-            return x.permute(0, 2, 1, 3, 4).reshape(B, self.cache.kv_heads, M * self.cache.pool.block, -1)
+            # index [B, kvh, M] (the small index is transposed, not the gathered values), so the
+            # gather's result [B, kvh, M, block, hd] is already the layout SDPA reads: one copy
+            x = data[self.cache.units(self.pages, layer, kv).transpose(1, 2).contiguous()]
+            return x.view(B, self.cache.kv_heads, M * self.cache.pool.block, -1)
 
         return one(0), one(1)

@@ -174,7 +174,8 @@ class DecoderShard:
         return q, k, v.reshape(*lead, s.kv_heads, s.head_dim)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self._rms(x, self.final_norm).float() @ self.lm_head.float().t()
+        """fp32 logits; the product runs in the weights' dtype (no fp32 copy of the LM head)."""
+        return (self._rms(x, self.final_norm) @ self.lm_head.t()).float()
 
     # ------------------------------------------------------------ whole sequences
 
