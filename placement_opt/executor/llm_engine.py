@@ -18,7 +18,9 @@ one after another inside ``launch``).
 
 Decode steps on GPUs replay CUDA graphs captured at start-up per (batch bucket, block
 bucket), powers of two, on static :class:`~.llm_kvcache.DecodeInputs`; each LLM's graphs
-share one memory pool (its decode steps never overlap each other).
+share one memory pool (its decode steps never overlap each other). Buckets whose gathered K
+and V would exceed ``GRAPH_GATHER_LIMIT`` per layer (long contexts at large batches) run
+eagerly instead.
 
 Request token ids are synthetic and deterministic (a hash of the mesh-local request id):
 the weights are random, the point is the work, and every rank derives the same ids.
@@ -39,6 +41,7 @@ from placement_opt.executor.llm_model import DecoderShard
 from placement_opt.executor.llm_sched import DECODE, PREFILL, Job
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+GRAPH_GATHER_LIMIT = 512 * 2 ** 20  # bytes of gathered K and V per layer above which a decode bucket runs eagerly
 
 
 @dataclass(frozen=True)
@@ -178,8 +181,12 @@ class MeshEngine:
         rt = self.llms[k]
         rt.graph_pool = torch.cuda.graph_pool_handle()
         stream = rt.streams[1]
+        arch = rt.build.architecture
+        per_slot = 2 * rt.cache.kv_heads * self.spec.block * (arch.hidden // arch.heads) * self.pool.data.element_size()
         for b in buckets(self.spec.max_batch):
             for m in buckets(self.spec.max_blocks):
+                if b * m * per_slot > GRAPH_GATHER_LIMIT and (b, m) != (1, 1):
+                    continue  # its gathered K and V would hold too much memory: this bucket runs eagerly
                 inputs = DecodeInputs(rt.cache, b, m)
                 with torch.cuda.stream(stream):
                     rt.model.decode(inputs.tokens, inputs.pos, inputs)  # warm-up off the capture
@@ -230,9 +237,9 @@ class MeshEngine:
         last = [self.tokens[r][-1] for r in job.requests]
         pos = [c - 1 for c in job.contexts]  # the last token's position: its K and V are written now
         need = self._blocks(max(job.contexts))
-        if rt.graphs:
-            b = next(x for x in buckets(self.spec.max_batch) if x >= n)
-            m = next(x for x in buckets(self.spec.max_blocks) if x >= need)
+        b = next(x for x in buckets(self.spec.max_batch) if x >= n)
+        m = next(x for x in buckets(self.spec.max_blocks) if x >= need)
+        if (b, m) in rt.graphs:
             graph, inputs, out = rt.graphs[(b, m)]
             inputs.fill(job.requests, last, pos)
             graph.replay()

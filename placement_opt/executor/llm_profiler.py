@@ -51,7 +51,7 @@ class LLMProfileSettings:
     timeout_s: float = 3600.0
 
 
-def _median_s(fn: Callable[[], Any], stream: Any, device: Any, warmup: int, repeats: int) -> float:
+def median_seconds(fn: Callable[[], Any], stream: Any, device: Any, warmup: int, repeats: int) -> float:
     """Median seconds of ``repeats`` runs of ``fn`` (on ``stream`` on GPUs, CUDA events)."""
     import time
 
@@ -79,8 +79,9 @@ def _median_s(fn: Callable[[], Any], stream: Any, device: Any, warmup: int, repe
     return statistics.median(samples)
 
 
-class _Bench:
-    """One rank's decoder, pool and cache, and the timed jobs."""
+class LLMBench:
+    """One rank's decoder, a pool holding ``max(batch_sizes)`` requests of the longest
+    length, and the jobs to time (also used by the decode roofline benchmark)."""
 
     def __init__(self, arch: Architecture, settings: LLMProfileSettings, rank: int, tp: int, device: Any):
         import torch
@@ -162,7 +163,7 @@ def _share_stream(device: Any, share: float) -> Tuple[Any, int, str]:
 _share_stream.keep = []  # type: ignore[attr-defined]
 
 
-def _grid(bench: _Bench, settings: LLMProfileSettings, stream: Any) -> Tuple[List[list], List[list]]:
+def _grid(bench: LLMBench, settings: LLMProfileSettings, stream: Any) -> Tuple[List[list], List[list]]:
     """Prefill and decode seconds over batch x length (None: not measured) at one share."""
     pre: List[list] = []
     dec: List[list] = []
@@ -171,9 +172,9 @@ def _grid(bench: _Bench, settings: LLMProfileSettings, stream: Any) -> Tuple[Lis
         drow: List[Optional[float]] = []
         for n in settings.seq_lens:
             fits = b == 1 or b * n <= settings.token_budget
-            prow.append(_median_s(bench.prefill(b, n), stream, bench.device, settings.warmup, settings.repeats)
+            prow.append(median_seconds(bench.prefill(b, n), stream, bench.device, settings.warmup, settings.repeats)
                         if fits else None)
-            drow.append(_median_s(bench.decode(b, n, stream), stream, bench.device, settings.warmup,
+            drow.append(median_seconds(bench.decode(b, n, stream), stream, bench.device, settings.warmup,
                                   settings.repeats))
         pre.append(prow)
         dec.append(drow)
@@ -198,7 +199,7 @@ def _measure(rank: int, tp: int, arch: Architecture, settings: LLMProfileSetting
             dist.init_process_group(settings.backend, init_method=init, rank=rank, world_size=tp,
                                     timeout=timedelta(seconds=settings.timeout_s))
         base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-        bench = _Bench(arch, settings, rank, tp, device)
+        bench = LLMBench(arch, settings, rank, tp, device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         held = torch.cuda.memory_allocated(device) - base if device.type == "cuda" else 0
