@@ -48,7 +48,8 @@ def _floats(text: str, field: str) -> list[float]:
 @click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
               help="On GPUs, run each stage as one CUDA graph replay (its all-reduces included).")
 @click.option("--policy", default=None,
-              help="LLM instances: mesh scheduling policy (adbs, round-robin, fcfs, temporal); default: the "
+              help="LLM instances: comma-separated mesh scheduling policies (adbs, round-robin, fcfs, temporal), "
+                   "one trial each on the same workers (subfolders <policy> when several); default: the "
                    "placement's scheduling, else the instance's llm.policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summaries as JSON.")
 def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, slo_scales: Optional[str],
@@ -106,26 +107,31 @@ def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, sl
 
 
 def _execute_llm(inst: Any, plc: Any, output_dir: str, config: Any, policy: Optional[str], as_json: bool) -> None:
-    """``placeopt execute`` of an LLM instance: run, then print measured beside simulated."""
+    """``placeopt execute`` of an LLM instance: run every policy, print measured beside simulated."""
     from placement_opt.executor.controller import ExecutorError
     from placement_opt.executor.llm_run import execute_llm
 
+    policies = [p.strip() for p in policy.split(",") if p.strip()] if policy else None
+    if policies is not None and len(set(policies)) != len(policies):
+        raise InputError("a policy is repeated (each one's trial writes folder <policy>)", "--policy")
     try:
-        summary = execute_llm(inst, plc, output_dir, config, policy, log=progress)
+        summaries = execute_llm(inst, plc, output_dir, config, policies, log=progress)
     except ExecutorError as e:
         click.echo(f"placeopt: execute failed: {e}", err=True)
         sys.exit(1)
     if as_json:
-        emit_json(summary)
+        emit_json(summaries)
         return
-    m, s = summary["measured"], summary["simulated"]
     keys = ["throughput_rps", "tokens_per_s", "ttft_mean_s", "tpot_mean_s", "slo_attainment", "sm_utilisation",
             "kv_utilisation"]
-    click.echo(table(["metric", "measured", "simulated"], [[k, m[k], s[k]] for k in keys]))
-    rows = [[name, pm["throughput_rps"], s["per_model"][name]["throughput_rps"], pm["ttft_mean_s"],
-             s["per_model"][name]["ttft_mean_s"]] for name, pm in m["per_model"].items()]
-    click.echo(table(["model", "req/s measured", "simulated", "TTFT measured (s)", "simulated (s)"], rows))
-    progress(f"SM partitioning: {', '.join(summary['sm_partitioning'])}; wrote {output_dir}")
+    for summary in summaries:
+        m, s = summary["measured"], summary["simulated"]
+        click.echo(f"policy {summary['policy']}")
+        click.echo(table(["metric", "measured", "simulated"], [[k, m[k], s[k]] for k in keys]))
+        rows = [[name, pm["throughput_rps"], s["per_model"][name]["throughput_rps"], pm["ttft_mean_s"],
+                 s["per_model"][name]["ttft_mean_s"]] for name, pm in m["per_model"].items()]
+        click.echo(table(["model", "req/s measured", "simulated", "TTFT measured (s)", "simulated (s)"], rows))
+    progress(f"SM partitioning: {', '.join(summaries[0]['sm_partitioning'])}; wrote {output_dir}")
 
 
 def _architecture_from_file(path: str, model: str | None) -> tuple[str | None, Architecture]:

@@ -271,6 +271,15 @@ class MeshEngine:
         if forget:
             self.tokens.pop(r, None)
 
+    def reset(self) -> None:
+        """Forget every request (between trials): free all blocks, drop all token lists."""
+        assert not self.running, "reset with jobs in flight"
+        for rt in self.llms:
+            for r in list(rt.cache.blocks):
+                rt.cache.release(r)
+        self.tokens.clear()
+        self.sync()
+
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

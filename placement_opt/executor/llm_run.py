@@ -26,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass
 from multiprocessing import connection
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -172,30 +172,23 @@ def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config
             out.append(LLMWorkerSpec(rank=r, device=p.devices[tp_rank] if backend == "nccl" else 0, group=p.group,
                                      mesh_ranks=ranks, all_meshes=tuple(meshes),
                                      n_llms_of=tuple(len(q.specs) for q in plans), world_size=rank,
-                                     backend=backend, init_method=init, engine=engine,
-                                     work=p.work if tp_rank == 0 else None, cpu_threads=config.cpu_threads,
+                                     backend=backend, init_method=init, engine=engine, cpu_threads=config.cpu_threads,
                                      timeout_s=config.start_timeout_s))
     return out
 
 
 class _Run:
-    """The worker processes of one run, their reports, and what was measured so far."""
+    """The worker processes, their reports, and what the current trial measured so far."""
 
-    def __init__(self, specs: List[LLMWorkerSpec], plans: List[MeshPlan], n_requests: int, config: ExecutorConfig):
+    def __init__(self, specs: List[LLMWorkerSpec], config: ExecutorConfig):
         import torch.multiprocessing as mp
 
         ctx = mp.get_context("spawn")
-        self.specs, self.plans, self.config = specs, plans, config
-        self.first = np.full(n_requests, -1.0)
-        self.finish = np.full(n_requests, -1.0)
-        self.preempt = np.zeros(n_requests, dtype=np.int64)
-        self.token_times: Dict[int, List[float]] = {}
+        self.specs, self.config = specs, config
         self.ready: Dict[int, Any] = {}
         self.errors: Dict[int, str] = {}
         self.done: set = set()
-        self.mesh_totals: Dict[int, dict] = {}
-        self.beat: Dict[int, float] = {}
-        self.index = {p.group: p.requests for p in plans}
+        self.begin([], 0)
         self.procs, self.commands, self.reports = [], [], []
         for spec in specs:
             cmd_recv, cmd_send = ctx.Pipe(duplex=False)
@@ -209,6 +202,18 @@ class _Run:
             self.commands.append(cmd_send)
             self.reports.append(rep_recv)
         self._open = list(self.reports)
+
+    def begin(self, plans: List[MeshPlan], n_requests: int) -> None:
+        """Empty records for a trial of ``n_requests`` requests on the meshes ``plans``."""
+        self.plans = plans
+        self.first = np.full(n_requests, -1.0)
+        self.finish = np.full(n_requests, -1.0)
+        self.preempt = np.zeros(n_requests, dtype=np.int64)
+        self.token_times: Dict[int, List[float]] = {}
+        self.mesh_totals: Dict[int, dict] = {}
+        self.beat: Dict[int, float] = {}
+        self.trial_done: set = set()
+        self.index = {p.group: p.requests for p in plans}
 
     def poll(self, timeout: float) -> None:
         """Handle every report arriving within ``timeout`` seconds."""
@@ -236,6 +241,8 @@ class _Run:
             self.beat[who] = time.monotonic()
         elif kind == "mesh":
             self.mesh_totals[who] = msg[2]
+        elif kind == "trial":
+            self.trial_done.add(who)
         elif kind == "ready":
             self.ready[who] = msg[2]
         elif kind == "error":
@@ -263,13 +270,6 @@ class _Run:
                     raise ExecutorError(f"no heartbeat from mesh {p.group} for {self.config.hang_timeout_s:g} s; "
                                         "a worker hangs")
 
-    def send_all(self, command: Any) -> None:
-        for c in self.commands:
-            try:
-                c.send(command)
-            except (BrokenPipeError, OSError):
-                pass
-
     def kill(self) -> None:
         for p in self.procs:
             if p.is_alive():
@@ -278,6 +278,18 @@ class _Run:
             p.join(5.0)
         for c in self.commands + self.reports:
             c.close()
+
+    def stop(self, timeout: float) -> None:
+        """Tell every worker to finish, wait up to ``timeout`` s, then kill what is left."""
+        for c in self.commands:
+            try:
+                c.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        end = time.monotonic() + timeout
+        for p in self.procs:
+            p.join(max(0.0, end - time.monotonic()))
+        self.kill()
 
     def wait_ready(self) -> float:
         started = time.monotonic()
@@ -289,16 +301,22 @@ class _Run:
                 raise ExecutorError(f"workers {missing} not ready after {self.config.start_timeout_s:g} s")
         return time.monotonic() - started
 
-    def serve(self) -> float:
-        """Start every mesh at one common time and wait for all to finish; returns that time."""
+    def serve(self) -> None:
+        """Run the current trial: start every mesh at one common time (each leader gets its
+        mesh's work), and wait until every rank has finished it."""
         t0 = time.monotonic() + self.config.lead_s
         for p in self.plans:
             self.beat[p.group] = t0
-        self.send_all(t0)
-        while len(self.done) < len(self.specs):
+        leaders = {p.group: p.work for p in self.plans}
+        for spec, conn in zip(self.specs, self.commands):
+            work = leaders[spec.group] if spec.rank == spec.mesh_ranks[0] else None
+            try:
+                conn.send((t0, work))
+            except (BrokenPipeError, OSError):
+                raise ExecutorError(f"LLM worker rank {spec.rank} is gone (its command pipe is closed)") from None
+        while len(self.trial_done) < len(self.specs):
             self.poll(0.05)
             self.check(True)
-        return t0
 
 
 def _measured_run(run: _Run, plans: List[MeshPlan], n_specs: int, n_groups: int, duration: float
@@ -369,44 +387,83 @@ def requests_csv(req: Requests, names: Sequence[str], prompt: np.ndarray, output
 
 
 def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: ExecutorConfig = ExecutorConfig(),
-                policy: Optional[str] = None, log: Callable[[str], None] = lambda msg: None) -> dict:
-    """Run an LLM ``placement`` on real devices; write the files of the module docstring and
-    return the summary. Raises ExecutorError after saving partial results when a worker
-    fails or hangs; re-raises KeyboardInterrupt likewise."""
+                policies: Optional[Sequence[str]] = None, log: Callable[[str], None] = lambda msg: None) -> List[dict]:
+    """Run an LLM ``placement`` on real devices, one trial per policy (or one, with the
+    placement's or instance's policy) on the same workers; write the files of the module
+    docstring (into ``out_dir``, or ``out_dir/<policy>`` for several trials) and return the
+    summaries. Raises ExecutorError after saving partial results when a worker fails or
+    hangs; re-raises KeyboardInterrupt likewise."""
     backend = config.resolved_backend()
     pools = check_llm_executable(instance, placement, backend)
-    policy = simllm.resolve_policy(instance, placement, policy)
+    chosen = [simllm.resolve_policy(instance, placement, p) for p in (policies or [None])]
+    if len(chosen) > 1 and "temporal" in chosen:
+        raise InputError("temporal gives every job all SMs: run it alone, not beside other policies", "--policy")
     req = replay_requests(instance, config.duration_s)
-    plans = plan_meshes(instance, placement, req, pools, policy)
+    trials = [(policy, plan_meshes(instance, placement, req, pools, policy)) for policy in chosen]
     cfg = llm_config(instance)
-    max_batch = min(cfg.max_batch, max((len(p.requests) for p in plans), default=1))
-    specs = worker_specs(instance, plans, backend, config, max(1, max_batch))
+    max_batch = max(1, min(cfg.max_batch, max((len(p.requests) for p in trials[0][1]), default=1)))
+    specs = worker_specs(instance, trials[0][1], backend, config, max_batch)
     os.makedirs(out_dir, exist_ok=True)
-    run = _Run(specs, plans, len(req), config)
-    log(f"started {len(specs)} LLM workers ({backend}, policy {policy}), pids {' '.join(str(p.pid) for p in run.procs)}")
-    status, startup = "complete", None
+    run = _Run(specs, config)
+    log(f"started {len(specs)} LLM workers ({backend}), pids {' '.join(str(p.pid) for p in run.procs)}")
+    summaries: List[dict] = []
+    startup: Optional[float] = None
+    where = out_dir
     try:
         startup = run.wait_ready()
-        log(f"workers ready after {startup:.1f} s; replaying {len(req)} requests over {req.duration_s:g} s")
-        run.serve()
+        log(f"workers ready after {startup:.1f} s")
+        for policy, plans in trials:
+            where = os.path.join(out_dir, policy) if len(trials) > 1 else out_dir
+            run.begin(plans, len(req))
+            log(f"policy {policy}: replaying {len(req)} requests over {req.duration_s:g} s")
+            run.serve()
+            summaries.append(_save(_Trial(instance, placement, req, plans, pools, policy), run, backend,
+                                   "complete", startup, where))
+            log(f"policy {policy}: throughput measured {summaries[-1]['measured']['throughput_rps']:.3f} req/s, "
+                f"simulated {summaries[-1]['simulated']['throughput_rps']:.3f}")
+        run.stop(30.0)
     except (ExecutorError, KeyboardInterrupt) as e:
         run.kill()
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
-        _save(instance, placement, req, plans, run, pools, policy, backend, status, startup, config, out_dir)
+        if run.plans:
+            policy = trials[len(summaries)][0]
+            summaries.append(_save(_Trial(instance, placement, req, run.plans, pools, policy), run, backend, status,
+                                   startup, where))
+        _write_index(out_dir, summaries)
         if isinstance(e, ExecutorError):
             raise ExecutorError(f"{e}; partial results saved in {out_dir}") from None
         raise
     except BaseException:
         run.kill()
         raise
-    run.kill()
-    return _save(instance, placement, req, plans, run, pools, policy, backend, status, startup, config, out_dir)
+    _write_index(out_dir, summaries)
+    return summaries
 
 
-def _save(instance: Instance, placement: Placement, req: Requests, plans: List[MeshPlan], run: _Run,
-          pools: List[float], policy: str, backend: str, status: str, startup: Optional[float],
-          config: ExecutorConfig, out_dir: str) -> dict:
+class _Trial(NamedTuple):
+    """One trial's inputs: what ran and how the simulator sees it."""
+
+    instance: Instance
+    placement: Placement
+    requests: Requests
+    plans: List[MeshPlan]
+    pools: List[float]
+    policy: str
+
+
+def _write_index(out_dir: str, summaries: List[dict]) -> None:
+    """``trials.json``: one row per trial with its status and headline errors."""
+    rows = [{"policy": s["policy"], "status": s["status"], "throughput_measured_rps": s["measured"]["throughput_rps"],
+             "throughput_simulated_rps": s["simulated"]["throughput_rps"], **{k: v for k, v in s["errors"].items()
+                                                                             if k != "per_llm_throughput_err"}}
+            for s in summaries]
+    atomic_write_json(os.path.join(out_dir, "trials.json"), rows)
+
+
+def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional[float], out_dir: str) -> dict:
     """Write metrics.json, simulated.json, requests.csv and summary.json; returns the summary."""
+    instance, placement, req, plans, pools, policy = trial
+    os.makedirs(out_dir, exist_ok=True)
     cfg = llm_config(instance)
     specs = llm_specs(instance)
     prompt, output = simllm._with_lengths(instance, req)

@@ -8,7 +8,8 @@ jobs to start now and launch them, drop what can never fit, integrate SM and KV 
 decision that touches the device (launch, finish, free) is also broadcast to the followers
 over the mesh's gloo group, which apply them in the same order, so all TP ranks run the same
 jobs. The leader reports each request's record when it finishes (or is dropped), a
-heartbeat every second, and its mesh's totals at the end.
+heartbeat every second, and its mesh's totals at the end. A process serves several trials
+(policies) in turn on the same weights, its pool emptied between them.
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ class LLMWorkerSpec:
     backend: str
     init_method: str
     engine: EngineSpec
-    work: Optional[MeshWork]  # the leader's; None on followers
     cpu_threads: int
     timeout_s: float
 
@@ -175,6 +175,9 @@ class _Leader:
                 self.reports.send(("beat", self.group, t))
             if not self.engine.running:
                 _t.sleep(IDLE_SLEEP_S)
+        for kind, k in self.engine.in_flight():  # stopped at the horizon: let the jobs in flight end
+            self.engine.finish(kind, k)
+            self.ops.append(("finish", kind, k))
         self.ops.append(("stop",))
         self._send()
         return {"stop_s": last, "sm_time": self.sm_time, "kv_time": self.kv_time, "kv_llm_time": self.kv_llm_time,
@@ -221,7 +224,8 @@ def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
 
 
 def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connection) -> None:
-    """Process entry point: build, report ready, wait for the start time, serve, report."""
+    """Process entry point: build, report ready, then serve trials until told to stop: each
+    command is ``(t0, work)`` (the leader's mesh work, None on followers), ``None`` ends."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller handles Ctrl-C and stops us
     try:
@@ -230,16 +234,19 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
                                            "sm_counts": engine.sm, "weight_bytes": engine.weight_bytes(),
                                            "pool_pages": engine.pool.n_pages,
                                            "fallback": getattr(engine, "fallback_reason", None)}))
-        cmd = commands.recv()
-        if cmd is not None:
-            t0 = float(cmd)
+        while True:
+            cmd = commands.recv()
+            if cmd is None:
+                break
+            t0, work = cmd  # one trial: the leader gets its mesh's work, followers None
             src = spec.mesh_ranks[0]
-            if spec.work is not None:
-                totals = _Leader(engine, spec.work, control, src, reports, spec.group).run(t0)
+            if work is not None:
+                totals = _Leader(engine, work, control, src, reports, spec.group).run(float(t0))
                 reports.send(("mesh", spec.group, totals))
             else:
                 _follow(engine, control, src)
-            engine.sync()
+            engine.reset()
+            reports.send(("trial", spec.rank, None))
         reports.send(("done", spec.rank, None))
     except EOFError:
         os._exit(3)  # the controller went away

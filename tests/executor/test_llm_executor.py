@@ -139,7 +139,7 @@ def _execute(placement, out, *extra):
 
 @pytest.mark.parametrize("placement,policy", [(TP2, "adbs"), (SPATIAL, "fcfs")])
 def test_execute_tiny_llm_instance(tmp_path, placement, policy):
-    summary = _execute(placement, tmp_path / "o", "--policy", policy)
+    [summary] = _execute(placement, tmp_path / "o", "--policy", policy)
     assert summary["status"] == "complete" and summary["policy"] == policy
     assert summary["sm_partitioning"] == ["cpu-serial"]
     measured, simulated = summary["measured"], summary["simulated"]
@@ -154,6 +154,16 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
         assert times == sorted(times) and float(row["first_token_s"]) == pytest.approx(times[0], abs=1e-5)
         assert float(row["arrival_s"]) <= times[0] and float(row["finish_s"]) == pytest.approx(times[-1], abs=1e-5)
     assert summary["errors"]["throughput_err"] is not None
+
+
+def test_policy_trials_share_workers(tmp_path):
+    """Three policies on one set of workers: one subfolder each, every request served each time."""
+    summaries = _execute(TP2, tmp_path / "o", "--policy", "adbs,round-robin,fcfs", "--duration", "2")
+    assert [s["policy"] for s in summaries] == ["adbs", "round-robin", "fcfs"]
+    for s in summaries:
+        assert s["status"] == "complete" and s["measured"]["finished"] == s["measured"]["requests"] > 0
+        assert (tmp_path / "o" / s["policy"] / "requests.csv").exists()
+    assert len(json.loads((tmp_path / "o" / "trials.json").read_text())) == 3
 
 
 # ---------------------------------------------------------------- failures
