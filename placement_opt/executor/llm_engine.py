@@ -172,9 +172,26 @@ class MeshEngine:
             rt.cache.release(r)
             del self.tokens[r]
         if self.device.type == "cuda" and self.spec.cuda_graphs:
-            for k in range(len(self.llms)):
-                self._capture(k)
+            try:
+                for k in range(len(self.llms)):
+                    self._capture(k)
+            except Exception as e:  # capture on green-context streams failed: plain streams
+                if self.mechanism != "green-contexts":
+                    raise
+                self.fallback_reason = f"CUDA graphs on green-context streams: {type(e).__name__}: {e}"
+                self._plain_streams()
+                for k in range(len(self.llms)):
+                    self._capture(k)
         self.sync()
+
+    def _plain_streams(self) -> None:
+        """Drop the green contexts: every LLM gets plain streams (no SM limit)."""
+        self.sync()
+        props = torch.cuda.get_device_properties(self.device)
+        self.mechanism, self.sm = "streams", [props.multi_processor_count] * len(self.llms)
+        for rt in self.llms:
+            rt.streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
+            rt.graphs.clear()
 
     def _capture(self, k: int) -> None:
         """Capture LLM k's decode step for every (batch, blocks) bucket on its decode stream."""

@@ -1,0 +1,57 @@
+"""Instances of the LLM fidelity run that use the measured cost tables (run after profiling).
+
+For every instance of ``instances/fidelity-llm/`` writes ``instances/fidelity-llm/measured/``
+a copy whose models reference ``benchmarks/fidelity/llm/tables/<model>.json`` (written by
+``placeopt profile --llm`` in ``run_gpu.sh``), and whose cluster GPU is the profiled one
+(name from the tables). The simulator's predictions of the fidelity runs use these tables.
+
+Usage: python benchmarks/fidelity/llm/measured_instances.py
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+SRC = os.path.join(ROOT, "instances", "fidelity-llm")
+DST = os.path.join(SRC, "measured")
+TABLES = os.path.join(HERE, "tables")
+SPECS = {"H100": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 3350},
+         "H200": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 4800}}
+
+
+def main() -> None:
+    os.makedirs(DST, exist_ok=True)
+    for path in sorted(glob.glob(os.path.join(SRC, "*.json"))):
+        if path.endswith(".placement.json"):
+            continue
+        with open(path) as f:
+            inst = json.load(f)
+        tables = {}
+        for m in inst["models"]:
+            table = os.path.join(TABLES, f"{m['name']}.json")
+            if not os.path.exists(table):
+                raise SystemExit(f"{table}: missing; run the profile phase first")
+            tables[m["name"]] = os.path.relpath(table, DST)
+            m["cost_table"] = m["name"]
+            with open(table) as f:
+                gpu = json.load(f)["gpu"]
+        inst["cost_tables"] = tables
+        inst["cluster"]["gpu"]["name"] = gpu
+        inst["cluster"]["gpu"].update(next((v for k, v in SPECS.items() if k in gpu), {}))
+        if "trace" in inst["workload"]:
+            inst["workload"]["trace"] = os.path.relpath(os.path.join(SRC, inst["workload"]["trace"]), DST)
+        inst["description"] += " Latencies: the cost tables measured on " + gpu + "."
+        out = os.path.join(DST, os.path.basename(path))
+        with open(out + ".tmp", "w") as f:
+            json.dump(inst, f, indent=1)
+            f.write("\n")
+        os.replace(out + ".tmp", out)
+        print("wrote", os.path.relpath(out, ROOT))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# LLM fidelity on one GPU (docs/fidelity-llm.md). Usage: bash benchmarks/fidelity/llm/run_gpu.sh PHASE...
+# Phases (in order; each fits a 10-minute command; times measured for an H100 are in the doc):
+#   setup     install the package (no deps: torch+CUDA is there; no ortools needed), print the GPU
+#   check     GPU self-check (paged decode, graphs and green contexts) and a tiny placeopt execute
+#   roofline  decode step of a LLaMA-2-7B shape at batch 1-32 vs the HBM roofline
+#   profile   cost tables of the 5 fidelity LLMs (TP 1, SM shares $SHARES) into benchmarks/fidelity/llm/tables/
+#   measured  instances that use those tables (instances/fidelity-llm/measured/)
+#   mux       the muxserve placement: Poisson with policies adbs, round-robin, fcfs (one set of workers);
+#             the conv and code traces with adbs
+#   temporal  the temporal placement on the three workloads
+#   pack      everything into $OUT/llm-fidelity.tar.gz (plus roofline.json, check.txt loose)
+# Results go to $OUT (default ./llm-fidelity-out); unpack the tarball at the repository root to
+# commit: it holds benchmarks/fidelity/llm/{tables,results}/ and instances/fidelity-llm/measured/.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-llm-fidelity-out}
+B=benchmarks/fidelity/llm
+I=instances/fidelity-llm
+R=$B/results
+SHARES=${SHARES:-0.2,0.5,1}
+MODELS=${MODELS:-llm-0.4b llm-1b llm-3b llm-7b llm-8b}
+mkdir -p "$OUT" "$R" "$B/tables"
+for phase in "$@"; do
+  echo "=== $phase $(date -u +%T)"
+  case $phase in
+    setup)
+      python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
+      nvidia-smi -L
+      python3 -c 'import torch, torch.cuda.green_contexts as g; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.device_count(), "GPUs; green contexts built:", g.SUPPORTED if hasattr(g, "SUPPORTED") else "?")' ;;
+    check)
+      python3 $B/gpu_check.py 2>&1 | tee "$OUT/check.txt"
+      placeopt execute instances/tiny/llm-cpu.json instances/tiny/llm-cpu-placement-1gpu.json --backend nccl \
+        -o "$R/tiny-gpu" 2>&1 | tee -a "$OUT/check.txt" ;;
+    roofline)
+      python3 $B/roofline.py -o "$R/roofline.json" 2>&1 | tail -20
+      cp "$R/roofline.json" "$OUT/" ;;
+    profile)
+      GPU=$(python3 -c 'import torch; n = torch.cuda.get_device_name(0); print("H200" if "H200" in n else "H100-80GB" if "H100" in n else n.replace(" ", "-"))')
+      for m in $MODELS; do
+        placeopt profile $I/poisson.json --model $m --llm --tp 1 --sm-shares "$SHARES" \
+          --batch-sizes 1,2,4,8,16,32 --seq-lens 64,256,1024,2048 --warmup 2 --repeats 5 --gpu-name "$GPU" \
+          -o $B/tables/$m.json --details $B/tables/$m.details.json 2>&1 | tail -3
+      done ;;
+    measured)
+      python3 $B/measured_instances.py ;;
+    mux)
+      placeopt execute $I/measured/poisson.json $I/poisson-muxserve.placement.json --policy adbs,round-robin,fcfs \
+        -o "$R/poisson-muxserve" 2>&1 | tail -40
+      for w in conv code; do
+        placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs -o "$R/$w-muxserve" 2>&1 | tail -20
+      done ;;
+    temporal)
+      for w in poisson conv code; do
+        placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json -o "$R/$w-temporal" 2>&1 | tail -20
+      done ;;
+    pack)
+      tar czf "$OUT/llm-fidelity.tar.gz" $B/tables $R $I/measured
+      ls -la "$OUT" ;;
+    *)
+      echo "unknown phase $phase"; exit 2 ;;
+  esac
+done
