@@ -157,13 +157,23 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
 
 
 def test_policy_trials_share_workers(tmp_path):
-    """Three policies on one set of workers: one subfolder each, every request served each time."""
-    summaries = _execute(TP2, tmp_path / "o", "--policy", "adbs,round-robin,fcfs", "--duration", "2")
+    """Three policies on one set of workers: one subfolder each, every request served each
+    time; benchmarks/llm_fidelity.py reads such results and prints its summary line."""
+    out = tmp_path / "results" / "tiny-muxserve"
+    summaries = _execute(TP2, out, "--policy", "adbs,round-robin,fcfs", "--duration", "2")
     assert [s["policy"] for s in summaries] == ["adbs", "round-robin", "fcfs"]
     for s in summaries:
         assert s["status"] == "complete" and s["measured"]["finished"] == s["measured"]["requests"] > 0
-        assert (tmp_path / "o" / s["policy"] / "requests.csv").exists()
-    assert len(json.loads((tmp_path / "o" / "trials.json").read_text())) == 3
+        assert (out / s["policy"] / "requests.csv").exists()
+    assert len(json.loads((out / "trials.json").read_text())) == 3
+    report = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "llm_fidelity.py"), "--results",
+                             str(tmp_path / "results")], capture_output=True, text=True, check=True).stdout
+    lines = report.strip().splitlines()
+    assert any(line.startswith("tiny policies: measured ") for line in lines)
+    last = dict(item.split("=") for item in lines[-1].split())
+    assert list(last) == ["max_throughput_err", "max_llm_err", "max_ttft_err", "max_attain_pp", "ranking_ok",
+                          "decode_roofline"]
+    assert float(last["max_throughput_err"]) >= 0 and last["ranking_ok"] in ("0", "1")
 
 
 # ---------------------------------------------------------------- failures
