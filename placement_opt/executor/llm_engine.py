@@ -154,11 +154,21 @@ class MeshEngine:
         return [(torch.cuda.Stream(self.device), torch.cuda.Stream(self.device)) for _ in range(n)]
 
     def _green_streams(self) -> List[Tuple[Any, Any]]:
+        """Streams of a green context per LLM whose share is below 1 (an LLM with every SM
+        gets plain streams); ``mechanism`` says green contexts if any LLM has one."""
         from torch.cuda.green_contexts import GreenContext
 
-        self.contexts = [GreenContext.create(c, self.device.index or 0) for c in self.sm]
-        out = [(ctx.Stream(), ctx.Stream()) for ctx in self.contexts]
-        self.mechanism = "green-contexts"
+        total = torch.cuda.get_device_properties(self.device).multi_processor_count
+        self.contexts: List[Any] = []
+        out: List[Tuple[Any, Any]] = []
+        for n in self.sm:
+            if n >= total:
+                out.append((torch.cuda.Stream(self.device), torch.cuda.Stream(self.device)))
+                continue
+            ctx = GreenContext.create(n, self.device.index or 0)
+            self.contexts.append(ctx)
+            out.append((ctx.Stream(), ctx.Stream()))
+        self.mechanism = "green-contexts" if self.contexts else "streams"
         return out
 
     def warm_up(self) -> None:

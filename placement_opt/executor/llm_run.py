@@ -395,7 +395,8 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     hangs; re-raises KeyboardInterrupt likewise."""
     backend = config.resolved_backend()
     pools = check_llm_executable(instance, placement, backend)
-    chosen = [simllm.resolve_policy(instance, placement, p) for p in (policies or [None])]
+    asked: List[Optional[str]] = list(policies) if policies else [None]
+    chosen = [simllm.resolve_policy(instance, placement, p) for p in asked]
     if len(chosen) > 1 and "temporal" in chosen:
         raise InputError("temporal gives every job all SMs: run it alone, not beside other policies", "--policy")
     req = replay_requests(instance, config.duration_s)
