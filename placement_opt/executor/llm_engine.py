@@ -10,11 +10,12 @@ same order, so their TP collectives pair up (each LLM has its own prefill and de
 process groups, so jobs of different LLMs, or one LLM's prefill and decode, never share a
 communicator).
 
-SM partitioning (GPU): each LLM's streams come from a CUDA green context with its SM share
-of the GPU's SMs, rounded up to the architecture's granularity (:func:`sm_counts`);
-``mechanism`` says what ran: ``green-contexts``, ``streams`` (plain streams when green
-contexts are unavailable: jobs overlap with no SM limit) or ``cpu-serial`` (CPU: jobs run
-one after another inside ``launch``).
+SM partitioning (GPU, :mod:`.llm_greenctx`): each LLM whose share is below 1 gets its streams
+from a green context on its own SMs (the share of the GPU's SMs rounded down to the
+architecture's granularity); ``mechanism`` says what ran: ``green-contexts`` (disjoint),
+``green-contexts-overlapping`` (torch's contexts, which may share SMs), ``streams`` (plain
+streams: jobs overlap with no SM limit) or ``cpu-serial`` (CPU: jobs run one after another
+inside ``launch``).
 
 Decode steps on GPUs replay CUDA graphs captured at start-up per (batch bucket, block
 bucket), powers of two, on static :class:`~.llm_kvcache.DecodeInputs`; each LLM's graphs
@@ -83,13 +84,6 @@ def buckets(limit: int) -> List[int]:
     return out
 
 
-def sm_counts(shares: Sequence[float], total_sms: int, capability: Tuple[int, int]) -> List[int]:
-    """SMs of each share's green context: the share of ``total_sms`` rounded up to the
-    architecture's granularity (8 SMs from compute capability 9.0, 2 before), at most all."""
-    g = 8 if capability[0] >= 9 else 2
-    return [min(total_sms, max(g, g * math.ceil(s * total_sms / g - 1e-9))) for s in shares]
-
-
 @dataclass
 class _Running:
     """A launched job: its end event (GPU) and its greedy tokens (on the device)."""
@@ -136,40 +130,19 @@ class MeshEngine:
     # ------------------------------------------------------------ start-up
 
     def _make_streams(self) -> List[Tuple[Any, Any]]:
-        """Per LLM its prefill and decode streams, from green contexts of its SM share when
-        possible (sets ``mechanism`` and ``sm``)."""
+        """Per LLM its prefill and decode streams: on GPUs from disjoint green contexts of its
+        SM share when possible (:func:`~.llm_greenctx.partition_sms`; sets ``mechanism``,
+        ``sm`` and ``fallback_reason``)."""
         n = len(self.spec.llms)
         if self.device.type != "cuda":
             return [(None, None)] * n
-        props = torch.cuda.get_device_properties(self.device)
-        shares = [b.share for b in self.spec.llms]
-        self.sm = sm_counts(shares, props.multi_processor_count, (props.major, props.minor))
-        if self.spec.green_contexts:
-            try:
-                return self._green_streams()
-            except Exception as e:  # unsupported build, driver or device: fall back
-                self.fallback_reason = f"{type(e).__name__}: {e}"
-        self.mechanism = "streams"
-        self.sm = [props.multi_processor_count] * n
-        return [(torch.cuda.Stream(self.device), torch.cuda.Stream(self.device)) for _ in range(n)]
+        from placement_opt.executor.llm_greenctx import partition_sms
 
-    def _green_streams(self) -> List[Tuple[Any, Any]]:
-        """Streams of a green context per LLM whose share is below 1 (an LLM with every SM
-        gets plain streams); ``mechanism`` says green contexts if any LLM has one."""
-        from torch.cuda.green_contexts import GreenContext
-
-        total = torch.cuda.get_device_properties(self.device).multi_processor_count
-        self.contexts: List[Any] = []
-        out: List[Tuple[Any, Any]] = []
-        for n in self.sm:
-            if n >= total:
-                out.append((torch.cuda.Stream(self.device), torch.cuda.Stream(self.device)))
-                continue
-            ctx = GreenContext.create(n, self.device.index or 0)
-            self.contexts.append(ctx)
-            out.append((ctx.Stream(), ctx.Stream()))
-        self.mechanism = "green-contexts" if self.contexts else "streams"
-        return out
+        plan = partition_sms(self.device, [b.share for b in self.spec.llms], torch, self.spec.green_contexts)
+        self.mechanism, self.sm, self._sm_keep = plan.mechanism, plan.sm_counts, plan.keep
+        if plan.fallback:
+            self.fallback_reason = plan.fallback
+        return plan.streams
 
     def warm_up(self) -> None:
         """Run one prefill and one decode per LLM, then capture the decode graphs (GPU)."""
@@ -186,7 +159,7 @@ class MeshEngine:
                 for k in range(len(self.llms)):
                     self._capture(k)
             except Exception as e:  # capture on green-context streams failed: plain streams
-                if self.mechanism != "green-contexts":
+                if not self.mechanism.startswith("green-contexts"):
                     raise
                 self.fallback_reason = f"CUDA graphs on green-context streams: {type(e).__name__}: {e}"
                 self._plain_streams()

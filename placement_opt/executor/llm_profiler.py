@@ -142,25 +142,20 @@ def _world() -> Any:
 
 
 def _share_stream(device: Any, share: float) -> Tuple[Any, int, str]:
-    """A stream with ``share`` of the GPU's SMs: (stream, SM count, mechanism)."""
+    """A stream with ``share`` of the GPU's SMs, as the executor gives an LLM of that share:
+    (stream, SM count, mechanism)."""
     import torch
 
-    from placement_opt.executor.llm_engine import sm_counts
+    from placement_opt.executor.llm_greenctx import partition_sms
 
     if device.type != "cuda":
         return None, 0, "cpu"
-    props = torch.cuda.get_device_properties(device)
-    n = sm_counts([share], props.multi_processor_count, (props.major, props.minor))[0]
-    if share >= 1.0:
-        return torch.cuda.Stream(device), props.multi_processor_count, "all-sms"
-    from torch.cuda.green_contexts import GreenContext
-
-    ctx = GreenContext.create(n, device.index or 0)
-    _share_stream.keep.append(ctx)  # type: ignore[attr-defined]
-    return ctx.Stream(), n, "green-contexts"
+    plan = partition_sms(device, [share], torch)
+    _KEEP.append(plan.keep)
+    return plan.streams[0][0], plan.sm_counts[0], plan.mechanism
 
 
-_share_stream.keep = []  # type: ignore[attr-defined]
+_KEEP: List[Any] = []  # green contexts of the streams handed out (they must outlive their streams)
 
 
 def _grid(bench: LLMBench, settings: LLMProfileSettings, stream: Any) -> Tuple[List[list], List[list]]:

@@ -35,6 +35,7 @@ from placement_opt.instance import Instance
 from placement_opt.io import atomic_write_json, atomic_write_text
 from placement_opt.llm_units import LLMSpec, llm_config, llm_specs
 from placement_opt.placement import Placement
+from placement_opt.settings import POLICIES
 from placement_opt.simulate import llm as simllm
 from placement_opt.simulate.meshsim import MeshLLMs, MeshRequests, MeshSettings
 from placement_opt.workload import Requests
@@ -395,6 +396,9 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     hangs; re-raises KeyboardInterrupt likewise."""
     backend = config.resolved_backend()
     pools = check_llm_executable(instance, placement, backend)
+    for p in policies or []:
+        if p not in POLICIES:
+            raise InputError(f"must be one of {', '.join(POLICIES)}, got {p!r}", "--policy")
     asked: List[Optional[str]] = list(policies) if policies else [None]
     chosen = [simllm.resolve_policy(instance, placement, p) for p in asked]
     if len(chosen) > 1 and "temporal" in chosen:

@@ -18,17 +18,35 @@ import sys
 
 
 def green_contexts(torch) -> str:  # type: ignore[no-untyped-def]
-    try:
-        from torch.cuda.green_contexts import GreenContext
+    """Two LLMs of share 0.5: which mechanism the executor gets, their SM counts, and whether
+    their SMs are disjoint (a compute-bound loop on both at once takes about as long as on one)."""
+    from placement_opt.executor.llm_greenctx import partition_sms
 
-        ctx = GreenContext.create(16, 0)
-        s = ctx.Stream()
-        with torch.cuda.stream(s):
-            x = torch.randn(1024, 1024, device="cuda")
-            y = (x @ x).sum().item()
-        return f"ok (16-SM context ran a matmul, sum {y:.1f})"
-    except Exception as e:  # noqa: BLE001 - reported, the executor falls back
-        return f"unavailable: {type(e).__name__}: {e}"
+    dev = torch.device("cuda", 0)
+    plan = partition_sms(dev, [0.5, 0.5], torch)
+    x = torch.randn(8192, 8192, device=dev, dtype=torch.float16)
+
+    def run(streams) -> float:  # type: ignore[no-untyped-def]
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for s in streams:
+            s.wait_event(start)
+            with torch.cuda.stream(s):
+                for _ in range(20):
+                    x @ x
+        for s in streams:
+            torch.cuda.current_stream().wait_stream(s)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    a, b = plan.streams[0][1], plan.streams[1][1]
+    run([a])
+    alone, both = run([a]), run([a, b])
+    return (f"{plan.mechanism} SMs {plan.sm_counts} {plan.fallback or ''}; one partition {alone:.1f} ms, both "
+            f"at once {both:.1f} ms (ratio {both / alone:.2f}: ~1 disjoint SMs, ~2 shared)")
 
 
 def paged_equals_full(torch) -> bool:  # type: ignore[no-untyped-def]

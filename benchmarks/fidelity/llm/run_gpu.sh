@@ -2,16 +2,17 @@
 # LLM fidelity on one GPU (docs/fidelity-llm.md). Usage: bash benchmarks/fidelity/llm/run_gpu.sh PHASE...
 # Phases (in order; each fits a 10-minute command; times measured for an H100 are in the doc):
 #   setup     install the package (no deps: torch+CUDA is there; no ortools needed), print the GPU
-#   check     GPU self-check (paged decode, graphs and green contexts) and a tiny placeopt execute
+#   check     GPU self-check (paged decode, graphs and green contexts) and a tiny placeopt execute (check/)
 #   roofline  decode step of a LLaMA-2-7B shape at batch 1-32 vs the HBM roofline
 #   profile   cost tables of the 5 fidelity LLMs (TP 1, SM shares $SHARES) into benchmarks/fidelity/llm/tables/
 #   measured  instances that use those tables (instances/fidelity-llm/measured/)
-#   mux       the muxserve placement: Poisson with policies adbs, round-robin, fcfs (one set of workers);
-#             the conv and code traces with adbs
+#   mux       the muxserve placement on Poisson with policies adbs, round-robin, fcfs (one set of workers)
+#   traces    the muxserve placement on the conv and code traces (adbs)
 #   temporal  the temporal placement on the three workloads
-#   pack      everything into $OUT/llm-fidelity.tar.gz (plus roofline.json, check.txt loose)
-# Results go to $OUT (default ./llm-fidelity-out); unpack the tarball at the repository root to
-# commit: it holds benchmarks/fidelity/llm/{tables,results}/ and instances/fidelity-llm/measured/.
+#   pack      benchmarks/fidelity/llm/{tables,results}/ and instances/fidelity-llm/measured/ into
+#             $OUT/llm-fidelity-<time>.tar.gz: end every call with it and unpack the tarball at the
+#             repository root here (tar xzf), then later calls carry the tables.
+# $OUT is the device's output folder (default ./llm-fidelity-out).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-llm-fidelity-out}
@@ -29,9 +30,11 @@ for phase in "$@"; do
       nvidia-smi -L
       python3 -c 'import torch, torch.cuda.green_contexts as g; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.device_count(), "GPUs; green contexts built:", g.SUPPORTED if hasattr(g, "SUPPORTED") else "?")' ;;
     check)
-      python3 $B/gpu_check.py 2>&1 | tee "$OUT/check.txt"
+      mkdir -p $B/check
+      python3 $B/gpu_check.py 2>&1 | tee $B/check/check.txt
       placeopt execute instances/tiny/llm-cpu.json instances/tiny/llm-cpu-placement-1gpu.json --backend nccl \
-        -o "$R/tiny-gpu" 2>&1 | tee -a "$OUT/check.txt" ;;
+        -o $B/check/tiny-gpu 2>&1 | tee -a $B/check/check.txt
+      cp $B/check/check.txt "$OUT/" ;;
     roofline)
       python3 $B/roofline.py -o "$R/roofline.json" 2>&1 | tail -20
       cp "$R/roofline.json" "$OUT/" ;;
@@ -46,7 +49,8 @@ for phase in "$@"; do
       python3 $B/measured_instances.py ;;
     mux)
       placeopt execute $I/measured/poisson.json $I/poisson-muxserve.placement.json --policy adbs,round-robin,fcfs \
-        -o "$R/poisson-muxserve" 2>&1 | tail -40
+        -o "$R/poisson-muxserve" 2>&1 | tail -40 ;;
+    traces)
       for w in conv code; do
         placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs -o "$R/$w-muxserve" 2>&1 | tail -20
       done ;;
@@ -55,7 +59,8 @@ for phase in "$@"; do
         placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json -o "$R/$w-temporal" 2>&1 | tail -20
       done ;;
     pack)
-      tar czf "$OUT/llm-fidelity.tar.gz" $B/tables $R $I/measured
+      tar czf "$OUT/llm-fidelity-$(date -u +%H%M%S).tar.gz" $B/tables $R $(test -d $B/check && echo $B/check) \
+        $(test -d $I/measured && echo $I/measured)
       ls -la "$OUT" ;;
     *)
       echo "unknown phase $phase"; exit 2 ;;
