@@ -33,7 +33,7 @@ import numpy as np
 from placement_opt.errors import InputError
 from placement_opt.instance import Instance
 from placement_opt.io import atomic_write_json, atomic_write_text
-from placement_opt.llm_units import LLMSpec, llm_config, llm_specs
+from placement_opt.llm_units import LLMSpec, effective_llm_config, llm_specs, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import POLICIES
 from placement_opt.simulate import llm as simllm
@@ -74,7 +74,7 @@ def check_llm_executable(instance: Instance, placement: Placement, backend: str)
     if placement.windows:
         raise InputError("the executor runs static placements; this one has time windows", "windows")
     specs = llm_specs(instance)
-    pools = simllm.check_llm_groups(instance, placement.groups, specs)
+    pools = simllm.check_llm_groups(instance, placement.groups, specs, placement_rules(placement))
     index = {s.name: s for s in specs}
     host_bytes = 0
     for gi, g in enumerate(placement.groups):
@@ -123,7 +123,7 @@ def plan_meshes(instance: Instance, placement: Placement, req: Requests, pools: 
                 ) -> List[MeshPlan]:
     """Every mesh that hosts LLMs: its requests (split as the simulator splits them), its
     scheduler's inputs (as the simulator builds them), its pool pages and longest request."""
-    cfg = llm_config(instance)
+    cfg = effective_llm_config(instance, placement_rules(placement))
     specs = llm_specs(instance)
     index = {s.name: s.index for s in specs}
     prompt, output = simllm._with_lengths(instance, req)
@@ -405,7 +405,7 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
         raise InputError("temporal gives every job all SMs: run it alone, not beside other policies", "--policy")
     req = replay_requests(instance, config.duration_s)
     trials = [(policy, plan_meshes(instance, placement, req, pools, policy)) for policy in chosen]
-    cfg = llm_config(instance)
+    cfg = effective_llm_config(instance, placement_rules(placement))
     max_batch = max(1, min(cfg.max_batch, max((len(p.requests) for p in trials[0][1]), default=1)))
     specs = worker_specs(instance, trials[0][1], backend, config, max_batch)
     os.makedirs(out_dir, exist_ok=True)
@@ -469,7 +469,7 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
     """Write metrics.json, simulated.json, requests.csv and summary.json; returns the summary."""
     instance, placement, req, plans, pools, policy = trial
     os.makedirs(out_dir, exist_ok=True)
-    cfg = llm_config(instance)
+    cfg = effective_llm_config(instance, placement_rules(placement))
     specs = llm_specs(instance)
     prompt, output = simllm._with_lengths(instance, req)
     all_req = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
