@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -42,6 +44,11 @@ def test_llm_profile_writes_a_usable_cost_table(tmp_path):
         m["cost_table"] = "tiny"
     inst = instance_from_dict(data)
     assert inst.llm_cost_tables[0].tables[1].decode_s.shape == (1, 3, 3)
+    # the leave-one-out interpolation error of the docs reads it
+    report = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "fidelity", "llm", "interp_error.py"),
+                             str(out)], capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    assert report[-1].startswith("interpolation_error_mean=") and "points=" in report[-1]
+    assert int(report[-1].split("points=")[1]) >= 8  # both tp degrees, prefill and decode
 
 
 def test_llm_profile_rejects_sm_shares_on_cpu(tmp_path):
