@@ -179,6 +179,7 @@ class MeshEngine:
     def _capture(self, k: int) -> None:
         """Capture LLM k's decode step for every (batch, blocks) bucket on its decode stream."""
         rt = self.llms[k]
+        rt.model.group = rt.groups[1]  # graphs capture the decode communicator's all-reduces
         rt.graph_pool = torch.cuda.graph_pool_handle()
         stream = rt.streams[1]
         arch = rt.build.architecture
@@ -223,6 +224,7 @@ class MeshEngine:
         self.running[(job.kind, job.llm)] = _Running(job, tokens, event)
 
     def _prefill(self, rt: _LLMRuntime, job: Job) -> torch.Tensor:
+        rt.model.group = rt.groups[0]  # prefill all-reduces on the prefill communicator
         lengths = list(job.contexts)
         ids = np.zeros((len(lengths), max(lengths)), dtype=np.int64)
         for i, (r, n) in enumerate(zip(job.requests, lengths)):
@@ -233,6 +235,7 @@ class MeshEngine:
         return logits.argmax(-1)
 
     def _decode(self, rt: _LLMRuntime, job: Job) -> torch.Tensor:
+        rt.model.group = rt.groups[1]  # its own communicator: a decode may overlap the LLM's prefill
         n = len(job.requests)
         last = [self.tokens[r][-1] for r in job.requests]
         pos = [c - 1 for c in job.contexts]  # the last token's position: its K and V are written now
