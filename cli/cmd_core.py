@@ -10,6 +10,7 @@ from typing import Any, Iterable, Optional
 import click
 
 from placement_opt.errors import InputError
+from placement_opt.feasibility import Violation, placement_violations
 from placement_opt.instance import Instance
 from placement_opt.io import read_json
 from placement_opt.placement import Placement
@@ -21,52 +22,101 @@ from placement_opt.cli.common import (INSTANCE, JSON_FLAG, check_output_path, em
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--instance", "instance_path", default=None, type=click.Path(dir_okay=False),
+              help="With a placement FILE: also check it against this instance (devices and models exist, "
+                   "profiles, memory) and list every violation.")
 @JSON_FLAG
-def validate(file: str, as_json: bool) -> None:
+def validate(file: str, instance_path: Optional[str], as_json: bool) -> None:
     """Check an instance, a placement (has "groups"), a profile (has "configs"), an LLM cost
     table (has "format" and "tp") or an architecture (has "layers", "hidden", "heads"; the
-    input of `placeopt profile`) for errors."""
+    input of `placeopt profile`) for errors. A placement's violations are all listed."""
     head = read_json(file)
-    info: dict[str, Any]
-    if isinstance(head, dict) and "groups" in head and "cluster" not in head:
+    is_placement = isinstance(head, dict) and "groups" in head and "cluster" not in head
+    if instance_path is not None and not is_placement:
+        raise InputError(f"{file} is not a placement: --instance applies to a placement only", "--instance")
+    if is_placement:
+        info = validate_placement(file, head, instance_path)
+    else:
+        info = validate_other(file, head)
+    if as_json:
+        emit_json({"valid": True, **info})
+    else:
+        detail = {"instance": lambda: f"{info['models']} models, {info['gpus']} GPUs, {info['requests']} requests",
+                  "placement": lambda: f"{info['groups']} groups" + (f", fits {info['instance']}"
+                                                                      if "instance" in info else ""),
+                  "profile": lambda: f"{info['configs']} parallel configs",
+                  "architecture": lambda: f"{info['layers']} layers",
+                  "cost table": lambda: f"LLM {info['model']}"}[info["kind"]]()
+        click.echo(f"{file}: valid {info['kind']} ({detail})")
+
+
+def validate_placement(file: str, head: dict, instance_path: Optional[str]) -> dict[str, Any]:
+    """Check placement ``file`` (parsed as ``head``), on its own and against the instance at
+    ``instance_path`` if given; every violation is printed, then the command exits with status 2."""
+    violations = group_parse_violations(head)
+    placement = None
+    if not violations:
         placement = read_placement(file)
-        info = {"file": file, "kind": "placement", "groups": len(placement.groups)}
-    elif isinstance(head, dict) and ({"layers", "hidden", "heads"} <= set(head) or "hf_config" in head) \
+        inst = read_instance(instance_path) if instance_path is not None else None
+        violations = placement_violations(placement, inst)
+    if violations:
+        for v in violations:
+            click.echo(f"placeopt: error: {v.error(file).one_line()}", err=True)
+        click.echo(f"placeopt: {file}: {len(violations)} violation{'s' if len(violations) > 1 else ''}", err=True)
+        raise SystemExit(2)
+    assert placement is not None
+    info: dict[str, Any] = {"file": file, "kind": "placement", "groups": len(placement.groups)}
+    if instance_path is not None:
+        info["instance"] = instance_path
+    return info
+
+
+def group_parse_violations(head: dict) -> list[Violation]:
+    """The parse error of each malformed group of a placement document (wrong types, pp x tp
+    not the number of devices...), so that all of them are listed, not only the first."""
+    from placement_opt.placement import Group
+    located = [(f"groups[{i}]", g) for i, g in enumerate(head["groups"])] if isinstance(head["groups"], list) else []
+    windows = head.get("windows")
+    for wi, w in enumerate(windows if isinstance(windows, list) else []):
+        if isinstance(w, dict) and isinstance(w.get("groups"), list):
+            located += [(f"windows[{wi}].groups[{i}]", g) for i, g in enumerate(w["groups"])]
+    out = []
+    for where, g in located:
+        try:
+            Group.from_dict(g, where)
+        except InputError as e:
+            out.append(Violation(e.field, e.reason))
+    return out
+
+
+def validate_other(file: str, head: Any) -> dict[str, Any]:
+    """Check an architecture, a cost table, a profile or an instance; what it is, for the report."""
+    if isinstance(head, dict) and ({"layers", "hidden", "heads"} <= set(head) or "hf_config" in head) \
             and "cluster" not in head:
         from placement_opt.model import Architecture
         try:
             arch = Architecture.from_dict(head, "", os.path.dirname(os.path.abspath(file)))
         except InputError as e:
             raise e.with_file(file) from None
-        info = {"file": file, "kind": "architecture", "layers": arch.layers}
-    elif isinstance(head, dict) and "format" in head and "tp" in head and "cluster" not in head:
+        return {"file": file, "kind": "architecture", "layers": arch.layers}
+    if isinstance(head, dict) and "format" in head and "tp" in head and "cluster" not in head:
         from placement_opt.costs.costtable import CostTable
         try:
             table_ = CostTable.from_dict(file, head, "")
         except InputError as e:
             raise e.with_file(file) from None
-        info = {"file": file, "kind": "cost table", "model": table_.model}
-    elif isinstance(head, dict) and "configs" in head and "cluster" not in head:
+        return {"file": file, "kind": "cost table", "model": table_.model}
+    if isinstance(head, dict) and "configs" in head and "cluster" not in head:
         from placement_opt.profile import Profile
         try:
             profile = Profile.from_dict(file, head, "")
         except InputError as e:
             raise e.with_file(file) from None
-        info = {"file": file, "kind": "profile", "configs": len(profile.configs)}
-    else:
-        inst = read_instance(file)
-        check_solver(inst, file)
-        info = {"file": file, "kind": "instance", "name": inst.name, "models": len(inst.models),
-                "gpus": inst.cluster.n_gpus, "requests": len(read_requests(inst, file)), "sha256": inst.sha256}
-    if as_json:
-        emit_json({"valid": True, **info})
-    else:
-        detail = {"instance": lambda: f"{info['models']} models, {info['gpus']} GPUs, {info['requests']} requests",
-                  "placement": lambda: f"{info['groups']} groups",
-                  "profile": lambda: f"{info['configs']} parallel configs",
-                  "architecture": lambda: f"{info['layers']} layers",
-                  "cost table": lambda: f"LLM {info['model']}"}[info["kind"]]()
-        click.echo(f"{file}: valid {info['kind']} ({detail})")
+        return {"file": file, "kind": "profile", "configs": len(profile.configs)}
+    inst = read_instance(file)
+    check_solver(inst, file)
+    return {"file": file, "kind": "instance", "name": inst.name, "models": len(inst.models),
+            "gpus": inst.cluster.n_gpus, "requests": len(read_requests(inst, file)), "sha256": inst.sha256}
 
 
 @click.command()
