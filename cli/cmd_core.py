@@ -16,7 +16,7 @@ from placement_opt.io import read_json
 from placement_opt.placement import Placement
 from placement_opt.simulate import simulate
 
-from placement_opt.cli.common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
+from placement_opt.cli.common import (EXIT_STOPPED, EXIT_UNSERVED, INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
                      read_placement, read_requests, table, write_output)
 
 
@@ -126,13 +126,18 @@ def validate_other(file: str, head: Any) -> dict[str, Any]:
 @click.option("--seed", type=int, default=None, help="Seed (default: the instance's).")
 @click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE", help="Solver option (repeatable).")
 @click.option("-o", "--output", default=None, help="Write the placement JSON here (atomically).")
+@click.option("--allow-unserved", is_flag=True,
+              help="Exit 0 even if the placement leaves models unserved (they are still listed on stderr).")
 @JSON_FLAG
 def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float], seed: Optional[int],
-          options: tuple[str, ...], output: Optional[str], as_json: bool) -> None:
-    """Find a placement for INSTANCE and print (or write) it with its simulated metrics."""
+          options: tuple[str, ...], output: Optional[str], allow_unserved: bool, as_json: bool) -> None:
+    """Find a placement for INSTANCE and print (or write) it with its simulated metrics.
+
+    Exit status: 0 done; 3 stopped by --time-limit, Ctrl-C or SIGTERM, with the best placement
+    so far written; 4 models left unserved (listed on stderr; --allow-unserved: 0)."""
     from placement_opt.solvers import run_solver
     check_run_options(time_limit, seed)
-    check_output_path(output)
+    check_output_path(output, inputs=[instance])
     inst = read_instance(instance)
     name = solver_name or inst.solver
     opts = check_solver(inst, instance, name, parse_cli_options(options))
@@ -142,6 +147,17 @@ def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float]
         placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)
     except InputError as e:  # solver name and options come from the instance or the command line
         raise e.with_file(instance) from None
+    unserved = placement.provenance.get("unserved_models", [])
+    if len(unserved) == len(inst.models):
+        progress(f"placeopt: error: {name} placed no model (none of the {len(unserved)} models fits its "
+                 "groups); nothing written")
+        raise SystemExit(EXIT_UNSERVED)
+    report_solution(placement, output, as_json)
+    raise SystemExit(solve_status(placement, name, allow_unserved))
+
+
+def report_solution(placement: Placement, output: Optional[str], as_json: bool) -> None:
+    """Write the placement to ``output`` (``-``: stdout, alone) and print it, or its JSON."""
     if output:
         write_output(output, placement.to_json() + "\n")
         if output == "-":  # stdout holds the placement JSON alone, so it can be redirected or piped
@@ -152,6 +168,23 @@ def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float]
     else:
         click.echo(show_text(placement))
         click.echo(metrics_summary(placement.metrics))
+
+
+def solve_status(placement: Placement, name: str, allow_unserved: bool) -> int:
+    """Say on stderr how the search ended if not finished, list unserved models, and return
+    the exit status: 3 stopped early, 4 models unserved (unless allowed), else 0."""
+    stopped = placement.provenance.get("stopped")
+    if stopped is not None:
+        how = "the time limit" if stopped == "time limit" else "an interrupt"
+        progress(f"placeopt: {name} was stopped by {how}; this is the best placement found so far")
+    unserved = placement.provenance.get("unserved_models", [])
+    if unserved:
+        shown = ", ".join(unserved[:20]) + (f" and {len(unserved) - 20} more" if len(unserved) > 20 else "")
+        progress(f"placeopt: {'warning' if allow_unserved or stopped else 'error'}: {len(unserved)} model"
+                 f"{'s' if len(unserved) > 1 else ''} left unserved by {name}: {shown}")
+    if stopped is not None:
+        return EXIT_STOPPED
+    return EXIT_UNSERVED if unserved and not allow_unserved else 0
 
 
 def check_solver(inst: Instance, file: str, name: str | None = None,
