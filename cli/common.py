@@ -88,6 +88,10 @@ def write_output(path: str, text: str) -> None:
         sys.stdout.write(text)
         return
     try:
+        if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a FIFO: write into it, never
+            with open(path, "w") as f:                          # rename a file over it
+                f.write(text)
+            return
         atomic_write_text(path, text)
     except OSError as e:
         raise InputError(f"cannot write: {e.strerror}", "--output", path) from None

@@ -10,6 +10,7 @@ docs/cli.md.
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 import signal
 import sys
@@ -20,7 +21,7 @@ import click
 
 from placement_opt.version import __version__
 from placement_opt.errors import InputError
-from placement_opt.limits import note_stop_signal, stop_requested
+from placement_opt.limits import DEFAULT_MEMORY_BYTES, note_stop_signal, set_memory_budget, stop_requested
 from placement_opt.solvers.base import SearchStopped
 from placement_opt.cli.common import EXIT_BAD_INPUT, EXIT_TIME_LIMIT_EMPTY
 
@@ -66,8 +67,15 @@ def _exit_interrupted(signum: Optional[int], what: str) -> None:
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="placeopt")
-def cli() -> None:
+@click.option("--max-memory", type=float, default=None, metavar="GB",
+              help=f"Memory budget of the run in GB (default {DEFAULT_MEMORY_BYTES / 1e9:g}): workloads whose "
+                   "estimated peak memory is over it are refused before anything is allocated.")
+def cli(max_memory: Optional[float]) -> None:
     """Place many deep-learning models on a GPU cluster for SLO attainment or throughput."""
+    if max_memory is not None:
+        if not (math.isfinite(max_memory) and max_memory > 0):
+            raise InputError(f"must be a positive number of GB, got {max_memory}", "--max-memory")
+        set_memory_budget(max_memory * 1e9)
 
 
 def _load_commands() -> None:

@@ -33,6 +33,12 @@ DNN_BYTES_PER_REQUEST = 96
 LLM_BYTES_PER_REQUEST = 192
 #: most tokens of one prompt or one output: token counts are int32 in the simulators
 MAX_TOKENS = 2**31 - 1
+#: most GPUs of a cluster, and most models of an instance (after ``count`` expansion): beyond
+#: them set-up alone (one group shell per GPU, one profile per model) outlasts any time limit
+MAX_GPUS = 65536
+MAX_MODELS = 10000
+#: most ADBS quota re-balancing rounds of one LLM simulation (horizon / rebalance period)
+MAX_REBALANCES = 1e7
 #: largest file placeopt reads (instances, placements, profiles, cost tables, traces)
 MAX_FILE_BYTES = 256 * 1024 * 1024
 

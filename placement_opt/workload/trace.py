@@ -83,6 +83,8 @@ def read_trace(path: str) -> Trace:
                 models.append(row[cols["model"]].strip())
             for k, arr in tokens.items():
                 arr[i] = _token_count(row[cols[k]], k, i, path)
+        except InputError:
+            raise
         except (ValueError, IndexError, OverflowError):
             raise InputError("malformed row", f"line {i + 2}", path) from None
     if not np.all(np.isfinite(arrival)):
