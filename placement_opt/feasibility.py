@@ -132,7 +132,7 @@ def memory_fits(placement: Placement, instance: Optional[Instance]) -> Iterator[
                 yield Violation(f"{where}.models", f"model {m!r} has no profile for pp={g.pp} tp={g.tp}")
             if unprofiled:
                 continue
-            need = sum(per_model.values(), np.zeros(g.pp)).max(initial=0.0)
+            need = sum((b for b in per_model.values() if b is not None), np.zeros(g.pp)).max(initial=0.0)
             if need > budget * (1 + 1e-9):
                 yield Violation(f"{where}.models", f"models need {need / 1e9:.2f} GB per GPU, over the budget of "
                                                    f"{budget / 1e9:.2f} GB")
