@@ -10,63 +10,113 @@ from typing import Any, Iterable, Optional
 import click
 
 from placement_opt.errors import InputError
+from placement_opt.feasibility import Violation, placement_violations
 from placement_opt.instance import Instance
 from placement_opt.io import read_json
 from placement_opt.placement import Placement
 from placement_opt.simulate import simulate
 
-from placement_opt.cli.common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
+from placement_opt.cli.common import (EXIT_STOPPED, EXIT_UNSERVED, INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
                      read_placement, read_requests, table, write_output)
 
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--instance", "instance_path", default=None, type=click.Path(dir_okay=False),
+              help="With a placement FILE: also check it against this instance (devices and models exist, "
+                   "profiles, memory) and list every violation.")
 @JSON_FLAG
-def validate(file: str, as_json: bool) -> None:
+def validate(file: str, instance_path: Optional[str], as_json: bool) -> None:
     """Check an instance, a placement (has "groups"), a profile (has "configs"), an LLM cost
     table (has "format" and "tp") or an architecture (has "layers", "hidden", "heads"; the
-    input of `placeopt profile`) for errors."""
+    input of `placeopt profile`) for errors. A placement's violations are all listed."""
     head = read_json(file)
-    info: dict[str, Any]
-    if isinstance(head, dict) and "groups" in head and "cluster" not in head:
+    is_placement = isinstance(head, dict) and "groups" in head and "cluster" not in head
+    if instance_path is not None and not is_placement:
+        raise InputError(f"{file} is not a placement: --instance applies to a placement only", "--instance")
+    if is_placement:
+        info = validate_placement(file, head, instance_path)
+    else:
+        info = validate_other(file, head)
+    if as_json:
+        emit_json({"valid": True, **info})
+    else:
+        detail = {"instance": lambda: f"{info['models']} models, {info['gpus']} GPUs, {info['requests']} requests",
+                  "placement": lambda: f"{info['groups']} groups" + (f", fits {info['instance']}"
+                                                                      if "instance" in info else ""),
+                  "profile": lambda: f"{info['configs']} parallel configs",
+                  "architecture": lambda: f"{info['layers']} layers",
+                  "cost table": lambda: f"LLM {info['model']}"}[info["kind"]]()
+        click.echo(f"{file}: valid {info['kind']} ({detail})")
+
+
+def validate_placement(file: str, head: dict, instance_path: Optional[str]) -> dict[str, Any]:
+    """Check placement ``file`` (parsed as ``head``), on its own and against the instance at
+    ``instance_path`` if given; every violation is printed, then the command exits with status 2."""
+    violations = group_parse_violations(head)
+    placement = None
+    if not violations:
         placement = read_placement(file)
-        info = {"file": file, "kind": "placement", "groups": len(placement.groups)}
-    elif isinstance(head, dict) and ({"layers", "hidden", "heads"} <= set(head) or "hf_config" in head) \
+        inst = read_instance(instance_path) if instance_path is not None else None
+        violations = placement_violations(placement, inst)
+    if violations:
+        for v in violations:
+            click.echo(f"placeopt: error: {v.error(file).one_line()}", err=True)
+        click.echo(f"placeopt: {file}: {len(violations)} violation{'s' if len(violations) > 1 else ''}", err=True)
+        raise SystemExit(2)
+    assert placement is not None
+    info: dict[str, Any] = {"file": file, "kind": "placement", "groups": len(placement.groups)}
+    if instance_path is not None:
+        info["instance"] = instance_path
+    return info
+
+
+def group_parse_violations(head: dict) -> list[Violation]:
+    """The parse error of each malformed group of a placement document (wrong types, pp x tp
+    not the number of devices...), so that all of them are listed, not only the first."""
+    from placement_opt.placement import Group
+    located = [(f"groups[{i}]", g) for i, g in enumerate(head["groups"])] if isinstance(head["groups"], list) else []
+    windows = head.get("windows")
+    for wi, w in enumerate(windows if isinstance(windows, list) else []):
+        if isinstance(w, dict) and isinstance(w.get("groups"), list):
+            located += [(f"windows[{wi}].groups[{i}]", g) for i, g in enumerate(w["groups"])]
+    out = []
+    for where, g in located:
+        try:
+            Group.from_dict(g, where)
+        except InputError as e:
+            out.append(Violation(e.field, e.reason))
+    return out
+
+
+def validate_other(file: str, head: Any) -> dict[str, Any]:
+    """Check an architecture, a cost table, a profile or an instance; what it is, for the report."""
+    if isinstance(head, dict) and ({"layers", "hidden", "heads"} <= set(head) or "hf_config" in head) \
             and "cluster" not in head:
         from placement_opt.model import Architecture
         try:
             arch = Architecture.from_dict(head, "", os.path.dirname(os.path.abspath(file)))
         except InputError as e:
             raise e.with_file(file) from None
-        info = {"file": file, "kind": "architecture", "layers": arch.layers}
-    elif isinstance(head, dict) and "format" in head and "tp" in head and "cluster" not in head:
+        return {"file": file, "kind": "architecture", "layers": arch.layers}
+    if isinstance(head, dict) and "format" in head and "tp" in head and "cluster" not in head:
         from placement_opt.costs.costtable import CostTable
         try:
             table_ = CostTable.from_dict(file, head, "")
         except InputError as e:
             raise e.with_file(file) from None
-        info = {"file": file, "kind": "cost table", "model": table_.model}
-    elif isinstance(head, dict) and "configs" in head and "cluster" not in head:
+        return {"file": file, "kind": "cost table", "model": table_.model}
+    if isinstance(head, dict) and "configs" in head and "cluster" not in head:
         from placement_opt.profile import Profile
         try:
             profile = Profile.from_dict(file, head, "")
         except InputError as e:
             raise e.with_file(file) from None
-        info = {"file": file, "kind": "profile", "configs": len(profile.configs)}
-    else:
-        inst = read_instance(file)
-        check_solver(inst, file)
-        info = {"file": file, "kind": "instance", "name": inst.name, "models": len(inst.models),
-                "gpus": inst.cluster.n_gpus, "requests": len(read_requests(inst, file)), "sha256": inst.sha256}
-    if as_json:
-        emit_json({"valid": True, **info})
-    else:
-        detail = {"instance": lambda: f"{info['models']} models, {info['gpus']} GPUs, {info['requests']} requests",
-                  "placement": lambda: f"{info['groups']} groups",
-                  "profile": lambda: f"{info['configs']} parallel configs",
-                  "architecture": lambda: f"{info['layers']} layers",
-                  "cost table": lambda: f"LLM {info['model']}"}[info["kind"]]()
-        click.echo(f"{file}: valid {info['kind']} ({detail})")
+        return {"file": file, "kind": "profile", "configs": len(profile.configs)}
+    inst = read_instance(file)
+    check_solver(inst, file)
+    return {"file": file, "kind": "instance", "name": inst.name, "models": len(inst.models),
+            "gpus": inst.cluster.n_gpus, "requests": len(read_requests(inst, file)), "sha256": inst.sha256}
 
 
 @click.command()
@@ -76,13 +126,18 @@ def validate(file: str, as_json: bool) -> None:
 @click.option("--seed", type=int, default=None, help="Seed (default: the instance's).")
 @click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE", help="Solver option (repeatable).")
 @click.option("-o", "--output", default=None, help="Write the placement JSON here (atomically).")
+@click.option("--allow-unserved", is_flag=True,
+              help="Exit 0 even if the placement leaves models unserved (they are still listed on stderr).")
 @JSON_FLAG
 def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float], seed: Optional[int],
-          options: tuple[str, ...], output: Optional[str], as_json: bool) -> None:
-    """Find a placement for INSTANCE and print (or write) it with its simulated metrics."""
+          options: tuple[str, ...], output: Optional[str], allow_unserved: bool, as_json: bool) -> None:
+    """Find a placement for INSTANCE and print (or write) it with its simulated metrics.
+
+    Exit status: 0 done; 3 stopped by --time-limit, Ctrl-C or SIGTERM, with the best placement
+    so far written; 4 models left unserved (listed on stderr; --allow-unserved: 0)."""
     from placement_opt.solvers import run_solver
     check_run_options(time_limit, seed)
-    check_output_path(output)
+    check_output_path(output, inputs=[instance])
     inst = read_instance(instance)
     name = solver_name or inst.solver
     opts = check_solver(inst, instance, name, parse_cli_options(options))
@@ -92,6 +147,17 @@ def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float]
         placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)
     except InputError as e:  # solver name and options come from the instance or the command line
         raise e.with_file(instance) from None
+    unserved = placement.provenance.get("unserved_models", [])
+    if len(unserved) == len(inst.models):
+        progress(f"placeopt: error: {name} placed no model (none of the {len(unserved)} models fits its "
+                 "groups); nothing written")
+        raise SystemExit(EXIT_UNSERVED)
+    report_solution(placement, output, as_json)
+    raise SystemExit(solve_status(placement, name, allow_unserved))
+
+
+def report_solution(placement: Placement, output: Optional[str], as_json: bool) -> None:
+    """Write the placement to ``output`` (``-``: stdout, alone) and print it, or its JSON."""
     if output:
         write_output(output, placement.to_json() + "\n")
         if output == "-":  # stdout holds the placement JSON alone, so it can be redirected or piped
@@ -102,6 +168,23 @@ def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float]
     else:
         click.echo(show_text(placement))
         click.echo(metrics_summary(placement.metrics))
+
+
+def solve_status(placement: Placement, name: str, allow_unserved: bool) -> int:
+    """Say on stderr how the search ended if not finished, list unserved models, and return
+    the exit status: 3 stopped early, 4 models unserved (unless allowed), else 0."""
+    stopped = placement.provenance.get("stopped")
+    if stopped is not None:
+        how = "the time limit" if stopped == "time limit" else "an interrupt"
+        progress(f"placeopt: {name} was stopped by {how}; this is the best placement found so far")
+    unserved = placement.provenance.get("unserved_models", [])
+    if unserved:
+        shown = ", ".join(unserved[:20]) + (f" and {len(unserved) - 20} more" if len(unserved) > 20 else "")
+        progress(f"placeopt: {'warning' if allow_unserved or stopped else 'error'}: {len(unserved)} model"
+                 f"{'s' if len(unserved) > 1 else ''} left unserved by {name}: {shown}")
+    if stopped is not None:
+        return EXIT_STOPPED
+    return EXIT_UNSERVED if unserved and not allow_unserved else 0
 
 
 def check_solver(inst: Instance, file: str, name: str | None = None,

@@ -217,9 +217,9 @@ def profile_cmd(source: str, model: Optional[str], name: Optional[str], output: 
     from placement_opt.io import atomic_write_json
 
     model_name, arch = _architecture_from_file(source, model)
-    check_output_path(output)
+    check_output_path(output, inputs=[source])
     try:
-        check_output_path(details)
+        check_output_path(details, inputs=[source])
     except InputError as e:
         raise InputError(e.reason, "--details", e.file) from None
     if devices is not None and devices < 1:

@@ -31,7 +31,7 @@ def import_hf(config: str, name: Optional[str], dtype: Optional[str], output: st
     from placement_opt.hf_config import load_hf_architecture
     from placement_opt.model import DTYPE_BYTES, Architecture
 
-    check_output_path(output)
+    check_output_path(output, inputs=[config])
     if dtype is not None and dtype not in DTYPE_BYTES:
         raise InputError(f"must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}", "--dtype")
     fields = load_hf_architecture(config)

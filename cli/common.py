@@ -16,6 +16,13 @@ from placement_opt.feasibility import check_placement
 from placement_opt.placement import Placement, load_placement
 from placement_opt.workload import Requests
 
+#: exit statuses (docs/cli.md, "Errors and exit status"); 128 + N: stopped by signal N
+#: (SIGINT 130, SIGTERM 143) with nothing written
+EXIT_BAD_INPUT = 2
+EXIT_STOPPED = 3  # stopped by the time limit or a signal; the best placement so far was written
+EXIT_UNSERVED = 4  # the placement leaves models unserved (if it serves none, nothing was written)
+EXIT_TIME_LIMIT_EMPTY = 124  # the time limit passed before any placement was found; nothing written
+
 INSTANCE = click.argument("instance", type=click.Path(dir_okay=False))
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
@@ -52,15 +59,27 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
-def check_output_path(path: str | None) -> None:
-    """Refuse an output path that cannot be written, before any long computation."""
+def check_output_path(path: str | None, inputs: Sequence[str] = ()) -> None:
+    """Refuse an output path that cannot be written, or that is one of the command's
+    ``inputs`` (writing there would destroy the input), before any long computation."""
     if path is None or path == "-":
         return
     if os.path.isdir(path):
         raise InputError("is a directory", "--output", path)
+    for given in inputs:
+        if _same_file(path, given):
+            raise InputError(f"is the input file {given}: refusing to overwrite it", "--output", path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InputError(f"folder {folder} does not exist", "--output", path)
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (the same inode, or the same resolved path)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet)
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def write_output(path: str, text: str) -> None:
@@ -69,6 +88,10 @@ def write_output(path: str, text: str) -> None:
         sys.stdout.write(text)
         return
     try:
+        if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a FIFO: write into it, never
+            with open(path, "w") as f:                          # rename a file over it
+                f.write(text)
+            return
         atomic_write_text(path, text)
     except OSError as e:
         raise InputError(f"cannot write: {e.strerror}", "--output", path) from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from placement_opt.limits import MAX_GPUS
 from placement_opt.validation import as_number, check_keys, get_int, get_list, get_number, get_str
 from placement_opt.errors import InputError
 
@@ -120,9 +121,14 @@ class Cluster:
         check_keys(d, field, ["nodes", "gpus_per_node", "gpu"],
                    ["intra_node_link", "inter_node_link", "latency_scale"])
         scales = get_list(d, "latency_scale", field) if "latency_scale" in d else []
+        nodes = get_int(d, "nodes", field, minimum=1, maximum=100000)
+        gpus_per_node = get_int(d, "gpus_per_node", field, minimum=1, maximum=1024)
+        if nodes * gpus_per_node > MAX_GPUS:
+            raise InputError(f"nodes x gpus_per_node = {nodes * gpus_per_node} GPUs, over the limit of {MAX_GPUS}",
+                             field)
         return cls(
-            nodes=get_int(d, "nodes", field, minimum=1, maximum=100000),
-            gpus_per_node=get_int(d, "gpus_per_node", field, minimum=1, maximum=1024),
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
             gpu=GPUSpec.from_dict(d["gpu"], f"{field}.gpu"),
             intra_node_link=Link.from_dict(d.get("intra_node_link", {}), f"{field}.intra_node_link", 150.0, 5e-6),
             inter_node_link=Link.from_dict(d.get("inter_node_link", {}), f"{field}.inter_node_link", 12.5, 2e-5),

@@ -35,6 +35,7 @@ from placement_opt.model import FAMILIES, Architecture, ModelSpec
 from placement_opt.parallel import architecture_profile
 from placement_opt.profile import Profile
 from placement_opt.settings import LLMConfig, SimulatorConfig
+from placement_opt.limits import MAX_MODELS, MAX_REBALANCES, check_request_memory
 from placement_opt.validation import check_keys, get_int, get_list, get_number, get_str, reject_non_finite
 from placement_opt.workload import Requests, SLOSpec, Workload, generate_requests
 
@@ -214,6 +215,11 @@ def _load_models(items: Any, profiles: Dict[str, Profile], cost_tables: Dict[str
     (architecture paths such as ``hf_config`` resolve against ``base_dir``)."""
     if not isinstance(items, list) or not items:
         raise InputError("expected a non-empty list of models", "models")
+    if len(items) > MAX_MODELS:
+        raise InputError(f"{len(items)} models, over the limit of {MAX_MODELS}", "models")
+    expanded = sum(d.get("count", 1) for d in items if isinstance(d, dict) and type(d.get("count", 1)) is int)
+    if expanded > MAX_MODELS:
+        raise InputError(f"{expanded} models after count expansion, over the limit of {MAX_MODELS}", "models")
     models: List[ModelSpec] = []
     overrides: Dict[str, SLOSpec] = {}
     names: Set[str] = set()
@@ -313,3 +319,10 @@ def check_workload(inst: Instance, w: Workload) -> None:
     if total_rate * w.duration_s > MAX_EXPECTED_REQUESTS:
         raise InputError(f"rate x duration_s = {total_rate * w.duration_s:.3g} expected requests, over the limit "
                          f"of {MAX_EXPECTED_REQUESTS:.0e}", "workload")
+    check_request_memory(total_rate * w.duration_s, inst.is_llm, "workload")
+    if inst.is_llm:
+        cfg = inst.llm_settings
+        rounds = (w.duration_s + cfg.drain_s) / cfg.rebalance_period_s
+        if rounds > MAX_REBALANCES:
+            raise InputError(f"(workload.duration_s + llm.drain_s) / rebalance_period_s = {rounds:.3g} re-balancing "
+                             f"rounds, over the limit of {MAX_REBALANCES:.0e}", "llm.rebalance_period_s")

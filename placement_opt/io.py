@@ -3,7 +3,9 @@
 :func:`read_json` reads every JSON file placeopt takes (instances, placements, profiles, cost
 tables, architectures, workloads) and refuses what Python's ``json`` would let through or
 turn into a traceback: unreadable files, malformed JSON, text that is not UTF-8, nesting too
-deep to parse, NaN and Infinity. Output goes to a temporary file beside the target, then is
+deep to parse, NaN and Infinity, keys given twice in one object, control and
+bidirectional-override characters in keys and strings, and files over the size cap
+(``limits.MAX_FILE_BYTES``). Output goes to a temporary file beside the target, then is
 renamed over it, so readers see the old file or the new one, never half.
 """
 
@@ -15,6 +17,7 @@ import tempfile
 from typing import Any, Callable
 
 from placement_opt.errors import InputError
+from placement_opt.limits import read_capped
 from placement_opt.validation import reject_non_finite
 
 
@@ -33,9 +36,11 @@ def read_json_bytes(path: str, field: str = "", *, referenced: bool = False) -> 
     """:func:`read_json` and the file's bytes (e.g. for a digest of exactly what was read)."""
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = read_capped(f, "")
     except OSError as e:
         raise _read_error(f"cannot read file: {e.strerror}", "", path, field, referenced) from None
+    except InputError as e:  # over the size cap
+        raise _read_error(e.reason, "", path, field, referenced) from None
     try:
         data = parse_json(raw, field, lambda reason, position: _read_error(reason, position, path, field, referenced))
     except InputError as e:  # a NaN's error names its JSON path; the file is added here
@@ -51,7 +56,10 @@ def parse_json(text: str | bytes, field: str = "",
     JSON, other bytes and nesting too deep to parse raise ``error(reason, position)``: by
     default an :class:`InputError` whose field is the position (``line L column C``)."""
     try:
-        data = json.loads(text.decode("utf-8-sig") if isinstance(text, bytes) else text)
+        data = json.loads(text.decode("utf-8-sig") if isinstance(text, bytes) else text,
+                          object_pairs_hook=_object_of_unique_keys)
+    except DuplicateKey as e:
+        raise error(f"malformed JSON: key {e.key!r} appears twice in one object", "") from None
     except json.JSONDecodeError as e:
         raise error(f"malformed JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
     except UnicodeDecodeError:
@@ -60,6 +68,24 @@ def parse_json(text: str | bytes, field: str = "",
         raise error("malformed JSON: nested too deeply", "") from None
     reject_non_finite(data, field)
     return data
+
+
+class DuplicateKey(Exception):
+    """A JSON object names ``key`` twice (Python's json would keep the last silently)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _object_of_unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict; a key given twice raises :class:`DuplicateKey`."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def _read_error(reason: str, position: str, path: str, field: str, referenced: bool) -> InputError:

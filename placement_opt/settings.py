@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional, Tuple
 
 from placement_opt.errors import InputError
+from placement_opt.limits import MAX_TOKENS
 from placement_opt.validation import option, parse_fields
 
 DISPATCH_POLICIES = ("earliest", "shortest_queue")
@@ -72,7 +73,7 @@ class LLMConfig:
     kv_block_tokens: int = option(16, minimum=1, maximum=4096, help="tokens per KV-cache block")
     prefill_token_budget: int = option(4096, minimum=1, help="most prompt tokens one prefill job batches")
     max_batch: int = option(256, minimum=1, maximum=65536, help="most requests an LLM decodes together")
-    rebalance_period_s: float = option(5.0, exclusive_minimum=0, help="ADBS quota re-balancing period")
+    rebalance_period_s: float = option(5.0, minimum=1e-3, help="ADBS quota re-balancing period")
     rebalance_fraction: float = option(0.5, minimum=0, maximum=1,
                                        help="part of a donor's unused quota moved each period")
     kv_reserve_fraction: float = option(0.05, minimum=0, maximum=0.9,
@@ -80,8 +81,8 @@ class LLMConfig:
     runtime_reserve_gb: float = option(1.6, minimum=0,
                                        help="GB every LLM reserves on every GPU of its mesh (CUDA contexts)")
     drain_s: float = option(60.0, minimum=0, help="simulated seconds after the workload's end to finish requests")
-    prompt_tokens: float = option(161.0, minimum=1, help="prompt length without workload lengths")
-    output_tokens: float = option(338.0, minimum=1, help="output length without workload lengths")
+    prompt_tokens: float = option(161.0, minimum=1, maximum=MAX_TOKENS, help="prompt length without workload lengths")
+    output_tokens: float = option(338.0, minimum=1, maximum=MAX_TOKENS, help="output length without workload lengths")
 
     @classmethod
     def from_dict(cls, d: dict, field: str = "llm") -> "LLMConfig":

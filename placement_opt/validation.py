@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 import typing
 from typing import Any, Iterable, Literal, Mapping, Optional, TypeVar
 
@@ -46,17 +47,36 @@ def check_keys(d: Any, field: str, required: Iterable[str], optional: Iterable[s
     return d
 
 
+#: characters refused in JSON text: C0/C1 control characters (tab, newline and carriage return
+#: are allowed in values, e.g. a description) and the invisible bidirectional-text controls that
+#: can make a name display as another
+_UNSAFE_IN_VALUES = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_KEYS = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def reject_non_finite(value: Any, field: str = "") -> None:
-    """Refuse NaN and Infinity anywhere in parsed JSON (Python's json accepts these literals)."""
+    """Refuse NaN and Infinity anywhere in parsed JSON (Python's json accepts these literals),
+    and control or bidirectional-override characters in any key or string."""
     stack = [(value, field)]
     while stack:  # iterative: deeply nested input must not overflow the Python stack
         item, where = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             raise InputError(f"{item} is not a valid JSON number (NaN and Infinity are refused)", where)
-        if isinstance(item, dict):
+        if isinstance(item, str):
+            _refuse_unsafe_characters(item, where, _UNSAFE_IN_VALUES)
+        elif isinstance(item, dict):
+            for k in item:
+                _refuse_unsafe_characters(str(k), where, _UNSAFE_IN_KEYS)
             stack.extend((v, _join(where, str(k))) for k, v in reversed(list(item.items())))
         elif isinstance(item, list):
             stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+
+
+def _refuse_unsafe_characters(text: str, where: str, unsafe: "re.Pattern[str]") -> None:
+    """Refuse ``text`` if it holds a character of ``unsafe`` (named by its code point)."""
+    found = unsafe.search(text)
+    if found:
+        raise InputError(f"control character U+{ord(found.group()):04X} in {text[:40]!r} is refused", where)
 
 
 def _join(field: str, key: str) -> str:

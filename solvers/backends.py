@@ -36,6 +36,7 @@ def _install(context: Dict[str, Any]) -> None:
 
 def _pool_init(context: Dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's handler, inherited by fork
     _install(context)
 
 
@@ -97,6 +98,10 @@ class Backend:
     def close(self) -> None:
         pass
 
+    def abort(self) -> None:
+        """Stop at once (after Ctrl-C): running tasks' results are given up."""
+        self.close()
+
 
 class SerialBackend(Backend):
     def __init__(self, context: Dict[str, Any]) -> None:
@@ -135,6 +140,14 @@ class LocalBackend(Backend):
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def abort(self) -> None:
+        """Stop now: cancel queued tasks and end the workers without waiting for running ones
+        (ProcessPoolExecutor has no public way to end busy workers before Python 3.14)."""
+        processes = list(getattr(self.pool, "_processes", {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.kill()
 
 
 def _ray_call(context: Dict[str, Any], fn: Callable[..., Any], *args: Any) -> Any:
@@ -187,11 +200,22 @@ class RayBackend(Backend):
             self.ray.shutdown()
 
 
+def capped_workers(workers: int) -> int:
+    """``workers`` for a local pool, at most the machine's cores (more processes than cores
+    only add memory and start-up time); a capped request is said on stderr."""
+    cores = os.cpu_count() or 1
+    if workers > cores:
+        print(f"placeopt: workers={workers} capped at the machine's {cores} cores", file=sys.stderr, flush=True)
+        return cores
+    return workers
+
+
 def make_backend(name: str, context: Dict[str, Any], workers: int = 0, address: str = "") -> Backend:
     if name not in BACKENDS:
         raise InputError(f"must be one of {', '.join(BACKENDS)}, got {name!r}", "solver.options.backend")
     if workers < 0:
         raise InputError(f"must be >= 0 (0: all cores), got {workers}", "solver.options.workers")
+    workers = capped_workers(workers) if name == "local" else workers
     if name == "serial" or (name == "local" and (workers or os.cpu_count() or 1) == 1):
         return SerialBackend(context)
     if name == "local":

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Dict, Optional, Type
 
 from placement_opt.version import __version__
 from placement_opt.errors import InputError
+from placement_opt.limits import clear_stop_request, stop_requested
 from placement_opt.instance import Instance
 from placement_opt.placement import Placement
 from placement_opt.simulate import simulate
@@ -96,18 +97,39 @@ def solver_for(instance: Instance, name: str, options: Optional[Dict[str, Any]] 
     return solver
 
 
+class SearchStopped(Exception):
+    """The search was stopped (``reason``: "time limit" or "interrupted") before it had any
+    placement that serves a model: there is nothing to report or write."""
+
+    def __init__(self, reason: str, signum: Optional[int] = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.signum = signum
+
+
 def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Optional[float] = None,
                seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Placement:
-    """Solve, simulate the result and attach metrics and provenance."""
+    """Solve, simulate the result and attach metrics and provenance.
+
+    A search stopped by ``time_limit`` or a signal returns its best placement so far, marked
+    ``provenance["stopped"]``; if that serves no model, :class:`SearchStopped` is raised instead
+    (an empty placement is never a result). Models the placement leaves unserved are listed in
+    ``provenance["unserved_models"]``. A solver that cannot return a best-so-far lets
+    ``KeyboardInterrupt`` through."""
     name = name or instance.solver
     solver = solver_for(instance, name, options)
     seed = instance.seed if seed is None else seed
     if seed != instance.seed:
         # the seed drives the workload: solve and score on the requests it draws
         instance = dataclasses.replace(instance, seed=seed)
+    clear_stop_request()
     start = time.perf_counter()
     placement = solver.solve(instance, time_limit=time_limit, seed=seed)
     wall = time.perf_counter() - start
+    stopped = stop_reason(placement)
+    unserved = unserved_models(instance, placement)
+    if stopped is not None and len(unserved) == len(instance.models):
+        raise SearchStopped(stopped, stop_requested())
     metrics = simulate(instance, placement)
     return placement.with_metrics(metrics).with_provenance(
         instance=instance.name,
@@ -119,4 +141,23 @@ def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Op
         time_limit_s=time_limit,
         wall_time_s=round(wall, 6),
         **({"search": placement.provenance["search"]} if "search" in placement.provenance else {}),
+        **({"stopped": stopped} if stopped is not None else {}),
+        **({"unserved_models": unserved} if unserved else {}),
     )
+
+
+def stop_reason(placement: Placement) -> Optional[str]:
+    """Why the search behind ``placement`` stopped early: "interrupted" (a signal, or the
+    search saw Ctrl-C), "time limit", or None when it finished."""
+    search = placement.provenance.get("search", {})
+    if stop_requested() is not None or search.get("interrupted"):
+        return "interrupted"
+    if search.get("timed_out"):
+        return "time limit"
+    return None
+
+
+def unserved_models(instance: Instance, placement: Placement) -> list[str]:
+    """The instance's models that no group of the placement (in any window) serves."""
+    served = {m for groups in placement.all_group_sets for g in groups for m in g.models}
+    return [m for m in instance.model_names if m not in served]

@@ -9,6 +9,7 @@ Windows are independent, so they are solved in parallel on the chosen backend.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -20,7 +21,9 @@ from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement, Window
 from placement_opt.validation import option
 
-from placement_opt.solvers.backends import BACKENDS, Progress, make_backend, worker_context
+from placement_opt.limits import stop_requested
+from placement_opt.solvers.backends import (BACKENDS, Backend, Progress, capped_workers, make_backend,
+                                           worker_context)
 from placement_opt.solvers.base import Solver, register
 from placement_opt.solvers.greedy import greedy_selection
 
@@ -36,14 +39,16 @@ class ClockworkOptions:
     progress: bool = option(True, help="progress lines on stderr")
 
 
-def solve_window(start: float, end: float, beam: int, seconds_left: Optional[float]
+def solve_window(start: float, end: float, beam: int, deadline_epoch: Optional[float]
                  ) -> Tuple[List[Group], Dict[str, Any]]:
-    """Selective replication on the requests arriving in [start, end) (runs in a worker)."""
+    """Selective replication on the requests arriving in [start, end) (runs in a worker), until
+    ``deadline_epoch`` (a ``time.time()`` value: a task may wait in the queue, and workers do not
+    share ``perf_counter``'s origin)."""
     instance: Instance = worker_context()["instance"]
     req = instance.requests()
     sub = req.select((req.arrival >= start) & (req.arrival < end))
     shells = [((d,), 1, 1) for d in range(instance.cluster.n_gpus)]
-    deadline = None if seconds_left is None else time.perf_counter() + max(seconds_left, 0.0)
+    deadline = None if deadline_epoch is None else time.perf_counter() + max(deadline_epoch - time.time(), 0.0)
     groups, stats = greedy_selection(instance, shells, beam=beam, evaluator=PlacementEvaluator(instance, sub),
                                      deadline=deadline)
     return groups, stats
@@ -63,40 +68,61 @@ class ClockworkPlusPlus(Solver):
         starts = list(np.arange(0.0, duration, o.window_s)) or [0.0]
         bounds = [(float(s), float(s + o.window_s) if k + 1 < len(starts) else np.inf) for k, s in enumerate(starts)]
         start = time.perf_counter()
-        deadline = None if time_limit is None else start + time_limit
+        deadline = None if time_limit is None else time.time() + time_limit
         progress = Progress(self.name, enabled=o.progress)
-        backend = make_backend(o.backend, {"instance": instance}, o.workers, o.address)
+        workers = min(capped_workers(o.workers) or os.cpu_count() or 1, len(bounds))  # no idle processes
+        backend = make_backend(o.backend, {"instance": instance}, workers, o.address)
         results: List[Optional[Tuple[List[Group], Dict[str, Any]]]] = [None] * len(bounds)
-        evaluated = 0
         n_requests = max(len(instance.requests()), 1)
-        accepted = 0  # of the solved windows, each simulated alone (clocks not carried over)
         interrupted = False
         try:
             handles = []
-            for a, b in bounds:  # the serial backend solves at submit: recompute the time left each time
-                handles.append(backend.submit(solve_window, a, b, o.beam,
-                                              None if deadline is None else deadline - time.perf_counter()))
-            pending = list(handles)
-            while pending:
-                for h in backend.wait_any(pending, timeout=0.5):
-                    pending.remove(h)
-                    window_groups, window_stats = backend.result(h)
-                    results[handles.index(h)] = (window_groups, window_stats)
-                    evaluated += window_stats["candidates_evaluated"]
-                    accepted += window_stats["accepted"]
-                progress.update(evaluated, accepted / n_requests, f"windows {sum(r is not None for r in results)}/{len(bounds)}")
-        except KeyboardInterrupt:  # windows not solved yet keep the previous window's placement
+            for a, b in bounds:
+                if stop_requested() is not None or (deadline is not None and time.time() >= deadline):
+                    break  # (serial backend, which solves at submit) stopped: solve no more windows
+                handles.append(backend.submit(solve_window, a, b, o.beam, deadline))
+            _collect(backend, handles, results, progress, n_requests)
+        except KeyboardInterrupt:  # windows not solved yet take the nearest solved window's placement
             interrupted = True
         finally:
-            backend.close()
-        windows: List[Window] = []
-        for (a, _), res in zip(bounds, results):
-            groups = res[0] if res is not None else windows[-1].groups if windows else ()
-            windows.append(Window(start_s=a, groups=tuple(groups)))
-        if not windows[0].groups:  # interrupted before the first window: a placement with every GPU empty
-            windows[0] = Window(start_s=0.0, groups=tuple(Group(devices=(d,)) for d in range(instance.cluster.n_gpus)))
+            backend.abort() if interrupted or stop_requested() is not None else backend.close()
+        windows = _fill_windows(bounds, results)
+        evaluated = sum(r[1]["candidates_evaluated"] for r in results if r is not None)
         stats = {"windows": len(windows), "window_s": o.window_s, "candidates_evaluated": evaluated,
-                 "timed_out": any(r is not None and r[1]["timed_out"] for r in results), "interrupted": interrupted,
+                 "timed_out": any(r is not None and r[1]["timed_out"] for r in results)
+                 or (deadline is not None and time.time() >= deadline and None in results),
+                 "interrupted": interrupted or any(r is not None and r[1]["interrupted"] for r in results),
                  "seconds": round(time.perf_counter() - start, 4)}
-        progress.done(evaluated, accepted / n_requests, f"windows {len(windows)}")
+        progress.done(evaluated, sum(r[1]["accepted"] for r in results if r is not None) / n_requests,
+                      f"windows {sum(r is not None for r in results)}/{len(windows)}")
         return Placement(groups=windows[0].groups, windows=tuple(windows), provenance={"search": stats})
+
+
+def _collect(backend: Backend, handles: List[Any], results: List[Optional[Tuple[List[Group], Dict[str, Any]]]],
+             progress: Progress, n_requests: int) -> None:
+    """Wait for the windows' tasks, storing each result at its window's index as it finishes."""
+    pending = list(handles)
+    while pending:
+        for h in backend.wait_any(pending, timeout=0.5):
+            pending.remove(h)
+            groups, stats = backend.result(h)
+            if any(g.models for g in groups) or not (stats["timed_out"] or stats["interrupted"]):
+                results[handles.index(h)] = (groups, stats)  # a window stopped before placing anything: unsolved
+        solved = [r for r in results if r is not None]
+        progress.update(sum(r[1]["candidates_evaluated"] for r in solved),
+                        sum(r[1]["accepted"] for r in solved) / n_requests, f"windows {len(solved)}/{len(results)}")
+
+
+def _fill_windows(bounds: List[Tuple[float, float]],
+                  results: List[Optional[Tuple[List[Group], Dict[str, Any]]]]) -> List[Window]:
+    """The placement's windows: solved ones keep their groups; a window not solved (the search
+    was stopped) takes the groups of the nearest solved window before it, else after it. With no
+    window solved every window is empty (the caller reports that nothing was found)."""
+    solved = [k for k, r in enumerate(results) if r is not None]
+    windows = []
+    for k, (a, _) in enumerate(bounds):
+        before = [j for j in solved if j <= k]
+        source = before[-1] if before else solved[0] if solved else None
+        groups = () if source is None else tuple(results[source][0])  # type: ignore[index]
+        windows.append(Window(start_s=a, groups=groups))
+    return windows

@@ -14,7 +14,7 @@ the greedy-memory placement of its ablation.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from placement_opt.spaces import allocate_devices
 
 from placement_opt.solvers.base import Solver, register
 from placement_opt.solvers.muxserve import (MeshSearchOptions, MuxServeOptions, RulesOptions, best_mesh_group_placement,
-                                            search_mesh_groups, to_placement)
+                                            deadline_of, mark_stopped, search_mesh_groups, to_placement)
 
 
 @register
@@ -93,7 +93,8 @@ class Temporal(Solver):
     Options = MuxServeOptions
 
     def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
-        return best_mesh_group_placement(instance, self.options, full_share=True, scheduling="temporal")
+        return best_mesh_group_placement(instance, self.options, full_share=True, scheduling="temporal",
+                                         deadline=deadline_of(time_limit))
 
 
 @register
@@ -106,5 +107,9 @@ class GreedyMemory(Solver):
     Options = MeshSearchOptions
 
     def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
-        search = search_mesh_groups(instance, FREE_MEMORY, options=self.options)
-        return to_placement(instance, search, search.ranked[0], rule_set(self.options.rules))
+        stopped: Dict[str, bool] = {}
+        search = search_mesh_groups(instance, FREE_MEMORY, options=self.options, deadline=deadline_of(time_limit),
+                                    stopped=stopped)
+        if not search.ranked:  # stopped before any mesh group was placed
+            return Placement(groups=(), provenance={"search": {"mesh_groups": search.mesh_groups, **stopped}})
+        return mark_stopped(to_placement(instance, search, search.ranked[0], rule_set(self.options.rules)), stopped)

@@ -27,8 +27,9 @@ whole mesh), floored to the rule set's step.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,8 +37,8 @@ from placement_opt.errors import InputError
 from placement_opt.instance import Instance
 from placement_opt.solvers.llm_estimator import EstimatorTables, build_tables
 from placement_opt.solvers.mesh_greedy import GAIN, place_on_meshes
-from placement_opt.spaces.meshes import mesh_devices, mesh_groups
-from placement_opt.llm_units import LLMSpec, llm_config, llm_specs, mesh_memory
+from placement_opt.spaces.meshes import iter_mesh_groups, mesh_devices
+from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory
 from placement_opt.placement import Group, Placement
 from placement_opt.settings import RULES, RuleSet, rule_set
 from placement_opt.simulate.llm import simulate_llm
@@ -105,8 +106,14 @@ def smallest_meshes(specs: Sequence[LLMSpec], tables: EstimatorTables) -> List[i
 
 
 def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = False,
-                       options: MeshSearchOptions = MeshSearchOptions()) -> SearchResult:
-    """Estimator tables and every feasible mesh group's greedy placement under the rule set, best first."""
+                       options: MeshSearchOptions = MeshSearchOptions(), deadline: Optional[float] = None,
+                       stopped: Optional[Dict[str, bool]] = None) -> SearchResult:
+    """Estimator tables and every feasible mesh group's greedy placement under the rule set, best first.
+
+    At ``deadline`` (a ``time.perf_counter()`` value) or on Ctrl-C (when the caller passes
+    ``stopped``) the enumeration stops with the groups placed so far, setting
+    ``stopped["timed_out"]`` or ``stopped["interrupted"]``; with none placed yet, ``ranked`` is
+    empty (the caller reports it)."""
     cfg = llm_config(instance)
     rules = rule_set(options.rules)
     memory = mesh_memory(instance, rules)
@@ -114,7 +121,7 @@ def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = 
     cl = instance.cluster
     tables = build_tables(specs, cl, cfg.max_batch, memory, full_share=full_share)
     need = smallest_meshes(specs, tables)
-    groups = mesh_groups(cl.nodes, cl.gpus_per_node, max_meshes=len(specs), min_largest=max(need))
+    groups = iter_mesh_groups(cl.nodes, cl.gpus_per_node, max_meshes=len(specs), min_largest=max(need))
     tp_index = {int(t): i for i, t in enumerate(tables.tps)}
     if rule == GAIN:
         key = {i: -specs[i].rate * specs[i].weight_bytes for i in range(len(specs))}
@@ -123,25 +130,49 @@ def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = 
     orders = [np.asarray(sorted(key, key=lambda i: (key[i], i)), dtype=np.int64),
               # fallback, the reference's greedy-memory order: LLMs needing larger meshes first
               np.asarray(sorted(key, key=lambda i: (-need[i], key[i], i)), dtype=np.int64)]
-    results = []
-    for gi, group in enumerate(groups):
-        sizes = np.array([s for split in group for s in split], dtype=np.float64)
-        mesh_t = np.array([tp_index[int(s)] for s in sizes], dtype=np.int64)
-        for order in orders:
-            assign = np.full(len(specs), -1, dtype=np.int64)
-            unit_tpt = np.zeros(len(sizes))
-            est = place_on_meshes(mesh_t, sizes, order, rule, tables.feasible, tables.share, tables.P, tables.D,
-                                  tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
-                                  tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap,
-                                  1.0 if full_share else rules.sm_limit, rules.max_llms_per_mesh, assign, unit_tpt)
-            if est >= 0:
-                results.append(GroupResult(est, group, assign, unit_tpt, gi))
+    results: List[GroupResult] = []
+    enumerated = 0
+    try:
+        for group in groups:
+            if deadline is not None and time.perf_counter() > deadline:
+                if stopped is not None:
+                    stopped["timed_out"] = True
                 break
+            enumerated += 1
+            result = _place_group(group, enumerated - 1, specs, tables, tp_index, orders, rule, memory, rules,
+                                  full_share)
+            if result is not None:
+                results.append(result)
+    except KeyboardInterrupt:
+        if stopped is None:  # the caller has no use for a partial enumeration
+            raise
+        stopped["interrupted"] = True
+    if not results and stopped:
+        return SearchResult(specs, tables, [], enumerated, {})
     if not results:
         raise InputError(f"no mesh group holds every LLM under the {rules.name} rules (memory, reserves, "
                          "tensor-parallel degrees)", "models")
     ordered, ties = rank(results, tables, options)
-    return SearchResult(specs, tables, ordered, len(groups), ties)
+    return SearchResult(specs, tables, ordered, enumerated, ties)
+
+
+def _place_group(group: Tuple[Tuple[int, ...], ...], gi: int, specs: Sequence[LLMSpec], tables: EstimatorTables,
+                 tp_index: Dict[int, int], orders: List[np.ndarray], rule: int, memory: MeshMemory, rules: RuleSet,
+                 full_share: bool) -> Optional[GroupResult]:
+    """The greedy placement of the LLMs on mesh group ``group`` (number ``gi`` of the
+    enumeration): the first LLM order that fits, or None when none does."""
+    sizes = np.array([s for split in group for s in split], dtype=np.float64)
+    mesh_t = np.array([tp_index[int(s)] for s in sizes], dtype=np.int64)
+    for order in orders:
+        assign = np.full(len(specs), -1, dtype=np.int64)
+        unit_tpt = np.zeros(len(sizes))
+        est = place_on_meshes(mesh_t, sizes, order, rule, tables.feasible, tables.share, tables.P, tables.D,
+                              tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
+                              tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap,
+                              1.0 if full_share else rules.sm_limit, rules.max_llms_per_mesh, assign, unit_tpt)
+        if est >= 0:
+            return GroupResult(est, group, assign, unit_tpt, gi)
+    return None
 
 
 def _scored(r: GroupResult, tables: EstimatorTables, scaled: EstimatorTables) -> GroupResult:
@@ -239,15 +270,35 @@ class MuxServe(Solver):
     Options = MuxServeOptions
 
     def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
-        return best_mesh_group_placement(instance, self.options)
+        return best_mesh_group_placement(instance, self.options, deadline=deadline_of(time_limit))
+
+
+def deadline_of(time_limit: Optional[float]) -> Optional[float]:
+    """The ``time.perf_counter()`` value ``time_limit`` seconds from now (None: no limit)."""
+    return None if time_limit is None else time.perf_counter() + time_limit
 
 
 def best_mesh_group_placement(instance: Instance, options: MuxServeOptions, full_share: bool = False,
-                              scheduling: Optional[str] = None) -> Placement:
-    """The estimator's best mesh group, or with ``refine`` > 0 the simulator's best of the top ``refine``."""
-    search = search_mesh_groups(instance, GAIN, full_share=full_share, options=options)
+                              scheduling: Optional[str] = None, deadline: Optional[float] = None) -> Placement:
+    """The estimator's best mesh group, or with ``refine`` > 0 the simulator's best of the top
+    ``refine``; at ``deadline`` or Ctrl-C, the best of the mesh groups enumerated so far (an
+    empty placement marked stopped if there was none; refinement is then skipped)."""
+    stopped: Dict[str, bool] = {}
+    search = search_mesh_groups(instance, GAIN, full_share=full_share, options=options, deadline=deadline,
+                                stopped=stopped)
     rules = rule_set(options.rules)
-    if options.refine > 0:
+    if not search.ranked:
+        return Placement(groups=(), provenance={"search": {"mesh_groups": search.mesh_groups, **stopped}},
+                         scheduling=scheduling)
+    if options.refine > 0 and not stopped:
         return refine_by_simulation(instance, search, options.refine, rules, full_share=full_share,
                                     scheduling=scheduling)
-    return to_placement(instance, search, search.ranked[0], rules, full_share=full_share, scheduling=scheduling)
+    placement = to_placement(instance, search, search.ranked[0], rules, full_share=full_share, scheduling=scheduling)
+    return mark_stopped(placement, stopped)
+
+
+def mark_stopped(placement: Placement, stopped: Dict[str, bool]) -> Placement:
+    """``placement`` with ``stopped``'s flags (timed_out, interrupted) in its search provenance."""
+    if not stopped:
+        return placement
+    return placement.with_provenance(search={**placement.provenance.get("search", {}), **stopped})

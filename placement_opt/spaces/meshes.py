@@ -10,7 +10,7 @@ parallelism stays inside a node, as the paper prunes).
 from __future__ import annotations
 
 from itertools import combinations_with_replacement
-from typing import List, Sequence, Tuple
+from typing import Iterator, List, Sequence, Tuple
 
 
 def node_splits(gpus: int) -> List[Tuple[int, ...]]:
@@ -36,13 +36,21 @@ def node_splits(gpus: int) -> List[Tuple[int, ...]]:
 
 def mesh_groups(nodes: int, gpus_per_node: int, max_meshes: int | None = None,
                 min_largest: int = 1) -> List[Tuple[Tuple[int, ...], ...]]:
-    """Every multiset of per-node splits (one per node), pruned.
+    """Every multiset of per-node splits (one per node), pruned (see :func:`iter_mesh_groups`)."""
+    return list(iter_mesh_groups(nodes, gpus_per_node, max_meshes, min_largest))
+
+
+def iter_mesh_groups(nodes: int, gpus_per_node: int, max_meshes: int | None = None,
+                     min_largest: int = 1) -> Iterator[Tuple[Tuple[int, ...], ...]]:
+    """Every multiset of per-node splits (one per node), pruned, lazily (a caller with a time
+    limit stops when it must).
 
     Pruning: at most ``max_meshes`` meshes (more than one per LLM leaves meshes empty) and
     the largest mesh has at least ``min_largest`` GPUs (the largest LLM must fit somewhere).
     """
+    if max_meshes is not None and nodes > max_meshes:
+        return  # every node holds at least one mesh
     splits = node_splits(gpus_per_node)
-    out = []
     for combo in combinations_with_replacement(range(len(splits)), nodes):
         group = tuple(splits[i] for i in combo)
         count = sum(len(s) for s in group)
@@ -50,8 +58,7 @@ def mesh_groups(nodes: int, gpus_per_node: int, max_meshes: int | None = None,
             continue
         if max(s[0] for s in group) < min_largest:
             continue
-        out.append(group)
-    return out
+        yield group
 
 
 def mesh_devices(group: Sequence[Tuple[int, ...]], gpus_per_node: int) -> List[Tuple[int, ...]]:

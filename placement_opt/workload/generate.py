@@ -11,6 +11,7 @@ import numpy.typing as npt
 from placement_opt.errors import InputError
 from placement_opt.workload.processes import gamma_arrivals, mmpp_arrivals, power_law_split
 from placement_opt.workload.spec import ArrivalProcess, LengthSpec, TraceSpec, Workload
+from placement_opt.limits import check_request_memory
 from placement_opt.workload.trace import read_trace, refit_arrivals
 
 
@@ -122,6 +123,7 @@ def _trace_requests(spec: TraceSpec, duration_s: float, model_names: Sequence[st
     if len(t) * spec.rate_scale > MAX_TRACE_REQUESTS:
         raise InputError(f"{len(t)} requests x rate_scale {spec.rate_scale:g} is over the limit of "
                          f"{MAX_TRACE_REQUESTS:.0e} requests", "workload.trace.rate_scale")
+    check_request_memory(len(t) * spec.rate_scale, trace.prompt_tokens is not None, "workload.trace.rate_scale")
     prompt = trace.prompt_tokens[keep] if trace.prompt_tokens is not None else None
     output = trace.output_tokens[keep] if trace.output_tokens is not None else None
     if spec.refit_window_s is None and spec.rate_scale == 1.0:
@@ -153,8 +155,9 @@ def _draw_lengths(spec: LengthSpec, count: int, seed: int) -> Tuple[np.ndarray, 
         output = np.full(count, int(round(spec.output_tokens)), dtype=np.int32)
     else:
         rng = np.random.default_rng([seed, 1 << 20])
-        prompt = np.ceil(rng.exponential(spec.prompt_tokens, count)).astype(np.int32)
-        output = np.ceil(rng.exponential(spec.output_tokens, count)).astype(np.int32)
+        # clipped as floats, before the int32 cast: a draw over 2^31 must not wrap around
+        prompt = np.clip(np.ceil(rng.exponential(spec.prompt_tokens, count)), 1, spec.max_prompt_tokens).astype(np.int32)
+        output = np.clip(np.ceil(rng.exponential(spec.output_tokens, count)), 1, spec.max_output_tokens).astype(np.int32)
     np.clip(prompt, 1, spec.max_prompt_tokens, out=prompt)
     np.clip(output, 1, spec.max_output_tokens, out=output)
     return prompt, output

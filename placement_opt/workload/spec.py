@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from placement_opt.errors import InputError
+from placement_opt.limits import MAX_TOKENS
 from placement_opt.validation import as_number, check_keys, get_int, get_number, get_str
 from placement_opt.workload.processes import mmpp_mean_rate
 
@@ -148,10 +149,10 @@ class LengthSpec:
                                   "max_output_tokens"])
         return cls(
             distribution=get_str(d, "distribution", field, "fixed", choices=("fixed", "exponential")),
-            prompt_tokens=get_number(d, "prompt_tokens", field, 161.0, minimum=1),
-            output_tokens=get_number(d, "output_tokens", field, 338.0, minimum=1),
-            max_prompt_tokens=get_int(d, "max_prompt_tokens", field, 2048, minimum=1),
-            max_output_tokens=get_int(d, "max_output_tokens", field, 2048, minimum=1),
+            prompt_tokens=get_number(d, "prompt_tokens", field, 161.0, minimum=1, maximum=MAX_TOKENS),
+            output_tokens=get_number(d, "output_tokens", field, 338.0, minimum=1, maximum=MAX_TOKENS),
+            max_prompt_tokens=get_int(d, "max_prompt_tokens", field, 2048, minimum=1, maximum=MAX_TOKENS),
+            max_output_tokens=get_int(d, "max_output_tokens", field, 2048, minimum=1, maximum=MAX_TOKENS),
         )
 
     def to_dict(self) -> dict:

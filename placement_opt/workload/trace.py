@@ -9,12 +9,14 @@ slow variations while letting experiments sweep load and burstiness.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from placement_opt.errors import InputError
+from placement_opt.limits import MAX_TOKENS, read_capped
 from placement_opt.workload.processes import gamma_arrivals
 
 
@@ -41,12 +43,16 @@ def read_trace(path: str) -> Trace:
     ``num_prefill_tokens``, ``num_decode_tokens``); a trace without a ``model`` column
     leaves model names empty (the workload then assigns requests round-robin)."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a leading BOM is not header text
-            reader = csv.reader(f)
-            header = next(reader, None)
-            rows = list(reader)
+        with open(path, "rb") as f:
+            raw = read_capped(f, "")
+        # -sig: a leading BOM is not header text
+        reader = csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline=""))
+        header = next(reader, None)
+        rows = list(reader)
     except OSError as e:
         raise InputError(f"cannot read trace: {e.strerror}", "workload.trace.path", path) from None
+    except InputError as e:
+        raise e.with_file(path) from None
     except (UnicodeDecodeError, csv.Error) as e:
         reason = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"malformed CSV: {e}"
         raise InputError(reason, "", path) from None
@@ -76,7 +82,9 @@ def read_trace(path: str) -> Trace:
             if "model" in cols:
                 models.append(row[cols["model"]].strip())
             for k, arr in tokens.items():
-                arr[i] = int(float(row[cols[k]]))
+                arr[i] = _token_count(row[cols[k]], k, i, path)
+        except InputError:
+            raise
         except (ValueError, IndexError, OverflowError):
             raise InputError("malformed row", f"line {i + 2}", path) from None
     if not np.all(np.isfinite(arrival)):
@@ -93,6 +101,14 @@ def read_trace(path: str) -> Trace:
         prompt_tokens=tokens["prompt_tokens"][order] if "prompt_tokens" in tokens else None,
         output_tokens=tokens["output_tokens"][order] if "output_tokens" in tokens else None,
     )
+
+
+def _token_count(text: str, column: str, row: int, path: str) -> int:
+    """A token count of a trace row; over :data:`MAX_TOKENS` (int32) is an input error."""
+    value = float(text)
+    if value > MAX_TOKENS:
+        raise InputError(f"{column} {value:.3g} is over the limit of {MAX_TOKENS} tokens", f"line {row + 2}", path)
+    return int(value)
 
 
 def fit_gamma(times: np.ndarray, window_start: float, window: float) -> tuple[float, float]:

@@ -32,15 +32,31 @@ def test_one_window_is_selective_replication():
 
 
 def test_time_limit_spans_all_windows():
+    """With no time, no window is solved: the search says so instead of returning an empty
+    placement (issue 15.2)."""
     import time
+
+    from placement_opt.solvers.base import SearchStopped
 
     inst = tiny("tiny-4gpu-mixed")
     start = time.perf_counter()
-    p = run_solver(inst, "clockwork++", time_limit=0.0,
-                   options={"window_s": 5.0, "backend": "serial", "progress": False})
-    check_placement(p, inst)
-    assert len(p.windows) == 12 and p.provenance["search"]["timed_out"]
+    with pytest.raises(SearchStopped) as stopped:
+        run_solver(inst, "clockwork++", time_limit=0.0, options={"window_s": 5.0, "backend": "serial", "progress": False})
+    assert stopped.value.reason == "time limit"
     assert time.perf_counter() - start < 5
+
+
+def test_unsolved_windows_take_the_nearest_solved_window():
+    """A window the search did not reach keeps the placement of the last solved window before it
+    (the first solved one for windows before any), never an empty window."""
+    from placement_opt.placement import Group
+    from placement_opt.solvers.clockwork import _fill_windows
+
+    a, b = [Group(devices=(0,), models=("m1",))], [Group(devices=(0,), models=("m2",))]
+    bounds = [(0.0, 5.0), (5.0, 10.0), (10.0, 15.0), (15.0, 20.0)]
+    windows = _fill_windows(bounds, [None, (a, {}), None, (b, {})])
+    assert [w.groups for w in windows] == [tuple(a), tuple(a), tuple(a), tuple(b)]
+    assert [w.start_s for w in windows] == [0.0, 5.0, 10.0, 15.0]
 
 
 def test_progress_reports_the_attainment_of_the_solved_windows(capsys):

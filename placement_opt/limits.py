@@ -1,0 +1,94 @@
+"""Run-time limits shared by every layer: the memory budget, file-size caps, and the stop
+request that Ctrl-C or SIGTERM leaves for the searches.
+
+* **Memory**: a run's arrays grow with its requests; :func:`check_request_memory` refuses a
+  workload whose estimated peak (bytes per request x requests, plus a fixed base) is over the
+  budget *before* anything is allocated, so a typo in a rate is an input error, never a
+  ``MemoryError``. The budget is :data:`DEFAULT_MEMORY_BYTES` (fits an 8 GB machine) unless
+  the command line sets another (``--max-memory``).
+* **Files**: :data:`MAX_FILE_BYTES` caps every file placeopt reads, so ``/dev/zero`` or a
+  runaway file is refused after reading at most the cap.
+* **Stop requests**: the CLI's SIGINT/SIGTERM handler records the signal here
+  (:func:`note_stop_signal`) before raising ``KeyboardInterrupt``; loops that outlive one
+  ``KeyboardInterrupt`` (a search that returns its best so far, then goes on to the next
+  window) ask :func:`stop_requested` before starting more work.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Optional
+
+from placement_opt.errors import InputError
+
+GB = 1e9
+#: default memory budget of a run: the whole process stays under 8 GB
+DEFAULT_MEMORY_BYTES = 8 * GB
+#: what the interpreter, numba and the loaded instance take before any request exists
+BASE_MEMORY_BYTES = 1 * GB
+#: peak bytes per request of a DNN run: generation (arrival, model, deadline and the draws
+#: they come from), the simulator's per-request outputs and the evaluators' copies
+DNN_BYTES_PER_REQUEST = 96
+#: peak bytes per request of an LLM run: as DNN plus prompt and output lengths, per-request
+#: first-token and finish times, and the mesh simulator's queues
+LLM_BYTES_PER_REQUEST = 192
+#: most tokens of one prompt or one output: token counts are int32 in the simulators
+MAX_TOKENS = 2**31 - 1
+#: most GPUs of a cluster, and most models of an instance (after ``count`` expansion): beyond
+#: them set-up alone (one group shell per GPU, one profile per model) outlasts any time limit
+MAX_GPUS = 65536
+MAX_MODELS = 10000
+#: most ADBS quota re-balancing rounds of one LLM simulation (horizon / rebalance period)
+MAX_REBALANCES = 1e7
+#: largest file placeopt reads (instances, placements, profiles, cost tables, traces)
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+_memory_budget = DEFAULT_MEMORY_BYTES
+_stop_signal: Optional[int] = None
+
+
+def set_memory_budget(n_bytes: float) -> None:
+    """Set the memory budget of this process's runs (``--max-memory``)."""
+    global _memory_budget
+    _memory_budget = float(n_bytes)
+
+
+def memory_budget() -> float:
+    """The memory budget in bytes."""
+    return _memory_budget
+
+
+def check_request_memory(expected_requests: float, is_llm: bool, field: str) -> None:
+    """Refuse a workload whose ``expected_requests`` would need more memory than the budget."""
+    per_request = LLM_BYTES_PER_REQUEST if is_llm else DNN_BYTES_PER_REQUEST
+    need = BASE_MEMORY_BYTES + per_request * expected_requests
+    if need > _memory_budget:
+        most = max(_memory_budget - BASE_MEMORY_BYTES, 0.0) / per_request
+        raise InputError(f"{expected_requests:.3g} expected requests need about {need / GB:.1f} GB, over the memory "
+                         f"budget of {_memory_budget / GB:g} GB (at most {most:.3g} requests; --max-memory raises "
+                         "the budget)", field)
+
+
+def read_capped(f: BinaryIO, path_field: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """At most ``limit`` bytes of open binary file ``f``; a longer file is an input error (the
+    caller adds the file's name)."""
+    raw = f.read(limit + 1)
+    if len(raw) > limit:
+        raise InputError(f"file larger than the limit of {limit // (1024 * 1024)} MiB", path_field)
+    return raw
+
+
+def note_stop_signal(signum: int) -> None:
+    """Record that signal ``signum`` asked the run to stop (called by the CLI's handler)."""
+    global _stop_signal
+    _stop_signal = signum
+
+
+def stop_requested() -> Optional[int]:
+    """The signal that asked the run to stop, or None."""
+    return _stop_signal
+
+
+def clear_stop_request() -> None:
+    """Forget a recorded stop signal (a new run in the same process, e.g. in tests)."""
+    global _stop_signal
+    _stop_signal = None
