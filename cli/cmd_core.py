@@ -69,6 +69,10 @@ def validate(file: str, as_json: bool) -> None:
         click.echo(f"{file}: valid {info['kind']} ({detail})")
 
 
+PLOT_OPTION = click.option("--plot", "plot_path", default=None, metavar="OUT.png",
+                           help="Also draw a figure to this PNG (needs the plots extra: pip install 'placeopt[plots]').")
+
+
 @click.command()
 @INSTANCE
 @click.option("--solver", "solver_name", default=None, help="Registered solver (default: the instance's).")
@@ -157,14 +161,20 @@ def parse_cli_options(options: Iterable[str]) -> dict[str, str]:
 @INSTANCE
 @click.argument("placement", type=click.Path(dir_okay=False))
 @click.option("--seed", type=int, default=None, help="Workload seed (default: the instance's).")
+@PLOT_OPTION
 @JSON_FLAG
-def simulate_cmd(instance: str, placement: str, seed: Optional[int], as_json: bool) -> None:
+def simulate_cmd(instance: str, placement: str, seed: Optional[int], plot_path: Optional[str], as_json: bool) -> None:
     """Simulate PLACEMENT (as written by `placeopt solve`) on INSTANCE's workload."""
     check_run_options(None, seed)
+    plt_ready = _check_plot(plot_path)
     inst = read_instance(instance)
     read_requests(inst, instance)
     plc = read_placement(placement, inst)
     metrics = simulate(inst, plc, seed=seed)
+    if plt_ready and plot_path:
+        from placement_opt.plots import save_simulation_figure
+        save_simulation_figure(plot_path, inst, plc, metrics, seed)
+        progress(f"wrote {plot_path}")
     if as_json:
         emit_json(metrics)
     else:
@@ -195,12 +205,32 @@ def per_model_text(metrics: dict[str, Any]) -> str:
     return table(headers, [[name] + [v.get(k) for k in keys] for name, v in per.items()])
 
 
+def _check_plot(plot_path: Optional[str]) -> bool:
+    """Whether a figure is asked for; refuses a path that cannot be written or a missing
+    matplotlib before any work."""
+    if plot_path is None:
+        return False
+    check_output_path(plot_path)
+    from placement_opt.plots import require_matplotlib
+    require_matplotlib()
+    return True
+
+
 @click.command()
 @click.argument("placement", type=click.Path(dir_okay=False))
+@PLOT_OPTION
+@click.option("--instance", "instance_path", default=None, type=click.Path(dir_okay=False),
+              help="The placement's instance: checks the placement and adds memory use per GPU to --plot.")
 @JSON_FLAG
-def show(placement: str, as_json: bool) -> None:
-    """Print PLACEMENT's groups, configs, models and per-model attainment."""
-    plc = read_placement(placement)
+def show(placement: str, plot_path: Optional[str], instance_path: Optional[str], as_json: bool) -> None:
+    """Print PLACEMENT's groups, configs, models and per-model attainment (--plot: draw its device map)."""
+    _check_plot(plot_path)
+    inst = read_instance(instance_path) if instance_path else None
+    plc = read_placement(placement, inst)
+    if plot_path:
+        from placement_opt.plots import save_placement_figure
+        save_placement_figure(plot_path, plc, inst)
+        progress(f"wrote {plot_path}")
     if as_json:
         emit_json(plc.to_dict())
         return

@@ -96,6 +96,12 @@ def solver_for(instance: Instance, name: str, options: Optional[Dict[str, Any]] 
     return solver
 
 
+def reported_metrics(instance: Instance, placement: Placement) -> dict:
+    """The metrics a solve reports (and saves) for ``placement``; progress bars score a
+    solver's best-so-far placement with this same function."""
+    return simulate(instance, placement)
+
+
 def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Optional[float] = None,
                seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Placement:
     """Solve, simulate the result and attach metrics and provenance."""
@@ -108,7 +114,7 @@ def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Op
     start = time.perf_counter()
     placement = solver.solve(instance, time_limit=time_limit, seed=seed)
     wall = time.perf_counter() - start
-    metrics = simulate(instance, placement)
+    metrics = reported_metrics(instance, placement)
     return placement.with_metrics(metrics).with_provenance(
         instance=instance.name,
         instance_sha256=instance.sha256,

@@ -64,12 +64,10 @@ class ClockworkPlusPlus(Solver):
         bounds = [(float(s), float(s + o.window_s) if k + 1 < len(starts) else np.inf) for k, s in enumerate(starts)]
         start = time.perf_counter()
         deadline = None if time_limit is None else start + time_limit
-        progress = Progress(self.name, enabled=o.progress)
+        progress = Progress(self.name, instance, enabled=o.progress, total=len(bounds), unit="windows")
         backend = make_backend(o.backend, {"instance": instance}, o.workers, o.address)
         results: List[Optional[Tuple[List[Group], Dict[str, Any]]]] = [None] * len(bounds)
         evaluated = 0
-        n_requests = max(len(instance.requests()), 1)
-        accepted = 0  # of the solved windows, each simulated alone (clocks not carried over)
         interrupted = False
         try:
             handles = []
@@ -83,20 +81,29 @@ class ClockworkPlusPlus(Solver):
                     window_groups, window_stats = backend.result(h)
                     results[handles.index(h)] = (window_groups, window_stats)
                     evaluated += window_stats["candidates_evaluated"]
-                    accepted += window_stats["accepted"]
-                progress.update(evaluated, accepted / n_requests, f"windows {sum(r is not None for r in results)}/{len(bounds)}")
+                progress.update(sum(r is not None for r in results), lambda: _placement(instance, bounds, results),
+                                f"candidates {evaluated}")
         except KeyboardInterrupt:  # windows not solved yet keep the previous window's placement
             interrupted = True
         finally:
             backend.close()
-        windows: List[Window] = []
-        for (a, _), res in zip(bounds, results):
-            groups = res[0] if res is not None else windows[-1].groups if windows else ()
-            windows.append(Window(start_s=a, groups=tuple(groups)))
-        if not windows[0].groups:  # interrupted before the first window: a placement with every GPU empty
-            windows[0] = Window(start_s=0.0, groups=tuple(Group(devices=(d,)) for d in range(instance.cluster.n_gpus)))
-        stats = {"windows": len(windows), "window_s": o.window_s, "candidates_evaluated": evaluated,
+        placement = _placement(instance, bounds, results)
+        stats = {"windows": len(placement.windows), "window_s": o.window_s, "candidates_evaluated": evaluated,
                  "timed_out": any(r is not None and r[1]["timed_out"] for r in results), "interrupted": interrupted,
                  "seconds": round(time.perf_counter() - start, 4)}
-        progress.done(evaluated, accepted / n_requests, f"windows {len(windows)}")
-        return Placement(groups=windows[0].groups, windows=tuple(windows), provenance={"search": stats})
+        placement = placement.with_provenance(search=stats)
+        progress.done(len(bounds), lambda: placement, f"candidates {evaluated}")
+        return placement
+
+
+def _placement(instance: Instance, bounds: List[Tuple[float, float]],
+               results: List[Optional[Tuple[List[Group], Dict[str, Any]]]]) -> Placement:
+    """The windows solved so far as a placement: a window not solved (yet) keeps the previous
+    window's groups; with none solved before it, every GPU is an empty group."""
+    windows: List[Window] = []
+    for (a, _), res in zip(bounds, results):
+        groups = res[0] if res is not None else windows[-1].groups if windows else ()
+        windows.append(Window(start_s=a, groups=tuple(groups)))
+    if not windows[0].groups:
+        windows[0] = Window(start_s=0.0, groups=tuple(Group(devices=(d,)) for d in range(instance.cluster.n_gpus)))
+    return Placement(groups=windows[0].groups, windows=tuple(windows))
