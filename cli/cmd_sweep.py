@@ -157,15 +157,20 @@ def run_job(config: SweepConfig, point: dict[str, float], solver: str) -> dict[s
            "heldout_attainment": f"{sum(heldout) / len(heldout):.6f}" if heldout else "",
            "heldout_min_attainment": f"{min(heldout):.6f}" if heldout else "",
            "solve_s": f"{solve_s:.3f}"}
-    return {**row, **config_columns(config, inst)}
+    return {**row, **config_columns(config, inst), "options": options_text(config, solver)}
 
 
 def config_columns(config: SweepConfig, instance: Instance) -> dict[str, str]:
-    """The configuration columns of a row (what a resumed sweep must share with it)."""
+    """The configuration columns of a row but its solver's options: what every row of a
+    resumed sweep must share with this one."""
     return {"instance_sha256": instance.sha256, "train_seed": str(instance.seed),
             "heldout_seeds": ";".join(str(s) for s in config.heldout_seeds),
-            "time_limit_s": "" if config.time_limit is None else _fmt(config.time_limit),
-            "options": json.dumps(config.options, sort_keys=True, separators=(",", ":"))}
+            "time_limit_s": "" if config.time_limit is None else _fmt(config.time_limit)}
+
+
+def options_text(config: SweepConfig, solver: str) -> str:
+    """The ``options`` column: the solver's options in this sweep, as JSON."""
+    return json.dumps(config.options.get(solver, {}), sort_keys=True, separators=(",", ":"))
 
 
 def row_key(row: dict[str, str]) -> tuple[str, ...]:
@@ -173,9 +178,10 @@ def row_key(row: dict[str, str]) -> tuple[str, ...]:
     return tuple(_fmt(float(row[k])) for k in SETTINGS) + (row["solver"],)
 
 
-def read_rows(path: str, expected: dict[str, str]) -> list[dict[str, str]]:
+def read_rows(path: str, expected: dict[str, str], config: SweepConfig) -> list[dict[str, str]]:
     """The rows of an earlier (perhaps interrupted) sweep's CSV at ``path``; refuses one of
-    another configuration (``expected``: the configuration columns this sweep writes)."""
+    another configuration (``expected``: the configuration columns this sweep writes, and
+    the options of ``config``'s solvers)."""
     if not os.path.exists(path):
         return []
     with open(path, newline="") as fh:
@@ -184,7 +190,9 @@ def read_rows(path: str, expected: dict[str, str]) -> list[dict[str, str]]:
             raise InputError("is not a placeopt sweep CSV (its columns differ); choose another -o", "--output", path)
         rows = list(reader)
     for i, row in enumerate(rows):
-        for column, value in expected.items():
+        mine = {**expected, "options": options_text(config, row["solver"])} if row["solver"] in config.solvers \
+            else expected
+        for column, value in mine.items():
             if row[column] != value:
                 raise InputError(f"row {i + 2} was computed with another {column} ({row[column]!r}, this sweep "
                                  f"{value!r}); choose another -o", "--output", path)
@@ -232,7 +240,7 @@ def run_sweep(config: SweepConfig, points: list[dict[str, float]], output: Optio
     returns this sweep's rows (points in order, solvers in the given order)."""
     inst = load_instance(config.instance_path)
     expected = config_columns(config, variant(inst, points[0]))
-    rows = {row_key(r): r for r in (read_rows(output, expected) if output else [])}
+    rows = {row_key(r): r for r in (read_rows(output, expected, config) if output else [])}
     wanted = [(config, p, s) for p in points for s in config.solvers]
     keys = [row_key({**{k: _fmt(p[k]) for k in SETTINGS}, "solver": s}) for _, p, s in wanted]
     todo = [job for job, key in zip(wanted, keys) if key not in rows]
@@ -243,8 +251,8 @@ def run_sweep(config: SweepConfig, points: list[dict[str, float]], output: Optio
         rows[row_key(row)] = row
         if output:
             atomic_write_text(output, csv_text(rows.values()))
-        bar.update(n, postfix=f"{row['instance']} {row['solver']} train {float(row['train_attainment']):.3f} "
-                              f"held-out {row['heldout_attainment'] and float(row['heldout_attainment']):.3f}")
+        heldout = f" held-out {float(row['heldout_attainment']):.3f}" if row["heldout_attainment"] else ""
+        bar.update(n, postfix=f"{row['solver']} train {float(row['train_attainment']):.3f}{heldout}")
     bar.close()
     return [rows[k] for k in keys]
 

@@ -164,7 +164,7 @@ def save_simulation_figure(path: str, instance: Instance, placement: Placement, 
         _draw_attainment(axes[0][0], metrics)
         _draw_llm_throughput(axes[0][1], metrics)
         _draw_llm_token_times(axes[1][0], metrics)
-        _draw_utilisation(axes[1][1], metrics, instance.workload.duration_s)
+        _draw_utilisation(axes[1][1], metrics, instance.workload.duration_s + instance.llm_settings.drain_s)
     else:
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
         _draw_attainment(axes[0], metrics)
@@ -237,10 +237,10 @@ def _draw_llm_token_times(ax: Any, metrics: dict) -> None:
     ax.legend(fontsize=7)
 
 
-def _draw_utilisation(ax: Any, metrics: dict, duration_s: float) -> None:
-    """Each mesh's KV pool and SM utilisation over the simulated time."""
+def _draw_utilisation(ax: Any, metrics: dict, span: float) -> None:
+    """Each mesh's KV pool and SM utilisation over the simulator's horizon ``span`` (its bins
+    split the workload's duration plus the drain time)."""
     groups = metrics.get("groups", [])
-    span = metrics.get("simulated_s", duration_s)
     for i, g in enumerate(groups):
         for key, style in (("kv_utilisation_series", "-"), ("sm_utilisation_series", ":")):
             series = g.get(key, [])
@@ -266,7 +266,7 @@ def save_sweep_figure(path: str, panels: Sequence[tuple[str, Sequence[dict]]], s
     colors = _palette(len(solvers))
     for ax, (axis, rows) in zip(axes[0], panels):
         for k, solver in enumerate(solvers):
-            mine = sorted((float(r[axis]), r) for r in rows if r["solver"] == solver)
+            mine = sorted(((float(r[axis]), r) for r in rows if r["solver"] == solver), key=lambda xr: xr[0])
             xs = [x for x, _ in mine]
             if any(r["heldout_attainment"] for _, r in mine):
                 ax.plot(xs, [100 * float(r["heldout_attainment"]) for _, r in mine], "-o", color=colors[k],
