@@ -257,12 +257,15 @@ def run_sweep(config: SweepConfig, points: list[dict[str, float]], output: Optio
     return [rows[k] for k in keys]
 
 
+def _number(text: str) -> Optional[float]:
+    return float(text) if text else None
+
+
 def _print_table(rows: list[dict[str, str]], axes: Sequence[str]) -> None:
     headers = list(axes) + ["solver", "train attainment", "held-out attainment", "held-out min", "solve (s)"]
-    body = [[r[a] for a in axes] + [r["solver"], float(r["train_attainment"]),
-                                    float(r["heldout_attainment"]) if r["heldout_attainment"] else None,
-                                    float(r["heldout_min_attainment"]) if r["heldout_min_attainment"] else None,
-                                    float(r["solve_s"])] for r in rows]
+    body: list[list[Any]] = [
+        [r[a] for a in axes] + [r["solver"], float(r["train_attainment"]), _number(r["heldout_attainment"]),
+                                _number(r["heldout_min_attainment"]), float(r["solve_s"])] for r in rows]
     click.echo(table(headers, body))
 
 
@@ -304,7 +307,7 @@ def sweep(instance: str, vary: tuple[str, ...], solver_list: str, seeds: int, ti
     inst = load_instance(instance)
     per = split_options(options, names)
     config = SweepConfig(instance_path=instance, solvers=names, heldout_seeds=tuple(inst.seed + 1 + k for k in range(seeds)),
-                         time_limit=time_limit, options={n: {**_sweep_defaults(n), **per[n]} for n in names})
+                         time_limit=time_limit, options={n: {**sweep_defaults(n), **per[n]} for n in names})
     points = sweep_points(inst, axes)
     _check_jobs(inst, config, points)
     rows = run_sweep(config, points, output, workers or os.cpu_count() or 1)
@@ -320,7 +323,7 @@ def sweep(instance: str, vary: tuple[str, ...], solver_list: str, seeds: int, ti
         _print_table(rows, list(axes))
 
 
-def _sweep_defaults(name: str) -> dict[str, Any]:
+def sweep_defaults(name: str) -> dict[str, Any]:
     """:data:`SWEEP_DEFAULTS` restricted to the options solver ``name`` has."""
     from placement_opt.solvers import get_solver_class
     fields = {f.name for f in dataclasses.fields(get_solver_class(name).Options)}
