@@ -13,6 +13,7 @@ from placement_opt.errors import InputError
 from placement_opt.instance import Instance
 from placement_opt.io import read_json
 from placement_opt.placement import Placement
+from placement_opt.progress import slow_step
 from placement_opt.simulate import simulate
 
 from placement_opt.cli.common import (INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
@@ -90,7 +91,9 @@ def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float]
     inst = read_instance(instance)
     name = solver_name or inst.solver
     opts = check_solver(inst, instance, name, parse_cli_options(options))
-    read_requests(inst, instance)  # read a trace now, so its errors come before any progress line
+    with slow_step("drawing the workload"):
+        read_requests(inst, instance)  # read a trace now, so its errors come before any progress line
+    resolve_costs(inst, instance)
     progress(f"solving {inst.name} ({len(inst.models)} models, {inst.cluster.n_gpus} GPUs) with {name}")
     try:
         placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)
@@ -106,6 +109,20 @@ def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float]
     else:
         click.echo(show_text(placement))
         click.echo(metrics_summary(placement.metrics))
+
+
+def resolve_costs(inst: Instance, file: str) -> None:
+    """Resolve every model's costs now (measured profiles or tables, else the cost model and
+    auto-parallelization), saying so if it takes more than a second, so the search that follows
+    starts at once instead of silently doing this first."""
+    with slow_step("resolving model costs (profiles, auto-parallelization)"):
+        try:
+            if inst.is_llm:
+                inst.llm_cost_tables
+            else:
+                inst.model_profiles
+        except InputError as e:
+            raise e.with_file(file) from None
 
 
 def check_solver(inst: Instance, file: str, name: str | None = None,

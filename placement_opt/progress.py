@@ -106,9 +106,13 @@ def _is_terminal(stream: IO[str]) -> bool:
 
 
 @contextmanager
-def slow_step(what: str, stream: Optional[IO[str]] = None, after_s: float = SLOW_STEP_S) -> Iterator[None]:
+def slow_step(what: str, stream: Optional[IO[str]] = None, after_s: float = SLOW_STEP_S,
+              enabled: bool = True) -> Iterator[None]:
     """Say ``placeopt: WHAT ...`` on stderr if the block is still running after ``after_s``
     seconds (and how long it took when it ends), so a long silent set-up explains itself."""
+    if not enabled:
+        yield
+        return
     out = stream if stream is not None else sys.stderr
     start = time.perf_counter()
     said = threading.Event()

@@ -38,6 +38,7 @@ from placement_opt.errors import InputError
 from placement_opt.instance import Instance
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement
+from placement_opt.progress import slow_step
 from placement_opt.simulate.tables import stage_latencies
 from placement_opt.spaces import allocate_devices
 from placement_opt.spaces.summary import SearchSettings, bucket_tasks, plan
@@ -194,7 +195,8 @@ class _Search:
         self.n_requests = max(len(req), 1)
         self.counts = np.bincount(req.model, minlength=len(instance.models))
         self.slo = instance.slo_seconds()
-        self.plan = plan(instance, settings_of(o), req)
+        with slow_step("alpaserve: enumerating bucketings and device splits", enabled=o.progress):
+            self.plan = plan(instance, settings_of(o), req)
         self.stats: dict[str, Any] = {
             "bucketings": len(self.plan.bucketings), "bucket_device_pairs": len(self.plan.pairs),
             "tasks": 0, "tasks_pruned_by_bound": 0, Phase.SCREEN.value: 0, Phase.REFINE.value: 0,
@@ -243,7 +245,8 @@ class _Search:
             for p in combo.pairs:
                 if p not in pair_order:
                     pair_order.append(p)
-        self._list_tasks(pair_order)
+        with slow_step("alpaserve: listing tasks and their bounds", enabled=o.progress):
+            self._list_tasks(pair_order)
         backend = make_backend(o.backend, {"instance": self.instance}, o.workers, o.address)
         try:
             jobs = [(p, t) for p in pair_order for t in range(len(self.tasks[p]))]

@@ -105,3 +105,22 @@ def test_best_shown_is_what_is_saved(monkeypatch, solver, options, stop):
     assert placement.provenance["search"]["interrupted"] == recorder.raised
     if stop == 1 and "greedy" not in solver:  # the greedy reports once a second: these runs are shorter
         assert recorder.raised, "the search showed no best value before it ended"
+
+
+def test_solve_prints_a_bar_whose_last_best_is_the_saved_attainment(tmp_path):
+    import json
+    import re
+
+    from click.testing import CliRunner
+
+    from placement_opt.cli.main import cli
+    out = str(tmp_path / "p.json")
+    result = CliRunner().invoke(cli, ["solve", os.path.join(DATA, "tiny-4gpu-mixed.json"), "--solver", "alpaserve",
+                                      "-O", "backend=serial", "-o", out])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("alpaserve: ")]
+    assert lines and re.search(r"\d+/\d+ \[", lines[-1]) and lines[-1].endswith("done]"), result.stderr
+    shown = float(re.findall(r"best (\d\.\d{4})", lines[-1])[-1])
+    with open(out) as fh:
+        saved = json.load(fh)["metrics"]["slo_attainment"]
+    assert shown == round(saved, 4)
