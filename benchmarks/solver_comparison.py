@@ -1,7 +1,10 @@
 """Compare the placement solvers on the bundled AlpaServe instances and on sweeps of them.
 
-Writes ``docs/solver_comparison.md`` (tables) and, when matplotlib is installed (the
-``plots`` extra), ``docs/solver_comparison_fig12.png`` and ``docs/solver_comparison_fig17.png``:
+A thin user of ``placeopt sweep`` (``placement_opt.cli.cmd_sweep``): every placement is solved
+on its training workload (the instance's seed) and scored there and on two held-out workloads
+(fresh seeds); the tables show both, training / held-out, since the training figure overfits.
+Writes ``docs/solver_comparison.md`` (tables) and, when matplotlib is installed (the ``plots``
+extra), ``docs/solver_comparison_fig12.png`` and ``docs/solver_comparison_fig17.png``:
 
 * the bundled instances (``instances/alpaserve/*.json``, full workloads; ``arch-*`` have profiles
   from the auto-parallelization cost model) with every baseline;
@@ -11,23 +14,27 @@ Writes ``docs/solver_comparison.md`` (tables) and, when matplotlib is installed 
   (``mp-greedy-4``) vs round robin on 4-stage groups, as rate and CV vary.
 
 Sweeps use a shorter workload (``--sweep-duration``, default 60 s instead of 200 s) so the
-whole run takes minutes on 2 cores; Clockwork++ re-places every quarter of the workload there.
-The last line reads ``instances=<n> alpaserve_best_or_tied=<m> median_solve_s=<t>``: how many
-instance variants were compared, on how many ``alpaserve`` has the highest attainment (ties
-count), and its median solve time. Run: ``python benchmarks/solver_comparison.py [--quick]``.
+whole run takes minutes; Clockwork++ re-places every quarter of the workload there. Jobs run
+in parallel, each solve in one process (``--workers``, default every core); the sweep CSVs go
+to ``--csv-dir`` (default a fresh temporary folder), and a run given the folder of an
+interrupted one resumes it. The last line reads ``instances=<n> alpaserve_best_or_tied=<m>
+median_solve_s=<t> alpaserve_best_or_tied_heldout=<h>``: how many instance variants were
+compared, on how many ``alpaserve`` has the highest training attainment (ties count), its
+median solve time, and on how many it has the highest mean held-out attainment. Run:
+``python benchmarks/solver_comparison.py [--quick]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
-from placement_opt import instance_from_dict
-from placement_opt.cli.cmd_search import compare_rows
+from placement_opt import load_instance
+from placement_opt.cli.cmd_sweep import SweepConfig, base_settings, run_sweep, sweep_defaults, sweep_points, variant
 from placement_opt.io import atomic_write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,75 +51,99 @@ FIG17_SOLVERS = ["alpaserve", "mp-greedy-4", "round-robin"]
 QUIET = {"progress": False}
 
 
-def load_json(name):
-    with open(os.path.join(INSTANCES, f"{name}.json")) as f:
-        return json.load(f)
+HELDOUT_SEEDS = 2
+SWEEP_BASE = {"gpus": [32], "slo_scale": [5]}  # S3 on 32 GPUs: not trivially served, as in the paper's S3 runs
+ABLATION_BASE = {"gpus": [24], "slo_scale": [5]}
 
 
-def variant(base: dict, label: str, *, nodes=None, rate_scale=1.0, cv_scale=1.0, slo_scale=None, duration=None):
-    d = json.loads(json.dumps(base))
-    d["name"] = label
-    if nodes is not None:
-        d["cluster"]["nodes"] = nodes
-    w = d["workload"]
-    w["arrival"]["rate"] = w["arrival"]["rate"] * rate_scale
-    if "cv" in w["arrival"]:
-        w["arrival"]["cv"] = w["arrival"]["cv"] * cv_scale
-    if slo_scale is not None:
-        w["slo"] = {"scale": slo_scale}
-    if duration is not None:
-        w["duration_s"] = duration
-    return instance_from_dict(d, base_dir=INSTANCES)
+def instance_path(name: str) -> str:
+    return os.path.join(INSTANCES, f"{name}.json")
 
 
-def options_for(solvers, duration, ablation=False):
-    opts = {n: dict(QUIET) for n in solvers if n not in ("selective-replication", "round-robin", "mp-equal")}
+def solver_options(solvers, duration=None, ablation=False, serial=True):
+    """Each solver's options: quiet, and serial where jobs run in parallel (else each search
+    uses its own process pool over the cores), Clockwork++ re-placing every quarter of a
+    sweep's workload, the ablation's round robin on 4-stage pipelines."""
+    opts = {n: {k: v for k, v in sweep_defaults(n).items() if serial or k != "backend"} for n in solvers}
     if "clockwork++" in opts:
         opts["clockwork++"]["window_s"] = 60.0 if duration is None or duration >= 180 else duration / 4
     if "round-robin" in solvers and ablation:
-        opts["round-robin"] = {"group_size": 4}  # the ablation's round robin uses 4-stage pipelines
+        opts["round-robin"] = {"group_size": 4}
     return opts
 
 
-def run_variant(inst, solvers, duration=None):
-    start = time.perf_counter()
-    rows = compare_rows(inst, solvers, options_for(solvers, duration, ablation=solvers == FIG17_SOLVERS))
-    best = max(r["slo_attainment"] for r in rows)
-    ours = next(r for r in rows if r["solver"] == "alpaserve")
-    print(f"  {inst.name:28s} " + "  ".join(f"{r['solver']}={r['slo_attainment']:.3f}" for r in rows)
-          + f"  ({time.perf_counter() - start:.1f}s)", file=sys.stderr, flush=True)
-    return {"instance": inst.name, "rows": rows, "alpaserve_best": ours["slo_attainment"] >= best - 1e-9,
-            "alpaserve_solve_s": ours["solve_s"]}
+def sweep(name, axes, solvers, csv_path, workers, duration=None, ablation=False):
+    """The rows of one sweep of instance ``name`` (every combination of ``axes``); with one
+    worker each search uses its process pool, as ``placeopt solve`` does."""
+    path = instance_path(name)
+    inst = load_instance(path)
+    options = solver_options(solvers, duration, ablation, serial=workers > 1)
+    config = SweepConfig(instance_path=path, solvers=tuple(solvers), options=options,
+                         heldout_seeds=tuple(inst.seed + 1 + k for k in range(HELDOUT_SEEDS)), time_limit=None)
+    if duration is not None:
+        axes = {**axes, "duration_s": [duration]}
+    return run_sweep(config, sweep_points(inst, axes), csv_path, workers)
 
 
-def sweeps(quick: bool, duration: float):
-    s3 = load_json("s3")
-    base_nodes = 4  # 32 GPUs: the S3 set is not trivially served, as in the paper's S3 runs
+def by_point(rows, solvers):
+    """Rows grouped per point, in order: [(point row, {solver: row})]."""
+    out = []
+    for i in range(0, len(rows), len(solvers)):
+        group = rows[i:i + len(solvers)]
+        out.append((group[0], {r["solver"]: r for r in group}))
+    return out
+
+
+def summary(instance, per_solver):
+    """One instance variant's result: its rows and whether alpaserve is best (training, held-out)."""
+    def best(column):
+        top = max(float(r[column]) for r in per_solver.values())
+        return float(per_solver["alpaserve"][column]) >= top - 1e-9
+    return {"instance": instance, "rows": per_solver, "alpaserve_best": best("train_attainment"),
+            "alpaserve_best_heldout": best("heldout_attainment"),
+            "alpaserve_solve_s": float(per_solver["alpaserve"]["solve_s"])}
+
+
+def bundled(names, csv_dir):
+    """Every bundled instance with every main solver, full workloads, one solve at a time
+    (each search on its process pool over the cores, as ``placeopt solve`` runs it), so the
+    solve times are those a user sees."""
+    out = []
+    for name in names:
+        rows = sweep(name, {}, MAIN_SOLVERS, os.path.join(csv_dir, f"{name}.csv"), 1)
+        out.append(summary(name, {r["solver"]: r for r in rows}))
+        print(f"  {name:16s} " + "  ".join(f"{s}={float(out[-1]['rows'][s]['train_attainment']):.3f}/"
+                                           f"{float(out[-1]['rows'][s]['heldout_attainment']):.3f}"
+                                           for s in MAIN_SOLVERS), file=sys.stderr, flush=True)
+    return out
+
+
+def sweeps(quick: bool, duration: float, csv_dir: str, workers: int):
+    """Fig. 12 and Fig. 17: one sweep per axis, the others at the base; a figure's sweeps share
+    one CSV, so their common base point is solved once."""
     fig12 = {
-        "GPUs": [(8 * n, dict(nodes=n)) for n in ((2, 4, 6) if quick else (2, 3, 4, 6))],
-        "rate scale": [(r, dict(nodes=base_nodes, rate_scale=r)) for r in ((1, 3) if quick else (0.5, 1, 2, 3))],
-        "CV scale": [(c, dict(nodes=base_nodes, cv_scale=c)) for c in ((1, 3) if quick else (0.5, 1, 2, 3))],
-        "SLO scale": [(s, dict(nodes=base_nodes, slo_scale=s)) for s in ((1, 5) if quick else (0.5, 1, 2, 5, 10))],
+        "gpus": [16, 32, 48] if quick else [16, 24, 32, 48],
+        "rate_scale": [1, 3] if quick else [0.5, 1, 2, 3],
+        "cv_scale": [1, 3] if quick else [0.5, 1, 2, 3],
+        "slo_scale": [1, 5] if quick else [0.5, 1, 2, 5, 10],
     }
     fig17 = {
-        "rate scale": [(r, dict(nodes=3, rate_scale=r)) for r in ((1, 2) if quick else (0.5, 1, 1.5, 2))],
-        "CV scale": [(c, dict(nodes=3, cv_scale=c)) for c in ((1, 2) if quick else (0.5, 1, 2, 3))],
+        "rate_scale": [1, 2] if quick else [0.5, 1, 1.5, 2],
+        "cv_scale": [1, 2] if quick else [0.5, 1, 2, 3],
     }
     results = {"fig12": {}, "fig17": {}}
-    done = {}  # the base point recurs on every axis: solve it once
-    for fig, spec, solvers in (("fig12", fig12, FIG12_SOLVERS), ("fig17", fig17, FIG17_SOLVERS)):
+    unique = {}
+    for fig, spec, base, solvers in (("fig12", fig12, SWEEP_BASE, FIG12_SOLVERS),
+                                     ("fig17", fig17, ABLATION_BASE, FIG17_SOLVERS)):
         print(f"{fig}:", file=sys.stderr)
-        for axis, points in spec.items():
-            out = []
-            for x, kw in points:
-                full = {"rate_scale": 1, "cv_scale": 1, "slo_scale": 5, **kw}  # S3 defaults
-                key = (fig, tuple(sorted(full.items(), key=lambda kv: kv[0])))
-                if key not in done:
-                    label = f"s3-{fig}-" + ",".join(f"{k}={v}" for k, v in sorted(kw.items()))
-                    done[key] = run_variant(variant(s3, label, duration=duration, **kw), solvers, duration)
-                out.append((x, done[key]))
-            results[fig][axis] = out
-    results["unique"] = list(done.values())
+        for axis, values in spec.items():
+            rows = sweep("s3", {**base, axis: values}, solvers, os.path.join(csv_dir, f"s3-{fig}.csv"), workers,
+                         duration, ablation=fig == "fig17")
+            results[fig][axis] = [(float(point[axis]), per) for point, per in by_point(rows, solvers)]
+            for point, per in by_point(rows, solvers):
+                key = (fig,) + tuple(point[k] for k in ("gpus", "rate_scale", "cv_scale", "slo_scale"))
+                unique[key] = summary(f"s3-{fig}", per)
+    results["unique"] = list(unique.values())
     return results
 
 
@@ -173,7 +204,8 @@ def speed():
     from placement_opt.solvers import run_solver
     from placement_opt.solvers.alpaserve_greedy import fixed_partition
     from placement_opt.solvers.greedy import greedy_selection
-    inst = variant(load_json("s1"), "s1-30s", duration=30)
+    s1 = load_instance(instance_path("s1"))
+    inst = variant(s1, {**base_settings(s1), "duration_s": 30.0})
     shells = fixed_partition(inst, 4, 1)
     t0 = time.perf_counter()
     paper = paper_style_greedy(inst, shells)
@@ -196,17 +228,27 @@ def speed():
     return out
 
 
-def markdown(main, sw, duration, wall, gaps, sp) -> str:
+def cell(row):
+    """``training / held-out`` attainment of a sweep row."""
+    return f"{float(row['train_attainment']):.3f} / {float(row['heldout_attainment']):.3f}"
+
+
+def markdown(main, sw, duration, wall, gaps, sp, workers) -> str:
     lines = ["# Solver comparison", "",
-             "Written by `benchmarks/solver_comparison.py` (simulated SLO attainment; solve times are wall",
-             f"seconds on this machine, whole run {wall:.0f} s). Sweeps use {duration:g} s workloads;",
+             "Written by `benchmarks/solver_comparison.py`, a user of `placeopt sweep` ([sweep.md](sweep.md)).",
+             "Every cell is **training / held-out** SLO attainment: the placement is solved on the instance's",
+             f"workload (seed 0) and scored there, then on {HELDOUT_SEEDS} fresh workloads (seeds 1 and 2; their mean",
+             "is shown). The training figure is what the solver optimised and overfits; the held-out one is",
+             "what a deployment would see. Solve times are wall seconds on this machine (2 cores shared with",
+             "other sessions): on the bundled instances one solve at a time, each search on its process pool",
+             f"over the cores; in the sweeps {workers} solves at a time, each in one process (whole run",
+             f"{wall:.0f} s). Sweeps use {duration:g} s workloads;",
              "Clockwork++ re-places every quarter of a sweep's workload (60 s windows on the full instances).", "",
              "## Bundled instances (full workloads)", ""]
     head = "| instance | " + " | ".join(MAIN_SOLVERS) + " | alpaserve solve (s) |"
     lines += [head, "|" + "---|" * (len(MAIN_SOLVERS) + 2)]
     for v in main:
-        att = {r["solver"]: r["slo_attainment"] for r in v["rows"]}
-        lines.append(f"| {v['instance']} | " + " | ".join(f"{att[s]:.3f}" for s in MAIN_SOLVERS)
+        lines.append(f"| {v['instance']} | " + " | ".join(cell(v["rows"][s]) for s in MAIN_SOLVERS)
                      + f" | {v['alpaserve_solve_s']:.1f} |")
     lines += ["", "## Search speed (same run, S1 model set with a 30 s workload, one process)", "",
               "| measurement | paper-style | ours | ratio |", "|---|---|---|---|",
@@ -215,7 +257,7 @@ def markdown(main, sw, duration, wall, gaps, sp) -> str:
               f"| alpaserve: full greedy on every task vs screen-then-refine (attainment "
               f"{sp['search_full_attainment']:.4f} vs {sp['search_fast_attainment']:.4f}) | {sp['search_full_s']:.2f} s | "
               f"{sp['search_fast_s']:.2f} s | {sp['search_full_s'] / sp['search_fast_s']:.1f}x |"]
-    lines += ["", "## Optimality gaps on tiny instances (percentage points below `exhaustive`)", "",
+    lines += ["", "## Optimality gaps on tiny instances (percentage points below `exhaustive`, training workload)", "",
               "| instance | models | GPUs | placements | exhaustive | " + " | ".join(k for k, _ in GAP_SOLVERS) + " |",
               "|" + "---|" * (5 + len(GAP_SOLVERS))]
     for r in gaps:
@@ -225,43 +267,33 @@ def markdown(main, sw, duration, wall, gaps, sp) -> str:
                                 ("fig17", "Fig. 17 ablation (S3 model set, 24 GPUs)", FIG17_SOLVERS)):
         lines += ["", f"## {title}", ""]
         for axis, points in sw[fig].items():
-            lines += [f"### SLO attainment vs {axis}", "", f"| {axis} | " + " | ".join(solvers)
+            label = AXIS_LABELS[axis]
+            lines += [f"### SLO attainment vs {label}", "", f"| {label} | " + " | ".join(solvers)
                       + " | alpaserve solve (s) |", "|" + "---|" * (len(solvers) + 2)]
-            for x, v in points:
-                att = {r["solver"]: r["slo_attainment"] for r in v["rows"]}
-                lines.append(f"| {x:g} | " + " | ".join(f"{att[s]:.3f}" for s in solvers)
-                             + f" | {v['alpaserve_solve_s']:.1f} |")
+            for x, per in points:
+                lines.append(f"| {x:g} | " + " | ".join(cell(per[s]) for s in solvers)
+                             + f" | {float(per['alpaserve']['solve_s']):.1f} |")
             lines.append("")
     return "\n".join(lines) + "\n"
 
 
+AXIS_LABELS = {"gpus": "GPUs", "rate_scale": "rate scale", "cv_scale": "CV scale", "slo_scale": "SLO scale"}
+
+
 def plots(sw) -> list[str]:
+    """The Fig. 12 and Fig. 17 figures (held-out solid, training dashed), if matplotlib is installed."""
+    from placement_opt.errors import InputError
+    from placement_opt.plots import require_matplotlib, save_sweep_figure
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        require_matplotlib()
+    except InputError:
         print("matplotlib is not installed (pip install 'placeopt[plots]'): no plots", file=sys.stderr)
         return []
     written = []
     for fig, solvers in (("fig12", FIG12_SOLVERS), ("fig17", FIG17_SOLVERS)):
-        axes_spec = sw[fig]
-        f, axes = plt.subplots(1, len(axes_spec), figsize=(4 * len(axes_spec), 3.2))
-        for ax, (axis, points) in zip(axes, axes_spec.items()):
-            xs = [x for x, _ in points]
-            for s in solvers:
-                ys = [next(r["slo_attainment"] for r in v["rows"] if r["solver"] == s) * 100 for _, v in points]
-                ax.plot(xs, ys, marker="o", label=s)
-            ax.set_xlabel(axis)
-            ax.set_ylabel("SLO attainment (%)")
-            ax.grid(alpha=0.3)
-        axes[0].legend(fontsize=8)
-        f.tight_layout()
+        panels = [(axis, [row for _, per in points for row in per.values()]) for axis, points in sw[fig].items()]
         path = os.path.join(DOCS, f"solver_comparison_{fig}.png")
-        tmp = path + ".tmp.png"
-        f.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-        plt.close(f)
+        save_sweep_figure(path, panels, solvers)
         written.append(path)
     return written
 
@@ -270,36 +302,40 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer sweep points and bundled instances")
     ap.add_argument("--sweep-duration", type=float, default=60.0, help="workload seconds of sweep variants")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="jobs run at once (default: every core)")
+    ap.add_argument("--csv-dir", default=None, help="folder of the sweep CSVs (default: a fresh temporary one); "
+                                                    "the folder of an interrupted run resumes it")
     ap.add_argument("--no-docs", action="store_true", help="do not write docs/")
     args = ap.parse_args(argv)
+    csv_dir = args.csv_dir or tempfile.mkdtemp(prefix="solver-comparison-")
+    os.makedirs(csv_dir, exist_ok=True)
+    print(f"sweep CSVs in {csv_dir}", file=sys.stderr)
     start = time.perf_counter()
-    print("bundled instances:", file=sys.stderr)
-    main_results = []
-    for name in (["s1", "s3"] if args.quick else BUNDLED):
-        inst = variant(load_json(name), name)
-        main_results.append(run_variant(inst, MAIN_SOLVERS))
+    print("bundled instances (training / held-out):", file=sys.stderr)
+    main_results = bundled(["s1", "s3"] if args.quick else BUNDLED, csv_dir)
     gaps = tiny_gaps()
     sp = speed()
-    sw = sweeps(args.quick, args.sweep_duration)
+    sw = sweeps(args.quick, args.sweep_duration, csv_dir, args.workers)
     wall = time.perf_counter() - start
     all_variants = main_results + sw.pop("unique")
     s3 = next((v for v in main_results if v["instance"] == "s3"), None)
     if s3 is not None:
-        others = max(r["slo_attainment"] for r in s3["rows"] if r["solver"] != "alpaserve")
-        ours = next(r["slo_attainment"] for r in s3["rows"] if r["solver"] == "alpaserve")
+        others = max(float(r["train_attainment"]) for n, r in s3["rows"].items() if n != "alpaserve")
+        ours = float(s3["rows"]["alpaserve"]["train_attainment"])
         print(f"s3: alpaserve solve {s3['alpaserve_solve_s']:.1f} s (target < 60), attainment {ours:.4f} vs best "
               f"baseline {others:.4f} ({'ok' if ours >= others - 1e-9 and s3['alpaserve_solve_s'] < 60 else 'MISSED'})")
     if not args.no_docs:
         os.makedirs(DOCS, exist_ok=True)
-        atomic_write_text(os.path.join(DOCS, "solver_comparison.md"), markdown(main_results, sw,
-                                                                              args.sweep_duration, wall, gaps, sp))
+        atomic_write_text(os.path.join(DOCS, "solver_comparison.md"),
+                          markdown(main_results, sw, args.sweep_duration, wall, gaps, sp, args.workers))
         for p in plots(sw):
             print(f"wrote {os.path.relpath(p, ROOT)}", file=sys.stderr)
     gap = max(100 * (r["exhaustive"] - r["alpaserve"]) for r in gaps)
     print(f"tiny instances: largest alpaserve gap to exhaustive {gap:.2f} points (target <= 2)")
     solve_times = [v["alpaserve_solve_s"] for v in all_variants]
     print(f"instances={len(all_variants)} alpaserve_best_or_tied={sum(v['alpaserve_best'] for v in all_variants)} "
-          f"median_solve_s={statistics.median(solve_times):.2f}")
+          f"median_solve_s={statistics.median(solve_times):.2f} "
+          f"alpaserve_best_or_tied_heldout={sum(v['alpaserve_best_heldout'] for v in all_variants)}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from placement_opt.feasibility import Violation, placement_violations
 from placement_opt.instance import Instance
 from placement_opt.io import read_json
 from placement_opt.placement import Placement
+from placement_opt.progress import slow_step
 from placement_opt.simulate import simulate
 
 from placement_opt.cli.common import (EXIT_STOPPED, EXIT_UNSERVED, INSTANCE, JSON_FLAG, check_output_path, emit_json, metrics_summary, progress, read_instance,
@@ -119,6 +120,10 @@ def validate_other(file: str, head: Any) -> dict[str, Any]:
             "gpus": inst.cluster.n_gpus, "requests": len(read_requests(inst, file)), "sha256": inst.sha256}
 
 
+PLOT_OPTION = click.option("--plot", "plot_path", default=None, metavar="OUT.png",
+                           help="Also draw a figure to this PNG (needs the plots extra: pip install 'placeopt[plots]').")
+
+
 @click.command()
 @INSTANCE
 @click.option("--solver", "solver_name", default=None, help="Registered solver (default: the instance's).")
@@ -141,7 +146,9 @@ def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float]
     inst = read_instance(instance)
     name = solver_name or inst.solver
     opts = check_solver(inst, instance, name, parse_cli_options(options))
-    read_requests(inst, instance)  # read a trace now, so its errors come before any progress line
+    with slow_step("drawing the workload"):
+        read_requests(inst, instance)  # read a trace now, so its errors come before any progress line
+    resolve_costs(inst, instance)
     progress(f"solving {inst.name} ({len(inst.models)} models, {inst.cluster.n_gpus} GPUs) with {name}")
     try:
         placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)
@@ -185,6 +192,20 @@ def solve_status(placement: Placement, name: str, allow_unserved: bool) -> int:
     if stopped is not None:
         return EXIT_STOPPED
     return EXIT_UNSERVED if unserved and not allow_unserved else 0
+
+
+def resolve_costs(inst: Instance, file: str) -> None:
+    """Resolve every model's costs now (measured profiles or tables, else the cost model and
+    auto-parallelization), saying so if it takes more than a second, so the search that follows
+    starts at once instead of silently doing this first."""
+    with slow_step("resolving model costs (profiles, auto-parallelization)"):
+        try:
+            if inst.is_llm:
+                inst.llm_cost_tables
+            else:
+                inst.model_profiles
+        except InputError as e:
+            raise e.with_file(file) from None
 
 
 def check_solver(inst: Instance, file: str, name: str | None = None,
@@ -240,14 +261,20 @@ def parse_cli_options(options: Iterable[str]) -> dict[str, str]:
 @INSTANCE
 @click.argument("placement", type=click.Path(dir_okay=False))
 @click.option("--seed", type=int, default=None, help="Workload seed (default: the instance's).")
+@PLOT_OPTION
 @JSON_FLAG
-def simulate_cmd(instance: str, placement: str, seed: Optional[int], as_json: bool) -> None:
+def simulate_cmd(instance: str, placement: str, seed: Optional[int], plot_path: Optional[str], as_json: bool) -> None:
     """Simulate PLACEMENT (as written by `placeopt solve`) on INSTANCE's workload."""
     check_run_options(None, seed)
+    plt_ready = _check_plot(plot_path)
     inst = read_instance(instance)
     read_requests(inst, instance)
     plc = read_placement(placement, inst)
     metrics = simulate(inst, plc, seed=seed)
+    if plt_ready and plot_path:
+        from placement_opt.plots import save_simulation_figure
+        save_simulation_figure(plot_path, inst, plc, metrics, seed)
+        progress(f"wrote {plot_path}")
     if as_json:
         emit_json(metrics)
     else:
@@ -278,12 +305,32 @@ def per_model_text(metrics: dict[str, Any]) -> str:
     return table(headers, [[name] + [v.get(k) for k in keys] for name, v in per.items()])
 
 
+def _check_plot(plot_path: Optional[str]) -> bool:
+    """Whether a figure is asked for; refuses a path that cannot be written or a missing
+    matplotlib before any work."""
+    if plot_path is None:
+        return False
+    check_output_path(plot_path)
+    from placement_opt.plots import require_matplotlib
+    require_matplotlib()
+    return True
+
+
 @click.command()
 @click.argument("placement", type=click.Path(dir_okay=False))
+@PLOT_OPTION
+@click.option("--instance", "instance_path", default=None, type=click.Path(dir_okay=False),
+              help="The placement's instance: checks the placement and adds memory use per GPU to --plot.")
 @JSON_FLAG
-def show(placement: str, as_json: bool) -> None:
-    """Print PLACEMENT's groups, configs, models and per-model attainment."""
-    plc = read_placement(placement)
+def show(placement: str, plot_path: Optional[str], instance_path: Optional[str], as_json: bool) -> None:
+    """Print PLACEMENT's groups, configs, models and per-model attainment (--plot: draw its device map)."""
+    _check_plot(plot_path)
+    inst = read_instance(instance_path) if instance_path else None
+    plc = read_placement(placement, inst)
+    if plot_path:
+        from placement_opt.plots import save_placement_figure
+        save_placement_figure(plot_path, plc, inst)
+        progress(f"wrote {plot_path}")
     if as_json:
         emit_json(plc.to_dict())
         return

@@ -118,9 +118,9 @@ def compare_rows(inst: Instance, names: Sequence[str], per_options: Optional[dic
     for n in names:  # every solver and its options are checked before the first solve
         solver_for(inst, n, (per_options or {}).get(n, {}))
     rows = []
-    for n in names:
+    for k, n in enumerate(names, 1):
         if echo:
-            echo(f"solving {inst.name} with {n}")
+            echo(f"solving {inst.name} with {n} ({k}/{len(names)})")
         start = time.perf_counter()
         placement = run_solver(inst, n, time_limit=time_limit, seed=seed, options=(per_options or {}).get(n, {}))
         wall = time.perf_counter() - start

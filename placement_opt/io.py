@@ -98,12 +98,17 @@ def _read_error(reason: str, position: str, path: str, field: str, referenced: b
 
 def atomic_write_text(path: str, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
     directory = os.path.dirname(os.path.abspath(path)) or "."
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; give it the mode open() would
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -38,6 +38,7 @@ from placement_opt.errors import InputError
 from placement_opt.instance import Instance
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement
+from placement_opt.progress import slow_step
 from placement_opt.simulate.tables import stage_latencies
 from placement_opt.spaces import allocate_devices
 from placement_opt.spaces.summary import SearchSettings, bucket_tasks, plan
@@ -189,12 +190,13 @@ class _Search:
         self.o = o
         self.start = time.perf_counter()
         self.deadline = None if time_limit is None else self.start + time_limit
-        self.progress = Progress("alpaserve", enabled=o.progress)
+        self.progress = Progress("alpaserve", instance, enabled=o.progress, unit="tasks")
         req = instance.requests()
         self.n_requests = max(len(req), 1)
         self.counts = np.bincount(req.model, minlength=len(instance.models))
         self.slo = instance.slo_seconds()
-        self.plan = plan(instance, settings_of(o), req)
+        with slow_step("alpaserve: enumerating bucketings and device splits", enabled=o.progress):
+            self.plan = plan(instance, settings_of(o), req)
         self.stats: dict[str, Any] = {
             "bucketings": len(self.plan.bucketings), "bucket_device_pairs": len(self.plan.pairs),
             "tasks": 0, "tasks_pruned_by_bound": 0, Phase.SCREEN.value: 0, Phase.REFINE.value: 0,
@@ -243,7 +245,8 @@ class _Search:
             for p in combo.pairs:
                 if p not in pair_order:
                     pair_order.append(p)
-        self._list_tasks(pair_order)
+        with slow_step("alpaserve: listing tasks and their bounds", enabled=o.progress):
+            self._list_tasks(pair_order)
         backend = make_backend(o.backend, {"instance": self.instance}, o.workers, o.address)
         try:
             jobs = [(p, t) for p in pair_order for t in range(len(self.tasks[p]))]
@@ -306,9 +309,8 @@ class _Search:
                     self.stats[phase.value] += 1
                     self.stats["simulations"] += st["simulations"]
                     self.evaluated += st["candidates_evaluated"]
-                if self.progress.due():
-                    self.progress.update(self.evaluated, self._best_so_far(),
-                                         f"tasks {self.stats['screened']}+{self.stats['refined']}")
+                self.progress.update(self._tasks_done(), self._placement_now, f"candidates {self.evaluated}",
+                                     total=self._tasks_done() + len(queue) + len(pending))
                 if self._time_up() and not self.stats["timed_out"]:
                     self.stats["timed_out"] = True
                     queue.clear()
@@ -323,13 +325,13 @@ class _Search:
             return None
         return sum(b.accepted for b in best if b is not None)
 
-    def _best_so_far(self) -> float:
-        best = 0
-        for combo in self.combos:
-            v = self._combo_value(combo)
-            if v is not None and v > best:
-                best = v
-        return best / self.n_requests
+    def _tasks_done(self) -> int:
+        return int(self.stats[Phase.SCREEN.value] + self.stats[Phase.REFINE.value] + self.stats["tasks_pruned_by_bound"])
+
+    def _placement_now(self) -> Optional[Placement]:
+        """The placement an interrupted search would return now (None before one is complete)."""
+        found = self._best_fitting(self.combos)
+        return None if found is None else Placement(groups=found[2])
 
     def _ranked(self, combos: list[Combo]) -> list[tuple[int, int]]:
         """(value, index) of the combinations that have one, most accepted first, then in order."""
@@ -376,13 +378,11 @@ class _Search:
                 self._record(Phase.SCREEN, p, task.number, TaskResult(acc, lists))
         backend.close()
 
-    def _assemble(self, combos: list[Combo]) -> Placement:
-        """The best combination whose groups fit the cluster's nodes, as a placement."""
+    def _best_fitting(self, combos: list[Combo]) -> Optional[tuple[int, Combo, tuple[Group, ...]]]:
+        """(accepted, combination, groups) of the best combination whose groups fit the
+        cluster's nodes, or None when none does (yet)."""
         inst = self.instance
         names = inst.model_names
-        if not combos:
-            raise InputError("the search space is empty (no bucketing/device split fits)", "solver.options")
-        self._ensure_one_combo(combos)
         for value, i in self._ranked(combos):
             combo = combos[i]
             sizes, configs, lists = [], [], []
@@ -396,10 +396,22 @@ class _Search:
                 continue
             groups = tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(names[m] for m in sorted(ms)))
                            for d, (pp, tp), ms in zip(devices, configs, lists))
-            self.stats.update(best_attainment=value / self.n_requests, candidates_evaluated=self.evaluated,
-                              models_per_bucket=[len(b) for b in combo.bucketing],
-                              devices_per_bucket=list(combo.devices),
-                              seconds=round(time.perf_counter() - self.start, 3))
-            self.progress.done(self.evaluated, value / self.n_requests)
-            return Placement(groups=groups, provenance={"search": self.stats})
-        raise InputError("no combination's groups fit the cluster's nodes", "solver.options")
+            return value, combo, groups
+        return None
+
+    def _assemble(self, combos: list[Combo]) -> Placement:
+        """The best combination whose groups fit the cluster's nodes, as a placement."""
+        if not combos:
+            raise InputError("the search space is empty (no bucketing/device split fits)", "solver.options")
+        self._ensure_one_combo(combos)
+        found = self._best_fitting(combos)
+        if found is None:
+            raise InputError("no combination's groups fit the cluster's nodes", "solver.options")
+        value, combo, groups = found
+        self.stats.update(best_attainment=value / self.n_requests, candidates_evaluated=self.evaluated,
+                          models_per_bucket=[len(b) for b in combo.bucketing],
+                          devices_per_bucket=list(combo.devices),
+                          seconds=round(time.perf_counter() - self.start, 3))
+        placement = Placement(groups=groups, provenance={"search": self.stats})
+        self.progress.done(self._tasks_done(), lambda: placement, f"candidates {self.evaluated}")
+        return placement

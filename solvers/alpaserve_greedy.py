@@ -9,7 +9,7 @@ group. ``fast=true`` switches to the paper's one-simulation-per-round heuristic.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from placement_opt.errors import InputError
 from placement_opt.instance import Instance
@@ -19,7 +19,7 @@ from placement_opt.validation import option
 
 from placement_opt.solvers.backends import Progress
 from placement_opt.solvers.base import Solver, register
-from placement_opt.solvers.greedy import greedy_selection
+from placement_opt.solvers.greedy import Shell, greedy_selection, to_groups
 from placement_opt.solvers.round_robin import smallest_pipeline_size
 
 
@@ -72,8 +72,17 @@ class AlpaServeGreedy(Solver):
         o = self.options
         size = o.group_size or smallest_pipeline_size(instance, o.tp)
         shells = fixed_partition(instance, size, o.tp)
-        reporter = Progress(self.name, enabled=o.progress)
+        reporter = Progress(self.name, instance, enabled=o.progress)
         groups, stats = greedy_selection(instance, shells, beam=o.beam, time_limit=time_limit, fast=o.fast,
-                                         prune=o.prune, progress=reporter.update)
-        reporter.done(stats["candidates_evaluated"], stats["best_attainment"])
-        return Placement(groups=tuple(groups), provenance={"search": stats})
+                                         prune=o.prune, progress=greedy_progress(reporter, instance, shells))
+        placement = Placement(groups=tuple(groups), provenance={"search": stats})
+        reporter.done(stats["candidates_evaluated"], lambda: placement)
+        return placement
+
+
+def greedy_progress(reporter: Progress, instance: Instance, shells: Sequence[Shell]) -> Callable[[int, tuple], None]:
+    """The greedy's progress callback for ``reporter``: the placement an interrupted greedy
+    returns is its best state's models on the shells."""
+    def report(evaluated: int, best_models: tuple) -> None:
+        reporter.update(evaluated, lambda: Placement(groups=tuple(to_groups(instance, shells, best_models))))
+    return report

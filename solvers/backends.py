@@ -13,15 +13,21 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Dict, List, Optional
 
 from placement_opt.errors import InputError
+from placement_opt.instance import Instance
+from placement_opt.placement import Placement
+from placement_opt.progress import ProgressBar
+from placement_opt.solvers.base import reported_metrics
 
 BACKENDS = ("serial", "local", "ray")
 
 _CONTEXT: Dict[str, Any] = {}
+
+#: builds the placement a solver would return if stopped now (None: it has none yet)
+BestPlacement = Callable[[], Optional[Placement]]
 
 
 def worker_context() -> Dict[str, Any]:
@@ -41,33 +47,55 @@ def _pool_init(context: Dict[str, Any]) -> None:
 
 
 class Progress:
-    """Throttled progress lines on stderr: candidates evaluated and best attainment so far."""
+    """A solver's progress bar on stderr: its work done (of the total, when known) and the SLO
+    attainment of the placement it would return if stopped now.
 
-    def __init__(self, label: str, enabled: bool = True, every_s: float = 1.0) -> None:
-        self.label = label
-        self.enabled = enabled
-        self.every_s = every_s
-        self.start = time.perf_counter()
-        self.last = 0.0
+    The solver passes that placement itself (``best``: a function building it, called only
+    when a line is due), and it is scored here by :func:`~placement_opt.solvers.base.reported_metrics`,
+    the function ``run_solver`` reports the final placement with: the best value shown is the
+    value that would be saved. A solver's own estimates (bucket sums, windows simulated
+    apart, candidates not yet kept) are never shown as the best.
+    """
+
+    def __init__(self, label: str, instance: Instance, enabled: bool = True, total: Optional[int] = None,
+                 unit: str = "candidates") -> None:
+        self.instance = instance
+        self.bar = ProgressBar(label, total=total, unit=unit, enabled=enabled)
+        self.best_key: Any = None
+        self.best_score: Optional[float] = None
 
     def due(self) -> bool:
         """Whether the next :meth:`update` would print (lets callers skip computing its numbers)."""
-        return self.enabled and time.perf_counter() - self.last >= self.every_s
+        return self.bar.due()
 
-    def update(self, evaluated: int, best: float, extra: str = "") -> None:
-        now = time.perf_counter()
-        if not self.enabled or now - self.last < self.every_s:
+    def update(self, done: int, best: Optional[BestPlacement] = None, extra: str = "",
+               total: Optional[int] = None) -> None:
+        """``done`` units of work (of ``total``); ``best`` builds the placement a stop now returns."""
+        if not self.bar.due():
+            self.bar.update(done, total)
             return
-        self.last = now
-        self._line(evaluated, best, extra)
+        self.bar.update(done, total, self._postfix(best, extra))
 
-    def done(self, evaluated: int, best: float, extra: str = "") -> None:
-        if self.enabled:
-            self._line(evaluated, best, extra + " done")
+    def done(self, done: int, best: Optional[BestPlacement] = None, extra: str = "") -> None:
+        """The final line: the work done and the score of the placement returned."""
+        if self.bar.enabled:
+            self.bar.close(self._postfix(best, f"{extra} done".strip()), done)
 
-    def _line(self, evaluated: int, best: float, extra: str) -> None:
-        print(f"[{self.label}] {time.perf_counter() - self.start:7.1f}s  evaluated {evaluated}  "
-              f"best attainment {best:.4f} {extra}".rstrip(), file=sys.stderr, flush=True)
+    def _postfix(self, best: Optional[BestPlacement], extra: str) -> str:
+        score = self._score(best)
+        head = "" if score is None else f"best {score:.4f}"
+        return " ".join(x for x in (head, extra) if x)
+
+    def _score(self, best: Optional[BestPlacement]) -> Optional[float]:
+        """SLO attainment of ``best()`` as reported, re-simulated only when the placement changed."""
+        placement = best() if best is not None else None
+        if placement is None:
+            return None
+        key = (placement.groups, placement.windows, placement.scheduling)
+        if key != self.best_key:
+            self.best_key = key
+            self.best_score = float(reported_metrics(self.instance, placement)["slo_attainment"])
+        return self.best_score
 
 
 class _Done:

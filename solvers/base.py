@@ -107,6 +107,12 @@ class SearchStopped(Exception):
         self.signum = signum
 
 
+def reported_metrics(instance: Instance, placement: Placement) -> dict:
+    """The metrics a solve reports (and saves) for ``placement``; progress bars score a
+    solver's best-so-far placement with this same function."""
+    return simulate(instance, placement)
+
+
 def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Optional[float] = None,
                seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Placement:
     """Solve, simulate the result and attach metrics and provenance.
@@ -130,7 +136,7 @@ def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Op
     unserved = unserved_models(instance, placement)
     if stopped is not None and len(unserved) == len(instance.models):
         raise SearchStopped(stopped, stop_requested())
-    metrics = simulate(instance, placement)
+    metrics = reported_metrics(instance, placement)
     return placement.with_metrics(metrics).with_provenance(
         instance=instance.name,
         instance_sha256=instance.sha256,

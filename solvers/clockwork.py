@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -69,11 +69,10 @@ class ClockworkPlusPlus(Solver):
         bounds = [(float(s), float(s + o.window_s) if k + 1 < len(starts) else np.inf) for k, s in enumerate(starts)]
         start = time.perf_counter()
         deadline = None if time_limit is None else time.time() + time_limit
-        progress = Progress(self.name, enabled=o.progress)
+        progress = Progress(self.name, instance, enabled=o.progress, total=len(bounds), unit="windows")
         workers = min(capped_workers(o.workers) or os.cpu_count() or 1, len(bounds))  # no idle processes
         backend = make_backend(o.backend, {"instance": instance}, workers, o.address)
         results: List[Optional[Tuple[List[Group], Dict[str, Any]]]] = [None] * len(bounds)
-        n_requests = max(len(instance.requests()), 1)
         interrupted = False
         try:
             handles = []
@@ -81,7 +80,7 @@ class ClockworkPlusPlus(Solver):
                 if stop_requested() is not None or (deadline is not None and time.time() >= deadline):
                     break  # (serial backend, which solves at submit) stopped: solve no more windows
                 handles.append(backend.submit(solve_window, a, b, o.beam, deadline))
-            _collect(backend, handles, results, progress, n_requests)
+            _collect(backend, handles, results, progress, lambda: _placement_so_far(instance, bounds, results))
         except KeyboardInterrupt:  # windows not solved yet take the nearest solved window's placement
             interrupted = True
         finally:
@@ -93,14 +92,15 @@ class ClockworkPlusPlus(Solver):
                  or (deadline is not None and time.time() >= deadline and None in results),
                  "interrupted": interrupted or any(r is not None and r[1]["interrupted"] for r in results),
                  "seconds": round(time.perf_counter() - start, 4)}
-        progress.done(evaluated, sum(r[1]["accepted"] for r in results if r is not None) / n_requests,
-                      f"windows {sum(r is not None for r in results)}/{len(windows)}")
-        return Placement(groups=windows[0].groups, windows=tuple(windows), provenance={"search": stats})
+        placement = Placement(groups=windows[0].groups, windows=tuple(windows), provenance={"search": stats})
+        progress.done(len(bounds), lambda: placement, f"candidates {evaluated}")
+        return placement
 
 
 def _collect(backend: Backend, handles: List[Any], results: List[Optional[Tuple[List[Group], Dict[str, Any]]]],
-             progress: Progress, n_requests: int) -> None:
-    """Wait for the windows' tasks, storing each result at its window's index as it finishes."""
+             progress: Progress, so_far: Callable[[], Placement]) -> None:
+    """Wait for the windows' tasks, storing each result at its window's index as it finishes;
+    the progress bar scores ``so_far()``, the placement a stop now would save."""
     pending = list(handles)
     while pending:
         for h in backend.wait_any(pending, timeout=0.5):
@@ -109,8 +109,7 @@ def _collect(backend: Backend, handles: List[Any], results: List[Optional[Tuple[
             if any(g.models for g in groups) or not (stats["timed_out"] or stats["interrupted"]):
                 results[handles.index(h)] = (groups, stats)  # a window stopped before placing anything: unsolved
         solved = [r for r in results if r is not None]
-        progress.update(sum(r[1]["candidates_evaluated"] for r in solved),
-                        sum(r[1]["accepted"] for r in solved) / n_requests, f"windows {len(solved)}/{len(results)}")
+        progress.update(len(solved), so_far, f"candidates {sum(r[1]['candidates_evaluated'] for r in solved)}")
 
 
 def _fill_windows(bounds: List[Tuple[float, float]],
@@ -126,3 +125,14 @@ def _fill_windows(bounds: List[Tuple[float, float]],
         groups = () if source is None else tuple(results[source][0])  # type: ignore[index]
         windows.append(Window(start_s=a, groups=groups))
     return windows
+
+
+def _placement_so_far(instance: Instance, bounds: List[Tuple[float, float]],
+                      results: List[Optional[Tuple[List[Group], Dict[str, Any]]]]) -> Placement:
+    """What a stop now would save, for the progress bar to score: the filled windows, or, with
+    none solved yet, every GPU an empty group (attainment 0)."""
+    windows = _fill_windows(bounds, results)
+    if not windows[0].groups:
+        idle = tuple(Group(devices=(d,)) for d in range(instance.cluster.n_gpus))
+        windows = [Window(start_s=w.start_s, groups=idle) for w in windows]
+    return Placement(groups=windows[0].groups, windows=tuple(windows))

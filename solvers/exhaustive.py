@@ -79,7 +79,7 @@ class Exhaustive(Solver):
         start = time.perf_counter()
         ev = PlacementEvaluator(instance)
         all_models = tuple(range(len(instance.models)))
-        progress = Progress(self.name, enabled=self.options.progress)
+        progress = Progress(self.name, instance, enabled=self.options.progress, total=total, unit="placements")
         best_accepted = -1
         best: Optional[Candidate] = None
         evaluated = 0
@@ -91,7 +91,9 @@ class Exhaustive(Solver):
                     evaluated += 1
                     if acc > best_accepted:
                         best_accepted, best = acc, (sizes, configs, sel)
-                    progress.update(evaluated, best_accepted / max(ev.n_requests, 1))
+                    if progress.due():
+                        chosen = best
+                        progress.update(evaluated, lambda: _placement(instance, chosen))
                     if time_limit is not None and time.perf_counter() - start > time_limit:
                         raise TimeoutError
         except TimeoutError:
@@ -100,16 +102,25 @@ class Exhaustive(Solver):
             stopped = "interrupted"
         if best is None:  # Ctrl-C before the first candidate: nothing to return
             raise KeyboardInterrupt
-        sizes, configs, sel = best
-        cl = instance.cluster
-        devices = allocate_devices(sizes, cl.nodes, cl.gpus_per_node)
-        assert devices is not None  # AllPartitions yields only sizes that pack into the nodes
-        names = instance.model_names
-        groups = tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(names[m] for m in ms))
-                       for d, (pp, tp), ms in zip(devices, configs, sel))
         stats = {"space": total, "candidates_evaluated": evaluated,
                  "best_attainment": best_accepted / max(ev.n_requests, 1),
                  "timed_out": stopped == "timed_out", "interrupted": stopped == "interrupted",
                  "seconds": round(time.perf_counter() - start, 4)}
-        progress.done(evaluated, stats["best_attainment"])
-        return Placement(groups=groups, provenance={"search": stats})
+        found = _placement(instance, best)
+        assert found is not None  # best is set
+        placement = found.with_provenance(search=stats)
+        progress.done(evaluated, lambda: placement)
+        return placement
+
+
+def _placement(instance: Instance, candidate: Optional[Candidate]) -> Optional[Placement]:
+    """The candidate (sizes, configs, model selection) as a placement on the cluster's devices."""
+    if candidate is None:
+        return None
+    sizes, configs, sel = candidate
+    cl = instance.cluster
+    devices = allocate_devices(sizes, cl.nodes, cl.gpus_per_node)
+    assert devices is not None  # AllPartitions yields only sizes that pack into the nodes
+    names = instance.model_names
+    return Placement(groups=tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(names[m] for m in ms))
+                                  for d, (pp, tp), ms in zip(devices, configs, sel)))

@@ -66,7 +66,7 @@ class _GreedySearch:
     beam: int
     deadline: Optional[float]  # a time.perf_counter() value
     prune: bool
-    progress: Optional[Callable[[int, float], None]]
+    progress: Optional[Callable[[int, tuple], None]]  # (candidates evaluated, the best state's models)
 
     @property
     def n_groups(self) -> int:
@@ -156,7 +156,7 @@ def to_groups(instance: Instance, shells: Sequence[Shell], models_per_group: Seq
 def greedy_selection(instance: Instance, shells: Sequence[Shell], beam: int = 1, time_limit: Optional[float] = None,
                      evaluator: Optional[PlacementEvaluator] = None, deadline: Optional[float] = None,
                      models: Optional[Sequence[int]] = None, fast: bool = False, prune: bool = True,
-                     progress: Optional[Callable[[int, float], None]] = None) -> tuple[list[Group], dict]:
+                     progress: Optional[Callable[[int, tuple], None]] = None) -> tuple[list[Group], dict]:
     """Run the greedy on ``shells`` = [(devices, pp, tp), ...] for ``models`` (default: all).
 
     Returns (groups, stats); ``stats["accepted"]`` counts the evaluator's accepted requests of
@@ -296,8 +296,7 @@ def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pendi
         now = time.perf_counter()
         if search.progress is not None and now - run.last_report > 1.0:
             run.last_report = now
-            search.progress(stats["candidates_evaluated"],
-                            max(run.best.total, max(heap)) / max(search.ev.n_requests, 1))
+            search.progress(stats["candidates_evaluated"], tuple(run.best.models))
     return evaluated
 
 
@@ -364,7 +363,7 @@ def _fast_rounds(search: _GreedySearch, run: _Run) -> None:
             break
         run.improve(st)
         if search.progress is not None:
-            search.progress(stats["candidates_evaluated"], run.best.total / max(ev.n_requests, 1))
+            search.progress(stats["candidates_evaluated"], tuple(run.best.models))
         if search.timed_out():
             stats["timed_out"] = True
             break

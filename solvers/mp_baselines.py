@@ -20,7 +20,7 @@ from placement_opt.spaces import valid_group_size
 from placement_opt.spaces.buckets import model_loads
 from placement_opt.validation import option
 
-from placement_opt.solvers.alpaserve_greedy import fixed_partition
+from placement_opt.solvers.alpaserve_greedy import fixed_partition, greedy_progress
 from placement_opt.solvers.backends import Progress
 from placement_opt.solvers.base import Solver, register
 from placement_opt.solvers.greedy import greedy_selection
@@ -42,11 +42,12 @@ class _MPGreedy(Solver):
     def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
         size = min(self.group_size, instance.cluster.n_gpus)
         shells = fixed_partition(instance, size, min(self.options.tp, size))
-        reporter = Progress(self.name, enabled=self.options.progress)
+        reporter = Progress(self.name, instance, enabled=self.options.progress)
         groups, stats = greedy_selection(instance, shells, beam=self.options.beam, time_limit=time_limit,
-                                         progress=reporter.update)
-        reporter.done(stats["candidates_evaluated"], stats["best_attainment"])
-        return Placement(groups=tuple(groups), provenance={"search": stats})
+                                         progress=greedy_progress(reporter, instance, shells))
+        placement = Placement(groups=tuple(groups), provenance={"search": stats})
+        reporter.done(stats["candidates_evaluated"], lambda: placement)
+        return placement
 
 
 def _make_mp_greedy(n: int) -> type[Solver]:
