@@ -67,7 +67,8 @@ def test_a_decode_layer_dispatches_few_operators():
 
 
 def test_engine_bench_runs_and_reports_every_llm(tmp_path):
-    out = tmp_path / "engine.json"
+    out = tmp_path / "results" / "engine.json"
+    out.parent.mkdir()
     instance = os.path.join(ROOT, "instances", "tiny", "llm-cpu.json")
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "fidelity", "llm", "engine_bench.py"), instance,
                     "-o", str(out), "--steps", "2", "--batch", "2", "--context", "20", "--mechanisms", "streams"],
@@ -78,3 +79,6 @@ def test_engine_bench_runs_and_reports_every_llm(tmp_path):
     for p in run["per_llm"]:
         assert p["gpu_ms"] > 0 and p["together_gpu_ms"] > 0 and p["launch_us"] > 0 and p["bytes"] > 0
     assert run["round_ms"] > 0 and run["mechanism"] == "cpu-serial"
+    report = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "llm_fidelity.py"), "--results",
+                             str(out.parent)], capture_output=True, text=True, check=True).stdout
+    assert any(line.startswith("engine cpu-serial SMs [0, 0]: decode round ") for line in report.splitlines())
