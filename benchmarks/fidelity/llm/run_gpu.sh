@@ -48,12 +48,12 @@ for phase in "$@"; do
       python3 -c 'import torch, torch.cuda.green_contexts as g; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.device_count(), "GPUs; green contexts built:", g.SUPPORTED if hasattr(g, "SUPPORTED") else "?")' ;;
     check)
       mkdir -p $B/check
-      python3 $B/gpu_check.py 2>&1 | tee $B/check/check.txt
-      placeopt execute instances/tiny/llm-cpu.json instances/tiny/llm-cpu-placement-1gpu.json --backend nccl \
+      bounded python3 $B/gpu_check.py 2>&1 | tee $B/check/check.txt
+      bounded placeopt execute instances/tiny/llm-cpu.json instances/tiny/llm-cpu-placement-1gpu.json --backend nccl \
         -o $B/check/tiny-gpu 2>&1 | tee -a $B/check/check.txt
       cp $B/check/check.txt "$OUT/" ;;
     roofline)
-      python3 $B/roofline.py -o "$R/roofline.json" 2>&1 | tail -20
+      bounded python3 $B/roofline.py -o "$R/roofline.json" 2>&1 | tail -20
       cp "$R/roofline.json" "$OUT/" ;;
     engine)
       bounded python3 $B/engine_bench.py $I/poisson.json -o "$R/engine.json" 2>&1 | tail -30 ;;
