@@ -1,12 +1,21 @@
 """Disjoint SM partitions for colocated LLMs: CUDA green contexts made through the driver API.
 
 ``torch.cuda.green_contexts.GreenContext.create(num_sms=n)`` splits the *whole* device's SMs
-for every context it makes, so two contexts of 32 SMs may well be the same 32 SMs (the split
-is deterministic): colocated LLMs would then share a few SMs and leave the rest idle. MuxServe
-gives each LLM its own share of the GPU, so this module splits the device's SM resource
-*once, in sequence* (each split takes its group from what the previous ones left) with
-``cuDevSmResourceSplitByCount``, makes one green context per group and one stream per context
-(``cuGreenCtxStreamCreate``), wrapped for torch as ``torch.cuda.ExternalStream``.
+for every context it makes, so two contexts of 32 SMs are the same 32 SMs (the split is
+deterministic; the first H100 run measured two such half-GPU contexts at 1.93x one alone):
+colocated LLMs would then share a few SMs and leave the rest idle. MuxServe gives each LLM its
+own share of the GPU, so this module splits the device's SM resource *in sequence* (each split
+takes its group from what the previous ones left) with ``cuDevSmResourceSplitByCount``, makes
+one green context per group and one stream per context (``cuGreenCtxStreamCreate``), wrapped
+for torch as ``torch.cuda.ExternalStream``.
+
+The driver refuses to split a split's output again (the remainder included) with
+``CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION`` (CUresult 915; the driver API documents "the
+output results cannot be split again without first creating a descriptor and a green context
+with that descriptor"): so after each split the remainder becomes a green context of its own
+and the next split takes that context's SM resource (``cuGreenCtxGetDevResource``). Groups on
+compute capability 9.x+ are multiples of 8 SMs (at least 8); the driver rounds up, the counts
+asked here are rounded down first so the shares fit side by side.
 
 The driver structures are handled as opaque, generously sized byte buffers (only one group
 per split, so no array stride is needed); the SM count of each group is read back from its
@@ -40,6 +49,7 @@ class Partition:
     streams: Tuple[Any, Any]
     sm_count: int
     handle: int  # the CUgreenCtx, kept so the context lives as long as its streams
+    remainder_handle: int = 0  # the context of the SMs left after this split (the next split's input)
 
 
 def sm_granularity(capability: Tuple[int, int]) -> int:
@@ -60,7 +70,7 @@ def _driver() -> Any:
     except OSError as e:
         raise GreenContextError(f"no CUDA driver library: {e}") from None
     for name in ("cuDeviceGet", "cuDeviceGetDevResource", "cuDevSmResourceSplitByCount", "cuDevResourceGenerateDesc",
-                 "cuGreenCtxCreate", "cuGreenCtxStreamCreate"):
+                 "cuGreenCtxCreate", "cuGreenCtxStreamCreate", "cuGreenCtxGetDevResource"):
         if not hasattr(lib, name):
             raise GreenContextError(f"the CUDA driver lacks {name} (green contexts need CUDA 12.4+)")
     return lib
@@ -71,38 +81,54 @@ def _check(result: int, call: str) -> None:
         raise GreenContextError(f"{call} failed with CUresult {result}")
 
 
-def disjoint_partitions(device_index: int, counts: Sequence[int], torch: Any) -> List[Partition]:
+def _green_context(lib: Any, resource: Any, device: Any) -> Any:
+    """A green context (CUgreenCtx as c_void_p) holding the SMs of ``resource``."""
+    desc = ctypes.c_void_p()
+    _check(lib.cuDevResourceGenerateDesc(ctypes.byref(desc), resource, ctypes.c_uint(1)), "cuDevResourceGenerateDesc")
+    ctx = ctypes.c_void_p()
+    _check(lib.cuGreenCtxCreate(ctypes.byref(ctx), desc, device, ctypes.c_uint(CU_GREEN_CTX_DEFAULT_STREAM)),
+           "cuGreenCtxCreate")
+    return ctx
+
+
+def _sm_count(resource: Any, fallback: int) -> int:
+    real = int.from_bytes(resource.raw[SM_COUNT_OFFSET:SM_COUNT_OFFSET + 4], "little")
+    return real if 0 < real <= 4096 else fallback
+
+
+def disjoint_partitions(device_index: int, counts: Sequence[int], torch: Any, lib: Any = None) -> List[Partition]:
     """One green context per entry of ``counts`` (SMs), on disjoint SMs of ``device_index``,
-    each with a prefill and a decode stream. Raises GreenContextError."""
-    lib = _driver()
+    each with a prefill and a decode stream (``lib``: the driver library, loaded when None).
+    Raises GreenContextError."""
+    lib = lib if lib is not None else _driver()
     device = ctypes.c_int()
     _check(lib.cuDeviceGet(ctypes.byref(device), ctypes.c_int(device_index)), "cuDeviceGet")
     left = ctypes.create_string_buffer(RESOURCE_BYTES)
     _check(lib.cuDeviceGetDevResource(device, left, ctypes.c_int(CU_DEV_RESOURCE_TYPE_SM)), "cuDeviceGetDevResource")
     out: List[Partition] = []
-    for n in counts:
+    for i, n in enumerate(counts):
         group = ctypes.create_string_buffer(RESOURCE_BYTES)
         rest = ctypes.create_string_buffer(RESOURCE_BYTES)
         n_groups = ctypes.c_uint(1)
         _check(lib.cuDevSmResourceSplitByCount(group, ctypes.byref(n_groups), left, rest, ctypes.c_uint(0),
-                                               ctypes.c_uint(n)), f"cuDevSmResourceSplitByCount({n} SMs)")
+                                               ctypes.c_uint(n)),
+               f"cuDevSmResourceSplitByCount({n} SMs of {_sm_count(left, 0)} left)")
         if n_groups.value != 1:
             raise GreenContextError(f"not enough SMs left for a group of {n}")
-        desc = ctypes.c_void_p()
-        _check(lib.cuDevResourceGenerateDesc(ctypes.byref(desc), group, ctypes.c_uint(1)), "cuDevResourceGenerateDesc")
-        ctx = ctypes.c_void_p()
-        _check(lib.cuGreenCtxCreate(ctypes.byref(ctx), desc, device, ctypes.c_uint(CU_GREEN_CTX_DEFAULT_STREAM)),
-               "cuGreenCtxCreate")
+        ctx = _green_context(lib, group, device)
         streams = []
         for _ in range(2):
             handle = ctypes.c_void_p()
             _check(lib.cuGreenCtxStreamCreate(ctypes.byref(handle), ctx, ctypes.c_uint(CU_STREAM_NON_BLOCKING),
                                               ctypes.c_int(0)), "cuGreenCtxStreamCreate")
             streams.append(torch.cuda.ExternalStream(handle.value, device=torch.device("cuda", device_index)))
-        real = int.from_bytes(group.raw[SM_COUNT_OFFSET:SM_COUNT_OFFSET + 4], "little")
-        out.append(Partition(streams=(streams[0], streams[1]), sm_count=real if 0 < real <= 4096 else n,
+        out.append(Partition(streams=(streams[0], streams[1]), sm_count=_sm_count(group, n),
                              handle=int(ctx.value or 0)))
-        ctypes.memmove(left, rest, RESOURCE_BYTES)
+        if i + 1 < len(counts):  # a remainder cannot be split again: make it a context, split that context's SMs
+            rest_ctx = _green_context(lib, rest, device)
+            out[-1].remainder_handle = int(rest_ctx.value or 0)
+            _check(lib.cuGreenCtxGetDevResource(rest_ctx, left, ctypes.c_int(CU_DEV_RESOURCE_TYPE_SM)),
+                   "cuGreenCtxGetDevResource")
     return out
 
 

@@ -99,88 +99,98 @@ class LLMCache:
                 out[i, :len(bl)] = bl
         return out
 
-    def units(self, pages: torch.Tensor, layer: int, kv: int) -> torch.Tensor:
-        """Unit ids of ``layer``'s K (0) or V (1) heads in the blocks ``pages`` [..., pages per
-        block] -> [..., kv_heads]."""
-        slot, off = self.slot[layer, kv], self.offset[layer, kv]
-        return pages[..., slot] * self.pool.page + off
+
+def _all_layer_units(cache: LLMCache, pages: torch.Tensor) -> torch.Tensor:
+    """Unit ids of every layer's K and V heads in the blocks ``pages`` [..., pages per block]
+    -> [layers, 2, ..., kv_heads] (computed once per step, not once per layer)."""
+    units = pages[..., cache.slot] * cache.pool.page + cache.offset  # [..., layers, 2, kv_heads]
+    lead = pages.dim() - 1
+    return units.permute(lead, lead + 1, *range(lead), lead + 2)
 
 
 class PrefillWrite:
-    """Where a prefill job's tokens go: every valid position of every prompt."""
+    """Where a prefill job's tokens go: every valid position of every prompt. The rows of the
+    valid tokens in the padded batch are known on the host, so the scatter needs no boolean
+    mask (whose ``nonzero`` would make the host wait for the GPU at every layer)."""
 
     def __init__(self, cache: LLMCache, requests: Sequence[int], lengths: Sequence[int]):
         device = cache.pool.data.device
         block = cache.pool.block
-        rows, offs = [], []
-        for r, n in zip(requests, lengths):
+        longest = max(lengths)
+        rows, offs, flat = [], [], []
+        for i, (r, n) in enumerate(zip(requests, lengths)):
             pages = cache.page_table([r], (n + block - 1) // block)[0]  # [blocks, ppb]
             pos = np.arange(n)
             rows.append(pages[pos // block])
             offs.append(pos % block)
+            flat.append(i * longest + pos)
         self.cache = cache
-        self.pages = torch.as_tensor(np.concatenate(rows), device=device)  # [tokens, ppb]
-        self.offs = torch.as_tensor(np.concatenate(offs), device=device)  # [tokens]
+        pages_t = torch.as_tensor(np.concatenate(rows), device=device)  # [tokens, ppb]
+        self.units = _all_layer_units(cache, pages_t)  # [layers, 2, tokens, kv_heads]
+        self.offs = torch.as_tensor(np.concatenate(offs), device=device).unsqueeze(1)  # [tokens, 1]
+        self.flat = torch.as_tensor(np.concatenate(flat), device=device)  # rows of the valid tokens in b x L
 
     def write_prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor) -> None:
         """Scatter the valid tokens' K and V ([b, L, kv_heads, hd]) into their blocks."""
-        data, offs = self.cache.pool.data, self.offs.unsqueeze(1)
-        data[self.cache.units(self.pages, layer, 0), offs] = k[valid]
-        data[self.cache.units(self.pages, layer, 1), offs] = v[valid]
+        data = self.cache.pool.data
+        kv = torch.stack((k.flatten(0, 1).index_select(0, self.flat), v.flatten(0, 1).index_select(0, self.flat)))
+        data[self.units[layer], self.offs] = kv
 
 
 class DecodeInputs:
     """The static inputs of a decode step of up to ``batch`` requests reading up to
     ``n_blocks`` blocks each (CUDA graphs replay on them): tokens, positions, page tables,
-    the new token's pages and offsets, and the attention mask. Rows past the batch point at
-    the scratch page."""
+    the new token's pages and offsets. Rows past the batch point at the scratch page.
+
+    :meth:`fill` packs a step's integers into one (pinned, on GPUs) host buffer and copies it
+    with one asynchronous transfer into the device buffer the views below share; :meth:`begin`
+    (the first thing a decode step runs, inside its graph) derives every layer's unit ids and
+    the attention mask from them on the device."""
 
     def __init__(self, cache: LLMCache, batch: int, n_blocks: int):
         device = cache.pool.data.device
         self.cache, self.batch, self.n_blocks = cache, batch, n_blocks
-        ppb, block = cache.pages_per_block, cache.pool.block
-        self.tokens = torch.zeros(batch, dtype=torch.long, device=device)
-        self.pos = torch.zeros(batch, dtype=torch.long, device=device)
-        self.pages = torch.zeros((batch, n_blocks, ppb), dtype=torch.long, device=device)
-        self.new_pages = torch.zeros((batch, ppb), dtype=torch.long, device=device)
-        self.new_offs = torch.zeros((batch, 1), dtype=torch.long, device=device)
-        self.mask = torch.ones((batch, 1, 1, n_blocks * block), dtype=torch.bool, device=device)
-        self._span = np.arange(n_blocks * block)
+        ppb = cache.pages_per_block
+        sizes = [batch, batch, batch * n_blocks * ppb, batch * ppb, batch]
+        self._host = torch.zeros(sum(sizes), dtype=torch.long, pin_memory=device.type == "cuda")
+        self._dev = torch.zeros(sum(sizes), dtype=torch.long, device=device)
+        tok, pos, pages, new_pages, new_offs = self._dev.split(sizes)
+        self.tokens, self.pos = tok, pos
+        self.pages = pages.view(batch, n_blocks, ppb)
+        self.new_pages = new_pages.view(batch, ppb)
+        self.new_offs = new_offs.view(batch, 1)
+        self._span = torch.arange(n_blocks * cache.pool.block, device=device)
+        self.read_units = self.write_units = self.mask = torch.empty(0)  # set by begin()
 
     def fill(self, requests: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> None:
         """Load one step: request ``requests[i]`` feeds ``tokens[i]`` at ``positions[i]``."""
-        n, block = len(requests), self.cache.pool.block
-        table = np.zeros((self.batch, self.n_blocks, self.cache.pages_per_block), dtype=np.int64)
+        n, block, B = len(requests), self.cache.pool.block, self.batch
+        host = self._host.numpy()
+        host[:] = 0
+        host[:n] = tokens
+        host[B:B + n] = positions
+        table = host[2 * B:2 * B + self.pages.numel()].reshape(self.pages.shape)
         table[:n] = self.cache.page_table(requests, self.n_blocks)
-        pos = np.zeros(self.batch, dtype=np.int64)
-        pos[:n] = positions
-        tok = np.zeros(self.batch, dtype=np.int64)
-        tok[:n] = tokens
-        rows = np.arange(self.batch)
-        new_pages = table[rows, pos // block]
-        new_pages[n:] = 0
-        self.tokens.copy_(torch.from_numpy(tok))
-        self.pos.copy_(torch.from_numpy(pos))
-        self.pages.copy_(torch.from_numpy(table))
-        self.new_pages.copy_(torch.from_numpy(new_pages))
-        self.new_offs.copy_(torch.from_numpy((pos % block)[:, None]))
-        self.mask.copy_(torch.from_numpy(self._span[None, :] <= pos[:, None])[:, None, None, :])
+        pos = host[B:2 * B]
+        new_pages = host[2 * B + self.pages.numel():2 * B + self.pages.numel() + self.new_pages.numel()]
+        new_pages.reshape(self.new_pages.shape)[:n] = table[np.arange(n), pos[:n] // block]
+        host[-B:] = pos % block
+        self._dev.copy_(self._host, non_blocking=True)
+
+    def begin(self) -> None:
+        """Per-step device work shared by all layers: unit ids of the blocks read and of the
+        new token's slot, and the mask of each request's valid positions."""
+        self.read_units = _all_layer_units(self.cache, self.pages).permute(0, 1, 2, 4, 3).contiguous()
+        self.write_units = _all_layer_units(self.cache, self.new_pages)  # [layers, 2, B, kv_heads]
+        self.mask = (self._span <= self.pos.unsqueeze(1)).view(self.batch, 1, 1, -1)
 
     def write_token(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the new token's K and V ([B, kv_heads, hd]) at its position."""
-        data = self.cache.pool.data
-        data[self.cache.units(self.new_pages, layer, 0), self.new_offs] = k
-        data[self.cache.units(self.new_pages, layer, 1), self.new_offs] = v
+        self.cache.pool.data[self.write_units[layer], self.new_offs] = torch.stack((k, v))
 
     def gather(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every request's K and V of ``layer`` as [B, kv_heads, n_blocks x block, hd]."""
-        data = self.cache.pool.data
-        B, M = self.batch, self.n_blocks
-
-        def one(kv: int) -> torch.Tensor:
-            # index [B, kvh, M] (the small index is transposed, not the gathered values), so the
-            # gather's result [B, kvh, M, block, hd] is already the layout SDPA reads: one copy
-            x = data[self.cache.units(self.pages, layer, kv).transpose(1, 2).contiguous()]
-            return x.view(B, self.cache.kv_heads, M * self.cache.pool.block, -1)
-
-        return one(0), one(1)
+        """Every request's K and V of ``layer`` as [B, kv_heads, n_blocks x block, hd]: one
+        gather of both (its index [2, B, kvh, M] already in the layout attention reads)."""
+        x = self.cache.pool.data[self.read_units[layer]]  # [2, B, kvh, M, block, hd]
+        shape = (self.batch, self.cache.kv_heads, self.n_blocks * self.cache.pool.block, -1)
+        return x[0].view(shape), x[1].view(shape)

@@ -124,6 +124,8 @@ class LLMBench:
         block = self.settings.block
         inputs = DecodeInputs(self.cache, batch, (context + block - 1) // block)
         inputs.fill(list(range(batch)), [1] * batch, [context - 1] * batch)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the inputs' asynchronous copy has landed
         step = lambda: self.model.decode(inputs.tokens, inputs.pos, inputs).argmax(-1)  # noqa: E731
         if self.device.type != "cuda" or not self.settings.cuda_graphs:
             return step

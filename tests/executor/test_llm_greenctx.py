@@ -48,3 +48,72 @@ def test_llms_with_every_sm_need_no_partition():
     torch = pytest.importorskip("torch")
     plan = partition_sms(torch.device("cpu"), [1.0, 1.0], SimpleNamespace(cuda=_FakeCuda()))
     assert plan.mechanism == "streams" and plan.fallback == ""
+
+
+class _FakeDriver:
+    """The green-context calls of libcuda with the driver's rule that a split's outputs (the
+    remainder included) cannot be split again before they become a green context (CUresult 915)."""
+
+    SPLIT_OUTPUT, DEVICE, CONTEXT = 1, 2, 3
+
+    def __init__(self, total: int):
+        self.total, self.handles = total, {}
+
+    def _write(self, buf, origin: int, sms: int) -> None:
+        buf[4:8] = origin.to_bytes(4, "little")
+        buf[96:100] = sms.to_bytes(4, "little")
+
+    @staticmethod
+    def _read(buf):
+        return int.from_bytes(buf.raw[4:8], "little"), int.from_bytes(buf.raw[96:100], "little")
+
+    def _new(self, ref, value) -> int:
+        ref._obj.value = len(self.handles) + 1
+        self.handles[ref._obj.value] = value
+        return 0
+
+    def cuDeviceGet(self, ref, index):  # noqa: N802 - the driver's names
+        ref._obj.value = index.value
+        return 0
+
+    def cuDeviceGetDevResource(self, device, buf, kind):  # noqa: N802
+        self._write(buf, self.DEVICE, self.total)
+        return 0
+
+    def cuDevSmResourceSplitByCount(self, group, n_ref, inp, rest, flags, n):  # noqa: N802
+        origin, sms = self._read(inp)
+        if origin == self.SPLIT_OUTPUT:
+            return 915
+        if n.value > sms:
+            n_ref._obj.value = 0
+            return 0
+        self._write(group, self.SPLIT_OUTPUT, n.value)
+        self._write(rest, self.SPLIT_OUTPUT, sms - n.value)
+        return 0
+
+    def cuDevResourceGenerateDesc(self, ref, buf, n):  # noqa: N802
+        return self._new(ref, self._read(buf)[1])
+
+    def cuGreenCtxCreate(self, ref, desc, device, flags):  # noqa: N802
+        return self._new(ref, self.handles[desc.value])
+
+    def cuGreenCtxGetDevResource(self, ctx, buf, kind):  # noqa: N802
+        self._write(buf, self.CONTEXT, self.handles[ctx.value])
+        return 0
+
+    def cuGreenCtxStreamCreate(self, ref, ctx, flags, priority):  # noqa: N802
+        return self._new(ref, ("stream", ctx.value))
+
+
+def test_disjoint_partitions_split_the_remainder_through_a_green_context():
+    """The first H100 run failed its second split with CUresult 915: the remainder of a split
+    was split again directly. Every split now takes the SMs of a green context made from the
+    previous remainder, so five 0.2 shares of an H100 get 24 SMs each."""
+    torch = pytest.importorskip("torch")
+    fake_torch = SimpleNamespace(cuda=SimpleNamespace(ExternalStream=lambda handle, device: ("ext", handle)),
+                                 device=torch.device)
+    parts = disjoint_partitions(0, [24] * 5, fake_torch, lib=_FakeDriver(132))
+    assert [p.sm_count for p in parts] == [24] * 5
+    assert len({s for p in parts for s in p.streams}) == 10
+    with pytest.raises(GreenContextError, match="not enough SMs"):
+        disjoint_partitions(0, [64, 64, 64], fake_torch, lib=_FakeDriver(132))

@@ -49,6 +49,14 @@ def green_contexts(torch) -> str:  # type: ignore[no-untyped-def]
             f"at once {both:.1f} ms (ratio {both / alone:.2f}: ~1 disjoint SMs, ~2 shared)")
 
 
+def five_partitions(torch) -> str:  # type: ignore[no-untyped-def]
+    """The muxserve placement's partitioning: five LLMs of share 0.2 (mechanism, real SM counts)."""
+    from placement_opt.executor.llm_greenctx import partition_sms
+
+    plan = partition_sms(torch.device("cuda", 0), [0.2] * 5, torch)
+    return f"{plan.mechanism} SMs {plan.sm_counts} (sum {sum(plan.sm_counts)}) {plan.fallback or ''}"
+
+
 def paged_equals_full(torch) -> bool:  # type: ignore[no-untyped-def]
     from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillWrite, page_units
     from placement_opt.executor.llm_model import DecoderShard
@@ -111,6 +119,7 @@ def main() -> None:
     print("device", torch.cuda.get_device_name(0), "SMs", torch.cuda.get_device_properties(0).multi_processor_count,
           "torch", torch.__version__, "cuda", torch.version.cuda)
     print("green contexts:", green_contexts(torch))
+    print("five 0.2 shares:", five_partitions(torch))
     ok_paged = paged_equals_full(torch)
     print("paged KV decode equals full recompute (fp32):", ok_paged)
     same, mechanisms = graphs_equal_eager(torch)

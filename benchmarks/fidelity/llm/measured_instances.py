@@ -5,7 +5,8 @@ a copy whose models reference ``benchmarks/fidelity/llm/tables/<model>.json`` (w
 ``placeopt profile --llm`` in ``run_gpu.sh``), and whose cluster GPU is the profiled one
 (name from the tables). The simulator's predictions of the fidelity runs use these tables.
 
-Usage: python benchmarks/fidelity/llm/measured_instances.py
+Usage: python benchmarks/fidelity/llm/measured_instances.py [TABLES_DIR]
+(default ``benchmarks/fidelity/llm/tables``; ``run_gpu.sh`` passes its ``$TABLES``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -24,6 +26,7 @@ SPECS = {"H100": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 3350},
 
 
 def main() -> None:
+    tables_dir = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else TABLES
     os.makedirs(DST, exist_ok=True)
     for path in sorted(glob.glob(os.path.join(SRC, "*.json"))):
         if path.endswith(".placement.json"):
@@ -32,7 +35,7 @@ def main() -> None:
             inst = json.load(f)
         tables = {}
         for m in inst["models"]:
-            table = os.path.join(TABLES, f"{m['name']}.json")
+            table = os.path.join(tables_dir, f"{m['name']}.json")
             if not os.path.exists(table):
                 raise SystemExit(f"{table}: missing; run the profile phase first")
             tables[m["name"]] = os.path.relpath(table, DST)

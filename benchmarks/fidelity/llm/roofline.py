@@ -88,7 +88,7 @@ def main() -> None:
     out = {"device": name, "torch": torch.__version__, "model": "LLaMA-2-7B shape, fp16, random weights",
            "weight_bytes": bench.weight_bytes, "kv_bytes_per_token": kv_token,
            "spec_bandwidth_gbps": spec_bandwidth(name), "copy_bandwidth_gbps": measured_bw,
-           "method": "executor decode step (paged KV gather + SDPA) as one CUDA graph, median of "
+           "method": "executor decode step (paged KV gather + grouped-query attention GEMMs) as one CUDA graph, median of "
                      f"{args.repeats} replays timed with CUDA events", "points": rows}
     tmp = args.output + ".tmp"
     with open(tmp, "w") as f:

@@ -4,6 +4,8 @@
 #   setup     install the package (no deps: torch+CUDA is there; no ortools needed), print the GPU
 #   check     GPU self-check (paged decode, graphs and green contexts) and a tiny placeopt execute (check/)
 #   roofline  decode step of a LLaMA-2-7B shape at batch 1-32 vs the HBM roofline
+#   engine    engine micro-benchmark (results/engine.json): host time per job, the 5 LLMs' decode
+#             steps alone and together on SM partitions and on plain streams (overlap, HBM bandwidth)
 #   profile   cost tables of the 5 fidelity LLMs (TP 1, SM shares $SHARES) into benchmarks/fidelity/llm/tables/
 #   measured  instances that use those tables (instances/fidelity-llm/measured/)
 #   mux       the muxserve placement on Poisson with policies adbs, round-robin, fcfs (one set of workers)
@@ -13,17 +15,32 @@
 #             $OUT/llm-fidelity-<time>.tar.gz: end every call with it and unpack the tarball at the
 #             repository root here (tar xzf), then later calls carry the tables.
 # $OUT is the device's output folder (default ./llm-fidelity-out).
+# Knobs: RESULTS (the results folder, default $B/results: give each GPU run of a new engine its own,
+# e.g. $B/results-v2), SHARES, MODELS, REPEATS, TABLES (profile: the tables' folder, default $B/tables; `measured`
+# points the instances at it), POLICIES (mux; default adbs,round-robin,fcfs), and
+# DEADLINE_S (seconds from the start, default 540): a phase starting after it is skipped, and the
+# profile and replay phases are interrupted (SIGINT: partial results saved) when it passes, so
+# `pack` still runs inside the device's 10-minute limit.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-llm-fidelity-out}
 B=benchmarks/fidelity/llm
 I=instances/fidelity-llm
-R=$B/results
+R=${RESULTS:-$B/results}
 SHARES=${SHARES:-0.2,0.5,1}
 MODELS=${MODELS:-llm-0.4b llm-1b llm-3b llm-7b llm-8b}
-mkdir -p "$OUT" "$R" "$B/tables"
+REPEATS=${REPEATS:-5}
+TABLES=${TABLES:-$B/tables}
+POLICIES=${POLICIES:-adbs,round-robin,fcfs}
+DEADLINE_S=${DEADLINE_S:-540}
+START=$SECONDS
+left() { echo $((DEADLINE_S - (SECONDS - START))); }
+bounded() { local s; s=$(left); if [ "$s" -le 5 ]; then echo "skipped (deadline): $*"; return 0; fi
+  timeout --signal=INT --kill-after=40 "$s" "$@"; }
+mkdir -p "$OUT" "$R" "$TABLES"
 for phase in "$@"; do
-  echo "=== $phase $(date -u +%T)"
+  echo "=== $phase $(date -u +%T) ($((SECONDS - START)) s)"
+  if [ "$phase" != pack ] && [ "$(left)" -le 0 ]; then echo "skipped: past DEADLINE_S=$DEADLINE_S"; continue; fi
   case $phase in
     setup)
       python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
@@ -31,35 +48,37 @@ for phase in "$@"; do
       python3 -c 'import torch, torch.cuda.green_contexts as g; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.device_count(), "GPUs; green contexts built:", g.SUPPORTED if hasattr(g, "SUPPORTED") else "?")' ;;
     check)
       mkdir -p $B/check
-      python3 $B/gpu_check.py 2>&1 | tee $B/check/check.txt
-      placeopt execute instances/tiny/llm-cpu.json instances/tiny/llm-cpu-placement-1gpu.json --backend nccl \
+      bounded python3 $B/gpu_check.py 2>&1 | tee $B/check/check.txt
+      bounded placeopt execute instances/tiny/llm-cpu.json instances/tiny/llm-cpu-placement-1gpu.json --backend nccl \
         -o $B/check/tiny-gpu 2>&1 | tee -a $B/check/check.txt
       cp $B/check/check.txt "$OUT/" ;;
     roofline)
-      python3 $B/roofline.py -o "$R/roofline.json" 2>&1 | tail -20
+      bounded python3 $B/roofline.py -o "$R/roofline.json" 2>&1 | tail -20
       cp "$R/roofline.json" "$OUT/" ;;
+    engine)
+      bounded python3 $B/engine_bench.py $I/poisson.json -o "$R/engine.json" 2>&1 | tail -30 ;;
     profile)
       GPU=$(python3 -c 'import torch; n = torch.cuda.get_device_name(0); print("H200" if "H200" in n else "H100-80GB" if "H100" in n else n.replace(" ", "-"))')
       for m in $MODELS; do
-        placeopt profile $I/poisson.json --model $m --llm --tp 1 --sm-shares "$SHARES" \
-          --batch-sizes 1,2,4,8,16,32 --seq-lens 64,256,1024,2048 --warmup 2 --repeats 5 --gpu-name "$GPU" \
-          -o $B/tables/$m.json --details $B/tables/$m.details.json 2>&1 | tail -3
+        bounded placeopt profile $I/poisson.json --model $m --llm --tp 1 --sm-shares "$SHARES" \
+          --batch-sizes 1,2,4,8,16,32 --seq-lens 64,256,1024,2048 --warmup 2 --repeats "$REPEATS" --gpu-name "$GPU" \
+          -o "$TABLES/$m.json" --details "$TABLES/$m.details.json" 2>&1 | tail -3
       done ;;
     measured)
-      python3 $B/measured_instances.py ;;
+      python3 $B/measured_instances.py "$TABLES" ;;
     mux)
-      placeopt execute $I/measured/poisson.json $I/poisson-muxserve.placement.json --policy adbs,round-robin,fcfs \
+      bounded placeopt execute $I/measured/poisson.json $I/poisson-muxserve.placement.json --policy "$POLICIES" \
         -o "$R/poisson-muxserve" 2>&1 | tail -40 ;;
     traces)
       for w in conv code; do
-        placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs -o "$R/$w-muxserve" 2>&1 | tail -20
+        bounded placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs -o "$R/$w-muxserve" 2>&1 | tail -20
       done ;;
     temporal)
       for w in poisson conv code; do
-        placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json -o "$R/$w-temporal" 2>&1 | tail -20
+        bounded placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json -o "$R/$w-temporal" 2>&1 | tail -20
       done ;;
     pack)
-      tar czf "$OUT/llm-fidelity-$(date -u +%H%M%S).tar.gz" $B/tables $R $(test -d $B/check && echo $B/check) \
+      tar czf "$OUT/llm-fidelity-$(date -u +%H%M%S).tar.gz" $B/tables "$TABLES" $R $(test -d $B/check && echo $B/check) \
         $(test -d $I/measured && echo $I/measured)
       ls -la "$OUT" ;;
     *)

@@ -1,0 +1,213 @@
+"""Engine micro-benchmark on one GPU: host overhead per job and concurrency of colocated LLMs.
+
+The first H100 run measured every colocated LLM's inter-token time growing with the number
+of LLMs decoding at once (llm-0.4b: 10 ms with 2 decoding, 47 ms with 5; alone its step is
+4 ms), i.e. the five LLMs' decode steps ran one after another. This benchmark builds the
+executor's own :class:`~placement_opt.executor.llm_engine.MeshEngine` with the fidelity
+instance's LLMs (each at ``--share`` of the SMs) and measures, per SM-partitioning mechanism:
+
+* host time of ``launch`` and ``finish`` of one decode step (what the leader's loop spends per
+  job), and of launching one prefill (the loop can do nothing else meanwhile);
+* each LLM's decode step alone (GPU time between CUDA events on its stream, and wall time);
+* all LLMs' decode steps launched together, round after round: each one's GPU time, the
+  round's wall time, and ``overlap`` = (sum of alone - round) / (sum of alone - max of alone)
+  (1: the steps overlap fully; 0: they serialise);
+* bytes each step must read (weights + batch x context x KV bytes per token), so the achieved
+  HBM bandwidth alone and the aggregate when together say whether colocated decodes contend
+  for memory bandwidth (the simulator's optional contention model, docs/fidelity-llm.md).
+
+Usage (GPU): python benchmarks/fidelity/llm/engine_bench.py instances/fidelity-llm/poisson.json -o engine.json
+(without a GPU it runs on the CPU with wall-clock timing, as a smoke test of the benchmark itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from typing import Any, Dict, List
+
+
+def _architectures(path: str) -> List[tuple]:
+    """(name, Architecture) of the instance's LLMs."""
+    from placement_opt.model import Architecture
+
+    with open(path) as f:
+        models = json.load(f)["models"]
+    return [(m["name"], Architecture(**m["architecture"])) for m in models]
+
+
+class _WallEvent:
+    """CPU stand-in for a CUDA timing event (jobs run inside ``launch`` on CPUs)."""
+
+    def __init__(self, enable_timing: bool = True):
+        self.t = 0.0
+
+    def record(self, stream: Any = None) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        """Nothing to wait for on CPUs."""
+
+    def elapsed_time(self, end: "_WallEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+def _device(torch: Any) -> Any:
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _event(torch: Any) -> Any:
+    return torch.cuda.Event(enable_timing=True) if torch.cuda.is_available() else _WallEvent()
+
+
+def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int, max_blocks: int) -> Any:
+    """A warmed-up MeshEngine with every LLM at ``share`` (green contexts or plain streams)."""
+    from placement_opt.executor.llm_engine import EngineSpec, LLMBuild, MeshEngine
+    from placement_opt.executor.llm_kvcache import page_units, units_per_block
+
+    archs = [a for _, a in llms]
+    page = page_units(archs, 1)
+    pages = sum(batch * max_blocks * units_per_block(a, 1) // page for a in archs) + 64
+    builds = tuple(LLMBuild(name, arch, seed=i + 1, share=share) for i, (name, arch) in enumerate(llms))
+    spec = EngineSpec(llms=builds, tp=1, tp_rank=0, pool_pages=pages, block=16, max_batch=batch,
+                      max_blocks=max_blocks, cuda_graphs=True, green_contexts=green)
+    engine = MeshEngine(spec, _device(torch), [(None, None)] * len(llms))
+    engine.warm_up()
+    return engine
+
+
+class _Steps:
+    """Decode steps of every LLM's ``batch`` requests, their contexts growing one token a step."""
+
+    def __init__(self, torch: Any, engine: Any, batch: int, context: int):
+        from placement_opt.executor.llm_sched import PREFILL, Job
+
+        self.torch, self.engine, self.batch = torch, engine, batch
+        self.requests = [[k * 1000 + i for i in range(batch)] for k in range(len(engine.llms))]
+        self.context = [context + 1] * len(engine.llms)
+        self.prefill_host_ms: List[float] = []
+        self.prefill_wall_ms: List[float] = []
+        for k, reqs in enumerate(self.requests):
+            t0 = time.perf_counter()
+            engine.launch(Job(PREFILL, k, reqs, [context] * batch))
+            t1 = time.perf_counter()
+            engine.finish(PREFILL, k)
+            self.prefill_host_ms.append((t1 - t0) * 1e3)
+            self.prefill_wall_ms.append((time.perf_counter() - t0) * 1e3)
+
+    def launch(self, k: int) -> tuple:
+        """Launch LLM k's next step between two timing events; returns (start, end, host s)."""
+        from placement_opt.executor.llm_sched import DECODE, Job
+
+        stream = self.engine.llms[k].streams[1]
+        start, end = _event(self.torch), _event(self.torch)
+        start.record(stream)
+        t0 = time.perf_counter()
+        self.engine.launch(Job(DECODE, k, self.requests[k], [self.context[k]] * self.batch))
+        host = time.perf_counter() - t0
+        end.record(stream)
+        self.context[k] += 1
+        return start, end, host
+
+    def finish(self, k: int, events: tuple) -> float:
+        """Wait for LLM k's step; returns the host seconds of ``finish`` after the GPU is done."""
+        events[1].synchronize()
+        t0 = time.perf_counter()
+        self.engine.finish("decode", k)
+        return time.perf_counter() - t0
+
+
+def _alone(steps: _Steps, k: int, n: int) -> Dict[str, float]:
+    gpu, wall, launch, finish = [], [], [], []
+    for i in range(n + 3):
+        t0 = time.perf_counter()
+        ev = steps.launch(k)
+        fin = steps.finish(k, ev)
+        if i >= 3:  # the first steps warm up
+            wall.append(time.perf_counter() - t0)
+            gpu.append(ev[0].elapsed_time(ev[1]) / 1e3)
+            launch.append(ev[2])
+            finish.append(fin)
+    return {"gpu_ms": statistics.median(gpu) * 1e3, "wall_ms": statistics.median(wall) * 1e3,
+            "launch_us": statistics.median(launch) * 1e6, "finish_us": statistics.median(finish) * 1e6}
+
+
+def _together(steps: _Steps, n: int) -> Dict[str, Any]:
+    llms = range(len(steps.engine.llms))
+    rounds, gpu = [], [[] for _ in llms]
+    for i in range(n + 3):
+        t0 = time.perf_counter()
+        evs = [steps.launch(k) for k in llms]
+        for k in llms:
+            steps.finish(k, evs[k])
+        if i >= 3:
+            rounds.append(time.perf_counter() - t0)
+            for k in llms:
+                gpu[k].append(evs[k][0].elapsed_time(evs[k][1]) / 1e3)
+    return {"round_ms": statistics.median(rounds) * 1e3, "gpu_ms": [statistics.median(g) * 1e3 for g in gpu]}
+
+
+def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool) -> Dict[str, Any]:
+    """One mechanism's numbers (see the module docstring)."""
+    max_blocks = math.ceil((args.context + 2 * args.steps + 16) / 16)
+    engine = _engine(torch, llms, args.share, green, args.batch, max_blocks)
+    steps = _Steps(torch, engine, args.batch, args.context)
+    alone = [_alone(steps, k, args.steps) for k in range(len(llms))]
+    together = _together(steps, args.steps)
+    per_llm = []
+    for k, (name, arch) in enumerate(llms):
+        moved = engine.llms[k].model.weight_bytes() + args.batch * steps.context[k] * arch.kv_bytes_per_token()
+        per_llm.append({"model": name, "sm": engine.sm[k], "bytes": moved, **alone[k],
+                        "together_gpu_ms": together["gpu_ms"][k],
+                        "slowdown_together": together["gpu_ms"][k] / alone[k]["gpu_ms"],
+                        "alone_gbps": moved / alone[k]["gpu_ms"] / 1e6,
+                        "prefill_host_ms": steps.prefill_host_ms[k], "prefill_wall_ms": steps.prefill_wall_ms[k]})
+    total_alone = sum(a["wall_ms"] for a in alone)
+    longest = max(a["wall_ms"] for a in alone)
+    out = {"mechanism": engine.mechanism, "sm_counts": engine.sm, "fallback": getattr(engine, "fallback_reason", None),
+           "per_llm": per_llm, "round_ms": together["round_ms"], "sum_alone_ms": total_alone,
+           "max_alone_ms": longest,
+           "overlap": (total_alone - together["round_ms"]) / (total_alone - longest) if total_alone > longest else None,
+           "aggregate_gbps_together": sum(p["bytes"] for p in per_llm) / together["round_ms"] / 1e6}
+    del steps, engine
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("instance", help="LLM instance JSON whose models are built (instances/fidelity-llm/poisson.json)")
+    ap.add_argument("-o", "--output", required=True, help="JSON file to write")
+    ap.add_argument("--share", type=float, default=0.2, help="SM share of every LLM (default 0.2, the muxserve placement's)")
+    ap.add_argument("--batch", type=int, default=8, help="requests per decode step (default 8)")
+    ap.add_argument("--context", type=int, default=512, help="prompt tokens of every request (default 512)")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per measurement (median; default 30)")
+    ap.add_argument("--mechanisms", default="green,streams",
+                    help="comma-separated: green (SM partitions) and/or streams (plain streams, no SM limit)")
+    args = ap.parse_args()
+    import torch
+
+    llms = _architectures(args.instance)
+    runs = []
+    for mech in args.mechanisms.split(","):
+        run = measure(torch, llms, args, mech == "green")
+        print(json.dumps({k: v for k, v in run.items() if k != "per_llm"}), flush=True)
+        for p in run["per_llm"]:
+            print("  " + json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in p.items()}), flush=True)
+        runs.append(run)
+    out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "torch": torch.__version__, "instance": args.instance,
+           "share": args.share, "batch": args.batch, "context": args.context, "steps": args.steps, "runs": runs}
+    tmp = args.output + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=1)
+    os.replace(tmp, args.output)
+
+
+if __name__ == "__main__":
+    main()
