@@ -174,10 +174,30 @@ def time_kernels(duration_s: float, repeat: int) -> dict:
             **{f"{k}_requests_per_s": n / v for k, v in best.items()}}
 
 
+def search_points(only: str, options: dict) -> dict:
+    """Solve every point with today's code; per point its numbers and the held-out change (points)
+    against the baseline file."""
+    with open(BASELINE) as f:
+        base = json.load(f)["points"]
+    rows = {}
+    for label, inst in points(only):
+        row = solve_point(inst, options)
+        if label in base:
+            row["heldout_delta_pp"] = round(100 * (row["heldout_mean"] - base[label]["heldout_mean"]), 4)
+            row["baseline_cpu_s"] = base[label]["cpu_s"]
+        rows[label] = row
+        print(f"  {label:40s} train={row['train']:.4f} heldout={row['heldout_mean']:.4f} "
+              f"delta={row.get('heldout_delta_pp', float('nan')):+.3f}pp cpu={row['cpu_s']:.2f}s "
+              f"(baseline {row.get('baseline_cpu_s', float('nan')):.2f}s) replicas={row['replicas']}",
+              file=sys.stderr, flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--record-baseline", action="store_true", help="solve with today's solver, write baseline.json")
     ap.add_argument("--only", default="", help="only points whose label contains this")
+    ap.add_argument("--search-only", action="store_true", help="only the search points")
     ap.add_argument("--kernel-only", action="store_true", help="only the kernel measurement")
     ap.add_argument("--kernel-seconds", type=float, default=20000.0,
                     help="workload seconds of the kernel case (100 req/s: 20000 s = 2 M requests)")
@@ -188,6 +208,9 @@ def main(argv=None) -> int:
         return 0
     if args.record_baseline:
         record_baseline(args.only)
+        return 0
+    if args.search_only:
+        search_points(args.only, {})
         return 0
     return 0
 

@@ -42,6 +42,7 @@ from placement_opt.simulate.tables import stage_latencies
 from placement_opt.spaces import allocate_devices
 from placement_opt.spaces.summary import SearchSettings, bucket_tasks, plan
 from placement_opt.validation import option
+from placement_opt.workload import Requests
 
 from placement_opt.solvers.backends import BACKENDS, Backend, Progress, make_backend, worker_context
 from placement_opt.solvers.base import Solver, register
@@ -55,9 +56,14 @@ class AlpaServeOptions(SearchSettings):
     beam: int = option(1, minimum=1, help="beam width of Algorithm 1")
     screen: str = option("fast", choices=("fast", "full"),
                          help="fast: heuristic screening, then refine; full: Algorithm 1 everywhere")
+    prescreen: float = option(0.25, minimum=0, maximum=1,
+                              help="screen every task first on this leading fraction of the workload and "
+                                   "screen only the best prescreen_keep tasks of each pair on all of it; "
+                                   "0 or 1 = screen every task on the whole workload")
+    prescreen_keep: int = option(3, minimum=1, help="tasks per (bucket, devices) pair kept by the prescreen")
     refine: int = option(2, minimum=0, help="refine this many best combinations (plus the best of every "
                                             "bucket count) with the full greedy")
-    refine_tasks: int = option(2, minimum=1, help="per bucket of a refined combination, refine this many best configs")
+    refine_tasks: int = option(1, minimum=1, help="per bucket of a refined combination, refine this many best configs")
     backend: str = option("local", choices=BACKENDS, help="where tasks run: this process, a local process pool or Ray")
     address: str = option("", help='Ray cluster address (backend=ray); empty or "local" starts a private one')
     workers: int = option(0, minimum=0, help="worker processes; 0 = all cores")
@@ -69,21 +75,32 @@ def settings_of(o: AlpaServeOptions) -> SearchSettings:
     return o
 
 
+def leading_requests(requests: Requests, fraction: float) -> Requests:
+    """The requests arriving in the first ``fraction`` of the workload, as a workload that long."""
+    if fraction >= 1:
+        return requests
+    end = requests.duration_s * fraction
+    sub = requests.select(requests.arrival < end)
+    return Requests(sub.arrival, sub.model, sub.deadline, end)
+
+
 def run_bucket_task(bucket: tuple, sizes: tuple, configs: tuple, fast: bool, beam: int,
-                    seconds_left: float | None):
-    """Algorithm 1 for one bucket on one partition and config (runs in a worker).
+                    seconds_left: float | None, fraction: float = 1.0):
+    """Algorithm 1 for one bucket on one partition and config (runs in a worker), on the
+    leading ``fraction`` of the workload.
 
     Returns (accepted requests of the bucket, models per group as index tuples, stats).
-    The worker keeps one evaluator per bucket, so its memo is shared by all tasks of the bucket.
+    The worker keeps one evaluator per bucket and fraction, so its memo is shared by all tasks
+    of the bucket.
     """
     ctx = worker_context()
     instance = ctx["instance"]
     evaluators = ctx.setdefault("evaluators", {})
-    ev = evaluators.get(bucket)
+    ev = evaluators.get((bucket, fraction))
     if ev is None:
         req = instance.requests()
-        ev = PlacementEvaluator(instance, req.select(np.isin(req.model, bucket)))
-        evaluators[bucket] = ev
+        ev = PlacementEvaluator(instance, leading_requests(req.select(np.isin(req.model, bucket)), fraction))
+        evaluators[(bucket, fraction)] = ev
     shells = [(tuple(range(s)), pp, tp) for s, (pp, tp) in zip(sizes, configs)]
     deadline = None if seconds_left is None else time.perf_counter() + max(seconds_left, 0.0)
     groups, stats = greedy_selection(instance, shells, beam=beam, evaluator=ev, models=bucket, fast=fast,
@@ -136,8 +153,9 @@ class AlpaServe(Solver):
 
 
 class Phase(Enum):
-    """The two passes of the search; a phase's value is its counter in the provenance stats."""
+    """The passes of the search; a phase's value is its counter in the provenance stats."""
 
+    PRESCREEN = "prescreened"  # every task, fast heuristic, leading part of the workload (ranks tasks only)
     SCREEN = "screened"  # every task, with the fast heuristic (or the full greedy with screen=full)
     REFINE = "refined"  # the best tasks of the best combinations, with the full greedy
 
@@ -197,7 +215,8 @@ class _Search:
         self.plan = plan(instance, settings_of(o), req)
         self.stats: dict[str, Any] = {
             "bucketings": len(self.plan.bucketings), "bucket_device_pairs": len(self.plan.pairs),
-            "tasks": 0, "tasks_pruned_by_bound": 0, Phase.SCREEN.value: 0, Phase.REFINE.value: 0,
+            "tasks": 0, "tasks_pruned_by_bound": 0, Phase.PRESCREEN.value: 0, Phase.SCREEN.value: 0,
+            Phase.REFINE.value: 0,
             "simulations": 0, "timed_out": False, "interrupted": False}
         self.results: dict[Phase, dict[tuple[int, int], TaskResult]] = {phase: {} for phase in Phase}
         self.accepted_values: dict[tuple[int, Phase], list[int]] = {}  # (pair, phase) -> accepted of its tasks
@@ -220,6 +239,8 @@ class _Search:
         """Keep task ``t`` of pair ``p``'s result of ``phase`` (and the pair's best)."""
         self.results[phase][(p, t)] = result
         self.accepted_values.setdefault((p, phase), []).append(result.accepted)
+        if phase is Phase.PRESCREEN:
+            return  # counts of part of the workload: they rank the pair's tasks, nothing else
         cand = PairBest(result.accepted, phase, t)
         if p not in self.pair_best or cand.rank() > self.pair_best[p].rank():
             self.pair_best[p] = cand
@@ -247,6 +268,9 @@ class _Search:
         backend = make_backend(o.backend, {"instance": self.instance}, o.workers, o.address)
         try:
             jobs = [(p, t) for p in pair_order for t in range(len(self.tasks[p]))]
+            if o.screen == "fast" and 0 < o.prescreen < 1:
+                self._run_jobs(backend, jobs, fast=True, beam=1, phase=Phase.PRESCREEN)
+                jobs = self._prescreen_survivors(pair_order)
             self._run_jobs(backend, jobs, fast=(o.screen == "fast"), beam=o.beam, phase=Phase.SCREEN)
             if o.screen == "fast" and not self._stopped():
                 refine_jobs = self._refine_jobs(combos)
@@ -268,6 +292,21 @@ class _Search:
                       for s, c in tasks]
             self.tasks[p] = [Task(t, s, c, ub) for t, ((s, c), ub) in enumerate(zip(tasks, bounds))]
             self.stats["tasks"] += len(tasks)
+
+    def _prescreen_survivors(self, pairs: list[int]) -> list[tuple[int, int]]:
+        """Per pair, its ``prescreen_keep`` tasks that accepted most in the prescreen (the earlier
+        task on ties), in task order; every task of a pair the prescreen did not reach."""
+        done = self.results[Phase.PRESCREEN]
+        jobs = []
+        for p in pairs:
+            n = len(self.tasks[p])
+            scored = [(done[(p, t)].accepted, -t) for t in range(n) if (p, t) in done]
+            if len(scored) < n:
+                keep = list(range(n))
+            else:
+                keep = sorted(-neg_t for _, neg_t in sorted(scored, reverse=True)[:self.o.prescreen_keep])
+            jobs += [(p, t) for t in keep]
+        return jobs
 
     def _stopped(self) -> bool:
         return bool(self.stats["timed_out"] or self.stats["interrupted"])
@@ -294,8 +333,9 @@ class _Search:
                         self.stats["tasks_pruned_by_bound"] += 1
                         continue
                     bucket = self.plan.pairs[p][0]
+                    fraction = self.o.prescreen if phase is Phase.PRESCREEN else 1.0
                     h = backend.submit(run_bucket_task, bucket, task.sizes, task.configs, fast, beam,
-                                       self._seconds_left())
+                                       self._seconds_left(), fraction)
                     pending[h] = (p, t)
                 if not pending:
                     break

@@ -36,6 +36,9 @@ from placement_opt.feasibility import model_stage_bytes
 from placement_opt.instance import Instance
 from placement_opt.placement import Group
 from placement_opt.simulate.evaluator import PlacementEvaluator
+from placement_opt.simulate.kernels import EARLIEST, SHORTEST_QUEUE
+
+from placement_opt.solvers.fast_greedy import fast_rounds_chunk
 
 
 #: A group shell: (devices, pp, tp).
@@ -323,10 +326,90 @@ def _beam_rounds(search: _GreedySearch, run: _Run) -> None:
             break
 
 
+#: Rounds of the compiled fast heuristic between two deadline checks.
+FAST_CHUNK_ROUNDS = 16
+
+
+def _compiled_problem(search: _GreedySearch) -> tuple:
+    """The flat arrays :func:`solvers.fast_greedy.fast_rounds_chunk` reads: the evaluator's requests
+    of the candidate models (model ids as positions in ``search.models``), their request counts,
+    and per distinct group config the stage latencies and bytes of every candidate model."""
+    ev = search.ev
+    models = np.asarray(search.models, dtype=np.int64)
+    local = np.full(ev.n_models, -1, dtype=np.int32)
+    local[models] = np.arange(len(models), dtype=np.int32)
+    req = ev.requests
+    keep = local[req.model] >= 0
+    requests = (req.arrival[keep], local[req.model[keep]], req.deadline[keep])
+    configs = sorted(set(search.configs))
+    cfg_index = {c: i for i, c in enumerate(configs)}
+    max_pp = max(pp for pp, _ in configs)
+    lat = np.full((len(configs), len(models), max_pp), np.inf)
+    need = np.zeros((len(configs), len(models), max_pp))
+    profiled = np.zeros((len(configs), len(models)), dtype=np.bool_)
+    for c, (pp, tp) in enumerate(configs):
+        for j, m in enumerate(search.models):
+            bytes_ = search.need[(m, pp, tp)]
+            if bytes_ is not None:
+                profiled[c, j] = True
+                need[c, j, :pp] = bytes_
+                lat[c, j, :pp] = ev.latencies(m, pp, tp)[:pp]
+    group_pp = np.array([c[0] for c in search.configs], dtype=np.int32)
+    group_cfg = np.array([cfg_index[c] for c in search.configs], dtype=np.int32)
+    served = ev.requests_per_model[models].astype(np.int64)
+    return requests, served, (group_pp, group_cfg, lat, need, profiled), max_pp
+
+
 def _fast_rounds(search: _GreedySearch, run: _Run) -> None:
     """One simulation per round; most-unserved model onto the least-utilised group with room
     (``beam`` and ``prune`` do not apply: there is one candidate per round). The simulation is
-    incremental: only the component of the changed group is re-run."""
+    incremental: only the component of the changed group is re-run. Served one request at a
+    time, the rounds run compiled (:mod:`solvers.fast_greedy`, the same decisions) in chunks
+    with a deadline check between them; batching keeps the Python rounds."""
+    if search.ev.config.batching or not search.models:
+        _fast_rounds_python(search, run)
+        return
+    ev, stats = search.ev, run.stats
+    requests, served, problem, max_pp = _compiled_problem(search)
+    n_groups, n_models = search.n_groups, len(search.models)
+    hosted = np.zeros((n_groups, n_models), dtype=np.bool_)
+    best_hosted = hosted.copy()
+    best_total = np.zeros(1, dtype=np.int64)
+    counters = np.zeros(2, dtype=np.int64)
+    state = (hosted, np.zeros((n_groups, max_pp)), np.zeros(n_models, dtype=np.int64), np.zeros(n_groups),
+             best_hosted, best_total, counters)
+    policy = SHORTEST_QUEUE if ev.config.dispatch == "shortest_queue" else EARLIEST
+    settings = (float(search.budget), max(ev.requests.duration_s, 1e-9), float(ev.config.overhead_s), policy)
+    finished = False
+    while not finished:
+        finished = fast_rounds_chunk(requests, served, problem, state, settings, FAST_CHUNK_ROUNDS)
+        if search.progress is not None:
+            search.progress(int(counters[1]), int(best_total[0]) / max(ev.n_requests, 1))
+        if not finished and search.timed_out():
+            stats["timed_out"] = True
+            break
+    stats["rounds"] += int(counters[0])
+    stats["candidates_evaluated"] += int(counters[1])
+    ev.evaluations += int(counters[1])
+    run.improve(_hosted_state(search, best_hosted, int(best_total[0])))
+
+
+def _hosted_state(search: _GreedySearch, hosted: np.ndarray, total: int) -> _State:
+    """The state whose groups host ``hosted[group, position in search.models]`` (its per-model
+    accepted counts are not kept: only the total is read from the best state)."""
+    models = [tuple(search.models[j] for j in np.nonzero(row)[0]) for row in hosted]
+    used = []
+    for g, ms in enumerate(models):
+        pp, tp = search.configs[g]
+        u = np.zeros(pp)
+        for m in ms:
+            u = u + search.need[(m, pp, tp)]
+        used.append(u)
+    return _State(models, used, np.zeros(search.ev.n_models, dtype=np.int64), total)
+
+
+def _fast_rounds_python(search: _GreedySearch, run: _Run) -> None:
+    """The fast heuristic's rounds in Python (the batching simulator): see :func:`_fast_rounds`."""
     ev, stats = search.ev, run.stats
     served = ev.requests_per_model
     duration = max(ev.requests.duration_s, 1e-9)
