@@ -26,6 +26,7 @@ is anytime: at ``time_limit`` or Ctrl-C it returns the best complete placement f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -42,11 +43,11 @@ from placement_opt.simulate.tables import stage_latencies
 from placement_opt.spaces import allocate_devices
 from placement_opt.spaces.summary import SearchSettings, bucket_tasks, plan
 from placement_opt.validation import option
-from placement_opt.workload import Requests
+from placement_opt.workload import Requests, Workload
 
 from placement_opt.solvers.backends import BACKENDS, Backend, Progress, make_backend, worker_context
 from placement_opt.solvers.base import Solver, register
-from placement_opt.solvers.greedy import greedy_selection
+from placement_opt.solvers.greedy import extend_selection, greedy_selection
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,23 @@ class AlpaServeOptions(SearchSettings):
     refine: int = option(2, minimum=0, help="refine this many best combinations (plus the best of every "
                                             "bucket count) with the full greedy")
     refine_tasks: int = option(1, minimum=1, help="per bucket of a refined combination, refine this many best configs")
+    headroom: float = option(1.5, minimum=0,
+                             help="after the search, keep adding replicas into unused memory by the attainment "
+                                  "at this multiple of the request rate (kept only where training attainment "
+                                  "does not drop); 0 = off")
     backend: str = option("local", choices=BACKENDS, help="where tasks run: this process, a local process pool or Ray")
     address: str = option("", help='Ray cluster address (backend=ray); empty or "local" starts a private one')
     workers: int = option(0, minimum=0, help="worker processes; 0 = all cores")
     progress: bool = option(True, help="progress lines on stderr")
+
+
+def scaled_workload(workload: Workload, factor: float) -> Workload:
+    """The workload at ``factor`` times its request rate (every process, or the trace's rate scale)."""
+    return dataclasses.replace(
+        workload, process=None if workload.process is None else workload.process.scaled(factor),
+        per_model={k: v.scaled(factor) for k, v in workload.per_model.items()},
+        trace=None if workload.trace is None else dataclasses.replace(workload.trace,
+                                                                      rate_scale=workload.trace.rate_scale * factor))
 
 
 def settings_of(o: AlpaServeOptions) -> SearchSettings:
@@ -109,34 +123,49 @@ def run_bucket_task(bucket: tuple, sizes: tuple, configs: tuple, fast: bool, bea
     return stats["accepted"], tuple(tuple(index[n] for n in g.models) for g in groups), stats
 
 
-def task_upper_bound(instance, counts, slo, bucket, sizes, configs, duration, cache=None) -> int:
-    """Requests a task can accept at most: those of models that fit some group and meet
-    their SLO there, capped by the groups' pipeline capacity (no batching)."""
+def config_reach(instance: Instance, slo: np.ndarray, bucket: tuple, pp: int, tp: int) -> tuple[np.ndarray, float]:
+    """Which of the bucket's models a (pp, tp) group can serve (profiled, within memory, meeting
+    their SLO alone), as a mask over all models, and the slowest stage of the fastest of them
+    (inf when none)."""
     budget = instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
     sim = instance.simulator
     one = np.array([1], dtype=np.int64)
-    servable = set()
+    mask = np.zeros(len(instance.models), dtype=np.bool_)
+    fastest = math.inf
+    for m in bucket:
+        prof = instance.model_profiles[m]
+        cfg = prof.config(pp, tp)
+        if cfg is None or cfg.max_stage_weight_bytes > budget:
+            continue
+        lat = stage_latencies(prof, pp, tp, one, sim)[0]
+        if lat.sum() + sim.overhead_s <= slo[m] * (1 + 1e-12):
+            mask[m] = True
+            fastest = min(fastest, float(lat.max()))
+    return mask, fastest
+
+
+def task_upper_bound(instance, counts, slo, bucket, sizes, configs, duration, cache=None) -> int:
+    """Requests a task can accept at most: those of models that fit some group and meet
+    their SLO there, capped by the groups' pipeline capacity (no batching). ``cache`` keeps
+    :func:`config_reach` per (bucket, config) (a task has at most two configs) and the bucket's
+    longest SLO per bucket."""
+    cache = {} if cache is None else cache
+    for pp_tp in set(configs):
+        if (bucket, *pp_tp) not in cache:
+            cache[(bucket, *pp_tp)] = config_reach(instance, slo, bucket, *pp_tp)
+    if bucket not in cache:
+        cache[bucket] = max(slo[m] for m in bucket)
+    longest_slo = cache[bucket]
+    servable = np.zeros(len(instance.models), dtype=np.bool_)
+    for pp_tp in set(configs):
+        servable |= cache[(bucket, *pp_tp)][0]
     capacity = 0.0
-    for size, (pp, tp) in zip(sizes, configs):
-        fastest = math.inf
-        for m in bucket:
-            prof = instance.model_profiles[m]
-            cfg = prof.config(pp, tp)
-            if cfg is None or cfg.max_stage_weight_bytes > budget:
-                continue
-            key = (m, pp, tp)
-            lat = None if cache is None else cache.get(key)
-            if lat is None:
-                lat = stage_latencies(prof, pp, tp, one, sim)[0]
-                if cache is not None:
-                    cache[key] = lat
-            if lat.sum() + sim.overhead_s <= slo[m] * (1 + 1e-12):
-                servable.add(m)
-                fastest = min(fastest, float(lat.max()))
+    for pp_tp in configs:
+        fastest = cache[(bucket, *pp_tp)][1]
         if fastest < math.inf:
-            capacity += (duration + max(slo[m] for m in bucket)) / fastest + 1
-    bound = int(sum(counts[m] for m in servable))
-    return bound if sim.batching else min(bound, int(capacity))
+            capacity += (duration + longest_slo) / fastest + 1
+    bound = int(counts[servable].sum())
+    return bound if instance.simulator.batching else min(bound, int(capacity))
 
 
 @register
@@ -416,6 +445,37 @@ class _Search:
                 self._record(Phase.SCREEN, p, task.number, TaskResult(acc, lists))
         backend.close()
 
+    def _with_headroom(self, combo: Combo, configs: list, lists: list) -> list:
+        """``lists`` (models per group) with replicas added into unused memory, bucket by bucket,
+        by the fast heuristic scored at ``headroom`` times the request rate (issue 14: once
+        training attainment saturates the search stops adding replicas and leaves memory that
+        would absorb fresh bursts); kept only when training attainment does not drop."""
+        inst, factor = self.instance, self.o.headroom
+        if factor <= 0 or inst.simulator.batching or self._stopped() or self._time_up():
+            return lists
+        requests = inst.requests(workload=scaled_workload(inst.workload, factor))
+        out: list = []
+        first = 0
+        for p in combo.pairs:
+            bucket = self.plan.pairs[p][0]
+            n = len(self.tasks[p][self.pair_best[p].task].sizes)
+            ev = PlacementEvaluator(inst, requests.select(np.isin(requests.model, bucket)))
+            out += extend_selection(inst, configs[first:first + n], lists[first:first + n], bucket, ev, self.deadline)
+            first += n
+        training = PlacementEvaluator(inst)
+        before = training.accepted_per_model(self._shell_groups(configs, lists)).sum()
+        after = training.accepted_per_model(self._shell_groups(configs, out)).sum()
+        if after < before:
+            return lists
+        self.stats["headroom_replicas"] = sum(map(len, out)) - sum(map(len, lists))
+        return out
+
+    def _shell_groups(self, configs: list, lists: list) -> list[Group]:
+        """Groups of the given configs and model lists (devices do not matter to the simulator)."""
+        names = self.instance.model_names
+        return [Group(devices=tuple(range(pp * tp)), pp=pp, tp=tp, models=tuple(names[m] for m in sorted(ms)))
+                for (pp, tp), ms in zip(configs, lists)]
+
     def _assemble(self, combos: list[Combo]) -> Placement:
         """The best combination whose groups fit the cluster's nodes, as a placement."""
         inst = self.instance
@@ -434,6 +494,7 @@ class _Search:
             devices = allocate_devices(sizes, inst.cluster.nodes, inst.cluster.gpus_per_node)
             if devices is None:
                 continue
+            lists = self._with_headroom(combo, configs, lists)
             groups = tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(names[m] for m in sorted(ms)))
                            for d, (pp, tp), ms in zip(devices, configs, lists))
             self.stats.update(best_attainment=value / self.n_requests, candidates_evaluated=self.evaluated,

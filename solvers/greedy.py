@@ -156,6 +156,22 @@ def to_groups(instance: Instance, shells: Sequence[Shell], models_per_group: Seq
             for (dev, pp, tp), ms in zip(shells, models_per_group)]
 
 
+def _new_search(instance: Instance, shells: Sequence[Shell], ev: PlacementEvaluator, models: Optional[Sequence[int]],
+                beam: int, deadline: Optional[float], prune: bool,
+                progress: Optional[Callable[[int, float], None]]) -> _GreedySearch:
+    """The settings of one greedy run: candidate models (default: all), their bytes per stage in
+    every shell's config, the memory budget."""
+    candidate_models = list(range(len(instance.models))) if models is None else sorted(models)
+    need = {}
+    for (_, pp, tp) in shells:
+        for m in candidate_models:
+            if (m, pp, tp) not in need:
+                need[(m, pp, tp)] = model_stage_bytes(instance, m, pp, tp)
+    return _GreedySearch(ev, shells, [(pp, tp) for (_, pp, tp) in shells], candidate_models, need,
+                         instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9), max(1, beam), deadline, prune,
+                         progress)
+
+
 def greedy_selection(instance: Instance, shells: Sequence[Shell], beam: int = 1, time_limit: Optional[float] = None,
                      evaluator: Optional[PlacementEvaluator] = None, deadline: Optional[float] = None,
                      models: Optional[Sequence[int]] = None, fast: bool = False, prune: bool = True,
@@ -171,15 +187,7 @@ def greedy_selection(instance: Instance, shells: Sequence[Shell], beam: int = 1,
     if deadline is None and time_limit is not None:
         deadline = start + time_limit
     n_models = len(instance.models)
-    candidate_models = list(range(n_models)) if models is None else sorted(models)
-    need = {}
-    for (_, pp, tp) in shells:
-        for m in candidate_models:
-            if (m, pp, tp) not in need:
-                need[(m, pp, tp)] = model_stage_bytes(instance, m, pp, tp)
-    search = _GreedySearch(ev, shells, [(pp, tp) for (_, pp, tp) in shells], candidate_models, need,
-                           instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9), max(1, beam), deadline, prune,
-                           progress)
+    search = _new_search(instance, shells, ev, models, beam, deadline, prune, progress)
     empty = _State([() for _ in shells], [np.zeros(pp) for (_, pp, _) in shells],
                    np.zeros(n_models, dtype=np.int64), 0)
     run = _Run(empty, {"rounds": 0, "candidates_evaluated": 0, "candidates_pruned": 0, "simulations": 0,
@@ -369,15 +377,37 @@ def _fast_rounds(search: _GreedySearch, run: _Run) -> None:
     if search.ev.config.batching or not search.models:
         _fast_rounds_python(search, run)
         return
-    ev, stats = search.ev, run.stats
-    requests, served, problem, max_pp = _compiled_problem(search)
     n_groups, n_models = search.n_groups, len(search.models)
-    hosted = np.zeros((n_groups, n_models), dtype=np.bool_)
-    best_hosted = hosted.copy()
-    best_total = np.zeros(1, dtype=np.int64)
+    start = _CompiledState(np.zeros((n_groups, n_models), dtype=np.bool_), np.zeros(n_models, dtype=np.int64),
+                           np.zeros(n_groups), 0)
+    best_hosted, best_total = _compiled_rounds(search, run.stats, start)
+    run.improve(_hosted_state(search, best_hosted, best_total))
+
+
+class _CompiledState(NamedTuple):
+    """Where compiled rounds start: the models each group hosts (``hosted[group, position in
+    search.models]``), their accepted requests, the groups' busy seconds, and the accepted total."""
+
+    hosted: np.ndarray
+    accepted: np.ndarray
+    busy: np.ndarray
+    total: int
+
+
+def _compiled_rounds(search: _GreedySearch, stats: dict, start: _CompiledState) -> tuple[np.ndarray, int]:
+    """Run the compiled fast heuristic from ``start`` to its end (or the deadline, checked every
+    ``FAST_CHUNK_ROUNDS`` rounds); returns the best hosting seen and its accepted total."""
+    ev = search.ev
+    requests, served, problem, max_pp = _compiled_problem(search)
+    group_pp, group_cfg, _, need, _ = problem
+    hosted = start.hosted.copy()
+    used = np.zeros((search.n_groups, max_pp))
+    for g, j in zip(*np.nonzero(hosted)):
+        used[g, :group_pp[g]] += need[group_cfg[g], j, :group_pp[g]]
+    best_total = np.array([start.total], dtype=np.int64)
     counters = np.zeros(2, dtype=np.int64)
-    state = (hosted, np.zeros((n_groups, max_pp)), np.zeros(n_models, dtype=np.int64), np.zeros(n_groups),
-             best_hosted, best_total, counters)
+    state = (hosted, used, start.accepted.astype(np.int64), start.busy.astype(np.float64), hosted.copy(),
+             best_total, counters)
     policy = SHORTEST_QUEUE if ev.config.dispatch == "shortest_queue" else EARLIEST
     settings = (float(search.budget), max(ev.requests.duration_s, 1e-9), float(ev.config.overhead_s), policy)
     finished = False
@@ -391,7 +421,30 @@ def _fast_rounds(search: _GreedySearch, run: _Run) -> None:
     stats["rounds"] += int(counters[0])
     stats["candidates_evaluated"] += int(counters[1])
     ev.evaluations += int(counters[1])
-    run.improve(_hosted_state(search, best_hosted, int(best_total[0])))
+    return state[4], int(best_total[0])
+
+
+def extend_selection(instance: Instance, configs: Sequence[tuple[int, int]], model_lists: Sequence[Sequence[int]],
+                     models: Sequence[int], evaluator: PlacementEvaluator,
+                     deadline: Optional[float] = None) -> list[tuple[int, ...]]:
+    """Groups of ``configs`` already hosting ``model_lists`` (indices of ``models``'s models) get
+    more replicas from the fast heuristic, scored on the evaluator's requests, until no model
+    with unserved requests has room (the memory left unused) or ``deadline``. Returns the
+    models of every group, the given ones included. Needs a simulator that serves requests one
+    at a time."""
+    shells = [((), pp, tp) for pp, tp in configs]
+    search = _new_search(instance, shells, evaluator, models, 1, deadline, True, None)
+    position = {m: j for j, m in enumerate(search.models)}
+    hosted = np.zeros((len(shells), len(search.models)), dtype=np.bool_)
+    for g, ms in enumerate(model_lists):
+        hosted[g, [position[m] for m in ms]] = True
+    hosted_models = tuple(sorted({m for ms in model_lists for m in ms}))
+    acc_of, busy = evaluator.component_result(list(configs), [tuple(sorted(ms)) for ms in model_lists], hosted_models)
+    accepted = np.zeros(len(search.models), dtype=np.int64)
+    accepted[[position[m] for m in hosted_models]] = acc_of
+    stats = {"rounds": 0, "candidates_evaluated": 0, "timed_out": False}
+    best_hosted, _ = _compiled_rounds(search, stats, _CompiledState(hosted, accepted, busy, int(acc_of.sum())))
+    return [tuple(search.models[j] for j in np.nonzero(row)[0]) for row in best_hosted]
 
 
 def _hosted_state(search: _GreedySearch, hosted: np.ndarray, total: int) -> _State:
