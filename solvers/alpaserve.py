@@ -64,7 +64,7 @@ class AlpaServeOptions(SearchSettings):
     prescreen_keep: int = option(3, minimum=1, help="tasks per (bucket, devices) pair kept by the prescreen")
     refine: int = option(2, minimum=0, help="refine this many best combinations (plus the best of every "
                                             "bucket count) with the full greedy")
-    refine_tasks: int = option(1, minimum=1, help="per bucket of a refined combination, refine this many best configs")
+    refine_tasks: int = option(2, minimum=1, help="per bucket of a refined combination, refine this many best configs")
     headroom: float = option(1.5, minimum=0,
                              help="after the search, keep adding replicas into unused memory by the attainment "
                                   "at this multiple of the request rate (kept only where training attainment "
@@ -198,6 +198,14 @@ class Task(NamedTuple):
     bound: int  # most requests it can accept (task_upper_bound)
 
 
+class Job(NamedTuple):
+    """One task of one pair, to run in one phase."""
+
+    phase: Phase
+    pair: int
+    task: int
+
+
 class TaskResult(NamedTuple):
     """What Algorithm 1 found for a task: the bucket's accepted requests and each group's models."""
 
@@ -296,14 +304,10 @@ class _Search:
         self._list_tasks(pair_order)
         backend = make_backend(o.backend, {"instance": self.instance}, o.workers, o.address)
         try:
-            jobs = [(p, t) for p in pair_order for t in range(len(self.tasks[p]))]
-            if o.screen == "fast" and 0 < o.prescreen < 1:
-                self._run_jobs(backend, jobs, fast=True, beam=1, phase=Phase.PRESCREEN)
-                jobs = self._prescreen_survivors(pair_order)
-            self._run_jobs(backend, jobs, fast=(o.screen == "fast"), beam=o.beam, phase=Phase.SCREEN)
+            first = Phase.PRESCREEN if o.screen == "fast" and 0 < o.prescreen < 1 else Phase.SCREEN
+            self._run_jobs(backend, [Job(first, p, t) for p in pair_order for t in range(len(self.tasks[p]))])
             if o.screen == "fast" and not self._stopped():
-                refine_jobs = self._refine_jobs(combos)
-                self._run_jobs(backend, refine_jobs, fast=False, beam=o.beam, phase=Phase.REFINE)
+                self._run_jobs(backend, [Job(Phase.REFINE, p, t) for p, t in self._refine_jobs(combos)])
         except KeyboardInterrupt:
             self.stats["interrupted"] = True
         finally:
@@ -322,20 +326,12 @@ class _Search:
             self.tasks[p] = [Task(t, s, c, ub) for t, ((s, c), ub) in enumerate(zip(tasks, bounds))]
             self.stats["tasks"] += len(tasks)
 
-    def _prescreen_survivors(self, pairs: list[int]) -> list[tuple[int, int]]:
-        """Per pair, its ``prescreen_keep`` tasks that accepted most in the prescreen (the earlier
-        task on ties), in task order; every task of a pair the prescreen did not reach."""
+    def _survivors(self, p: int) -> list[int]:
+        """Pair ``p``'s ``prescreen_keep`` tasks that accepted most in the prescreen (the earlier
+        task on ties), in task order."""
         done = self.results[Phase.PRESCREEN]
-        jobs = []
-        for p in pairs:
-            n = len(self.tasks[p])
-            scored = [(done[(p, t)].accepted, -t) for t in range(n) if (p, t) in done]
-            if len(scored) < n:
-                keep = list(range(n))
-            else:
-                keep = sorted(-neg_t for _, neg_t in sorted(scored, reverse=True)[:self.o.prescreen_keep])
-            jobs += [(p, t) for t in keep]
-        return jobs
+        scored = sorted(((done[(p, t)].accepted, -t) for t in range(len(self.tasks[p]))), reverse=True)
+        return sorted(-neg_t for _, neg_t in scored[:self.o.prescreen_keep])
 
     def _stopped(self) -> bool:
         return bool(self.stats["timed_out"] or self.stats["interrupted"])
@@ -346,38 +342,54 @@ class _Search:
         k = self.o.refine_tasks
         return vals[k - 1] if len(vals) >= k else None
 
-    def _run_jobs(self, backend: Backend, jobs: list[tuple[int, int]], fast: bool, beam: int, phase: Phase) -> None:
-        """Run the (pair, task) jobs, a few per worker at a time, recording their results as
-        they come; screening skips a task whose bound is below its pair's k-th best result."""
-        pending: dict[Any, tuple[int, int]] = {}  # backend handle -> (pair, task)
+    def _submit(self, backend: Backend, job: Job) -> Optional[Any]:
+        """Submit one job (None: skipped, its bound being below its pair's k-th best screen result)."""
+        task = self.tasks[job.pair][job.task]
+        kth = self._kth_best(job.phase, job.pair)
+        if job.phase is Phase.SCREEN and kth is not None and task.bound < kth:
+            self.stats["tasks_pruned_by_bound"] += 1
+            return None
+        fast = job.phase is Phase.PRESCREEN or (job.phase is Phase.SCREEN and self.o.screen == "fast")
+        beam = 1 if job.phase is Phase.PRESCREEN else self.o.beam
+        fraction = self.o.prescreen if job.phase is Phase.PRESCREEN else 1.0
+        return backend.submit(run_bucket_task, self.plan.pairs[job.pair][0], task.sizes, task.configs, fast, beam,
+                              self._seconds_left(), fraction)
+
+    def _run_jobs(self, backend: Backend, jobs: list[Job]) -> None:
+        """Run the jobs, a few per worker at a time, recording their results as they come. When
+        the last prescreen job of a pair is in, the screen jobs of its survivors go to the front
+        of the queue, so that pairs, and with them whole combinations, complete early (a time
+        limit then finds a complete placement); every result lands where it would in any order."""
+        pending: dict[Any, Job] = {}  # backend handle -> job
         queue = list(jobs)
+        prescreens_left = {j.pair: 0 for j in jobs}
+        for j in jobs:
+            prescreens_left[j.pair] += j.phase is Phase.PRESCREEN
         limit = max(1, backend.workers) * 2
         try:
             while queue or pending:
                 while queue and len(pending) < limit and not self._stopped():
-                    p, t = queue.pop(0)
-                    task = self.tasks[p][t]
-                    kth = self._kth_best(phase, p)
-                    if phase is Phase.SCREEN and kth is not None and task.bound < kth:
-                        self.stats["tasks_pruned_by_bound"] += 1
-                        continue
-                    bucket = self.plan.pairs[p][0]
-                    fraction = self.o.prescreen if phase is Phase.PRESCREEN else 1.0
-                    h = backend.submit(run_bucket_task, bucket, task.sizes, task.configs, fast, beam,
-                                       self._seconds_left(), fraction)
-                    pending[h] = (p, t)
+                    job = queue.pop(0)
+                    h = self._submit(backend, job)
+                    if h is not None:
+                        pending[h] = job
                 if not pending:
                     break
                 for h in backend.wait_any(list(pending), timeout=0.5):
-                    p, t = pending.pop(h)
+                    job = pending.pop(h)
                     acc, lists, st = backend.result(h)
-                    self._record(phase, p, t, TaskResult(acc, lists))
-                    self.stats[phase.value] += 1
+                    self._record(job.phase, job.pair, job.task, TaskResult(acc, lists))
+                    self.stats[job.phase.value] += 1
                     self.stats["simulations"] += st["simulations"]
                     self.evaluated += st["candidates_evaluated"]
+                    if job.phase is Phase.PRESCREEN:
+                        prescreens_left[job.pair] -= 1
+                        if prescreens_left[job.pair] == 0:
+                            queue[0:0] = [Job(Phase.SCREEN, job.pair, t) for t in self._survivors(job.pair)]
                 if self.progress.due():
                     self.progress.update(self.evaluated, self._best_so_far(),
-                                         f"tasks {self.stats['screened']}+{self.stats['refined']}")
+                                         f"tasks {self.stats['prescreened']}+{self.stats['screened']}"
+                                         f"+{self.stats['refined']}")
                 if self._time_up() and not self.stats["timed_out"]:
                     self.stats["timed_out"] = True
                     queue.clear()

@@ -266,13 +266,19 @@ def _candidates(search: _GreedySearch, states: list, comps: list) -> list[_Candi
     return pending
 
 
-def _score(search: _GreedySearch, st: _State, comp: _Components, c: _Candidate) -> _Scored:
-    """Simulate the component candidate ``c`` changes (memoised by the evaluator)."""
+def _score(search: _GreedySearch, st: _State, comp: _Components, c: _Candidate,
+           floor: Optional[int] = None) -> Optional[_Scored]:
+    """Simulate the component candidate ``c`` changes (memoised by the evaluator); None when
+    its total is certainly below ``floor`` (the simulation gave up part way: such a candidate
+    cannot enter the beam, so giving up does not change the answer)."""
     groups, models = comp.affected(c.model, c.group)
     lists = [st.models[x] + (c.model,) if x == c.group else st.models[x] for x in groups]
-    acc = search.ev.accepted_of_component([search.configs[x] for x in groups], lists, models)
-    total = st.total - int(st.accepted[list(models)].sum()) + int(acc.sum())
-    return _Scored(total, c, models, acc)
+    rest = st.total - int(st.accepted[list(models)].sum())
+    acc = search.ev.accepted_of_component([search.configs[x] for x in groups], lists, models,
+                                          None if floor is None else floor - rest)
+    if acc is None:
+        return None
+    return _Scored(rest + int(acc.sum()), c, models, acc)
 
 
 def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pending: list[_Candidate]) -> list[_Scored]:
@@ -288,7 +294,8 @@ def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pendi
             stats["candidates_pruned"] += len(pending) - i
             break
         st = states[c.state]
-        scored = _score(search, st, comps[c.state], c)
+        floor = heap[0] if search.prune and len(heap) >= search.beam else None
+        scored = _score(search, st, comps[c.state], c, floor)
         stats["candidates_evaluated"] += 1
         if search.beam > 1:
             key = tuple(tuple(sorted(st.models[x] + (c.model,))) if x == c.group else st.models[x]
@@ -296,11 +303,12 @@ def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pendi
             if key in seen:
                 continue
             seen.add(key)
-        evaluated.append(scored)
-        if len(heap) < search.beam:
-            heapq.heappush(heap, scored.total)
-        elif scored.total > heap[0]:
-            heapq.heapreplace(heap, scored.total)
+        if scored is not None:
+            evaluated.append(scored)
+            if len(heap) < search.beam:
+                heapq.heappush(heap, scored.total)
+            elif scored.total > heap[0]:
+                heapq.heapreplace(heap, scored.total)
         if search.timed_out():
             stats["timed_out"] = True
             break
@@ -348,7 +356,11 @@ def _compiled_problem(search: _GreedySearch) -> tuple:
     local[models] = np.arange(len(models), dtype=np.int32)
     req = ev.requests
     keep = local[req.model] >= 0
-    requests = (req.arrival[keep], local[req.model[keep]], req.deadline[keep])
+    model = local[req.model[keep]]
+    by_model = np.argsort(model, kind="stable").astype(np.int64)
+    model_ptr = np.zeros(len(models) + 1, dtype=np.int64)
+    model_ptr[1:] = np.cumsum(np.bincount(model, minlength=len(models)))
+    requests = (req.arrival[keep], model, req.deadline[keep], by_model, model_ptr)
     configs = sorted(set(search.configs))
     cfg_index = {c: i for i, c in enumerate(configs)}
     max_pp = max(pp for pp, _ in configs)
@@ -395,8 +407,8 @@ class _CompiledState(NamedTuple):
 
 
 def _compiled_rounds(search: _GreedySearch, stats: dict, start: _CompiledState) -> tuple[np.ndarray, int]:
-    """Run the compiled fast heuristic from ``start`` to its end (or the deadline, checked every
-    ``FAST_CHUNK_ROUNDS`` rounds); returns the best hosting seen and its accepted total."""
+    """Run the compiled fast heuristic from ``start`` to its end (or the deadline or Ctrl-C, both
+    seen every ``FAST_CHUNK_ROUNDS`` rounds); returns the best hosting seen and its accepted total."""
     ev = search.ev
     requests, served, problem, max_pp = _compiled_problem(search)
     group_pp, group_cfg, _, need, _ = problem
@@ -411,13 +423,16 @@ def _compiled_rounds(search: _GreedySearch, stats: dict, start: _CompiledState) 
     policy = SHORTEST_QUEUE if ev.config.dispatch == "shortest_queue" else EARLIEST
     settings = (float(search.budget), max(ev.requests.duration_s, 1e-9), float(ev.config.overhead_s), policy)
     finished = False
-    while not finished:
-        finished = fast_rounds_chunk(requests, served, problem, state, settings, FAST_CHUNK_ROUNDS)
-        if search.progress is not None:
-            search.progress(int(counters[1]), int(best_total[0]) / max(ev.n_requests, 1))
-        if not finished and search.timed_out():
-            stats["timed_out"] = True
-            break
+    try:
+        while not finished:
+            finished = fast_rounds_chunk(requests, served, problem, state, settings, FAST_CHUNK_ROUNDS)
+            if search.progress is not None:
+                search.progress(int(counters[1]), int(best_total[0]) / max(ev.n_requests, 1))
+            if not finished and search.timed_out():
+                stats["timed_out"] = True
+                break
+    except KeyboardInterrupt:  # Ctrl-C between chunks: the best hosting so far stands
+        stats["interrupted"] = True
     stats["rounds"] += int(counters[0])
     stats["candidates_evaluated"] += int(counters[1])
     ev.evaluations += int(counters[1])
@@ -439,10 +454,12 @@ def extend_selection(instance: Instance, configs: Sequence[tuple[int, int]], mod
     for g, ms in enumerate(model_lists):
         hosted[g, [position[m] for m in ms]] = True
     hosted_models = tuple(sorted({m for ms in model_lists for m in ms}))
-    acc_of, busy = evaluator.component_result(list(configs), [tuple(sorted(ms)) for ms in model_lists], hosted_models)
+    result = evaluator.component_result(list(configs), [tuple(sorted(ms)) for ms in model_lists], hosted_models)
+    assert result is not None  # no min_accepted: the simulation runs to the end
+    acc_of, busy = result
     accepted = np.zeros(len(search.models), dtype=np.int64)
     accepted[[position[m] for m in hosted_models]] = acc_of
-    stats = {"rounds": 0, "candidates_evaluated": 0, "timed_out": False}
+    stats = {"rounds": 0, "candidates_evaluated": 0, "timed_out": False, "interrupted": False}
     best_hosted, _ = _compiled_rounds(search, stats, _CompiledState(hosted, accepted, busy, int(acc_of.sum())))
     return [tuple(search.models[j] for j in np.nonzero(row)[0]) for row in best_hosted]
 
@@ -489,7 +506,9 @@ def _fast_rounds_python(search: _GreedySearch, run: _Run) -> None:
             c = comp.of_group[g]
             gl = comp.groups[c]
             ml = tuple(sorted(comp.models[c]))
-            acc, comp_busy = ev.component_result([search.configs[x] for x in gl], [new_models[x] for x in gl], ml)
+            result = ev.component_result([search.configs[x] for x in gl], [new_models[x] for x in gl], ml)
+            assert result is not None  # no min_accepted: the simulation runs to the end
+            acc, comp_busy = result
             stats["candidates_evaluated"] += 1
             st = _apply(st, m, g, req, ml, acc)
             busy = busy.copy()

@@ -127,31 +127,39 @@ class PlacementEvaluator:
                           batch_sizes=self._batch_sizes)
 
     def accepted_of_component(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]],
-                              models: tuple) -> np.ndarray:
-        """Accepted requests of ``models`` (sorted tuple) when served by exactly these groups.
+                              models: tuple, min_accepted: Optional[int] = None) -> Optional[np.ndarray]:
+        """Accepted requests of ``models`` (sorted tuple) when served by exactly these groups;
+        None as soon as the simulation shows fewer than ``min_accepted`` will be accepted.
 
         Results are memoised by the groups' (pp, tp, models) in order: the simulation depends
         on nothing else, so identical components met in other beam entries, rounds or
-        candidates are simulated once.
+        candidates are simulated once (a simulation that gave up is not remembered).
         """
-        return self.component_result(configs, model_lists, models)[0]
+        result = self.component_result(configs, model_lists, models, min_accepted)
+        return None if result is None else result[0]
 
-    def _simulate_component(self, tables: HostTables, req: Requests, models: tuple) -> tuple[np.ndarray, np.ndarray]:
+    def _simulate_component(self, tables: HostTables, req: Requests, models: tuple,
+                            min_accepted: Optional[int] = None) -> Optional[tuple[np.ndarray, np.ndarray]]:
         """(accepted of ``models``, busy seconds per group): the attainment-only kernel when
-        requests are served one at a time (nothing per request is written), else the batching one."""
+        requests are served one at a time (nothing per request is written; None once fewer than
+        ``min_accepted`` can be accepted), else the batching one (always run to the end)."""
         if self.config.batching:
             res = run_tables(tables, req, self.n_models, self.config)
             return np.bincount(req.model[res.finish >= 0], minlength=self.n_models)[list(models)], res.busy
         counts = np.zeros(self.n_models, dtype=np.int64)
         busy = np.zeros(tables.n_groups)
         policy = SHORTEST_QUEUE if self.config.dispatch == "shortest_queue" else EARLIEST
-        accept_flow_shop((req.arrival, req.model, req.deadline), tuple(tables), busy,
-                         np.zeros(int(tables.stage_ptr[-1])), counts, self.config.overhead_s, policy)
+        max_rejected = -1 if min_accepted is None or min_accepted <= 0 else max(len(req) - min_accepted, 0)
+        if accept_flow_shop((req.arrival, req.model, req.deadline), tuple(tables), busy,
+                            np.zeros(int(tables.stage_ptr[-1])), counts, self.config.overhead_s, policy,
+                            max_rejected) < 0:
+            return None
         return counts[list(models)], busy
 
     def component_result(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]],
-                         models: tuple) -> tuple[np.ndarray, np.ndarray]:
-        """(accepted of ``models``, busy seconds of every group) for one component (memoised)."""
+                         models: tuple, min_accepted: Optional[int] = None) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """(accepted of ``models``, busy seconds of every group) for one component (memoised);
+        None when fewer than ``min_accepted`` requests will be accepted (see accepted_of_component)."""
         key = tuple((c[0], c[1], tuple(sorted(ms))) for c, ms in zip(configs, model_lists))
         hit = self._memo.get(key)
         if hit is not None:
@@ -160,7 +168,9 @@ class PlacementEvaluator:
         self.evaluations += 1
         req = self._requests_of(models)
         tables = self.shell_tables(configs, model_lists)
-        out = self._simulate_component(tables, req, models)
+        out = self._simulate_component(tables, req, models, min_accepted)
+        if out is None:
+            return None
         if len(self._memo) < MEMO_LIMIT:
             self._memo[key] = out
         return out

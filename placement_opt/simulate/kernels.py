@@ -187,14 +187,15 @@ def _host_stages(hosts: HostTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 @njit(cache=True, inline="always")
 def _flow_shop_loop(requests: tuple, hosts: HostTables, out: tuple, accepted_of: np.ndarray, overhead: float,
-                    policy: int, record: bool) -> int:
+                    policy: int, record: bool, max_rejected: int) -> int:
     """The one-request-at-a-time loop shared by :func:`run_flow_shop` (``record``: per-request
     finish and group written) and :func:`accept_flow_shop` (only per-model accepted counts).
 
     One pass per request: the stages are occupied optimistically while the finish is computed
     (their old clocks and the group's busy seconds kept aside) and put back when the request
     is rejected, which is rare. The sums and comparisons are those of the two-pass form, so
-    the results are bit for bit the same.
+    the results are bit for bit the same. The loop gives up, returning -1, once more than
+    ``max_rejected`` requests are rejected (a search's candidate that can no longer win).
     """
     arrival, model, deadline = requests
     finish, group_out, _, busy, clocks = out
@@ -208,7 +209,10 @@ def _flow_shop_loop(requests: tuple, hosts: HostTables, out: tuple, accepted_of:
     queues = _group_queues(n if policy == SHORTEST_QUEUE else 0, hosts.stage_ptr.shape[0] - 1)
     successor, head, tail, length, done = queues
     accepted = 0
-    for i in range(n):
+    rejected = 0
+    i = -1
+    while i + 1 < n and rejected <= max_rejected:
+        i += 1
         m = model[i]
         a = arrival[i]
         if policy == EARLIEST:
@@ -222,6 +226,7 @@ def _flow_shop_loop(requests: tuple, hosts: HostTables, out: tuple, accepted_of:
         else:
             h = _pick_host(hosts, clocks, queues, m, a, policy)
         if h < 0:
+            rejected += 1
             if record:
                 finish[i] = -1.0
                 group_out[i] = -1
@@ -256,12 +261,13 @@ def _flow_shop_loop(requests: tuple, hosts: HostTables, out: tuple, accepted_of:
                 tail[g] = i
                 length[g] += 1
         else:
+            rejected += 1
             for s in range(count[h]):
                 clocks[s0 + s] = old[s]
             if record:
                 finish[i] = -1.0
                 group_out[i] = -1
-    return accepted
+    return accepted if rejected <= max_rejected else -1
 
 
 @njit(cache=True)
@@ -275,19 +281,23 @@ def run_flow_shop(requests: tuple, hosts: tuple, out: tuple, overhead: float, po
     Returns the number of accepted requests.
     """
     accepted_of = np.zeros(hosts[0].shape[0], dtype=np.int64)
-    return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, True)
+    n = requests[0].shape[0]
+    return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, True, n)
 
 
 @njit(cache=True)
 def accept_flow_shop(requests: tuple, hosts: tuple, busy: np.ndarray, clocks: np.ndarray, accepted_of: np.ndarray,
-                     overhead: float, policy: int) -> int:
+                     overhead: float, policy: int, max_rejected: int = -1) -> int:
     """:func:`run_flow_shop` for searches: the same decisions, but only the accepted requests
     of every model (added to ``accepted_of``), the busy seconds and the clocks are kept;
-    nothing per request is written. Returns the number of accepted requests."""
+    nothing per request is written. Returns the number of accepted requests, or -1 (the other
+    outputs then partial) as soon as more than ``max_rejected`` are rejected (-1: no limit)."""
+    if max_rejected < 0:
+        max_rejected = requests[0].shape[0]
     empty_f = np.empty(0, dtype=np.float64)
     empty_i = np.empty(0, dtype=np.int64)
     out = (empty_f, empty_i, empty_i, busy, clocks)
-    return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, False)
+    return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, False, max_rejected)
 
 
 # --- batching -----------------------------------------------------------------------------------
