@@ -193,6 +193,41 @@ def search_points(only: str, options: dict) -> dict:
     return rows
 
 
+def anytime_curve(label: str, limits: tuple) -> dict:
+    """Attainment (training) of the placement ``alpaserve`` returns under each time limit, one process."""
+    inst = dict(points(label))[label]
+    out = {}
+    for limit in limits:
+        p = run_solver(inst, "alpaserve", time_limit=limit, options={"backend": "serial", "progress": False})
+        out[str(limit)] = p.metrics["slo_attainment"]
+        print(f"  anytime {label} {limit:>4} s: {out[str(limit)]:.4f}", file=sys.stderr, flush=True)
+    return out
+
+
+def scale_run(models: int, gpus: int, time_limit: float) -> dict:
+    """Solve a generated instance (benchmarks/scale_instance.py) with ``placeopt solve`` in a child
+    process, one worker; wall seconds to the placement, its attainment and the child's peak memory."""
+    import resource
+    import subprocess
+    import tempfile
+    from scale_instance import scale_instance
+    with tempfile.TemporaryDirectory() as tmp:
+        path, out = os.path.join(tmp, "instance.json"), os.path.join(tmp, "placement.json")
+        atomic_write_text(path, json.dumps(scale_instance(models, gpus)))
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "placement_opt.cli.main", "solve", path, "--solver", "alpaserve",
+                               "-O", "backend=serial", "-O", "progress=false", "--time-limit", str(time_limit),
+                               "-o", out], capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        ok = proc.returncode == 0 and os.path.exists(out)
+        attainment = json.load(open(out))["metrics"]["slo_attainment"] if ok else None
+    row = {"models": models, "gpus": gpus, "time_limit_s": time_limit, "wall_s": round(wall, 1), "ok": ok,
+           "attainment": attainment, "peak_rss_mb_max_child_so_far": round(peak_mb)}
+    print(f"  scale {models} models / {gpus} GPUs: {json.dumps(row)}", file=sys.stderr, flush=True)
+    return row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--record-baseline", action="store_true", help="solve with today's solver, write baseline.json")
@@ -202,6 +237,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel-seconds", type=float, default=20000.0,
                     help="workload seconds of the kernel case (100 req/s: 20000 s = 2 M requests)")
     ap.add_argument("--repeat", type=int, default=5, help="kernel runs of each variant; the best counts")
+    ap.add_argument("--scale-limit", type=float, default=240.0,
+                    help="--time-limit of the generated 200- and 1000-model solves (s)")
     args = ap.parse_args(argv)
     if args.kernel_only:
         print(json.dumps(time_kernels(args.kernel_seconds, args.repeat), indent=1))
@@ -212,6 +249,21 @@ def main(argv=None) -> int:
     if args.search_only:
         search_points(args.only, {})
         return 0
+    solve_point(variant(load_json("s2"), "warm-up", duration=10.0))  # Numba caches loaded before timing
+    kernel = time_kernels(args.kernel_seconds, args.repeat)
+    print(f"kernel: {json.dumps(kernel)}", file=sys.stderr, flush=True)
+    rows = search_points("", {})
+    cpu = [r["cpu_s"] for r in rows.values()]
+    curve = anytime_curve("s3", (1, 2, 5, 10, 30))
+    scale = [scale_run(200, 256, args.scale_limit), scale_run(1000, 1024, args.scale_limit)]
+    result = {"conditions": f"{os.cpu_count()} cores shared with other jobs; search CPU is process time of one "
+                            "process (backend=serial)", "kernel": kernel, "points": rows, "anytime_s3": curve,
+              "scale": scale}
+    atomic_write_text(os.path.join(ROOT, "benchmarks", "search_speed", "latest.json"), json.dumps(result, indent=1) + "\n")
+    delta = min(r["heldout_delta_pp"] for r in rows.values() if "heldout_delta_pp" in r)
+    print(f"kernel_requests_per_s={kernel['accept_flow_shop_requests_per_s']:.0f} "
+          f"median_cpu_s={statistics.median(cpu):.2f} max_cpu_s={max(cpu):.2f} heldout_delta_pp={delta:.3f} "
+          f"scale_1024_s={scale[1]['wall_s']:.1f}")
     return 0
 
 

@@ -151,17 +151,17 @@ def task_upper_bound(instance, counts, slo, bucket, sizes, configs, duration, ca
     longest SLO per bucket."""
     cache = {} if cache is None else cache
     for pp_tp in set(configs):
-        if (bucket, *pp_tp) not in cache:
-            cache[(bucket, *pp_tp)] = config_reach(instance, slo, bucket, *pp_tp)
+        if (bucket,) + pp_tp not in cache:
+            cache[(bucket,) + pp_tp] = config_reach(instance, slo, bucket, pp_tp[0], pp_tp[1])
     if bucket not in cache:
         cache[bucket] = max(slo[m] for m in bucket)
     longest_slo = cache[bucket]
     servable = np.zeros(len(instance.models), dtype=np.bool_)
     for pp_tp in set(configs):
-        servable |= cache[(bucket, *pp_tp)][0]
+        servable |= cache[(bucket,) + pp_tp][0]
     capacity = 0.0
     for pp_tp in configs:
-        fastest = cache[(bucket, *pp_tp)][1]
+        fastest = cache[(bucket,) + pp_tp][1]
         if fastest < math.inf:
             capacity += (duration + longest_slo) / fastest + 1
     bound = int(counts[servable].sum())

@@ -274,8 +274,8 @@ def _score(search: _GreedySearch, st: _State, comp: _Components, c: _Candidate,
     groups, models = comp.affected(c.model, c.group)
     lists = [st.models[x] + (c.model,) if x == c.group else st.models[x] for x in groups]
     rest = st.total - int(st.accepted[list(models)].sum())
-    acc = search.ev.accepted_of_component([search.configs[x] for x in groups], lists, models,
-                                          None if floor is None else floor - rest)
+    acc = search.ev.accepted_of_component_at_least([search.configs[x] for x in groups], lists, models,
+                                                   None if floor is None else floor - rest)
     if acc is None:
         return None
     return _Scored(rest + int(acc.sum()), c, models, acc)

@@ -127,14 +127,21 @@ class PlacementEvaluator:
                           batch_sizes=self._batch_sizes)
 
     def accepted_of_component(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]],
-                              models: tuple, min_accepted: Optional[int] = None) -> Optional[np.ndarray]:
-        """Accepted requests of ``models`` (sorted tuple) when served by exactly these groups;
-        None as soon as the simulation shows fewer than ``min_accepted`` will be accepted.
+                              models: tuple) -> np.ndarray:
+        """Accepted requests of ``models`` (sorted tuple) when served by exactly these groups.
 
         Results are memoised by the groups' (pp, tp, models) in order: the simulation depends
         on nothing else, so identical components met in other beam entries, rounds or
-        candidates are simulated once (a simulation that gave up is not remembered).
+        candidates are simulated once.
         """
+        result = self.component_result(configs, model_lists, models)
+        assert result is not None  # no min_accepted: the simulation runs to the end
+        return result[0]
+
+    def accepted_of_component_at_least(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]],
+                                       models: tuple, min_accepted: Optional[int]) -> Optional[np.ndarray]:
+        """:meth:`accepted_of_component`, or None as soon as the simulation shows that fewer than
+        ``min_accepted`` requests will be accepted (a simulation that gave up is not memoised)."""
         result = self.component_result(configs, model_lists, models, min_accepted)
         return None if result is None else result[0]
 
