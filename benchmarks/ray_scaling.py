@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,7 +57,7 @@ class LocalCluster:
 
     def wait_for_cpus(self, ray, cpus: int) -> None:
         """Connect and wait until the cluster has ``cpus`` CPUs."""
-        ray.init(address=self.address, log_to_driver=False)
+        ray.init(address=self.address, log_to_driver=False, _node_ip_address="127.0.0.1")
         deadline = time.time() + CLUSTER_WAIT_S
         while ray.cluster_resources().get("CPU", 0) < cpus:
             if time.time() > deadline:
@@ -76,6 +77,19 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        self._forget()
+
+    def _forget(self) -> None:
+        """Remove Ray's note of the latest cluster when it names ours (``ray stop`` would), so that a
+        later ``ray.init()`` without an address starts its own cluster instead of looking for this one."""
+        note = os.path.join(tempfile.gettempdir(), "ray", "ray_current_cluster")
+        try:
+            with open(note) as f:
+                ours = f.read().strip().endswith(":" + self.address.rsplit(":", 1)[1])
+            if ours:
+                os.remove(note)
+        except OSError:
+            pass
 
 
 def solve(inst, backend: str, **opts):
