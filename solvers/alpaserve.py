@@ -26,6 +26,7 @@ is anytime: at ``time_limit`` or Ctrl-C it returns the best complete placement f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -43,10 +44,11 @@ from placement_opt.simulate.tables import stage_latencies
 from placement_opt.spaces import allocate_devices
 from placement_opt.spaces.summary import SearchSettings, bucket_tasks, plan
 from placement_opt.validation import option
+from placement_opt.workload import Requests, Workload
 
 from placement_opt.solvers.backends import BACKENDS, Backend, Progress, make_backend, worker_context
 from placement_opt.solvers.base import Solver, register
-from placement_opt.solvers.greedy import greedy_selection
+from placement_opt.solvers.greedy import extend_selection, greedy_selection
 
 
 @dataclass(frozen=True)
@@ -56,13 +58,31 @@ class AlpaServeOptions(SearchSettings):
     beam: int = option(1, minimum=1, help="beam width of Algorithm 1")
     screen: str = option("fast", choices=("fast", "full"),
                          help="fast: heuristic screening, then refine; full: Algorithm 1 everywhere")
+    prescreen: float = option(0.25, minimum=0, maximum=1,
+                              help="screen every task first on this leading fraction of the workload and "
+                                   "screen only the best prescreen_keep tasks of each pair on all of it; "
+                                   "0 or 1 = screen every task on the whole workload")
+    prescreen_keep: int = option(3, minimum=1, help="tasks per (bucket, devices) pair kept by the prescreen")
     refine: int = option(2, minimum=0, help="refine this many best combinations (plus the best of every "
                                             "bucket count) with the full greedy")
     refine_tasks: int = option(2, minimum=1, help="per bucket of a refined combination, refine this many best configs")
+    headroom: float = option(1.5, minimum=0,
+                             help="after the search, keep adding replicas into unused memory by the attainment "
+                                  "at this multiple of the request rate (kept only where training attainment "
+                                  "does not drop); 0 = off")
     backend: str = option("local", choices=BACKENDS, help="where tasks run: this process, a local process pool or Ray")
     address: str = option("", help='Ray cluster address (backend=ray); empty or "local" starts a private one')
     workers: int = option(0, minimum=0, help="worker processes; 0 = all cores")
     progress: bool = option(True, help="progress lines on stderr")
+
+
+def scaled_workload(workload: Workload, factor: float) -> Workload:
+    """The workload at ``factor`` times its request rate (every process, or the trace's rate scale)."""
+    return dataclasses.replace(
+        workload, process=None if workload.process is None else workload.process.scaled(factor),
+        per_model={k: v.scaled(factor) for k, v in workload.per_model.items()},
+        trace=None if workload.trace is None else dataclasses.replace(workload.trace,
+                                                                      rate_scale=workload.trace.rate_scale * factor))
 
 
 def settings_of(o: AlpaServeOptions) -> SearchSettings:
@@ -70,21 +90,32 @@ def settings_of(o: AlpaServeOptions) -> SearchSettings:
     return o
 
 
+def leading_requests(requests: Requests, fraction: float) -> Requests:
+    """The requests arriving in the first ``fraction`` of the workload, as a workload that long."""
+    if fraction >= 1:
+        return requests
+    end = requests.duration_s * fraction
+    sub = requests.select(requests.arrival < end)
+    return Requests(sub.arrival, sub.model, sub.deadline, end)
+
+
 def run_bucket_task(bucket: tuple, sizes: tuple, configs: tuple, fast: bool, beam: int,
-                    seconds_left: float | None):
-    """Algorithm 1 for one bucket on one partition and config (runs in a worker).
+                    seconds_left: float | None, fraction: float = 1.0):
+    """Algorithm 1 for one bucket on one partition and config (runs in a worker), on the
+    leading ``fraction`` of the workload.
 
     Returns (accepted requests of the bucket, models per group as index tuples, stats).
-    The worker keeps one evaluator per bucket, so its memo is shared by all tasks of the bucket.
+    The worker keeps one evaluator per bucket and fraction, so its memo is shared by all tasks
+    of the bucket.
     """
     ctx = worker_context()
     instance = ctx["instance"]
     evaluators = ctx.setdefault("evaluators", {})
-    ev = evaluators.get(bucket)
+    ev = evaluators.get((bucket, fraction))
     if ev is None:
         req = instance.requests()
-        ev = PlacementEvaluator(instance, req.select(np.isin(req.model, bucket)))
-        evaluators[bucket] = ev
+        ev = PlacementEvaluator(instance, leading_requests(req.select(np.isin(req.model, bucket)), fraction))
+        evaluators[(bucket, fraction)] = ev
     shells = [(tuple(range(s)), pp, tp) for s, (pp, tp) in zip(sizes, configs)]
     deadline = None if seconds_left is None else time.perf_counter() + max(seconds_left, 0.0)
     groups, stats = greedy_selection(instance, shells, beam=beam, evaluator=ev, models=bucket, fast=fast,
@@ -93,34 +124,49 @@ def run_bucket_task(bucket: tuple, sizes: tuple, configs: tuple, fast: bool, bea
     return stats["accepted"], tuple(tuple(index[n] for n in g.models) for g in groups), stats
 
 
-def task_upper_bound(instance, counts, slo, bucket, sizes, configs, duration, cache=None) -> int:
-    """Requests a task can accept at most: those of models that fit some group and meet
-    their SLO there, capped by the groups' pipeline capacity (no batching)."""
+def config_reach(instance: Instance, slo: np.ndarray, bucket: tuple, pp: int, tp: int) -> tuple[np.ndarray, float]:
+    """Which of the bucket's models a (pp, tp) group can serve (profiled, within memory, meeting
+    their SLO alone), as a mask over all models, and the slowest stage of the fastest of them
+    (inf when none)."""
     budget = instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
     sim = instance.simulator
     one = np.array([1], dtype=np.int64)
-    servable = set()
+    mask = np.zeros(len(instance.models), dtype=np.bool_)
+    fastest = math.inf
+    for m in bucket:
+        prof = instance.model_profiles[m]
+        cfg = prof.config(pp, tp)
+        if cfg is None or cfg.max_stage_weight_bytes > budget:
+            continue
+        lat = stage_latencies(prof, pp, tp, one, sim)[0]
+        if lat.sum() + sim.overhead_s <= slo[m] * (1 + 1e-12):
+            mask[m] = True
+            fastest = min(fastest, float(lat.max()))
+    return mask, fastest
+
+
+def task_upper_bound(instance, counts, slo, bucket, sizes, configs, duration, cache=None) -> int:
+    """Requests a task can accept at most: those of models that fit some group and meet
+    their SLO there, capped by the groups' pipeline capacity (no batching). ``cache`` keeps
+    :func:`config_reach` per (bucket, config) (a task has at most two configs) and the bucket's
+    longest SLO per bucket."""
+    cache = {} if cache is None else cache
+    for pp_tp in set(configs):
+        if (bucket,) + pp_tp not in cache:
+            cache[(bucket,) + pp_tp] = config_reach(instance, slo, bucket, pp_tp[0], pp_tp[1])
+    if bucket not in cache:
+        cache[bucket] = max(slo[m] for m in bucket)
+    longest_slo = cache[bucket]
+    servable = np.zeros(len(instance.models), dtype=np.bool_)
+    for pp_tp in set(configs):
+        servable |= cache[(bucket,) + pp_tp][0]
     capacity = 0.0
-    for size, (pp, tp) in zip(sizes, configs):
-        fastest = math.inf
-        for m in bucket:
-            prof = instance.model_profiles[m]
-            cfg = prof.config(pp, tp)
-            if cfg is None or cfg.max_stage_weight_bytes > budget:
-                continue
-            key = (m, pp, tp)
-            lat = None if cache is None else cache.get(key)
-            if lat is None:
-                lat = stage_latencies(prof, pp, tp, one, sim)[0]
-                if cache is not None:
-                    cache[key] = lat
-            if lat.sum() + sim.overhead_s <= slo[m] * (1 + 1e-12):
-                servable.add(m)
-                fastest = min(fastest, float(lat.max()))
+    for pp_tp in configs:
+        fastest = cache[(bucket,) + pp_tp][1]
         if fastest < math.inf:
-            capacity += (duration + max(slo[m] for m in bucket)) / fastest + 1
-    bound = int(sum(counts[m] for m in servable))
-    return bound if sim.batching else min(bound, int(capacity))
+            capacity += (duration + longest_slo) / fastest + 1
+    bound = int(counts[servable].sum())
+    return bound if instance.simulator.batching else min(bound, int(capacity))
 
 
 @register
@@ -137,8 +183,9 @@ class AlpaServe(Solver):
 
 
 class Phase(Enum):
-    """The two passes of the search; a phase's value is its counter in the provenance stats."""
+    """The passes of the search; a phase's value is its counter in the provenance stats."""
 
+    PRESCREEN = "prescreened"  # every task, fast heuristic, leading part of the workload (ranks tasks only)
     SCREEN = "screened"  # every task, with the fast heuristic (or the full greedy with screen=full)
     REFINE = "refined"  # the best tasks of the best combinations, with the full greedy
 
@@ -150,6 +197,14 @@ class Task(NamedTuple):
     sizes: tuple  # devices per group
     configs: tuple  # (pp, tp) per group
     bound: int  # most requests it can accept (task_upper_bound)
+
+
+class Job(NamedTuple):
+    """One task of one pair, to run in one phase."""
+
+    phase: Phase
+    pair: int
+    task: int
 
 
 class TaskResult(NamedTuple):
@@ -199,7 +254,8 @@ class _Search:
             self.plan = plan(instance, settings_of(o), req)
         self.stats: dict[str, Any] = {
             "bucketings": len(self.plan.bucketings), "bucket_device_pairs": len(self.plan.pairs),
-            "tasks": 0, "tasks_pruned_by_bound": 0, Phase.SCREEN.value: 0, Phase.REFINE.value: 0,
+            "tasks": 0, "tasks_pruned_by_bound": 0, Phase.PRESCREEN.value: 0, Phase.SCREEN.value: 0,
+            Phase.REFINE.value: 0,
             "simulations": 0, "timed_out": False, "interrupted": False}
         self.results: dict[Phase, dict[tuple[int, int], TaskResult]] = {phase: {} for phase in Phase}
         self.accepted_values: dict[tuple[int, Phase], list[int]] = {}  # (pair, phase) -> accepted of its tasks
@@ -222,6 +278,8 @@ class _Search:
         """Keep task ``t`` of pair ``p``'s result of ``phase`` (and the pair's best)."""
         self.results[phase][(p, t)] = result
         self.accepted_values.setdefault((p, phase), []).append(result.accepted)
+        if phase is Phase.PRESCREEN:
+            return  # counts of part of the workload: they rank the pair's tasks, nothing else
         cand = PairBest(result.accepted, phase, t)
         if p not in self.pair_best or cand.rank() > self.pair_best[p].rank():
             self.pair_best[p] = cand
@@ -249,11 +307,10 @@ class _Search:
             self._list_tasks(pair_order)
         backend = make_backend(o.backend, {"instance": self.instance}, o.workers, o.address)
         try:
-            jobs = [(p, t) for p in pair_order for t in range(len(self.tasks[p]))]
-            self._run_jobs(backend, jobs, fast=(o.screen == "fast"), beam=o.beam, phase=Phase.SCREEN)
+            first = Phase.PRESCREEN if o.screen == "fast" and 0 < o.prescreen < 1 else Phase.SCREEN
+            self._run_jobs(backend, [Job(first, p, t) for p in pair_order for t in range(len(self.tasks[p]))])
             if o.screen == "fast" and not self._stopped():
-                refine_jobs = self._refine_jobs(combos)
-                self._run_jobs(backend, refine_jobs, fast=False, beam=o.beam, phase=Phase.REFINE)
+                self._run_jobs(backend, [Job(Phase.REFINE, p, t) for p, t in self._refine_jobs(combos)])
         except KeyboardInterrupt:
             self.stats["interrupted"] = True
         finally:
@@ -272,6 +329,13 @@ class _Search:
             self.tasks[p] = [Task(t, s, c, ub) for t, ((s, c), ub) in enumerate(zip(tasks, bounds))]
             self.stats["tasks"] += len(tasks)
 
+    def _survivors(self, p: int) -> list[int]:
+        """Pair ``p``'s ``prescreen_keep`` tasks that accepted most in the prescreen (the earlier
+        task on ties), in task order."""
+        done = self.results[Phase.PRESCREEN]
+        scored = sorted(((done[(p, t)].accepted, -t) for t in range(len(self.tasks[p]))), reverse=True)
+        return sorted(-neg_t for _, neg_t in scored[:self.o.prescreen_keep])
+
     def _stopped(self) -> bool:
         return bool(self.stats["timed_out"] or self.stats["interrupted"])
 
@@ -281,34 +345,50 @@ class _Search:
         k = self.o.refine_tasks
         return vals[k - 1] if len(vals) >= k else None
 
-    def _run_jobs(self, backend: Backend, jobs: list[tuple[int, int]], fast: bool, beam: int, phase: Phase) -> None:
-        """Run the (pair, task) jobs, a few per worker at a time, recording their results as
-        they come; screening skips a task whose bound is below its pair's k-th best result."""
-        pending: dict[Any, tuple[int, int]] = {}  # backend handle -> (pair, task)
+    def _submit(self, backend: Backend, job: Job) -> Optional[Any]:
+        """Submit one job (None: skipped, its bound being below its pair's k-th best screen result)."""
+        task = self.tasks[job.pair][job.task]
+        kth = self._kth_best(job.phase, job.pair)
+        if job.phase is Phase.SCREEN and kth is not None and task.bound < kth:
+            self.stats["tasks_pruned_by_bound"] += 1
+            return None
+        fast = job.phase is Phase.PRESCREEN or (job.phase is Phase.SCREEN and self.o.screen == "fast")
+        beam = 1 if job.phase is Phase.PRESCREEN else self.o.beam
+        fraction = self.o.prescreen if job.phase is Phase.PRESCREEN else 1.0
+        return backend.submit(run_bucket_task, self.plan.pairs[job.pair][0], task.sizes, task.configs, fast, beam,
+                              self._seconds_left(), fraction)
+
+    def _run_jobs(self, backend: Backend, jobs: list[Job]) -> None:
+        """Run the jobs, a few per worker at a time, recording their results as they come. When
+        the last prescreen job of a pair is in, the screen jobs of its survivors go to the front
+        of the queue, so that pairs, and with them whole combinations, complete early (a time
+        limit then finds a complete placement); every result lands where it would in any order."""
+        pending: dict[Any, Job] = {}  # backend handle -> job
         queue = list(jobs)
+        prescreens_left = {j.pair: 0 for j in jobs}
+        for j in jobs:
+            prescreens_left[j.pair] += j.phase is Phase.PRESCREEN
         limit = max(1, backend.workers) * 2
         try:
             while queue or pending:
                 while queue and len(pending) < limit and not self._stopped():
-                    p, t = queue.pop(0)
-                    task = self.tasks[p][t]
-                    kth = self._kth_best(phase, p)
-                    if phase is Phase.SCREEN and kth is not None and task.bound < kth:
-                        self.stats["tasks_pruned_by_bound"] += 1
-                        continue
-                    bucket = self.plan.pairs[p][0]
-                    h = backend.submit(run_bucket_task, bucket, task.sizes, task.configs, fast, beam,
-                                       self._seconds_left())
-                    pending[h] = (p, t)
+                    job = queue.pop(0)
+                    h = self._submit(backend, job)
+                    if h is not None:
+                        pending[h] = job
                 if not pending:
                     break
                 for h in backend.wait_any(list(pending), timeout=0.5):
-                    p, t = pending.pop(h)
+                    job = pending.pop(h)
                     acc, lists, st = backend.result(h)
-                    self._record(phase, p, t, TaskResult(acc, lists))
-                    self.stats[phase.value] += 1
+                    self._record(job.phase, job.pair, job.task, TaskResult(acc, lists))
+                    self.stats[job.phase.value] += 1
                     self.stats["simulations"] += st["simulations"]
                     self.evaluated += st["candidates_evaluated"]
+                    if job.phase is Phase.PRESCREEN:
+                        prescreens_left[job.pair] -= 1
+                        if prescreens_left[job.pair] == 0:
+                            queue[0:0] = [Job(Phase.SCREEN, job.pair, t) for t in self._survivors(job.pair)]
                 self.progress.update(self._tasks_done(), self._placement_now, f"candidates {self.evaluated}",
                                      total=self._tasks_done() + len(queue) + len(pending))
                 if self._time_up() and not self.stats["timed_out"]:
@@ -326,11 +406,12 @@ class _Search:
         return sum(b.accepted for b in best if b is not None)
 
     def _tasks_done(self) -> int:
-        return int(self.stats[Phase.SCREEN.value] + self.stats[Phase.REFINE.value] + self.stats["tasks_pruned_by_bound"])
+        return int(self.stats[Phase.PRESCREEN.value] + self.stats[Phase.SCREEN.value] + self.stats[Phase.REFINE.value]
+                   + self.stats["tasks_pruned_by_bound"])
 
     def _placement_now(self) -> Optional[Placement]:
         """The placement an interrupted search would return now (None before one is complete)."""
-        found = self._best_fitting(self.combos)
+        found = self._best_fitting(self.combos, headroom=False)
         return None if found is None else Placement(groups=found[2])
 
     def _ranked(self, combos: list[Combo]) -> list[tuple[int, int]]:
@@ -378,9 +459,42 @@ class _Search:
                 self._record(Phase.SCREEN, p, task.number, TaskResult(acc, lists))
         backend.close()
 
-    def _best_fitting(self, combos: list[Combo]) -> Optional[tuple[int, Combo, tuple[Group, ...]]]:
+    def _with_headroom(self, combo: Combo, configs: list, lists: list) -> list:
+        """``lists`` (models per group) with replicas added into unused memory, bucket by bucket,
+        by the fast heuristic scored at ``headroom`` times the request rate (issue 14: once
+        training attainment saturates the search stops adding replicas and leaves memory that
+        would absorb fresh bursts); kept only when training attainment does not drop."""
+        inst, factor = self.instance, self.o.headroom
+        if factor <= 0 or inst.simulator.batching or self._stopped() or self._time_up():
+            return lists
+        requests = inst.requests(workload=scaled_workload(inst.workload, factor))
+        out: list = []
+        first = 0
+        for p in combo.pairs:
+            bucket = self.plan.pairs[p][0]
+            n = len(self.tasks[p][self.pair_best[p].task].sizes)
+            ev = PlacementEvaluator(inst, requests.select(np.isin(requests.model, bucket)))
+            out += extend_selection(inst, configs[first:first + n], lists[first:first + n], bucket, ev, self.deadline)
+            first += n
+        training = PlacementEvaluator(inst)
+        before = training.accepted_per_model(self._shell_groups(configs, lists)).sum()
+        after = training.accepted_per_model(self._shell_groups(configs, out)).sum()
+        if after < before:
+            return lists
+        self.stats["headroom_replicas"] = sum(map(len, out)) - sum(map(len, lists))
+        return out
+
+    def _shell_groups(self, configs: list, lists: list) -> list[Group]:
+        """Groups of the given configs and model lists (devices do not matter to the simulator)."""
+        names = self.instance.model_names
+        return [Group(devices=tuple(range(pp * tp)), pp=pp, tp=tp, models=tuple(names[m] for m in sorted(ms)))
+                for (pp, tp), ms in zip(configs, lists)]
+
+    def _best_fitting(self, combos: list[Combo], headroom: bool = True
+                      ) -> Optional[tuple[int, Combo, tuple[Group, ...]]]:
         """(accepted, combination, groups) of the best combination whose groups fit the
-        cluster's nodes, or None when none does (yet)."""
+        cluster's nodes, or None when none does (yet); with ``headroom``, replicas added into
+        unused memory (a stopped search adds none, so the progress bar scores it without)."""
         inst = self.instance
         names = inst.model_names
         for value, i in self._ranked(combos):
@@ -394,6 +508,8 @@ class _Search:
             devices = allocate_devices(sizes, inst.cluster.nodes, inst.cluster.gpus_per_node)
             if devices is None:
                 continue
+            if headroom:
+                lists = self._with_headroom(combo, configs, lists)
             groups = tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(names[m] for m in sorted(ms)))
                            for d, (pp, tp), ms in zip(devices, configs, lists))
             return value, combo, groups

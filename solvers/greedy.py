@@ -36,6 +36,9 @@ from placement_opt.feasibility import model_stage_bytes
 from placement_opt.instance import Instance
 from placement_opt.placement import Group
 from placement_opt.simulate.evaluator import PlacementEvaluator
+from placement_opt.simulate.kernels import EARLIEST, SHORTEST_QUEUE
+
+from placement_opt.solvers.fast_greedy import fast_rounds_chunk
 
 
 #: A group shell: (devices, pp, tp).
@@ -153,6 +156,22 @@ def to_groups(instance: Instance, shells: Sequence[Shell], models_per_group: Seq
             for (dev, pp, tp), ms in zip(shells, models_per_group)]
 
 
+def _new_search(instance: Instance, shells: Sequence[Shell], ev: PlacementEvaluator, models: Optional[Sequence[int]],
+                beam: int, deadline: Optional[float], prune: bool,
+                progress: Optional[Callable[[int, tuple], None]]) -> _GreedySearch:
+    """The settings of one greedy run: candidate models (default: all), their bytes per stage in
+    every shell's config, the memory budget."""
+    candidate_models = list(range(len(instance.models))) if models is None else sorted(models)
+    need = {}
+    for (_, pp, tp) in shells:
+        for m in candidate_models:
+            if (m, pp, tp) not in need:
+                need[(m, pp, tp)] = model_stage_bytes(instance, m, pp, tp)
+    return _GreedySearch(ev, shells, [(pp, tp) for (_, pp, tp) in shells], candidate_models, need,
+                         instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9), max(1, beam), deadline, prune,
+                         progress)
+
+
 def greedy_selection(instance: Instance, shells: Sequence[Shell], beam: int = 1, time_limit: Optional[float] = None,
                      evaluator: Optional[PlacementEvaluator] = None, deadline: Optional[float] = None,
                      models: Optional[Sequence[int]] = None, fast: bool = False, prune: bool = True,
@@ -168,15 +187,7 @@ def greedy_selection(instance: Instance, shells: Sequence[Shell], beam: int = 1,
     if deadline is None and time_limit is not None:
         deadline = start + time_limit
     n_models = len(instance.models)
-    candidate_models = list(range(n_models)) if models is None else sorted(models)
-    need = {}
-    for (_, pp, tp) in shells:
-        for m in candidate_models:
-            if (m, pp, tp) not in need:
-                need[(m, pp, tp)] = model_stage_bytes(instance, m, pp, tp)
-    search = _GreedySearch(ev, shells, [(pp, tp) for (_, pp, tp) in shells], candidate_models, need,
-                           instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9), max(1, beam), deadline, prune,
-                           progress)
+    search = _new_search(instance, shells, ev, models, beam, deadline, prune, progress)
     empty = _State([() for _ in shells], [np.zeros(pp) for (_, pp, _) in shells],
                    np.zeros(n_models, dtype=np.int64), 0)
     run = _Run(empty, {"rounds": 0, "candidates_evaluated": 0, "candidates_pruned": 0, "simulations": 0,
@@ -255,13 +266,19 @@ def _candidates(search: _GreedySearch, states: list, comps: list) -> list[_Candi
     return pending
 
 
-def _score(search: _GreedySearch, st: _State, comp: _Components, c: _Candidate) -> _Scored:
-    """Simulate the component candidate ``c`` changes (memoised by the evaluator)."""
+def _score(search: _GreedySearch, st: _State, comp: _Components, c: _Candidate,
+           floor: Optional[int] = None) -> Optional[_Scored]:
+    """Simulate the component candidate ``c`` changes (memoised by the evaluator); None when
+    its total is certainly below ``floor`` (the simulation gave up part way: such a candidate
+    cannot enter the beam, so giving up does not change the answer)."""
     groups, models = comp.affected(c.model, c.group)
     lists = [st.models[x] + (c.model,) if x == c.group else st.models[x] for x in groups]
-    acc = search.ev.accepted_of_component([search.configs[x] for x in groups], lists, models)
-    total = st.total - int(st.accepted[list(models)].sum()) + int(acc.sum())
-    return _Scored(total, c, models, acc)
+    rest = st.total - int(st.accepted[list(models)].sum())
+    acc = search.ev.accepted_of_component_at_least([search.configs[x] for x in groups], lists, models,
+                                                   None if floor is None else floor - rest)
+    if acc is None:
+        return None
+    return _Scored(rest + int(acc.sum()), c, models, acc)
 
 
 def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pending: list[_Candidate]) -> list[_Scored]:
@@ -277,7 +294,8 @@ def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pendi
             stats["candidates_pruned"] += len(pending) - i
             break
         st = states[c.state]
-        scored = _score(search, st, comps[c.state], c)
+        floor = heap[0] if search.prune and len(heap) >= search.beam else None
+        scored = _score(search, st, comps[c.state], c, floor)
         stats["candidates_evaluated"] += 1
         if search.beam > 1:
             key = tuple(tuple(sorted(st.models[x] + (c.model,))) if x == c.group else st.models[x]
@@ -285,11 +303,12 @@ def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pendi
             if key in seen:
                 continue
             seen.add(key)
-        evaluated.append(scored)
-        if len(heap) < search.beam:
-            heapq.heappush(heap, scored.total)
-        elif scored.total > heap[0]:
-            heapq.heapreplace(heap, scored.total)
+        if scored is not None:
+            evaluated.append(scored)
+            if len(heap) < search.beam:
+                heapq.heappush(heap, scored.total)
+            elif scored.total > heap[0]:
+                heapq.heapreplace(heap, scored.total)
         if search.timed_out():
             stats["timed_out"] = True
             break
@@ -322,10 +341,145 @@ def _beam_rounds(search: _GreedySearch, run: _Run) -> None:
             break
 
 
+#: Rounds of the compiled fast heuristic between two deadline checks.
+FAST_CHUNK_ROUNDS = 16
+
+
+def _compiled_problem(search: _GreedySearch) -> tuple:
+    """The flat arrays :func:`solvers.fast_greedy.fast_rounds_chunk` reads: the evaluator's requests
+    of the candidate models (model ids as positions in ``search.models``), their request counts,
+    and per distinct group config the stage latencies and bytes of every candidate model."""
+    ev = search.ev
+    models = np.asarray(search.models, dtype=np.int64)
+    local = np.full(ev.n_models, -1, dtype=np.int32)
+    local[models] = np.arange(len(models), dtype=np.int32)
+    req = ev.requests
+    keep = local[req.model] >= 0
+    model = local[req.model[keep]]
+    by_model = np.argsort(model, kind="stable").astype(np.int64)
+    model_ptr = np.zeros(len(models) + 1, dtype=np.int64)
+    model_ptr[1:] = np.cumsum(np.bincount(model, minlength=len(models)))
+    requests = (req.arrival[keep], model, req.deadline[keep], by_model, model_ptr)
+    configs = sorted(set(search.configs))
+    cfg_index = {c: i for i, c in enumerate(configs)}
+    max_pp = max(pp for pp, _ in configs)
+    lat = np.full((len(configs), len(models), max_pp), np.inf)
+    need = np.zeros((len(configs), len(models), max_pp))
+    profiled = np.zeros((len(configs), len(models)), dtype=np.bool_)
+    for c, (pp, tp) in enumerate(configs):
+        for j, m in enumerate(search.models):
+            bytes_ = search.need[(m, pp, tp)]
+            if bytes_ is not None:
+                profiled[c, j] = True
+                need[c, j, :pp] = bytes_
+                lat[c, j, :pp] = ev.latencies(m, pp, tp)[:pp]
+    group_pp = np.array([c[0] for c in search.configs], dtype=np.int32)
+    group_cfg = np.array([cfg_index[c] for c in search.configs], dtype=np.int32)
+    served = ev.requests_per_model[models].astype(np.int64)
+    return requests, served, (group_pp, group_cfg, lat, need, profiled), max_pp
+
+
 def _fast_rounds(search: _GreedySearch, run: _Run) -> None:
     """One simulation per round; most-unserved model onto the least-utilised group with room
     (``beam`` and ``prune`` do not apply: there is one candidate per round). The simulation is
-    incremental: only the component of the changed group is re-run."""
+    incremental: only the component of the changed group is re-run. Served one request at a
+    time, the rounds run compiled (:mod:`solvers.fast_greedy`, the same decisions) in chunks
+    with a deadline check between them; batching keeps the Python rounds."""
+    if search.ev.config.batching or not search.models:
+        _fast_rounds_python(search, run)
+        return
+    n_groups, n_models = search.n_groups, len(search.models)
+    start = _CompiledState(np.zeros((n_groups, n_models), dtype=np.bool_), np.zeros(n_models, dtype=np.int64),
+                           np.zeros(n_groups), 0)
+    best_hosted, best_total = _compiled_rounds(search, run.stats, start)
+    run.improve(_hosted_state(search, best_hosted, best_total))
+
+
+class _CompiledState(NamedTuple):
+    """Where compiled rounds start: the models each group hosts (``hosted[group, position in
+    search.models]``), their accepted requests, the groups' busy seconds, and the accepted total."""
+
+    hosted: np.ndarray
+    accepted: np.ndarray
+    busy: np.ndarray
+    total: int
+
+
+def _compiled_rounds(search: _GreedySearch, stats: dict, start: _CompiledState) -> tuple[np.ndarray, int]:
+    """Run the compiled fast heuristic from ``start`` to its end (or the deadline or Ctrl-C, both
+    seen every ``FAST_CHUNK_ROUNDS`` rounds); returns the best hosting seen and its accepted total."""
+    ev = search.ev
+    requests, served, problem, max_pp = _compiled_problem(search)
+    group_pp, group_cfg, _, need, _ = problem
+    hosted = start.hosted.copy()
+    used = np.zeros((search.n_groups, max_pp))
+    for g, j in zip(*np.nonzero(hosted)):
+        used[g, :group_pp[g]] += need[group_cfg[g], j, :group_pp[g]]
+    best_total = np.array([start.total], dtype=np.int64)
+    counters = np.zeros(2, dtype=np.int64)
+    state = (hosted, used, start.accepted.astype(np.int64), start.busy.astype(np.float64), hosted.copy(),
+             best_total, counters)
+    policy = SHORTEST_QUEUE if ev.config.dispatch == "shortest_queue" else EARLIEST
+    settings = (float(search.budget), max(ev.requests.duration_s, 1e-9), float(ev.config.overhead_s), policy)
+    finished = False
+    try:
+        while not finished:
+            finished = fast_rounds_chunk(requests, served, problem, state, settings, FAST_CHUNK_ROUNDS)
+            if search.progress is not None:
+                search.progress(int(counters[1]), tuple(tuple(search.models[j] for j in np.nonzero(row)[0])
+                                                        for row in state[4]))
+            if not finished and search.timed_out():
+                stats["timed_out"] = True
+                break
+    except KeyboardInterrupt:  # Ctrl-C between chunks: the best hosting so far stands
+        stats["interrupted"] = True
+    stats["rounds"] += int(counters[0])
+    stats["candidates_evaluated"] += int(counters[1])
+    ev.evaluations += int(counters[1])
+    return state[4], int(best_total[0])
+
+
+def extend_selection(instance: Instance, configs: Sequence[tuple[int, int]], model_lists: Sequence[Sequence[int]],
+                     models: Sequence[int], evaluator: PlacementEvaluator,
+                     deadline: Optional[float] = None) -> list[tuple[int, ...]]:
+    """Groups of ``configs`` already hosting ``model_lists`` (indices of ``models``'s models) get
+    more replicas from the fast heuristic, scored on the evaluator's requests, until no model
+    with unserved requests has room (the memory left unused) or ``deadline``. Returns the
+    models of every group, the given ones included. Needs a simulator that serves requests one
+    at a time."""
+    shells = [((), pp, tp) for pp, tp in configs]
+    search = _new_search(instance, shells, evaluator, models, 1, deadline, True, None)
+    position = {m: j for j, m in enumerate(search.models)}
+    hosted = np.zeros((len(shells), len(search.models)), dtype=np.bool_)
+    for g, ms in enumerate(model_lists):
+        hosted[g, [position[m] for m in ms]] = True
+    hosted_models = tuple(sorted({m for ms in model_lists for m in ms}))
+    result = evaluator.component_result(list(configs), [tuple(sorted(ms)) for ms in model_lists], hosted_models)
+    assert result is not None  # no min_accepted: the simulation runs to the end
+    acc_of, busy = result
+    accepted = np.zeros(len(search.models), dtype=np.int64)
+    accepted[[position[m] for m in hosted_models]] = acc_of
+    stats = {"rounds": 0, "candidates_evaluated": 0, "timed_out": False, "interrupted": False}
+    best_hosted, _ = _compiled_rounds(search, stats, _CompiledState(hosted, accepted, busy, int(acc_of.sum())))
+    return [tuple(search.models[j] for j in np.nonzero(row)[0]) for row in best_hosted]
+
+
+def _hosted_state(search: _GreedySearch, hosted: np.ndarray, total: int) -> _State:
+    """The state whose groups host ``hosted[group, position in search.models]`` (its per-model
+    accepted counts are not kept: only the total is read from the best state)."""
+    models = [tuple(search.models[j] for j in np.nonzero(row)[0]) for row in hosted]
+    used = []
+    for g, ms in enumerate(models):
+        pp, tp = search.configs[g]
+        u = np.zeros(pp)
+        for m in ms:
+            u = u + search.need[(m, pp, tp)]
+        used.append(u)
+    return _State(models, used, np.zeros(search.ev.n_models, dtype=np.int64), total)
+
+
+def _fast_rounds_python(search: _GreedySearch, run: _Run) -> None:
+    """The fast heuristic's rounds in Python (the batching simulator): see :func:`_fast_rounds`."""
     ev, stats = search.ev, run.stats
     served = ev.requests_per_model
     duration = max(ev.requests.duration_s, 1e-9)
@@ -352,7 +506,9 @@ def _fast_rounds(search: _GreedySearch, run: _Run) -> None:
             c = comp.of_group[g]
             gl = comp.groups[c]
             ml = tuple(sorted(comp.models[c]))
-            acc, comp_busy = ev.component_result([search.configs[x] for x in gl], [new_models[x] for x in gl], ml)
+            result = ev.component_result([search.configs[x] for x in gl], [new_models[x] for x in gl], ml)
+            assert result is not None  # no min_accepted: the simulation runs to the end
+            acc, comp_busy = result
             stats["candidates_evaluated"] += 1
             st = _apply(st, m, g, req, ml, acc)
             busy = busy.copy()

@@ -84,6 +84,16 @@ def test_flow_shop_loop_counts_no_references(policy):
     assert _refcounts_on_loops(run, "run_flow_shop") == {}
 
 
+@pytest.mark.parametrize("policy", [kernels.EARLIEST, kernels.SHORTEST_QUEUE])
+def test_attainment_kernel_loop_counts_no_references(policy):
+    run = njit(kernels.accept_flow_shop.py_func)
+    requests, hosts, out = _inputs()
+    counts = np.zeros(1, dtype=np.int64)
+    assert run(requests, tuple(hosts), out[3], out[4], counts, 0.0, policy) == 3
+    assert counts.tolist() == [3]
+    assert _refcounts_on_loops(run, "accept_flow_shop") == {}
+
+
 def test_batching_loop_counts_no_references():
     serve = njit(kernels._serve_batches.py_func)
     requests, hosts, out = _inputs()

@@ -17,6 +17,7 @@ import numpy as np
 from placement_opt.instance import Instance
 from placement_opt.placement import Group
 from placement_opt.simulate.flowshop import run_tables
+from placement_opt.simulate.kernels import EARLIEST, SHORTEST_QUEUE, accept_flow_shop
 from placement_opt.simulate.tables import HostTables, batch_size_grid, build_tables, stage_latencies
 from placement_opt.workload import Requests
 
@@ -63,7 +64,8 @@ class PlacementEvaluator:
 
     # --- fast path for searches that describe groups as (pp, tp) shells and model-index lists ---
 
-    def _latencies(self, m: int, pp: int, tp: int) -> np.ndarray:
+    def latencies(self, m: int, pp: int, tp: int) -> np.ndarray:
+        """Model ``m``'s stage latencies in config (pp, tp), batch size by batch size (cached)."""
         key = (m, pp, tp)
         lat = self._lat.get(key)
         if lat is None:
@@ -86,7 +88,7 @@ class PlacementEvaluator:
         key = (pp, tp, models)
         block = self._blocks.get(key)
         if block is None:
-            lats = [self._latencies(m, pp, tp) for m in models]
+            lats = [self.latencies(m, pp, tp) for m in models]
             offsets = np.zeros(len(models), dtype=np.int64)
             if lats:
                 offsets[1:] = np.cumsum([x.size for x in lats[:-1]])
@@ -100,7 +102,7 @@ class PlacementEvaluator:
         :func:`~placement_opt.simulate.tables.build_tables`: by model, then group; latencies are
         laid out group by group from cached per-group blocks)."""
         n_groups = len(configs)
-        stage_ptr = np.zeros(n_groups + 1, dtype=np.int64)
+        stage_ptr = np.zeros(n_groups + 1, dtype=np.int32)
         stage_ptr[1:] = np.cumsum([c[0] for c in configs])
         blocks = [self._block(c[0], c[1], tuple(sorted(ms))) for c, ms in zip(configs, model_lists)]
         sizes = np.array([b[1].size for b in blocks], dtype=np.int64)
@@ -132,11 +134,39 @@ class PlacementEvaluator:
         on nothing else, so identical components met in other beam entries, rounds or
         candidates are simulated once.
         """
-        return self.component_result(configs, model_lists, models)[0]
+        result = self.component_result(configs, model_lists, models)
+        assert result is not None  # no min_accepted: the simulation runs to the end
+        return result[0]
+
+    def accepted_of_component_at_least(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]],
+                                       models: tuple, min_accepted: Optional[int]) -> Optional[np.ndarray]:
+        """:meth:`accepted_of_component`, or None as soon as the simulation shows that fewer than
+        ``min_accepted`` requests will be accepted (a simulation that gave up is not memoised)."""
+        result = self.component_result(configs, model_lists, models, min_accepted)
+        return None if result is None else result[0]
+
+    def _simulate_component(self, tables: HostTables, req: Requests, models: tuple,
+                            min_accepted: Optional[int] = None) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """(accepted of ``models``, busy seconds per group): the attainment-only kernel when
+        requests are served one at a time (nothing per request is written; None once fewer than
+        ``min_accepted`` can be accepted), else the batching one (always run to the end)."""
+        if self.config.batching:
+            res = run_tables(tables, req, self.n_models, self.config)
+            return np.bincount(req.model[res.finish >= 0], minlength=self.n_models)[list(models)], res.busy
+        counts = np.zeros(self.n_models, dtype=np.int64)
+        busy = np.zeros(tables.n_groups)
+        policy = SHORTEST_QUEUE if self.config.dispatch == "shortest_queue" else EARLIEST
+        max_rejected = -1 if min_accepted is None or min_accepted <= 0 else max(len(req) - min_accepted, 0)
+        if accept_flow_shop((req.arrival, req.model, req.deadline), tuple(tables), busy,
+                            np.zeros(int(tables.stage_ptr[-1])), counts, self.config.overhead_s, policy,
+                            max_rejected) < 0:
+            return None
+        return counts[list(models)], busy
 
     def component_result(self, configs: Sequence[tuple], model_lists: Sequence[Sequence[int]],
-                         models: tuple) -> tuple[np.ndarray, np.ndarray]:
-        """(accepted of ``models``, busy seconds of every group) for one component (memoised)."""
+                         models: tuple, min_accepted: Optional[int] = None) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """(accepted of ``models``, busy seconds of every group) for one component (memoised);
+        None when fewer than ``min_accepted`` requests will be accepted (see accepted_of_component)."""
         key = tuple((c[0], c[1], tuple(sorted(ms))) for c, ms in zip(configs, model_lists))
         hit = self._memo.get(key)
         if hit is not None:
@@ -145,8 +175,9 @@ class PlacementEvaluator:
         self.evaluations += 1
         req = self._requests_of(models)
         tables = self.shell_tables(configs, model_lists)
-        res = run_tables(tables, req, self.n_models, self.config)
-        out = (np.bincount(req.model[res.finish >= 0], minlength=self.n_models)[list(models)], res.busy)
+        out = self._simulate_component(tables, req, models, min_accepted)
+        if out is None:
+            return None
         if len(self._memo) < MEMO_LIMIT:
             self._memo[key] = out
         return out

@@ -167,6 +167,109 @@ def _pick_host(hosts: HostTables, clocks: np.ndarray, queues: GroupQueues, m: in
     return best
 
 
+@njit(cache=True, inline="always")
+def _host_stages(hosts: HostTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per host: its group's first clock, its number of stages and its group's last clock (int32),
+    so that dispatch and the stage pass read one array instead of two chained lookups."""
+    host_group = hosts.host_group
+    stage_ptr = hosts.stage_ptr
+    n_hosts = host_group.shape[0]
+    first = np.empty(n_hosts, dtype=np.int32)
+    count = np.empty(n_hosts, dtype=np.int32)
+    last = np.empty(n_hosts, dtype=np.int32)
+    for h in range(n_hosts):
+        g = host_group[h]
+        first[h] = stage_ptr[g]
+        count[h] = stage_ptr[g + 1] - stage_ptr[g]
+        last[h] = stage_ptr[g + 1] - 1
+    return first, count, last
+
+
+@njit(cache=True, inline="always")
+def _flow_shop_loop(requests: tuple, hosts: HostTables, out: tuple, accepted_of: np.ndarray, overhead: float,
+                    policy: int, record: bool, max_rejected: int) -> int:
+    """The one-request-at-a-time loop shared by :func:`run_flow_shop` (``record``: per-request
+    finish and group written) and :func:`accept_flow_shop` (only per-model accepted counts).
+
+    One pass per request: the stages are occupied optimistically while the finish is computed
+    (their old clocks and the group's busy seconds kept aside) and put back when the request
+    is rejected, which is rare. The sums and comparisons are those of the two-pass form, so
+    the results are bit for bit the same. The loop gives up, returning -1, once more than
+    ``max_rejected`` requests are rejected (a search's candidate that can no longer win).
+    """
+    arrival, model, deadline = requests
+    finish, group_out, _, busy, clocks = out
+    host_group = hosts.host_group
+    host_lat_ptr = hosts.host_lat_ptr
+    host_ptr = hosts.host_ptr
+    lat = hosts.lat
+    first, count, last = _host_stages(hosts)
+    old = np.empty(max(int(count.max()), 1) if count.shape[0] else 1, dtype=np.float64)
+    n = arrival.shape[0]
+    queues = _group_queues(n if policy == SHORTEST_QUEUE else 0, hosts.stage_ptr.shape[0] - 1)
+    successor, head, tail, length, done = queues
+    accepted = 0
+    rejected = 0
+    i = -1
+    while i + 1 < n and rejected <= max_rejected:
+        i += 1
+        m = model[i]
+        a = arrival[i]
+        if policy == EARLIEST:
+            h = -1
+            best_key = np.inf
+            for k in range(host_ptr[m], host_ptr[m + 1]):
+                c = clocks[last[k]]
+                if c < best_key:
+                    best_key = c
+                    h = k
+        else:
+            h = _pick_host(hosts, clocks, queues, m, a, policy)
+        if h < 0:
+            rejected += 1
+            if record:
+                finish[i] = -1.0
+                group_out[i] = -1
+            continue
+        g = host_group[h]
+        s0 = first[h]
+        off = host_lat_ptr[h]
+        t = a
+        spent = busy[g]
+        for s in range(count[h]):
+            c = clocks[s0 + s]
+            old[s] = c
+            if c > t:
+                t = c
+            t += lat[off + s]
+            clocks[s0 + s] = t
+            spent += lat[off + s]
+        end = t + overhead
+        if end <= deadline[i]:
+            busy[g] = spent
+            accepted += 1
+            accepted_of[m] += 1
+            if record:
+                finish[i] = end
+                group_out[i] = g
+            if policy == SHORTEST_QUEUE:  # request i joins group g's queue
+                done[i] = t
+                if tail[g] >= 0 and head[g] >= 0:
+                    successor[tail[g]] = i
+                else:
+                    head[g] = i
+                tail[g] = i
+                length[g] += 1
+        else:
+            rejected += 1
+            for s in range(count[h]):
+                clocks[s0 + s] = old[s]
+            if record:
+                finish[i] = -1.0
+                group_out[i] = -1
+    return accepted if rejected <= max_rejected else -1
+
+
 @njit(cache=True)
 def run_flow_shop(requests: tuple, hosts: tuple, out: tuple, overhead: float, policy: int) -> int:
     """One request at a time, in arrival order, with admission control.
@@ -177,37 +280,24 @@ def run_flow_shop(requests: tuple, hosts: tuple, out: tuple, overhead: float, po
     A request whose finish would pass its deadline is rejected and changes nothing.
     Returns the number of accepted requests.
     """
-    arrival, model, deadline = requests
-    hosts = HostTables(*hosts)
-    finish, group_out, _, busy, clocks = out
-    host_group = hosts.host_group
-    host_lat_ptr = hosts.host_lat_ptr
-    n = arrival.shape[0]
-    queues = _group_queues(n if policy == SHORTEST_QUEUE else 0, hosts.stage_ptr.shape[0] - 1)
-    successor, head, tail, length, done = queues
-    accepted = 0
-    for i in range(n):
-        h = _pick_host(hosts, clocks, queues, model[i], arrival[i], policy)
-        if h >= 0:
-            g = host_group[h]
-            end = _batch_end(hosts, clocks, g, host_lat_ptr[h], arrival[i]) + overhead
-            if end <= deadline[i]:
-                finish[i] = end
-                group_out[i] = g
-                accepted += 1
-                done_i = _occupy(hosts, clocks, busy, g, host_lat_ptr[h], arrival[i])
-                if policy == SHORTEST_QUEUE:  # request i joins group g's queue
-                    done[i] = done_i
-                    if tail[g] >= 0 and head[g] >= 0:
-                        successor[tail[g]] = i
-                    else:
-                        head[g] = i
-                    tail[g] = i
-                    length[g] += 1
-                continue
-        finish[i] = -1.0
-        group_out[i] = -1
-    return accepted
+    accepted_of = np.zeros(hosts[0].shape[0], dtype=np.int64)
+    n = requests[0].shape[0]
+    return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, True, n)
+
+
+@njit(cache=True)
+def accept_flow_shop(requests: tuple, hosts: tuple, busy: np.ndarray, clocks: np.ndarray, accepted_of: np.ndarray,
+                     overhead: float, policy: int, max_rejected: int = -1) -> int:
+    """:func:`run_flow_shop` for searches: the same decisions, but only the accepted requests
+    of every model (added to ``accepted_of``), the busy seconds and the clocks are kept;
+    nothing per request is written. Returns the number of accepted requests, or -1 (the other
+    outputs then partial) as soon as more than ``max_rejected`` are rejected (-1: no limit)."""
+    if max_rejected < 0:
+        max_rejected = requests[0].shape[0]
+    empty_f = np.empty(0, dtype=np.float64)
+    empty_i = np.empty(0, dtype=np.int64)
+    out = (empty_f, empty_i, empty_i, busy, clocks)
+    return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, False, max_rejected)
 
 
 # --- batching -----------------------------------------------------------------------------------

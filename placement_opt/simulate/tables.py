@@ -53,14 +53,15 @@ def device_scales(instance: Instance, group: Group) -> np.ndarray | None:
 
 def build_tables(instance: Instance, groups: Sequence[Group], config: SimulatorConfig | None = None,
                  batch_sizes: np.ndarray | None = None, model_filter: Sequence[int] | None = None) -> HostTables:
-    """Build the host arrays. ``model_filter`` restricts the hosts to those models."""
+    """Build the host arrays (int32 indices; latency offsets int64). ``model_filter`` restricts
+    the hosts to those models."""
     config = config or instance.simulator
     if batch_sizes is None:
         batch_sizes = (batch_size_grid(instance.model_profiles, config.max_batch) if config.batching
                        else np.array([1], dtype=np.int64))
     n_models = len(instance.models)
     index = {m: i for i, m in enumerate(instance.model_names)}
-    stage_ptr = np.zeros(len(groups) + 1, dtype=np.int64)
+    stage_ptr = np.zeros(len(groups) + 1, dtype=np.int32)
     for g, grp in enumerate(groups):
         stage_ptr[g + 1] = stage_ptr[g] + grp.pp
     hosts_of: list[list[int]] = [[] for _ in range(n_models)]
@@ -69,7 +70,7 @@ def build_tables(instance: Instance, groups: Sequence[Group], config: SimulatorC
             m = index[name]
             if model_filter is None or m in model_filter:
                 hosts_of[m].append(g)
-    host_ptr = np.zeros(n_models + 1, dtype=np.int64)
+    host_ptr = np.zeros(n_models + 1, dtype=np.int32)
     host_group, host_model, host_lat_ptr, lat_parts = [], [], [], []
     offset = 0
     cache = {}
@@ -90,17 +91,17 @@ def build_tables(instance: Instance, groups: Sequence[Group], config: SimulatorC
     group_hosts_of: list[list[int]] = [[] for _ in groups]
     for h, g in enumerate(host_group):
         group_hosts_of[g].append(h)
-    group_host_ptr = np.zeros(len(groups) + 1, dtype=np.int64)
+    group_host_ptr = np.zeros(len(groups) + 1, dtype=np.int32)
     for g in range(len(groups)):
         group_host_ptr[g + 1] = group_host_ptr[g] + len(group_hosts_of[g])
     return HostTables(
         host_ptr=host_ptr,
-        host_group=np.array(host_group, dtype=np.int64),
-        host_model=np.array(host_model, dtype=np.int64),
+        host_group=np.array(host_group, dtype=np.int32),
+        host_model=np.array(host_model, dtype=np.int32),
         host_lat_ptr=np.array(host_lat_ptr, dtype=np.int64),
         lat=np.concatenate(lat_parts) if lat_parts else np.zeros(0),
         stage_ptr=stage_ptr,
         group_host_ptr=group_host_ptr,
-        group_hosts=np.array([h for hs in group_hosts_of for h in hs], dtype=np.int64),
+        group_hosts=np.array([h for hs in group_hosts_of for h in hs], dtype=np.int32),
         batch_sizes=np.asarray(batch_sizes, dtype=np.int64),
     )

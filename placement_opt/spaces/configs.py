@@ -18,6 +18,20 @@ def _auto_parallel(instance: Instance, model: int, n_gpus: int) -> Optional[List
     return [(pp, tp) for pp, tp in enumerate_parallel_configs(spec, n_gpus, instance.cluster)]
 
 
+def distinct_models(instance: Instance, models: Sequence[int]) -> list[int]:
+    """The first model of every distinct (profile, architecture) pair among ``models``: models
+    that share both share their configs, and large instances have thousands of models of a few
+    kinds (callers that build many :class:`ParallelConfigs` of one bucket pass these instead)."""
+    seen = set()
+    out = []
+    for m in models:
+        key = (id(instance.model_profiles[m]), id(instance.models[m].architecture))
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return out
+
+
 class ParallelConfigs:
     """(pp, tp) with pp x tp = ``size`` that at least one of ``models`` can run in memory.
 
@@ -37,7 +51,7 @@ class ParallelConfigs:
     def _kept(self) -> list[tuple[int, int]]:
         budget = self.instance.cluster.gpu.usable_memory_bytes * (1 + 1e-9)
         kept: Set[Tuple[int, int]] = set()
-        for m in self.models:
+        for m in distinct_models(self.instance, self.models):
             prof = self.instance.model_profiles[m]
             cands = _auto_parallel(self.instance, m, self.size)
             if cands is None:

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 from placement_opt.instance import Instance
 from placement_opt.spaces.buckets import DeviceBuckets, ModelBuckets, model_loads
-from placement_opt.spaces.configs import ParallelConfigs
+from placement_opt.spaces.configs import ParallelConfigs, distinct_models
 from placement_opt.spaces.partitions import GroupPartitions
 from placement_opt.validation import option
 from placement_opt.workload import Requests
@@ -65,18 +65,19 @@ def bucket_tasks(instance: Instance, models: Bucket, n_devices: int, settings: S
     the remainder group has its own."""
     cl = instance.cluster
     sizes = settings.group_sizes or None
+    kinds = distinct_models(instance, models)  # the same configs, computed from a few models
     tasks: List[BucketTask] = []
     for part in GroupPartitions(n_devices, cl.gpus_per_node, sizes):
         s = part[0]
         if settings.max_group_size and s > settings.max_group_size:
             continue
         tp = settings.tp or None
-        main = list(ParallelConfigs(instance, s, models, tp))
+        main = list(ParallelConfigs(instance, s, kinds, tp))
         rem = part[-1] if part[-1] != s else None
         if rem is None:
             tasks += [(part, (c,) * len(part)) for c in main]
             continue
-        rest = list(ParallelConfigs(instance, rem, models, tp))
+        rest = list(ParallelConfigs(instance, rem, kinds, tp))
         tasks += [(part, (c,) * (len(part) - 1) + (r,)) for c, r in itertools.product(main, rest)]
     return tasks
 

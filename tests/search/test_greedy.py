@@ -1,5 +1,7 @@
 """Algorithm 1 and the exhaustive oracle: optimality gaps, exact pruning, fast mode, anytime stops."""
 
+import dataclasses
+
 import pytest
 
 from placement_opt import check_placement, simulate
@@ -8,6 +10,7 @@ from placement_opt.placement import Placement
 from placement_opt.solvers import run_solver
 from placement_opt.solvers.alpaserve_greedy import fixed_partition
 from placement_opt.solvers.exhaustive import count_exhaustive
+from placement_opt.solvers import greedy
 from placement_opt.solvers.greedy import greedy_selection
 
 from .helpers import TINY, repo_instance, shortened, tiny
@@ -92,3 +95,35 @@ def test_incremental_scores_match_full_simulation_other_simulators(simulator):
         groups, stats = greedy_selection(inst, fixed_partition(inst, size, 1), beam=2)
         metrics = simulate(inst, Placement(groups=tuple(groups)))
         assert metrics["slo_attainment"] == pytest.approx(stats["best_attainment"])
+
+
+@pytest.mark.parametrize("rel,size,dispatch", [("alpaserve/s1.json", 4, "earliest"), ("alpaserve/s3.json", 8, "earliest"),
+                                               ("alpaserve/s2.json", 2, "shortest_queue")])
+def test_compiled_fast_rounds_decide_as_the_python_rounds(monkeypatch, rel, size, dispatch):
+    """solvers.fast_greedy runs the fast heuristic compiled: same groups, counts and rounds."""
+    inst = shortened(rel, 40)
+    inst = dataclasses.replace(inst, simulator=dataclasses.replace(inst.simulator, dispatch=dispatch))
+    shells = fixed_partition(inst, size, 1)
+    compiled = greedy_selection(inst, shells, fast=True)
+    monkeypatch.setattr(greedy, "_fast_rounds", greedy._fast_rounds_python)
+    python = greedy_selection(inst, shells, fast=True)
+    assert compiled[0] == python[0]
+    for key in ("accepted", "rounds", "candidates_evaluated", "simulations"):
+        assert compiled[1][key] == python[1][key], key
+
+
+def test_extend_selection_adds_replicas_into_unused_memory():
+    """From a partial selection (every other replica of a greedy result dropped), more replicas
+    scored at twice the rate: a superset, within memory."""
+    from placement_opt.solvers.greedy import extend_selection
+    inst = shortened("alpaserve/s2.json", 40)
+    shells = fixed_partition(inst, 2, 1)
+    groups, _ = greedy_selection(inst, shells, fast=True)
+    index = {n: i for i, n in enumerate(inst.model_names)}
+    lists = [tuple(index[n] for n in g.models[::2]) for g in groups]
+    busier = inst.requests(workload=dataclasses.replace(inst.workload, process=inst.workload.process.scaled(2.0)))
+    ev = PlacementEvaluator(inst, busier)
+    out = extend_selection(inst, [(pp, tp) for _, pp, tp in shells], lists, range(len(inst.models)), ev)
+    assert all(set(a) <= set(b) for a, b in zip(lists, out))
+    assert sum(map(len, out)) > sum(map(len, lists))
+    check_placement(Placement(groups=tuple(greedy.to_groups(inst, shells, out))), inst)

@@ -29,11 +29,11 @@ class _InterruptingEvaluator(PlacementEvaluator):
         self.calls = 0
         self.limit = limit
 
-    def component_result(self, configs, model_lists, models):
+    def component_result(self, configs, model_lists, models, min_accepted=None):
         self.calls += 1
         if self.calls == self.limit:
             raise KeyboardInterrupt
-        return super().component_result(configs, model_lists, models)
+        return super().component_result(configs, model_lists, models, min_accepted)
 
 
 def test_interrupted_beam_search_returns_the_best_finished_round():
