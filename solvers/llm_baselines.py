@@ -5,9 +5,11 @@ the greedy-memory placement of its ablation.
   rules (weights, reserve and one request's KV cache; heads; a cost-table entry); GPUs left over then go, one
   doubling at a time, to the LLM whose Eq. 3 estimate falls furthest below its rate (when
   the meshes still pack into the nodes). Whole SMs, continuous batching, no sharing.
-* ``temporal``: MuxServe's placement, but each mesh runs one job at a time on all its SMs
-  in FCFS order (AlpaServe-style temporal multiplexing). The placement records
-  ``Placement.scheduling = "temporal"``, which the simulator honours.
+* ``temporal``: MuxServe's placement search, but each mesh runs one job at a time on all its
+  SMs in FCFS order (AlpaServe-style temporal multiplexing), and the search estimates that
+  scheduling (shares 1, colocated LLMs' decode steps one after another), so the baseline is
+  the best temporal placement the search finds, not a MuxServe placement served worse. The
+  placement records ``Placement.scheduling = "temporal"``, which the simulator honours.
 * ``greedy-memory``: per mesh group, the highest-rate LLM first onto the mesh with the most
   free memory; the group with the best estimate wins.
 """
@@ -85,10 +87,10 @@ class Spatial(Solver):
 
 @register
 class Temporal(Solver):
-    """MuxServe's placement served by temporal multiplexing (one job at a time per mesh)."""
+    """MuxServe's mesh search for temporal multiplexing (one job at a time per mesh)."""
 
     name = "temporal"
-    summary = "MuxServe placement, one job at a time per mesh in FCFS order (LLM baseline)"
+    summary = "MuxServe's mesh search for one job at a time per mesh in FCFS order (LLM baseline)"
     family = "llm"
     Options = MuxServeOptions
 

@@ -5,6 +5,8 @@ For LLM ``m`` colocated in a unit (a mesh and the LLMs on it)::
     tpt(m) = min(b_m / (sum over the unit's LLMs i of prefill_i(b_i) + decode_m(b_m) x out_m), rate_m)
 
 prefill phases of colocated LLMs run one after another while their decode phases overlap.
+Under temporal scheduling (``serial_decode``) decode steps run one after another too, so
+``decode_m(b_m)`` becomes ``sum over the unit's LLMs i of decode_i(b_i)``.
 ``b_m`` is the smallest batch whose estimate meets the rate (binary search), capped by
 ``max_batch`` and by the KV cache the LLM's quota holds: the mesh's pool after weights and
 the runtime reserves (the rule set's memory plan) is split in proportion to rate x per-token KV size (ADBS's quotas), and a request needs
@@ -13,7 +15,8 @@ sum, the batches are found by a few rounds of fixed-point iteration.
 
 Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
 decode step of ``b`` requests at the mean context) are precomputed per (LLM, TP degree) at
-the candidate SM share, so the kernels below touch only flat arrays.
+the candidate SM share, so the kernels below touch only flat arrays. :class:`Headroom`
+estimates units at multiples of the rates (the mesh-group search's tie-break).
 """
 
 from __future__ import annotations
@@ -36,13 +39,32 @@ FIXED_POINT_ROUNDS = 4
 
 
 @njit(cache=True)
+def _smallest_batch(r: int, m: int, others_p: float, others_d: float, P: np.ndarray, D: np.ndarray,
+                    out_len: np.ndarray, rate: np.ndarray, hi: int) -> int:
+    """The smallest batch (at most ``hi``) whose Eq. 3 estimate meets the rate, given the other
+    members' prefill seconds ``others_p`` and decode-step seconds ``others_d`` per round."""
+    lo = 1
+    if hi / (others_p + P[r, hi] + (others_d + D[r, hi]) * out_len[m]) < rate[m]:
+        return hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if mid / (others_p + P[r, mid] + (others_d + D[r, mid]) * out_len[m]) >= rate[m]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@njit(cache=True)
 def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
                     rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
-                    reserve: float, max_batch: int, tpt: np.ndarray, batch: np.ndarray) -> float:
+                    reserve: float, max_batch: int, serial_decode: bool, tpt: np.ndarray, batch: np.ndarray) -> float:
     """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
     bytes where every LLM reserves ``reserve`` bytes; writes per-member throughput and batch
     into ``tpt``/``batch`` and returns their sum, or -1 when weights and reserves leave no
-    room for one request of each LLM."""
+    room for one request of each LLM. ``serial_decode``: the members' decode steps run one after
+    another too (temporal multiplexing: one job at a time), so each decode step of an LLM
+    waits for one step of every other member."""
     k = rows.shape[0]
     pool = cap
     need = 0.0
@@ -62,32 +84,25 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         maxb[i] = min(max(nb, 1), max_batch)
         batch[i] = 1
     total_p = 0.0
+    total_d = 0.0
     for i in range(k):
         total_p += P[rows[i], 1]
+        total_d += D[rows[i], 1]
     for _ in range(FIXED_POINT_ROUNDS):
         for i in range(k):
-            m = llms[i]
             r = rows[i]
-            others = total_p - P[r, batch[i]]
-            lo, hi = 1, maxb[i]
-            if hi / (others + P[r, hi] + D[r, hi] * out_len[m]) >= rate[m]:
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if mid / (others + P[r, mid] + D[r, mid] * out_len[m]) >= rate[m]:
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                b = lo
-            else:
-                b = hi
+            others_p = total_p - P[r, batch[i]]
+            others_d = total_d - D[r, batch[i]]
+            b = _smallest_batch(r, llms[i], others_p, others_d if serial_decode else 0.0, P, D, out_len, rate, maxb[i])
             batch[i] = b
-            total_p = others + P[r, b]
+            total_p = others_p + P[r, b]
+            total_d = others_d + D[r, b]
     s = 0.0
     for i in range(k):
         m = llms[i]
         r = rows[i]
-        t = batch[i] / (total_p + D[r, batch[i]] * out_len[m])
-        tpt[i] = min(t, rate[m])
+        step = total_d if serial_decode else D[r, batch[i]]
+        tpt[i] = min(batch[i] / (total_p + step * out_len[m]), rate[m])
         s += tpt[i]
     return s
 
@@ -108,6 +123,7 @@ class EstimatorTables:
     tokens: np.ndarray
     max_batch: int
     memory: MeshMemory  # the rule set's memory plan per GPU
+    serial_decode: bool = False  # colocated LLMs' decode steps run one after another (temporal multiplexing)
 
     def row(self, llm: int, t: int) -> int:
         return llm * len(self.tps) + t
@@ -121,7 +137,7 @@ class EstimatorTables:
         size = float(self.tps[t])
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
-                            tpt, batch)
+                            self.serial_decode, tpt, batch)
         return s, tpt, batch
 
 
@@ -136,14 +152,16 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int) -> Tup
 
 
 def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory: MeshMemory,
-                 tps: Sequence[int] | None = None, full_share: bool = False) -> EstimatorTables:
+                 tps: Sequence[int] | None = None, full_share: bool = False,
+                 serial_decode: bool = False) -> EstimatorTables:
     """Candidates of Algorithm 2: per LLM and TP degree, the smallest SM share (30-100 %)
     whose Eq. 3 estimate alone on the mesh meets the LLM's rate (all SMs if none does).
 
     A TP degree is feasible when it keeps the hardware rules (:func:`tp_violations`: heads,
     KV heads, MLP width, a cost-table entry) and a mesh of that size holds the weights, the
     reserve and one request's KV cache under ``memory``. ``full_share`` fixes every share at
-    1.
+    1; ``serial_decode`` makes every estimate of the tables serialise colocated decode steps
+    (temporal scheduling, :func:`unit_throughput`).
     """
     gpn = cluster.gpus_per_node
     if tps is None:
@@ -158,7 +176,8 @@ def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory:
                              out_len=np.array([s.output_tokens for s in specs]), rate=np.array([s.rate for s in specs]),
                              weights=np.array([s.weight_bytes for s in specs]),
                              kv=np.array([s.kv_bytes_per_token for s in specs]),
-                             tokens=np.array([s.tokens_per_request for s in specs]), max_batch=max_batch, memory=memory)
+                             tokens=np.array([s.tokens_per_request for s in specs]), max_batch=max_batch, memory=memory,
+                             serial_decode=serial_decode)
     for i, spec in enumerate(specs):
         for t, tp in enumerate(tp_degrees):
             if tp_violations(spec, int(tp)) or not _holds_alone(spec, int(tp), memory):
@@ -188,6 +207,53 @@ def _candidate_share(tables: EstimatorTables, spec: LLMSpec, i: int, t: int, ful
     return chosen
 
 
+class Headroom:
+    """How a unit's Eq. 3 estimate holds up as every rate grows: the estimate (req/s) at each
+    of ``scales`` x the rates, memoised per unit (the tie-break of the mesh-group search).
+
+    With ``fit_shares``, a unit whose candidate SM shares sum to more than the mesh is
+    estimated at those shares scaled down in proportion to sum to 1, the most the simulator
+    runs at once (and what the written placement gives them); candidates that fit keep their
+    shares. Without it (temporal scheduling, all shares 1: one job at a time) the rows are
+    used as they are.
+    """
+
+    def __init__(self, tables: EstimatorTables, specs: Sequence[LLMSpec], scales: Sequence[float],
+                 fit_shares: bool) -> None:
+        self.tables = tables
+        self.specs = specs
+        self.scales = tuple(float(x) for x in scales)
+        self.fit_shares = fit_shares
+        self._units: Dict[Tuple[Tuple[int, ...], int], Tuple[float, ...]] = {}
+
+    def of_unit(self, llms: Sequence[int], t: int) -> Tuple[float, ...]:
+        """The estimate of the unit ``llms`` on a mesh of TP index ``t`` at every scale."""
+        key = (tuple(int(m) for m in llms), int(t))
+        if key not in self._units:
+            self._units[key] = self._ladder(np.asarray(key[0], dtype=np.int64), key[1])
+        return self._units[key]
+
+    def _ladder(self, members: np.ndarray, t: int) -> Tuple[float, ...]:
+        tb = self.tables
+        rows = members * len(tb.tps) + t
+        P, D = tb.P, tb.D
+        shares = tb.share[members, t]
+        if self.fit_shares and shares.sum() > 1.0 + 1e-9:
+            tp = int(tb.tps[t])
+            fitted = [latency_vectors(self.specs[m], tp, float(sh), tb.max_batch)
+                      for m, sh in zip(members, shares / shares.sum())]
+            P = np.stack([f[0] for f in fitted])
+            D = np.stack([f[1] for f in fitted])
+            rows = np.arange(len(members), dtype=np.int64)
+        size = float(tb.tps[t])
+        tpt = np.zeros(len(members))
+        batch = np.zeros(len(members), dtype=np.int64)
+        return tuple(unit_throughput(rows, members, P, D, tb.out_len, tb.rate * scale, tb.weights, tb.kv, tb.tokens,
+                                     tb.memory.per_gpu * size, tb.memory.reserve * size, tb.max_batch,
+                                     tb.serial_decode, tpt, batch)
+                     for scale in self.scales)
+
+
 def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, float]:
     """Eq. 3 throughput (req/s) of every placed LLM at the placement's meshes and SM shares,
     under the placement's rule set's memory plan."""
@@ -213,7 +279,7 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         unit_throughput(np.arange(k, dtype=np.int64), np.asarray(members, dtype=np.int64), P, D,
                         columns["output_tokens"], columns["rate"], columns["weight_bytes"],
                         columns["kv_bytes_per_token"], columns["tokens_per_request"], memory.per_gpu * g.n_gpus,
-                        memory.reserve * g.n_gpus, cfg.max_batch, tpt, batch)
+                        memory.reserve * g.n_gpus, cfg.max_batch, placement.scheduling == "temporal", tpt, batch)
         for j, i in enumerate(members):
             out[specs[i].name] = float(tpt[j])
     return out

@@ -6,8 +6,9 @@ any mesh with room); rule ``FREE_MEMORY`` (the paper's greedy ablation baseline)
 mesh with the most free memory. A mesh has room when it keeps the rule set's memory plan
 (weights plus a reserve per LLM per GPU within the weight cap, and a KV pool after weights
 and reserves holding one request of each of its LLMs) and fewer than ``max_members`` LLMs
-(each needs one SM step). Returns the group's estimated throughput, -1 if an LLM fits
-nowhere.
+(each needs one SM step). ``serial_decode`` estimates with colocated LLMs' decode steps one
+after another (temporal scheduling; see ``unit_throughput``). Returns the group's estimated
+throughput, -1 if an LLM fits nowhere.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ FREE_MEMORY = 1
 
 @njit(cache=True)
 def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
-                    max_batch, per_gpu, reserve, weight_cap, sm_limit, max_members, assign, unit_tpt):
+                    max_batch, per_gpu, reserve, weight_cap, sm_limit, max_members, serial_decode, assign, unit_tpt):
     """Fill ``assign[m]`` (mesh of LLM m) and ``unit_tpt[d]`` (estimate of mesh d); memory
     figures are bytes per GPU (``per_gpu`` shared, ``reserve`` per LLM, ``weight_cap``)."""
     nd = mesh_t.shape[0]
@@ -66,7 +67,7 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 llms[c] = m
                 rows[c] = m * nt + t
                 new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
-                                      per_gpu * size, reserve * size, max_batch, tpt, batch)
+                                      per_gpu * size, reserve * size, max_batch, serial_decode, tpt, batch)
                 if new < 0:
                     continue
                 val = new - unit_tpt[d]
@@ -93,6 +94,7 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 llms[q] = members[d, q]
                 rows[q] = members[d, q] * nt + t
             unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
-                                          per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, tpt, batch)
+                                          per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, serial_decode,
+                                          tpt, batch)
         total += unit_tpt[d]
     return total

@@ -12,9 +12,11 @@
    (:mod:`placement_opt.solvers.mesh_greedy`, Numba); the group with the highest estimated
    throughput wins. Estimates saturate at the rates, so near-ties are common: the groups
    within ``tie_tolerance`` of the best are ordered by a declared secondary objective
-   (default: most headroom, i.e. estimated throughput at ``headroom_factor`` x the rates,
+   (default: most headroom, i.e. the estimated throughput at each of ``headroom_scales``
+   x the rates compared in turn, SM shares that oversubscribe a mesh scaled to fit it;
    then fewest GPUs in use, then enumeration order); provenance records how many tied and
-   which criterion decided.
+   which criterion (and headroom scale) decided. The ``temporal`` baseline searches with
+   the estimate of its own scheduling (colocated LLMs' decode steps one after another).
 4. ``refine=K`` re-ranks the K best groups by simulating them (objective ``throughput``:
    requests/s; ``slo_attainment``: SLO attainment).
 
@@ -35,7 +37,7 @@ import numpy as np
 
 from placement_opt.errors import InputError
 from placement_opt.instance import Instance
-from placement_opt.solvers.llm_estimator import EstimatorTables, build_tables
+from placement_opt.solvers.llm_estimator import EstimatorTables, Headroom, build_tables
 from placement_opt.solvers.mesh_greedy import GAIN, place_on_meshes
 from placement_opt.spaces.meshes import iter_mesh_groups, mesh_devices
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory
@@ -48,6 +50,9 @@ from placement_opt.solvers.base import Solver, register
 
 
 TIE_BREAKS = ("headroom", "gpus")
+#: relative difference below which two headroom estimates count as equal (float noise: the
+#: same units summed in another order), so noise at one scale never outweighs the next scale
+HEADROOM_NOISE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,10 @@ class MeshSearchOptions(RulesOptions):
                                   help="mesh groups within this relative distance of the best estimate tie")
     tie_break: str = option("headroom", choices=TIE_BREAKS,
                             help="first criterion among tied groups (headroom: most estimated throughput at "
-                                 "headroom_factor x the rates; gpus: fewest GPUs in use); the other one next")
-    headroom_factor: float = option(1.5, exclusive_minimum=1, help="rate multiplier of the headroom criterion")
+                                 "headroom_scales x the rates; gpus: fewest GPUs in use); the other one next")
+    headroom_scales: tuple[float, ...] = option((1.5, 2.0, 3.0, 4.0), exclusive_minimum=1,
+                                                help="rate multipliers of the headroom criterion, compared in "
+                                                     "this order: the first scale whose estimates differ decides")
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,10 @@ class GroupResult:
     assign: np.ndarray  # mesh index of every LLM
     unit_tpt: np.ndarray
     order: int  # enumeration index (last tie-break)
-    headroom: float = 0.0  # estimate of the same units at headroom_factor x the rates
+    headroom: Tuple[float, ...] = ()  # estimates of the same units at each headroom scale x the rates
     gpus: int = 0  # GPUs of the meshes in use
+    units: Tuple[Tuple[Tuple[int, ...], int], ...] = ()  # (LLMs, mesh size) of every used mesh, sorted
+    headroom_rank: Tuple[int, ...] = ()  # per scale, the rank of the headroom's noise class among the tied (0: most)
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,7 @@ class SearchResult:
     tables: EstimatorTables
     ranked: List[GroupResult]
     mesh_groups: int
-    ties: dict  # tied_groups, tie_tolerance, tie_break, decided_by
+    ties: dict  # tied_groups, tie_tolerance, tie_break, headroom_scales and _decision's fields
 
 
 def smallest_meshes(specs: Sequence[LLMSpec], tables: EstimatorTables) -> List[int]:
@@ -107,19 +116,20 @@ def smallest_meshes(specs: Sequence[LLMSpec], tables: EstimatorTables) -> List[i
 
 def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = False,
                        options: MeshSearchOptions = MeshSearchOptions(), deadline: Optional[float] = None,
-                       stopped: Optional[Dict[str, bool]] = None) -> SearchResult:
+                       stopped: Optional[Dict[str, bool]] = None, serial_decode: bool = False) -> SearchResult:
     """Estimator tables and every feasible mesh group's greedy placement under the rule set, best first.
 
     At ``deadline`` (a ``time.perf_counter()`` value) or on Ctrl-C (when the caller passes
     ``stopped``) the enumeration stops with the groups placed so far, setting
     ``stopped["timed_out"]`` or ``stopped["interrupted"]``; with none placed yet, ``ranked`` is
-    empty (the caller reports it)."""
+    empty (the caller reports it). ``serial_decode``: estimate with colocated LLMs' decode steps
+    one after another (temporal scheduling)."""
     cfg = llm_config(instance)
     rules = rule_set(options.rules)
     memory = mesh_memory(instance, rules)
     specs = llm_specs(instance)
     cl = instance.cluster
-    tables = build_tables(specs, cl, cfg.max_batch, memory, full_share=full_share)
+    tables = build_tables(specs, cl, cfg.max_batch, memory, full_share=full_share, serial_decode=serial_decode)
     need = smallest_meshes(specs, tables)
     groups = iter_mesh_groups(cl.nodes, cl.gpus_per_node, max_meshes=len(specs), min_largest=max(need))
     tp_index = {int(t): i for i, t in enumerate(tables.tps)}
@@ -152,7 +162,8 @@ def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = 
     if not results:
         raise InputError(f"no mesh group holds every LLM under the {rules.name} rules (memory, reserves, "
                          "tensor-parallel degrees)", "models")
-    ordered, ties = rank(results, tables, options)
+    headroom = Headroom(tables, specs, options.headroom_scales, fit_shares=not full_share)
+    ordered, ties = rank(results, headroom, options)
     return SearchResult(specs, tables, ordered, enumerated, ties)
 
 
@@ -169,46 +180,85 @@ def _place_group(group: Tuple[Tuple[int, ...], ...], gi: int, specs: Sequence[LL
         est = place_on_meshes(mesh_t, sizes, order, rule, tables.feasible, tables.share, tables.P, tables.D,
                               tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
                               tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap,
-                              1.0 if full_share else rules.sm_limit, rules.max_llms_per_mesh, assign, unit_tpt)
+                              1.0 if full_share else rules.sm_limit, rules.max_llms_per_mesh, tables.serial_decode,
+                              assign, unit_tpt)
         if est >= 0:
             return GroupResult(est, group, assign, unit_tpt, gi)
     return None
 
 
-def _scored(r: GroupResult, tables: EstimatorTables, scaled: EstimatorTables) -> GroupResult:
-    """``r`` with its headroom (estimate at the scaled rates) and GPUs in use filled in."""
-    head = 0.0
-    gpus = 0
+def _scored(r: GroupResult, headroom: Headroom) -> GroupResult:
+    """``r`` with its units (the placement up to device positions), headroom (estimates at every
+    headroom scale) and GPUs in use filled in."""
     sizes = [s for split in r.group for s in split]
-    for d, size in enumerate(sizes):
-        members = np.flatnonzero(r.assign == d)
-        if len(members):
-            head += scaled.estimate(members, int(np.flatnonzero(tables.tps == size)[0]))[0]
-            gpus += size
-    return replace(r, headroom=head, gpus=gpus)
+    members: dict = {}
+    for m, d in enumerate(r.assign.tolist()):
+        members.setdefault(d, []).append(m)
+    units = tuple(sorted((tuple(ms), sizes[d]) for d, ms in members.items()))
+    t_of = {int(t): i for i, t in enumerate(headroom.tables.tps)}
+    head = np.zeros(len(headroom.scales))
+    for llms, size in units:
+        head += headroom.of_unit(llms, t_of[size])
+    return replace(r, headroom=tuple(float(x) for x in head), gpus=sum(size for _, size in units), units=units)
 
 
-def rank(results: List[GroupResult], tables: EstimatorTables, options: MeshSearchOptions
+def _noise_classes(values: np.ndarray) -> np.ndarray:
+    """For each value, the rank (0: highest) of its class: sorted in decreasing order, values
+    whose neighbour is within ``HEADROOM_NOISE`` (relative) share a class."""
+    order = np.argsort(-values, kind="stable")
+    v = values[order]
+    step = (v[:-1] - v[1:] > HEADROOM_NOISE * np.maximum(np.abs(v[:-1]), 1.0)).astype(np.int64)
+    ranks = np.empty(len(values), dtype=np.int64)
+    ranks[order] = np.cumsum(np.concatenate(([0], step)))
+    return ranks
+
+
+def _with_headroom_ranks(tied: List[GroupResult]) -> List[GroupResult]:
+    """The tied groups with their headroom ranks at every scale (see ``_noise_classes``)."""
+    n_scales = len(tied[0].headroom)
+    heads = np.array([r.headroom for r in tied], dtype=np.float64).reshape(len(tied), n_scales)
+    ranks = np.zeros((len(tied), n_scales), dtype=np.int64)
+    for j in range(n_scales):
+        ranks[:, j] = _noise_classes(heads[:, j])
+    return [replace(r, headroom_rank=tuple(int(x) for x in ranks[i])) for i, r in enumerate(tied)]
+
+
+def rank(results: List[GroupResult], headroom: Headroom, options: MeshSearchOptions
          ) -> Tuple[List[GroupResult], dict]:
     """Best first: the groups whose estimate is within ``tie_tolerance`` of the best, ordered by
     the declared secondary objective (``tie_break`` first, the other criterion next, then
     enumeration order), then the rest by estimate. Also returns the tie report for provenance."""
     top = max(r.estimate for r in results)
     floor = top * (1 - options.tie_tolerance)
-    scaled = replace(tables, rate=tables.rate * options.headroom_factor)
-    tied = [_scored(r, tables, scaled) for r in results if r.estimate >= floor]
-    criteria = {"headroom": lambda r: -round(r.headroom, 6), "gpus": lambda r: r.gpus}
+    tied = _with_headroom_ranks([_scored(r, headroom) for r in results if r.estimate >= floor])
+    criteria = {"headroom": lambda r: r.headroom_rank, "gpus": lambda r: (r.gpus,)}
     names = [options.tie_break] + [c for c in TIE_BREAKS if c != options.tie_break]
-    tied.sort(key=lambda r: tuple(criteria[c](r) for c in names) + (r.order,))
-    decided_by = "estimate"
-    if len(tied) > 1:
-        first, second = tied[0], tied[1]
-        decided_by = next((c for c in names if criteria[c](first) != criteria[c](second)), "enumeration order")
+    tied.sort(key=lambda r: tuple(k for c in names for k in criteria[c](r)) + (r.order,))
     rest = sorted((r for r in results if r.estimate < floor), key=lambda r: (-r.estimate, r.order))
+    scales = ", ".join(f"{x:g}" for x in headroom.scales)
+    ladder = f"estimated req/s at {scales} x the rates, in that order" if scales else "no scales, never decides"
     ties = {"tied_groups": len(tied), "tie_tolerance": options.tie_tolerance,
-            "tie_break": f"{names[0]}, then {names[1]}, then enumeration order (headroom at "
-                         f"{options.headroom_factor:g}x the rates)", "decided_by": decided_by}
+            "tie_break": f"{names[0]}, then {names[1]}, then enumeration order (headroom: {ladder})",
+            "headroom_scales": list(headroom.scales), **_decision(tied, names, criteria, headroom.scales)}
     return tied + rest, ties
+
+
+def _decision(tied: List[GroupResult], names: List[str], criteria: dict, scales: Sequence[float]) -> dict:
+    """How the first tied group was chosen: ``distinct_tied`` placements among the tied groups
+    (groups that differ only in unused meshes or device positions count once), the criterion
+    that separated it from the best tied group placing the LLMs differently (``estimate`` when
+    there is none) and, when headroom did, at which scale; plus the chosen group's headroom."""
+    first = tied[0]
+    out: dict = {"distinct_tied": len({r.units for r in tied}), "decided_by": "estimate", "decided_at_scale": None,
+                 "headroom_rps": [round(x, 6) for x in first.headroom]}
+    runner_up = next((r for r in tied[1:] if r.units != first.units), None)
+    if runner_up is None:
+        return out
+    out["decided_by"] = next((c for c in names if criteria[c](first) != criteria[c](runner_up)), "enumeration order")
+    if out["decided_by"] == "headroom":
+        at = next(i for i, (a, b) in enumerate(zip(first.headroom_rank, runner_up.headroom_rank)) if a != b)
+        out["decided_at_scale"] = scales[at]
+    return out
 
 
 def quantised_shares(shares: np.ndarray, rules: RuleSet) -> Tuple[float, ...]:
@@ -285,7 +335,7 @@ def best_mesh_group_placement(instance: Instance, options: MuxServeOptions, full
     empty placement marked stopped if there was none; refinement is then skipped)."""
     stopped: Dict[str, bool] = {}
     search = search_mesh_groups(instance, GAIN, full_share=full_share, options=options, deadline=deadline,
-                                stopped=stopped)
+                                stopped=stopped, serial_decode=scheduling == "temporal")
     rules = rule_set(options.rules)
     if not search.ranked:
         return Placement(groups=(), provenance={"search": {"mesh_groups": search.mesh_groups, **stopped}},
