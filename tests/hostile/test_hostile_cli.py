@@ -211,7 +211,7 @@ def _big_dnn(tmp_path) -> str:
         d["profiles"]["small"] = {"derive": {"latency_s": 0.05, "weight_gb": 1.3, "max_gpus": 8, "layers": 24}}
         d["models"] = [{"name": "m", "profile": "small", "count": 64}]
         d["workload"].update(duration_s=600)
-        d["workload"]["arrival"]["rate"] = 200.0
+        d["workload"]["arrival"]["rate"] = 1000.0  # minutes of search, so the signal always comes mid-search
     return instance_file(tmp_path, edit, "big.json")
 
 
