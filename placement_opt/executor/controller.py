@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from placement_opt.errors import InputError
+from placement_opt.progress import ProgressBar
 from placement_opt.io import atomic_write_json
 from placement_opt.feasibility import check_placement
 from placement_opt.instance import Instance
@@ -317,7 +318,9 @@ class _Trial:
         dispatcher = Dispatcher(self.instance, self.placement.groups)
         req = self.requests
         self.t0 = time.monotonic() + self.config.lead_s
+        bar = ProgressBar(f"execute trial {trial_index + 1}", total=len(req), unit="requests")
         for i in range(len(req)):
+            bar.update(i)
             due = self.t0 + req.arrival[i]
             while True:
                 left = due - time.monotonic()
@@ -336,6 +339,7 @@ class _Trial:
                               lambda: self._watch(0.01))
         while self.outstanding:
             self._watch(0.05)
+        bar.close(count=len(req))
 
 
 def execute(instance: Instance, placement: Placement, out_dir: str, config: ExecutorConfig = ExecutorConfig(),

@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from placement_opt.costs.costtable import FORMAT
 from placement_opt.model import Architecture
+from placement_opt.progress import ProgressBar
 from placement_opt.executor.worker import _die_with_parent
 
 
@@ -256,7 +257,12 @@ def _ms(grid: List[list]) -> List[list]:
 def profile_llm(model: str, arch: Architecture, settings: LLMProfileSettings, gpu: Optional[str] = None
                 ) -> Tuple[dict, dict]:
     """Measure the grid of ``settings`` for every TP degree: (cost table JSON, details)."""
-    by_tp = {tp: _run_tp(arch, tp, settings) for tp in settings.tp_degrees}
+    bar = ProgressBar(f"profile {model}", total=len(settings.tp_degrees), unit="TP degrees")
+    by_tp = {}
+    for k, tp in enumerate(settings.tp_degrees):
+        bar.update(k, postfix=f"tp={tp}", force=True)
+        by_tp[tp] = _run_tp(arch, tp, settings)
+    bar.close(count=len(settings.tp_degrees))
     first = next(iter(by_tp.values()))
     tables = {}
     for tp, data in sorted(by_tp.items()):

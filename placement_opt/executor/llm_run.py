@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
+from placement_opt.progress import ProgressBar
 from placement_opt.errors import InputError
 from placement_opt.instance import Instance
 from placement_opt.io import atomic_write_json, atomic_write_text
@@ -302,9 +304,10 @@ class _Run:
                 raise ExecutorError(f"workers {missing} not ready after {self.config.start_timeout_s:g} s")
         return time.monotonic() - started
 
-    def serve(self) -> None:
+    def serve(self, label: str, span_s: float) -> None:
         """Run the current trial: start every mesh at one common time (each leader gets its
-        mesh's work), and wait until every rank has finished it."""
+        mesh's work), and wait until every rank has finished it; a progress bar (``label``)
+        counts the seconds of the ``span_s``-second replay gone by (the drain after it runs on)."""
         t0 = time.monotonic() + self.config.lead_s
         for p in self.plans:
             self.beat[p.group] = t0
@@ -315,9 +318,12 @@ class _Run:
                 conn.send((t0, work))
             except (BrokenPipeError, OSError):
                 raise ExecutorError(f"LLM worker rank {spec.rank} is gone (its command pipe is closed)") from None
+        bar = ProgressBar(label, total=max(int(math.ceil(span_s)), 1), unit="s")
         while len(self.trial_done) < len(self.specs):
             self.poll(0.05)
             self.check(True)
+            bar.update(max(0, int(time.monotonic() - t0)), postfix=f"meshes done {len(self.trial_done)}/{len(self.specs)}")
+        bar.close(postfix=f"meshes done {len(self.trial_done)}/{len(self.specs)}")
 
 
 def _measured_run(run: _Run, plans: List[MeshPlan], n_specs: int, n_groups: int, duration: float
@@ -421,7 +427,7 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
             where = os.path.join(out_dir, policy) if len(trials) > 1 else out_dir
             run.begin(plans, len(req))
             log(f"policy {policy}: replaying {len(req)} requests over {req.duration_s:g} s")
-            run.serve()
+            run.serve(f"execute {policy}", req.duration_s)
             summaries.append(_save(_Trial(instance, placement, req, plans, pools, policy), run, backend,
                                    "complete", startup, where))
             log(f"policy {policy}: throughput measured {summaries[-1]['measured']['throughput_rps']:.3f} req/s, "

@@ -27,6 +27,7 @@ import numpy as np
 
 from placement_opt.model import Architecture
 from placement_opt.errors import InputError
+from placement_opt.progress import ProgressBar
 from placement_opt.profile import ConfigProfile, Profile, parallel_configs
 from placement_opt.executor.topology import even_layer_split
 from placement_opt.executor.worker import _die_with_parent
@@ -192,9 +193,13 @@ def _run_tp(arch: Architecture, tp: int, settings: ProfileSettings) -> dict:
 
 def profile_architecture(name: str, arch: Architecture, settings: ProfileSettings) -> tuple[Profile, dict]:
     """Measure every configuration of ``settings``; return the Profile and the detailed measurements."""
+    degrees = sorted({tp for _, tp in settings.configs})
+    bar = ProgressBar(f"profile {name}", total=len(degrees), unit="TP degrees")
     by_tp = {}
-    for tp in sorted({tp for _, tp in settings.configs}):
+    for k, tp in enumerate(degrees):
+        bar.update(k, postfix=f"tp={tp}", force=True)
         by_tp[tp] = _run_tp(arch, tp, settings)
+    bar.close(count=len(degrees))
     configs = {}
     for pp, tp in settings.configs:
         rows = sorted((r for r in by_tp[tp]["stages"] if r["pp"] == pp), key=lambda r: r["stage"])

@@ -33,6 +33,7 @@ def test_solve_then_execute(tmp_path):
     inst = load_instance(TINY)
     n = int((inst.requests().arrival < 6).sum())
     assert measured["requests"] == simulated["requests"] == n > 50
+    assert f"execute trial 1: 100%" in r.stderr and f"{n}/{n} [" in r.stderr  # the bar ends at every request
     # the same metrics JSON as `placeopt simulate`
     assert set(measured) == set(simulated)
     assert summary["status"] == "complete" and summary["unfinished"] == 0

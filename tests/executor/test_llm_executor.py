@@ -134,6 +134,7 @@ def test_paged_decode_equals_full_recompute():
 def _execute(placement, out, *extra):
     r = CliRunner().invoke(cli, ["execute", TINY, placement, "--backend", "gloo", "-o", str(out), "--json", *extra])
     assert r.exit_code == 0, r.output
+    assert "execute " in r.stderr and "meshes done" in r.stderr  # the progress bar of the replay
     return json.loads(r.stdout)
 
 

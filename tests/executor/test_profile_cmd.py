@@ -20,6 +20,7 @@ def test_profile_writes_a_loadable_profile(tmp_path):
                                  "--batch-sizes", "1,2", "--warmup", "1", "--repeats", "3", "-o", str(out),
                                  "--details", str(details)])
     assert r.exit_code == 0, r.output
+    assert "profile t: 100%" in r.stderr and "1/1 [" in r.stderr  # the bar: one TP degree of one
     prof = Profile.from_dict("t", json.loads(out.read_text()), "profiles.t")
     assert set(prof.configs) == {(1, 1), (2, 1)}
     one, two = prof.config(1, 1), prof.config(2, 1)
