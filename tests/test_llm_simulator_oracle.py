@@ -165,7 +165,7 @@ REQUIRED_ADBS = {"quota_limited": 8, "over_quota_alone": 35, "rebalances": 60, "
 def test_mesh_kernel_matches_oracle(policy):
     seen = Counter()
 
-    @settings(max_examples=MESH_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+    @settings(max_examples=MESH_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
               database=None)
     @given(mesh_cases(policy))
     def check(case):
@@ -410,7 +410,7 @@ LLM_EXAMPLES = 100  # per policy
 def test_simulate_llm_matches_oracle_on_several_meshes(policy):
     seen = Counter()
 
-    @settings(max_examples=LLM_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+    @settings(max_examples=LLM_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
               database=None)
     @given(llm_cases(policy))
     def check(case):
