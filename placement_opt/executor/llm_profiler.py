@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from placement_opt.costs.costtable import FORMAT
 from placement_opt.model import Architecture
 from placement_opt.progress import ProgressBar
+from placement_opt.executor.profiler import run_tp_processes
 from placement_opt.executor.worker import _die_with_parent
 
 
@@ -219,37 +220,6 @@ def _measure(rank: int, tp: int, arch: Architecture, settings: LLMProfileSetting
     os._exit(0)
 
 
-def _run_tp(arch: Architecture, tp: int, settings: LLMProfileSettings) -> dict:
-    """Run ``tp`` profiling processes; their rank 0's results (ExecutorError on failure)."""
-    import torch.multiprocessing as mp
-
-    from placement_opt.executor.controller import ExecutorError, _free_port
-
-    ctx = mp.get_context("spawn")
-    init = f"tcp://127.0.0.1:{_free_port()}"
-    recv, send = ctx.Pipe(duplex=False)
-    procs = [ctx.Process(target=_measure, args=(r, tp, arch, settings, init, send), daemon=True) for r in range(tp)]
-    for p in procs:
-        p.start()
-    send.close()
-    try:
-        if not recv.poll(settings.timeout_s):
-            raise ExecutorError(f"profiling tp={tp} gave no result within {settings.timeout_s:g} s")
-        status, data = recv.recv()
-        if status != "ok":
-            raise ExecutorError(f"profiling tp={tp} failed: {data.strip().splitlines()[-1]}")
-        return data
-    except EOFError:
-        raise ExecutorError(f"profiling tp={tp}: a process died (exit codes {[p.exitcode for p in procs]})") from None
-    finally:
-        for p in procs:
-            p.join(60 if p.is_alive() else 0)
-            if p.is_alive():
-                p.kill()
-            p.join(5)
-        recv.close()
-
-
 def _ms(grid: List[list]) -> List[list]:
     return [[None if v is None else round(v * 1e3, 6) for v in row] for row in grid]
 
@@ -261,7 +231,7 @@ def profile_llm(model: str, arch: Architecture, settings: LLMProfileSettings, gp
     by_tp = {}
     for k, tp in enumerate(settings.tp_degrees):
         bar.update(k, postfix=f"tp={tp}", force=True)
-        by_tp[tp] = _run_tp(arch, tp, settings)
+        by_tp[tp] = run_tp_processes(_measure, arch, tp, settings)
     bar.close(count=len(settings.tp_degrees))
     first = next(iter(by_tp.values()))
     tables = {}

@@ -159,7 +159,10 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
     os._exit(0)
 
 
-def _run_tp(arch: Architecture, tp: int, settings: ProfileSettings) -> dict:
+def run_tp_processes(measure: Callable[..., Any], arch: Architecture, tp: int, settings: Any) -> dict:
+    """Run ``tp`` processes of ``measure(tp_rank, tp, arch, settings, init, out)`` (one TP group;
+    the DNN and the LLM profiler share this) and return what rank 0 sends through ``out``;
+    ExecutorError when it fails, dies or says nothing within ``settings.timeout_s``."""
     import torch.multiprocessing as mp
 
     from placement_opt.executor.controller import ExecutorError, _free_port
@@ -167,7 +170,7 @@ def _run_tp(arch: Architecture, tp: int, settings: ProfileSettings) -> dict:
     ctx = mp.get_context("spawn")
     init = f"tcp://127.0.0.1:{_free_port()}"
     recv, send = ctx.Pipe(duplex=False)
-    procs = [ctx.Process(target=_measure, args=(r, tp, arch, settings, init, send), daemon=True) for r in range(tp)]
+    procs = [ctx.Process(target=measure, args=(r, tp, arch, settings, init, send), daemon=True) for r in range(tp)]
     for p in procs:
         p.start()
     send.close()
@@ -198,7 +201,7 @@ def profile_architecture(name: str, arch: Architecture, settings: ProfileSetting
     by_tp = {}
     for k, tp in enumerate(degrees):
         bar.update(k, postfix=f"tp={tp}", force=True)
-        by_tp[tp] = _run_tp(arch, tp, settings)
+        by_tp[tp] = run_tp_processes(_measure, arch, tp, settings)
     bar.close(count=len(degrees))
     configs = {}
     for pp, tp in settings.configs:
