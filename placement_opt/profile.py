@@ -36,6 +36,13 @@ class ConfigProfile:
     ``stage_gap_s[s]`` (optional, measured by calibration runs of the executor) is the time a
     request occupies stage ``s`` beyond its latency when requests queue back to back: the
     serving loop's host work between two of them (launch, activation send and receive).
+
+    The *warm-up* terms (optional, measured by calibration runs; issue 13) model that a GPU serves
+    a stage faster after idle time than back to back, which is how the profile is measured:
+    ``stage_idle_factor[s]`` is stage ``s``'s latency after a long idle time over its back-to-back
+    latency. A stage's *heat* (0: idle long enough, 1: busy long enough) grows by busy time /
+    ``heat_time_s`` and falls by idle time / ``cool_time_s``; a request's stage latency is the
+    back-to-back one x ``(factor + (1 - factor) x heat)`` at its start.
     """
 
     pp: int
@@ -45,6 +52,14 @@ class ConfigProfile:
     stage_weight_bytes: Tuple[float, ...]
     stage_layers: Optional[Tuple[Tuple[int, int], ...]] = None
     stage_gap_s: Tuple[float, ...] = ()
+    stage_idle_factor: Tuple[float, ...] = ()
+    heat_time_s: float = 0.0
+    cool_time_s: float = 0.0
+
+    @property
+    def warms_up(self) -> bool:
+        """Whether the warm-up terms are set (then the simulator's stage clock follows heat)."""
+        return bool(self.stage_idle_factor)
 
     @property
     def n_gpus(self) -> int:
@@ -69,11 +84,15 @@ class ConfigProfile:
             d["stage_layers"] = [list(r) for r in self.stage_layers]
         if self.stage_gap_s:
             d["stage_gap_s"] = [float(g) for g in self.stage_gap_s]
+        if self.warms_up:
+            d["stage_idle_factor"] = [float(f) for f in self.stage_idle_factor]
+            d["heat_time_s"] = float(self.heat_time_s)
+            d["cool_time_s"] = float(self.cool_time_s)
         return d
 
     @classmethod
     def from_dict(cls, d: dict, field: str) -> "ConfigProfile":
-        check_keys(d, field, ["pp", "tp", "stage_latency_s", "stage_weight_gb"], ["stage_layers", "stage_gap_s"])
+        check_keys(d, field, ["pp", "tp", "stage_latency_s", "stage_weight_gb"], ["stage_layers", "stage_gap_s", *_WARM_KEYS])
         pp = get_int(d, "pp", field, minimum=1, maximum=1024)
         tp = get_int(d, "tp", field, minimum=1, maximum=1024)
         lat = d["stage_latency_s"]
@@ -108,7 +127,28 @@ class ConfigProfile:
             stage_weight_bytes=tuple(as_number(w, f"{field}.stage_weight_gb", minimum=0) * GB for w in weights),
             stage_layers=stage_layers,
             stage_gap_s=tuple(as_number(g, f"{field}.stage_gap_s", minimum=0, maximum=1.0) for g in gaps),
+            **_parse_warm_up(d, pp, field),
         )
+
+
+_WARM_KEYS = ("stage_idle_factor", "heat_time_s", "cool_time_s")
+
+
+def _parse_warm_up(d: dict, pp: int, field: str) -> Dict[str, Any]:
+    """The warm-up terms of a config (all three or none), as ConfigProfile keyword arguments."""
+    present = [k for k in _WARM_KEYS if k in d]
+    if not present:
+        return {}
+    if len(present) != len(_WARM_KEYS):
+        missing = next(k for k in _WARM_KEYS if k not in d)
+        raise InputError(f"the warm-up terms go together: {', '.join(_WARM_KEYS)}", f"{field}.{missing}")
+    factors = get_list(d, "stage_idle_factor", field)
+    if len(factors) != pp:
+        raise InputError(f"expected {pp} entries, one per stage", f"{field}.stage_idle_factor")
+    return {"stage_idle_factor": tuple(as_number(f, f"{field}.stage_idle_factor", exclusive_minimum=0, maximum=2.0)
+                                       for f in factors),
+            "heat_time_s": get_number(d, "heat_time_s", field, exclusive_minimum=0, maximum=60.0),
+            "cool_time_s": get_number(d, "cool_time_s", field, exclusive_minimum=0, maximum=60.0)}
 
 
 def _parse_stage_layers(value: Any, pp: int, where: str) -> Tuple[Tuple[int, int], ...]:

@@ -8,6 +8,8 @@ clock, or ``shortest_queue`` of admitted unfinished requests) and admits the req
 when its predicted finish meets the deadline, exactly as
 :func:`placement_opt.simulate.kernels.run_flow_shop` does. So the executor admits the same
 requests the simulator does, and the measured run shows whether they really met their SLO.
+When the profile has warm-up terms (a stage serves faster after idle time), the predicted stage
+times follow every stage's heat as :func:`placement_opt.simulate.kernels.run_flow_shop_warm` does.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from placement_opt.errors import InputError
 from placement_opt.instance import Instance
 from placement_opt.placement import Group
 from placement_opt.settings import SimulatorConfig
-from placement_opt.simulate.tables import build_tables
+from placement_opt.simulate.tables import build_tables, warm_tables
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class Dispatcher:
                              "simulator.batching")
         self.tables = build_tables(instance, groups, self.config)
         self.clocks = np.zeros(int(self.tables.stage_ptr[-1]))
+        self.warm = warm_tables(instance, groups, self.tables, self.config)
+        self.heat = np.zeros(len(self.clocks))  # per stage, 0..1 (stays 0 without warm-up terms)
         # predicted finish of every admitted unfinished request, per group (shortest_queue)
         self._queues: List[Deque[float]] = [deque() for _ in range(self.tables.n_groups)]
 
@@ -75,15 +79,39 @@ class Dispatcher:
             return Decision(-1, (), -1.0)
         g = int(t.host_group[best])
         s0, ns, base = int(t.stage_ptr[g]), int(t.stage_ptr[g + 1] - t.stage_ptr[g]), int(t.host_lat_ptr[best])
-        ends = []
-        now = arrival
-        for s in range(ns):
-            now = max(now, self.clocks[s0 + s]) + t.lat[base + s]
-            ends.append(now)
+        ends, heats = self._stage_ends(arrival, s0, ns, base)
+        now = ends[-1]
         finish = now + self.config.overhead_s
         if finish > deadline:
             return Decision(-1, (), -1.0)
         self.clocks[s0:s0 + ns] = ends
+        self.heat[s0:s0 + ns] = heats
         if self.config.dispatch == "shortest_queue":
             self._queues[g].append(now)
         return Decision(g, tuple(ends), finish)
+
+    def _stage_ends(self, ready: float, s0: int, n_stages: int, base: int) -> tuple[list[float], list[float]]:
+        """When a request ready at ``ready`` would leave each stage of the group whose first clock
+        is ``s0`` (latencies from ``lat[base:]``), and every stage's heat after it."""
+        t = self.tables
+        ends: list[float] = []
+        heats: list[float] = []
+        now = ready
+        for s in range(n_stages):
+            clock = self.clocks[s0 + s]
+            if self.warm is None:
+                now = max(now, clock) + t.lat[base + s]
+                ends.append(now)
+                heats.append(0.0)
+                continue
+            cold, heat_rate, cool_rate = (a[base + s] for a in self.warm)
+            warmth = self.heat[s0 + s]
+            if clock < now:
+                warmth = max(0.0, warmth - (now - clock) * cool_rate)
+            else:
+                now = clock
+            d = cold + (t.lat[base + s] - cold) * warmth
+            now += d
+            ends.append(now)
+            heats.append(min(1.0, warmth + d * heat_rate))
+        return ends, heats

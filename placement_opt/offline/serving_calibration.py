@@ -11,11 +11,20 @@ measures, for every group and stage, requests that queued back to back:
   as ``latency x (1 + stage_overhead_factor x pp) x device scale + gap``. The gap is fitted to
   the *mean* occupancy: in a queue that does not drain, the predicted clock drifts from the real
   one by the sum of the per-request differences, so the mean is what must match;
-* every device's **latency scale**: median stage latency of a one-GPU (pp = tp = 1) group on
-  that device over the one on the profile's device (device 0) in the same run.
+* the stage's **warm-up** (issue 13): a GPU serves a stage faster after idle time than back to
+  back (15.9 against 18.1 ms for a one-GPU stage of docs/fidelity.md's runs, ramping over about
+  100 ms of busy time). Per configuration, the heat and cool times of the simulator's linear heat
+  model (:class:`placement_opt.profile.ConfigProfile`) and, per stage, the latency at heat 0 over
+  the one at heat 1 are fitted to every admitted request's latency by least squares (the heat
+  replayed from the measured stage starts and ends); kept only where they explain at least 10% of
+  the latency's spread (``MIN_WARM_GAIN``);
+* every device's **latency scale**: median latency of *cold* requests (after 20 ms idle: equal
+  heat) of a one-GPU (pp = tp = 1) group on that device over the one on device 0 in the same run.
+  (Medians over all requests compared heat, not devices: a busier device looked 8% slower.)
 
-It writes the gaps into a copy of the profile (``stage_gap_s`` per configuration) and the scales
-into copies of the instances (``cluster.latency_scale``). Runs used here must not be the trials
+It writes the gaps and warm-up terms into a copy of the profile (``stage_gap_s``,
+``stage_idle_factor``, ``heat_time_s``, ``cool_time_s``) and the scales into copies of the
+instances (``cluster.latency_scale``). Runs used here must not be the trials
 the calibrated instances are then tested on (use another workload seed).
 
 Run ``python -m placement_opt.offline.serving_calibration INSTANCE PROFILE_NAME --run DIR PLACEMENT
@@ -40,6 +49,11 @@ from placement_opt.placement import Group, Placement
 from placement_opt.profile import Profile
 
 StageKey = Tuple[int, int, int]  # (pp, tp, stage)
+Config = Tuple[int, int]  # (pp, tp)
+HEAT_TIMES_S = (0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
+COOL_TIMES_S = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.3)
+MIN_WARM_GAIN = 0.10  # warm-up terms must cut the latency's RMS error by this fraction
+COLD_IDLE_S = 0.02  # a request after this much idle time on its stage starts cold
 
 
 def stage_samples(csv_path: str, groups: Sequence[Group]) -> Dict[Tuple[int, int], Dict[str, List[float]]]:
@@ -60,33 +74,108 @@ def stage_samples(csv_path: str, groups: Sequence[Group]) -> Dict[Tuple[int, int
             order = np.argsort(start, kind="stable")
             start, end, ready = start[order], end[order], ready[order]
             queued = ready[1:] < end[:-1]
-            out[(g, s)] = {"latency": list(end - start), "occupancy": list((start[1:] - start[:-1])[queued])}
+            out[(g, s)] = {"latency": list(end - start), "occupancy": list((start[1:] - start[:-1])[queued]),
+                           "start": list(start), "end": list(end), "queued": list(queued)}
+    return out
+
+
+def replay_heat(start: np.ndarray, end: np.ndarray, heat_time: float, cool_time: float) -> np.ndarray:
+    """Heat of a stage at every request's start (the simulator's linear model) when it was busy
+    from ``start[i]`` to ``end[i]`` (sorted), cold before the first."""
+    heat = np.empty(len(start))
+    warmth, free = 0.0, -np.inf
+    for i in range(len(start)):
+        warmth = max(0.0, warmth - max(0.0, start[i] - free) / cool_time)
+        heat[i] = warmth
+        warmth = min(1.0, warmth + (end[i] - start[i]) / heat_time)
+        free = end[i]
+    return heat
+
+
+def _warm_fit(series: Sequence[Tuple[np.ndarray, np.ndarray]], heat_time: float, cool_time: float
+              ) -> Tuple[float, float, float]:
+    """Least-squares (cold, hot) latency of one stage's ``series`` of (starts, ends) under these
+    times, and the sum of squared errors."""
+    heat = np.concatenate([replay_heat(st, en, heat_time, cool_time) for st, en in series])
+    latency = np.concatenate([en - st for st, en in series])
+    basis = np.c_[1.0 - heat, heat]
+    coef = np.linalg.lstsq(basis, latency, rcond=None)[0]
+    return float(coef[0]), float(coef[1]), float(np.sum((latency - basis @ coef) ** 2))
+
+
+def warm_up(runs: Sequence[Tuple[str, Placement]]) -> Dict[Config, dict]:
+    """Per (pp, tp) seen in the runs: heat and cool times and per-stage idle factors (cold over
+    hot latency) of the best fit, with the evidence; ``kept`` False where the fit explains less
+    than ``MIN_WARM_GAIN`` of the spread (tensor-parallel stages of 4 GPUs show no warm-up)."""
+    series: Dict[Config, Dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    for csv_path, placement in runs:
+        for (g, s), smp in stage_samples(csv_path, placement.groups).items():
+            grp = placement.groups[g]
+            if len(smp["start"]) > 1:
+                series[(grp.pp, grp.tp)][s].append((np.array(smp["start"]), np.array(smp["end"])))
+    out: Dict[Config, dict] = {}
+    for cfg, stages in sorted(series.items()):
+        spread = sum(float(np.sum((lat - lat.mean()) ** 2))
+                     for lat in (np.concatenate([en - st for st, en in v]) for v in stages.values()))
+        best = min(((sum(_warm_fit(v, ht, ct)[2] for v in stages.values()), ht, ct)
+                    for ht in HEAT_TIMES_S for ct in COOL_TIMES_S))
+        fits = [_warm_fit(stages[s], best[1], best[2]) for s in sorted(stages)]
+        gain = 1.0 - float(np.sqrt(best[0] / spread)) if spread > 0 else 0.0
+        out[cfg] = {"heat_time_s": best[1], "cool_time_s": best[2], "gain": gain,
+                    "kept": gain >= MIN_WARM_GAIN and len(fits) == cfg[0],
+                    "stage_idle_factor": [cold / hot for cold, hot, _ in fits],
+                    "cold_s": [cold for cold, _, _ in fits], "hot_s": [hot for _, hot, _ in fits]}
     return out
 
 
 def device_scales(runs: Sequence[Tuple[str, Placement]], n_gpus: int) -> List[float]:
     """Latency scale of every device from its one-GPU groups (1.0 if unseen).
 
-    Within each run, a device's median stage latency is divided by device 0's in the same run
-    (a whole machine's speed drifts between runs, by 12% in docs/fidelity.md's runs, so only
-    devices measured side by side are compared); the scale is the median of those ratios.
+    Within each run, a device's median latency of cold requests (``COLD_IDLE_S`` idle before
+    them, so every device is compared at the same heat; all its requests when some device has
+    fewer than 5 cold ones, as in a saturated run) is divided by device 0's in the same run
+    (only devices measured side by side are compared); the scale is the median of those ratios.
     """
     ratios: Dict[int, List[float]] = defaultdict(list)
     for csv_path, placement in runs:
         samples = stage_samples(csv_path, placement.groups)
-        medians = {grp.devices[0]: float(np.median(samples[(g, 0)]["latency"]))
-                   for g, grp in enumerate(placement.groups)
-                   if grp.pp == 1 and grp.tp == 1 and samples[(g, 0)]["latency"]}
+        alone = {grp.devices[0]: samples[(g, 0)] for g, grp in enumerate(placement.groups)
+                 if grp.pp == 1 and grp.tp == 1 and samples[(g, 0)]["latency"]}
+        cold = {d: _cold_latencies(smp) for d, smp in alone.items()}
+        if any(len(c) < 5 for c in cold.values()):  # a saturated run: every device equally hot
+            cold = {d: np.array(smp["latency"]) for d, smp in alone.items()}
+        medians = {d: float(np.median(c)) for d, c in cold.items()}
         if 0 in medians:
             for d, m in medians.items():
                 ratios[d].append(m / medians[0])
     return [float(np.median(ratios[d])) if d in ratios else 1.0 for d in range(n_gpus)]
 
 
+def _cold_latencies(sample: Dict[str, list]) -> np.ndarray:
+    """Latencies of the requests that found their stage idle for ``COLD_IDLE_S`` or longer."""
+    start, end = np.array(sample["start"]), np.array(sample["end"])
+    idle = np.r_[np.inf, start[1:] - end[:-1]]
+    return (end - start)[idle >= COLD_IDLE_S]
+
+
+def _warm_shape(warm: Dict[Config, dict], pp: int, tp: int, s: int,
+                sample: Dict[str, list]) -> np.ndarray:
+    """Per queued pair of ``sample`` (stage ``s`` of a (pp, tp) group): the fraction of the
+    back-to-back latency the simulator gives its first request (1 without kept warm-up terms)."""
+    fit = warm.get((pp, tp))
+    queued = np.array(sample["queued"], dtype=bool)
+    if fit is None or not fit["kept"]:
+        return np.ones(int(queued.sum()))
+    factor = fit["stage_idle_factor"][s]
+    heat = replay_heat(np.array(sample["start"]), np.array(sample["end"]), fit["heat_time_s"], fit["cool_time_s"])
+    return (factor + (1.0 - factor) * heat[:-1])[queued]
+
+
 def stage_gaps(instance: Instance, profile_name: str, runs: Sequence[Tuple[str, Placement]],
-               scales: Sequence[float]) -> Dict[StageKey, dict]:
+               scales: Sequence[float], warm: Dict[Config, dict] | None = None) -> Dict[StageKey, dict]:
     """Per (pp, tp, stage) of ``profile_name``'s configs: the gap that makes the simulated
-    occupancy equal the mean measured one (never below 0), with the evidence."""
+    occupancy (with the ``warm`` terms, if given) equal the mean measured one (never below 0),
+    with the evidence."""
     profile = _profile(instance, profile_name)
     factor = instance.simulator.stage_overhead_factor
     pooled: Dict[StageKey, List[float]] = defaultdict(list)
@@ -99,8 +188,9 @@ def stage_gaps(instance: Instance, profile_name: str, runs: Sequence[Tuple[str, 
             for s in range(grp.pp):
                 stage_devices = grp.devices[s * grp.tp:(s + 1) * grp.tp]
                 scale = max(scales[d] for d in stage_devices)
-                modelled = float(cfg.stage_latency[cfg.batch_sizes.index(1), s]) * (1 + factor * grp.pp) * scale
-                pooled[(grp.pp, grp.tp, s)] += [o - modelled for o in samples[(g, s)]["occupancy"]]
+                modelled = (float(cfg.stage_latency[cfg.batch_sizes.index(1), s]) * (1 + factor * grp.pp) * scale
+                            * _warm_shape(warm or {}, grp.pp, grp.tp, s, samples[(g, s)]))
+                pooled[(grp.pp, grp.tp, s)] += list(np.array(samples[(g, s)]["occupancy"]) - modelled)
     return {key: {"gap_s": max(0.0, float(np.mean(v))), "queued_pairs": len(v)}
             for key, v in sorted(pooled.items()) if v}
 
@@ -112,14 +202,20 @@ def _profile(instance: Instance, profile_name: str) -> Profile:
     raise SystemExit(f"no model of {instance.name} uses profile {profile_name!r}")
 
 
-def with_gaps(profile: Profile, gaps: Dict[StageKey, dict]) -> Profile:
-    """``profile`` with ``stage_gap_s`` set on every configuration the calibration measured."""
+def with_gaps(profile: Profile, gaps: Dict[StageKey, dict], warm: Dict[Config, dict] | None = None) -> Profile:
+    """``profile`` with ``stage_gap_s`` (and the kept ``warm`` terms) set on every configuration
+    the calibration measured."""
     configs = dict(profile.configs)
     for (pp, tp), cfg in profile.configs.items():
         measured = [gaps.get((pp, tp, s)) for s in range(pp)]
         if all(m is not None for m in measured):
-            configs[(pp, tp)] = replace(cfg, stage_gap_s=tuple(m["gap_s"] for m in measured if m is not None))
-    note = " Stage gaps calibrated from executor runs (placement_opt.offline.serving_calibration)."
+            cfg = replace(cfg, stage_gap_s=tuple(m["gap_s"] for m in measured if m is not None))
+        fit = (warm or {}).get((pp, tp))
+        if fit is not None and fit["kept"]:
+            cfg = replace(cfg, stage_idle_factor=tuple(round(f, 4) for f in fit["stage_idle_factor"]),
+                          heat_time_s=fit["heat_time_s"], cool_time_s=fit["cool_time_s"])
+        configs[(pp, tp)] = cfg
+    note = " Stage gaps and warm-up calibrated from executor runs (placement_opt.offline.serving_calibration)."
     return replace(profile, configs=configs, source=profile.source + note)
 
 
@@ -133,18 +229,22 @@ def _main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--instance-out", action="append", default=[], metavar="IN=OUT",
                     help="copy instance IN to OUT with the calibrated profile and latency scales")
     ap.add_argument("--report", help="write the measurements (JSON) here")
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="fit only stage gaps and device scales (the stage clock of before issue 13's warm-up model)")
     args = ap.parse_args(argv)
     instance = load_instance(args.instance)
     runs = [(_requests_csv(d), Placement.from_dict(json.load(open(p)))) for d, p in args.run]
+    warm = {} if args.no_warm_up else warm_up(runs)
     scales = device_scales(runs, instance.cluster.n_gpus)
-    gaps = stage_gaps(instance, args.profile_name, runs, scales)
-    profile = with_gaps(_profile(instance, args.profile_name), gaps)
+    gaps = stage_gaps(instance, args.profile_name, runs, scales, warm)
+    profile = with_gaps(_profile(instance, args.profile_name), gaps, warm)
     atomic_write_text(args.profile_out, json.dumps(profile.to_dict(), indent=2) + "\n")
     for pair in args.instance_out:
         src, dst = pair.split("=", 1)
         _write_instance(src, dst, args.profile_name, args.profile_out, scales)
     report = {"latency_scale": scales,
-              "gaps": [{"pp": k[0], "tp": k[1], "stage": k[2], **v} for k, v in gaps.items()]}
+              "gaps": [{"pp": k[0], "tp": k[1], "stage": k[2], **v} for k, v in gaps.items()],
+              "warm_up": [{"pp": k[0], "tp": k[1], **v} for k, v in warm.items()]}
     if args.report:
         atomic_write_text(args.report, json.dumps(report, indent=2) + "\n")
     print(json.dumps(report))

@@ -11,9 +11,10 @@ from placement_opt.instance import Instance
 from placement_opt.placement import Group, Placement
 from placement_opt.workload import Requests
 from placement_opt.settings import SimulatorConfig
-from placement_opt.simulate.kernels import EARLIEST, SHORTEST_QUEUE, run_batched, run_flow_shop
+from placement_opt.simulate.kernels import EARLIEST, SHORTEST_QUEUE, WarmTables, run_batched, run_flow_shop, \
+    run_flow_shop_warm
 from placement_opt.simulate.metrics import serving_metrics
-from placement_opt.simulate.tables import HostTables, build_tables
+from placement_opt.simulate.tables import HostTables, build_tables, warm_tables
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,9 +34,11 @@ class FlowShopResult:
 
 
 def run_tables(tables: HostTables, requests: Requests, n_models: int, config: SimulatorConfig,
-               clocks: Optional[np.ndarray] = None) -> FlowShopResult:
+               clocks: Optional[np.ndarray] = None, warm: Optional[WarmTables] = None) -> FlowShopResult:
     """Run the kernel selected by ``config`` on prebuilt tables (``clocks``: every stage's
-    initial clock, all 0 by default; the result holds a copy, updated)."""
+    initial clock, all 0 by default; the result holds a copy, updated). With ``warm`` (the
+    profile's warm-up terms) the one-request kernel follows every stage's heat from cold; the
+    batching kernel always uses the back-to-back stage times."""
     n = len(requests)
     finish = np.empty(n, dtype=np.float64)
     group = np.empty(n, dtype=np.int64)
@@ -49,7 +52,11 @@ def run_tables(tables: HostTables, requests: Requests, n_models: int, config: Si
         run_batched(request_arrays, tuple(tables), out, config.overhead_s, n_models)
     else:
         policy = SHORTEST_QUEUE if config.dispatch == "shortest_queue" else EARLIEST
-        run_flow_shop(request_arrays, tuple(tables), out, config.overhead_s, policy)
+        if warm is None:
+            run_flow_shop(request_arrays, tuple(tables), out, config.overhead_s, policy)
+        else:
+            heat = np.zeros(clocks.shape[0])
+            run_flow_shop_warm(request_arrays, tuple(tables), tuple(warm), out, heat, config.overhead_s, policy)
     return FlowShopResult(finish, group, batch, busy, clocks)
 
 
@@ -58,7 +65,8 @@ def run_groups(instance: Instance, groups: Sequence[Group], requests: Requests,
     """Simulate ``groups`` serving ``requests`` (with the instance's simulator settings by default)."""
     config = config or instance.simulator
     tables = build_tables(instance, groups, config)
-    return run_tables(tables, requests, len(instance.models), config)
+    warm = warm_tables(instance, groups, tables, config)
+    return run_tables(tables, requests, len(instance.models), config, warm=warm)
 
 
 def _stage_devices(group: Group) -> list[tuple[int, ...]]:
@@ -90,7 +98,8 @@ def run_windows(instance: Instance, placement: Placement, requests: Requests,
         for g, grp in enumerate(window.groups):
             for s, devs in enumerate(_stage_devices(grp)):
                 clocks[tables.stage_ptr[g] + s] = max(device_free[list(devs)].max(), 0.0)
-        res = run_tables(tables, sub, len(instance.models), config, clocks)
+        res = run_tables(tables, sub, len(instance.models), config, clocks,
+                         warm_tables(instance, window.groups, tables, config))
         finish[mask] = res.finish
         for g, grp in enumerate(window.groups):
             for s, devs in enumerate(_stage_devices(grp)):

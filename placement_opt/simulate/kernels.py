@@ -300,6 +300,100 @@ def accept_flow_shop(requests: tuple, hosts: tuple, busy: np.ndarray, clocks: np
     return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, False, max_rejected)
 
 
+# --- one request at a time, stage time following the GPU's heat (issue 13) ---------------------
+
+
+class WarmTables(NamedTuple):
+    """The warm-up terms of :class:`HostTables`' stage latencies, in the same layout as ``lat``:
+    ``cold`` is the stage time after a long idle time (``lat`` is the back-to-back one),
+    ``heat_rate`` and ``cool_rate`` how fast the stage's heat (0..1) grows per busy second and
+    falls per idle second. Built by :func:`placement_opt.simulate.tables.warm_tables`."""
+
+    cold: np.ndarray
+    heat_rate: np.ndarray
+    cool_rate: np.ndarray
+
+
+@njit(cache=True)
+def run_flow_shop_warm(requests: tuple, hosts: tuple, warm: tuple, out: tuple, heat: np.ndarray, overhead: float,
+                       policy: int) -> int:
+    """:func:`run_flow_shop` with a stage time that depends on how long the stage has been busy.
+
+    A stage's ``heat`` (per clock, written in place) falls by idle time x ``cool_rate`` before a
+    request (never below 0), the request occupies the stage for ``cold + (lat - cold) x heat``,
+    and the heat grows by that time x ``heat_rate`` (never above 1). A rejected request changes
+    neither clocks nor heat. Dispatch and admission are :func:`run_flow_shop`'s.
+    """
+    arrival, model, deadline = requests
+    finish, group_out, _, busy, clocks = out
+    tables = HostTables(*hosts)
+    cold, heat_rate, cool_rate = warm
+    host_group = tables.host_group
+    host_lat_ptr = tables.host_lat_ptr
+    host_ptr = tables.host_ptr
+    lat = tables.lat
+    first, count, last = _host_stages(tables)
+    width = max(int(count.max()), 1) if count.shape[0] else 1
+    old = np.empty(width, dtype=np.float64)
+    old_heat = np.empty(width, dtype=np.float64)
+    n = arrival.shape[0]
+    queues = _group_queues(n if policy == SHORTEST_QUEUE else 0, tables.stage_ptr.shape[0] - 1)
+    successor, head, tail, length, done = queues
+    accepted = 0
+    for i in range(n):
+        m = model[i]
+        h = -1
+        if policy == EARLIEST:
+            best_key = np.inf
+            for k in range(host_ptr[m], host_ptr[m + 1]):
+                if clocks[last[k]] < best_key:
+                    best_key = clocks[last[k]]
+                    h = k
+        else:
+            h = _pick_host(tables, clocks, queues, m, arrival[i], policy)
+        finish[i] = -1.0
+        group_out[i] = -1
+        if h < 0:
+            continue
+        g = host_group[h]
+        s0 = first[h]
+        off = host_lat_ptr[h]
+        t = arrival[i]
+        spent = busy[g]
+        for s in range(count[h]):
+            c = clocks[s0 + s]
+            old[s] = c
+            old_heat[s] = heat[s0 + s]
+            warmth = heat[s0 + s]
+            if c < t:
+                warmth = max(0.0, warmth - (t - c) * cool_rate[off + s])
+            else:
+                t = c
+            d = cold[off + s] + (lat[off + s] - cold[off + s]) * warmth
+            t += d
+            clocks[s0 + s] = t
+            heat[s0 + s] = min(1.0, warmth + d * heat_rate[off + s])
+            spent += d
+        if t + overhead <= deadline[i]:
+            busy[g] = spent
+            accepted += 1
+            finish[i] = t + overhead
+            group_out[i] = g
+            if policy == SHORTEST_QUEUE:  # request i joins group g's queue
+                done[i] = t
+                if tail[g] >= 0 and head[g] >= 0:
+                    successor[tail[g]] = i
+                else:
+                    head[g] = i
+                tail[g] = i
+                length[g] += 1
+        else:
+            for s in range(count[h]):
+                clocks[s0 + s] = old[s]
+                heat[s0 + s] = old_heat[s]
+    return accepted
+
+
 # --- batching -----------------------------------------------------------------------------------
 
 

@@ -10,9 +10,10 @@ from placement_opt.instance import Instance
 from placement_opt.placement import Group
 from placement_opt.profile import Profile
 from placement_opt.settings import SimulatorConfig
-from placement_opt.simulate.kernels import HostTables
+from placement_opt.simulate.kernels import HostTables, WarmTables
 
-__all__ = ["HostTables", "batch_size_grid", "build_tables", "device_scales", "stage_latencies"]
+__all__ = ["HostTables", "WarmTables", "batch_size_grid", "build_tables", "device_scales", "stage_latencies",
+           "warm_tables"]
 
 
 def batch_size_grid(profiles: Sequence[Profile], max_batch: int) -> np.ndarray:
@@ -105,3 +106,39 @@ def build_tables(instance: Instance, groups: Sequence[Group], config: SimulatorC
         group_hosts=np.array([h for hs in group_hosts_of for h in hs], dtype=np.int32),
         batch_sizes=np.asarray(batch_sizes, dtype=np.int64),
     )
+
+
+def stage_warm_terms(profile: Profile, pp: int, tp: int, batch_sizes: np.ndarray, config: SimulatorConfig,
+                     scales: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[len(batch_sizes), pp] arrays of the stage clock's warm-up terms (see :class:`WarmTables`):
+    the stage time after a long idle time (:func:`stage_latencies` with the latency part x the
+    config's ``stage_idle_factor``, the gap unchanged), and the heat and cool rates (1 / time).
+    A config without warm-up terms gets its back-to-back time and rates 0: heat stays 0."""
+    hot = stage_latencies(profile, pp, tp, batch_sizes, config, scales)
+    cfg = profile.config(pp, tp)
+    assert cfg is not None  # stage_latencies checked it
+    if not cfg.warms_up:
+        return hot, np.zeros_like(hot), np.zeros_like(hot)
+    gap = np.asarray(cfg.stage_gap_s) if cfg.stage_gap_s else np.zeros(pp)
+    cold = gap + (hot - gap) * np.asarray(cfg.stage_idle_factor)
+    return (cold, np.full_like(hot, 1.0 / cfg.heat_time_s), np.full_like(hot, 1.0 / cfg.cool_time_s))
+
+
+def warm_tables(instance: Instance, groups: Sequence[Group], tables: HostTables,
+                config: SimulatorConfig | None = None) -> WarmTables | None:
+    """The warm-up terms of ``tables`` (built by :func:`build_tables` for ``groups``), host by
+    host in ``lat``'s layout; None when no hosted model's config has them (the stage clock is
+    then the back-to-back one, and the kernels without heat run)."""
+    config = config or instance.simulator
+    profiles = instance.model_profiles
+    used = [profiles[int(m)].config(groups[int(g)].pp, groups[int(g)].tp)
+            for m, g in zip(tables.host_model, tables.host_group)]
+    if not any(c is not None and c.warms_up for c in used):
+        return None
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for m, g in zip(tables.host_model, tables.host_group):
+        grp = groups[int(g)]
+        terms = stage_warm_terms(profiles[int(m)], grp.pp, grp.tp, tables.batch_sizes, config,
+                                 device_scales(instance, grp))
+        parts.append(tuple(a.ravel() for a in terms))  # type: ignore[arg-type]
+    return WarmTables(*(np.concatenate([p[k] for p in parts]) for k in range(3)))
