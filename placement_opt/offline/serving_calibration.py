@@ -92,35 +92,38 @@ def replay_heat(start: np.ndarray, end: np.ndarray, heat_time: float, cool_time:
     return heat
 
 
-def _warm_fit(series: Sequence[Tuple[np.ndarray, np.ndarray]], heat_time: float, cool_time: float
+def _warm_fit(series: Sequence[Tuple[np.ndarray, np.ndarray, float]], heat_time: float, cool_time: float
               ) -> Tuple[float, float, float]:
-    """Least-squares (cold, hot) latency of one stage's ``series`` of (starts, ends) under these
-    times, and the sum of squared errors."""
-    heat = np.concatenate([replay_heat(st, en, heat_time, cool_time) for st, en in series])
-    latency = np.concatenate([en - st for st, en in series])
+    """Least-squares (cold, hot) latency of one stage's ``series`` of (starts, ends, device scale)
+    under these times, and the sum of squared errors (latencies divided by the device scale, so
+    that devices of different speed pool)."""
+    heat = np.concatenate([replay_heat(st, en, heat_time, cool_time) for st, en, _ in series])
+    latency = np.concatenate([(en - st) / scale for st, en, scale in series])
     basis = np.c_[1.0 - heat, heat]
     coef = np.linalg.lstsq(basis, latency, rcond=None)[0]
     return float(coef[0]), float(coef[1]), float(np.sum((latency - basis @ coef) ** 2))
 
 
-def warm_up(runs: Sequence[Tuple[str, Placement]]) -> Dict[Config, dict]:
+def warm_up(runs: Sequence[Tuple[str, Placement]], scales: Sequence[float] | None = None) -> Dict[Config, dict]:
     """Per (pp, tp) seen in the runs: heat and cool times and per-stage idle factors (cold over
     hot latency) of the best fit, with the evidence; ``kept`` False where the fit explains less
-    than ``MIN_WARM_GAIN`` of the spread (tensor-parallel stages of 4 GPUs show no warm-up)."""
+    than ``MIN_WARM_GAIN`` of the spread (tensor-parallel stages of 4 GPUs show no warm-up).
+    ``scales``: every device's latency scale (:func:`device_scales`; all 1 by default)."""
     series: Dict[Config, Dict[int, list]] = defaultdict(lambda: defaultdict(list))
     for csv_path, placement in runs:
         for (g, s), smp in stage_samples(csv_path, placement.groups).items():
             grp = placement.groups[g]
+            scale = max(scales[d] for d in grp.devices[s * grp.tp:(s + 1) * grp.tp]) if scales else 1.0
             if len(smp["start"]) > 1:
-                series[(grp.pp, grp.tp)][s].append((np.array(smp["start"]), np.array(smp["end"])))
+                series[(grp.pp, grp.tp)][s].append((np.array(smp["start"]), np.array(smp["end"]), scale))
     out: Dict[Config, dict] = {}
     for cfg, stages in sorted(series.items()):
         spread = sum(float(np.sum((lat - lat.mean()) ** 2))
-                     for lat in (np.concatenate([en - st for st, en in v]) for v in stages.values()))
+                     for lat in (np.concatenate([(en - st) / scale for st, en, scale in v]) for v in stages.values()))
         best = min(((sum(_warm_fit(v, ht, ct)[2] for v in stages.values()), ht, ct)
                     for ht in HEAT_TIMES_S for ct in COOL_TIMES_S))
         fits = [_warm_fit(stages[s], best[1], best[2]) for s in sorted(stages)]
-        gain = 1.0 - float(np.sqrt(best[0] / spread)) if spread > 0 else 0.0
+        gain = 1.0 - float(np.sqrt(best[0] / spread)) if spread > 1e-12 else 0.0
         out[cfg] = {"heat_time_s": best[1], "cool_time_s": best[2], "gain": gain,
                     "kept": gain >= MIN_WARM_GAIN and len(fits) == cfg[0],
                     "stage_idle_factor": [cold / hot for cold, hot, _ in fits],
@@ -234,8 +237,8 @@ def _main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     instance = load_instance(args.instance)
     runs = [(_requests_csv(d), Placement.from_dict(json.load(open(p)))) for d, p in args.run]
-    warm = {} if args.no_warm_up else warm_up(runs)
     scales = device_scales(runs, instance.cluster.n_gpus)
+    warm = {} if args.no_warm_up else warm_up(runs, scales)
     gaps = stage_gaps(instance, args.profile_name, runs, scales, warm)
     profile = with_gaps(_profile(instance, args.profile_name), gaps, warm)
     atomic_write_text(args.profile_out, json.dumps(profile.to_dict(), indent=2) + "\n")
