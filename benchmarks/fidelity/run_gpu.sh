@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Fidelity runs on a 2-GPU machine (see docs/fidelity.md). Usage: bash benchmarks/fidelity/run_gpu.sh PHASE...
-# Phases: setup check profile profile4 tp4 calibrate4 tp4cal profileeager profilegap quick full tp2 tp2eager repeat diag fullgap alpaserve pack.
+# Phases: setup check profile profile4 tp4 calibrate4 tp4cal profileeager profilegap quick full tp2 tp2eager repeat diag fullgap alpaserve
+#         warm4 warm4trials warm2 warm2trials pack.
+# The warm* phases (issue 13, the warm-up stage clock) stop starting runs once BUDGET_S seconds (default 540) have
+# passed since the script started, bound every run by what is left (SIGINT: the executor saves what it measured),
+# and pack $OUT/runs.tar.gz on exit whatever happened, so a call's results always come back.
 # Since issue 13 the executor and the profiler run every stage as one CUDA graph on GPUs; the *eager phases
 # (--no-cuda-graphs, with profile-gpu-eager.json) reproduce the earlier eager runs on the same machine. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
@@ -10,6 +14,53 @@ F=instances/fidelity
 R=$OUT/runs
 mkdir -p "$R"
 SCALES=${SCALES:-1.5,2,3,5,10}
+T_END=$(( $(date +%s) + ${BUDGET_S:-540} ))
+PLACEMENTS4W=${PLACEMENTS4W:-simple pipeline4 tp2x2 tp4 pp2tp2 alpaserve}
+PLACEMENTS2W=${PLACEMENTS2W:-simple pipeline tp2 alpaserve}
+TRIAL_S=${TRIAL_S:-4}
+
+# bounded COMMAND...: run it with the time left before T_END (less a 25 s reserve to pack); skip it if under 20 s
+bounded() {
+  local left=$(( T_END - $(date +%s) - 25 ))
+  if [ "$left" -lt 20 ]; then echo "skipped (budget): $*"; return 1; fi
+  timeout -s INT -k 15 "$left" "$@"
+}
+# calibrate_warm N INSTANCE_PREFIX PLACEMENT_PREFIX PLACEMENTS: seed-99 runs of every placement (CAL_ARRIVALS,
+# default gamma: its bursts and lulls show both hot and cold stages), then the fit
+# (stage gaps, device scales, warm-up terms) written to $F/profile-gpuN-warm.json and $F/INSTANCE_PREFIX-*-warm.json
+calibrate_warm() {
+  local n=$1 inst=$2 pfx=$3 runs=() p a pl
+  for p in $4; do [ "$p" = alpaserve ] && continue; pl=$F/$pfx-$p.json
+    for a in ${CAL_ARRIVALS:-gamma}; do
+      bounded placeopt execute $F/$inst-$a-calibration.json "$pl" --slo-scale 10 -o "$R/wcal$n-$a-$p" \
+        && [ -f "$R/wcal$n-$a-$p/requests.csv" ] && runs+=(--run "$R/wcal$n-$a-$p" "$pl")
+    done
+  done
+  python3 -m placement_opt.offline.serving_calibration $F/$inst-poisson.json transformer-5b "${runs[@]}" \
+    --profile-out $F/profile-gpu$n-warm.json --report "$OUT/calibration$n-warm.json" \
+    --instance-out $F/$inst-poisson.json=$F/$inst-poisson-warm.json \
+    --instance-out $F/$inst-gamma.json=$F/$inst-gamma-warm.json
+  cp $F/profile-gpu$n-warm.json "$OUT/"
+}
+# trials_warm N INSTANCE_PREFIX PLACEMENT_PREFIX PLACEMENTS: every placement (alpaserve solved on the warm
+# instance first), Poisson and Gamma, every SLO scale, TRIAL_S seconds each, admitted by the warm-up clock
+trials_warm() {
+  local n=$1 inst=$2 pfx=$3 p a pl
+  for a in poisson gamma; do for p in $4; do
+    pl=$F/$pfx-$p.json
+    if [ "$p" = alpaserve ]; then pl=$R/placement$n-alpaserve-$a.json
+      bounded python3 -c "
+from placement_opt import load_instance
+from placement_opt.io import atomic_write_text
+from placement_opt.solvers import run_solver
+p = run_solver(load_instance('$F/$inst-$a-warm.json'), 'alpaserve', seed=0)
+atomic_write_text('$pl', p.to_json() + '\\n')
+print('alpaserve $a:', [(g.devices, g.pp, g.tp, g.models) for g in p.groups])" 2>"$R/solve$n-$a.log" || continue
+    fi
+    bounded placeopt execute $F/$inst-$a-warm.json "$pl" --slo-scale "$SCALES" --duration "$TRIAL_S" -o "$R/warm$n-$a-$p"
+  done; done
+}
+case " $* " in *" warm"*) trap 'tar czf "$OUT/runs.tar.gz" -C "$R" . && rm -rf "$R"; echo "packed $OUT/runs.tar.gz"' EXIT ;; esac
 for phase in "$@"; do
   echo "=== $phase $(date -u +%T)"
   case $phase in
@@ -116,6 +167,14 @@ print('alpaserve $a:', [(g.devices, g.pp, g.tp, g.models) for g in p.groups])"
         cp $F/placement-alpaserve-$a.json "$R/"
         placeopt execute $F/two-models-$a.json $F/placement-alpaserve-$a.json --slo-scale "$SCALES" -o "$R/$a-alpaserve"
       done ;;
+    warm4)
+      calibrate_warm 4 four-models placement4 "$PLACEMENTS4W" ;;
+    warm4trials)
+      trials_warm 4 four-models placement4 "$PLACEMENTS4W" ;;
+    warm2)
+      calibrate_warm 2 two-models placement "$PLACEMENTS2W" ;;
+    warm2trials)
+      trials_warm 2 two-models placement "$PLACEMENTS2W" ;;
     pack)
       tar czf "$OUT/runs.tar.gz" -C "$R" . && rm -rf "$R" ;;
   esac
