@@ -29,11 +29,13 @@ predictions where there are any (else from the committed ones).
 
 ``--calibrate`` fits the models' parameters and writes ``fidelity/llm/calibration.json``
 (``measured_instances.py`` copies them into the measured instances' ``llm`` section):
-``contention_hbm_gbps`` from ``engine.json`` (the five decode steps launched together on
-their SM partitions, replayed with the stretch model, least squares on log times),
-``prefill_host_s`` its median prefill host time, and ``decode_host_s`` on one run only
-(``FIT_RUN``: the smallest value at or above ``engine.json``'s launch + collect time whose
-re-predicted TPOT is nearest the measured one); every other run is held out.
+``contention_hbm_gbps`` from ``ENGINE_RUN``'s ``engine.json`` (the five decode steps launched
+together on their SM partitions, replayed with the stretch model, least squares on log
+times); ``decode_host_s`` and ``prefill_host_s`` on one run only (``FIT_RUN``, a warm trial:
+the grid point, decode at or above ``engine.json``'s launch + collect time, whose
+re-prediction has the smallest worst of |TPOT error| and |TTFT error|); their ``_full_s``
+twins (an LLM on the whole GPU, plain streams) scaled by ``engine.json``'s streams / green
+context host-time ratios. Every other run is held out.
 
 Usage: python benchmarks/llm_fidelity.py [--results DIR] [--calibrate]
 """
@@ -56,9 +58,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LLM = os.path.join(HERE, "fidelity", "llm")
 INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
 CALIBRATION = os.path.join(LLM, "calibration.json")
-MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s")
+MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s")
 NOT_REPREDICTED = {"results": "its engine ran the LLMs on one overlapping SM partition (fixed since)"}
-FIT_RUN = ("results-v2", "poisson-muxserve")  # the run decode_host_s is fitted on; the others are held out
+ENGINE_RUN = "results-v2"  # the engine micro-benchmark the bandwidth and host ratios come from
+# The run the host seconds are fitted on (a warm trial: the second on its workers); the others are held out.
+FIT_RUN = ("results-v2b", "poisson-muxserve/round-robin")
 
 
 def results_folders() -> List[str]:
@@ -257,30 +261,52 @@ def fit_hbm(per_llm: List[dict]) -> Tuple[float, float]:
     return best
 
 
+def _host_ratios(engine: dict) -> Tuple[float, float]:
+    """Host time of a job on plain streams (an LLM on the whole GPU) over its time on a green
+    context, for decode steps (launch + collect) and prefill launches (medians over the LLMs)."""
+    runs = {r["mechanism"]: r["per_llm"] for r in engine["runs"]}
+    green, streams = runs["green-contexts"], runs["streams"]
+    decode = [(s["launch_us"] + s["finish_us"]) / (g["launch_us"] + g["finish_us"]) for g, s in zip(green, streams)]
+    prefill = [s["prefill_host_ms"] / g["prefill_host_ms"] for g, s in zip(green, streams)]
+    return statistics.median(decode), statistics.median(prefill)
+
+
+def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float]) -> Tuple[float, float, float]:
+    """(decode, prefill) host seconds on SM partitions, on a grid (decode from ``floor`` in
+    0.2 ms steps to 4 ms, prefill 0-80 ms in 4 ms steps), whose re-prediction of ``run`` has
+    the smallest worst of |TPOT error| and |TTFT error|; returns them and that error."""
+    best = (floor, 0.0, math.inf)
+    for decode_host in np.arange(floor, 0.004 + 1e-12, 0.0002):
+        for prefill_host in np.arange(0.0, 0.080 + 1e-12, 0.004):
+            model = {"contention_hbm_gbps": hbm, "decode_host_s": float(decode_host),
+                     "prefill_host_s": float(prefill_host), "decode_host_full_s": float(decode_host) * ratios[0],
+                     "prefill_host_full_s": float(prefill_host) * ratios[1]}
+            e = errors(run["summary"]["measured"], predict(run, model)[0])
+            worst = max(abs(e["tpot_err"] or math.inf), abs(e["ttft_err"] or math.inf))
+            if worst < best[2]:
+                best = (float(decode_host), float(prefill_host), worst)
+    return best
+
+
 def calibrate() -> dict:
     """Fit the models' parameters (module docstring) and write ``calibration.json``."""
-    folder = os.path.join(LLM, FIT_RUN[0])
-    with open(os.path.join(folder, "engine.json")) as f:
+    with open(os.path.join(LLM, ENGINE_RUN, "engine.json")) as f:
         engine = json.load(f)
-    green = next(r for r in engine["runs"] if r["mechanism"] == "green-contexts")
-    per = green["per_llm"]
+    per = next(r for r in engine["runs"] if r["mechanism"] == "green-contexts")["per_llm"]
     hbm, rms = fit_hbm(per)
-    prefill_host = statistics.median(p["prefill_host_ms"] for p in per) / 1e3
-    floor = statistics.median((p["launch_us"] + p["finish_us"]) for p in per) / 1e6
-    run = next(r for r in load_runs(folder) if r["name"].split("/")[0] == FIT_RUN[1])
-    best = (floor, math.inf)
-    for decode_host in np.round(np.arange(floor, 0.004 + 1e-12, 0.0001), 6):
-        model = {"contention_hbm_gbps": hbm, "prefill_host_s": prefill_host, "decode_host_s": float(decode_host)}
-        err = abs(errors(run["summary"]["measured"], predict(run, model)[0])["tpot_err"] or math.inf)
-        if err < best[1]:
-            best = (float(decode_host), err)
-    out = {"contention_hbm_gbps": hbm, "prefill_host_s": round(prefill_host, 6), "decode_host_s": best[0],
-           "fit": {"engine": os.path.relpath(os.path.join(folder, "engine.json"), HERE),
-                   "hbm_rms_log_error": round(rms, 4),
+    floor = round(statistics.median((p["launch_us"] + p["finish_us"]) for p in per) / 1e6, 4)
+    ratios = _host_ratios(engine)
+    folder, name = FIT_RUN
+    run = next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
+    decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios)
+    out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
+           "decode_host_full_s": round(decode_host * ratios[0], 6),
+           "prefill_host_full_s": round(prefill_host * ratios[1], 6),
+           "fit": {"engine": os.path.join(ENGINE_RUN, "engine.json"), "hbm_rms_log_error": round(rms, 4),
                    "replayed_ms": [round(x, 3) for x in replay_round(hbm, per)],
                    "measured_ms": [round(p["together_gpu_ms"], 3) for p in per],
-                   "decode_host_floor_s": floor, "decode_host_run": "/".join(FIT_RUN) + "/" + run["policy"],
-                   "decode_host_tpot_err": round(best[1], 4)}}
+                   "decode_host_floor_s": floor, "streams_over_green_host": [round(x, 4) for x in ratios],
+                   "host_fit_run": f"{folder}/{name}", "host_fit_worst_tpot_ttft_err": round(worst, 4)}}
     with open(CALIBRATION + ".tmp", "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")

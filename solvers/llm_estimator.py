@@ -14,9 +14,9 @@ the runtime reserves (the rule set's memory plan) is split in proportion to rate
 sum, the batches are found by a few rounds of fixed-point iteration.
 
 With the simulator's host and contention models (``llm.decode_host_s``, ``prefill_host_s``,
-``contention_hbm_gbps``; off by default) the estimate sees what the simulator does: a decode
-step takes ``decode_host_s`` longer (its launch on the mesh's one scheduling thread), a prefill
-at least ``prefill_host_s``, and colocated decode steps, which overlap, stretch each other:
+their ``_full_s`` twins for LLMs holding the whole GPU, ``contention_hbm_gbps``; off by
+default) the estimate sees what the simulator does: a decode step takes its host seconds
+longer (its launch on the mesh's one scheduling thread), a prefill at least its host seconds, and colocated decode steps, which overlap, stretch each other:
 member ``m``'s step by ``1 + sum over the other members j of demand_j / (hbm x mesh GPUs)``,
 ``demand_j = (weights_j + b_j x context_j x KV bytes per token_j) / decode_j(b_j)`` (GB/s;
 context = prompt + output / 2). The stretch depends on the others' batches, so it is
@@ -45,6 +45,7 @@ from placement_opt.llm_rules import tp_violations
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
+from placement_opt.simulate.llm import host_seconds
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
 FIXED_POINT_ROUNDS = 4
@@ -161,7 +162,7 @@ class EstimatorTables:
     memory: MeshMemory  # the rule set's memory plan per GPU
     serial_decode: bool = False  # colocated LLMs' decode steps run one after another (temporal multiplexing)
     hbm_gbps: float = 0.0  # llm.contention_hbm_gbps: HBM GB/s per GPU of the contention stretch (0: off)
-    host_s: Tuple[float, float] = (0.0, 0.0)  # llm.decode_host_s, llm.prefill_host_s (in P and D already)
+    host: LLMConfig = LLMConfig()  # the settings whose host seconds (by share) P and D include
 
     def row(self, llm: int, t: int) -> int:
         return llm * len(self.tps) + t
@@ -225,7 +226,7 @@ def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory:
                              kv=np.array([s.kv_bytes_per_token for s in specs]),
                              tokens=np.array([s.tokens_per_request for s in specs]), max_batch=max_batch, memory=memory,
                              serial_decode=serial_decode, hbm_gbps=llm.contention_hbm_gbps if llm else 0.0,
-                             host_s=(llm.decode_host_s, llm.prefill_host_s) if llm else (0.0, 0.0))
+                             host=llm or LLMConfig())
     for i, spec in enumerate(specs):
         for t, tp in enumerate(tp_degrees):
             if tp_violations(spec, int(tp)) or not _holds_alone(spec, int(tp), memory):
@@ -248,7 +249,8 @@ def _candidate_share(tables: EstimatorTables, spec: LLMSpec, i: int, t: int, ful
     tp = int(tables.tps[t])
     chosen = 1.0
     for sh in ([1.0] if full_share else SM_SHARES):
-        tables.P[row], tables.D[row] = latency_vectors(spec, tp, float(sh), tables.max_batch, tables.host_s)
+        tables.P[row], tables.D[row] = latency_vectors(spec, tp, float(sh), tables.max_batch,
+                                                       host_seconds(tables.host, float(sh)))
         chosen = float(sh)
         if tables.estimate([i], t)[0] >= tables.rate[i] * (1 - 1e-9):
             break
@@ -288,7 +290,7 @@ class Headroom:
         shares = tb.share[members, t]
         if self.fit_shares and shares.sum() > 1.0 + 1e-9:
             tp = int(tb.tps[t])
-            fitted = [latency_vectors(self.specs[m], tp, float(sh), tb.max_batch, tb.host_s)
+            fitted = [latency_vectors(self.specs[m], tp, float(sh), tb.max_batch, host_seconds(tb.host, float(sh)))
                       for m, sh in zip(members, shares / shares.sum())]
             P = np.stack([f[0] for f in fitted])
             D = np.stack([f[1] for f in fitted])
@@ -321,7 +323,7 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         P = np.empty((k, cfg.max_batch + 1))
         D = np.empty_like(P)
         for j, (i, sh) in enumerate(zip(members, shares)):
-            P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch, (cfg.decode_host_s, cfg.prefill_host_s))
+            P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch, host_seconds(cfg, float(sh)))
         tpt = np.zeros(k)
         batch = np.zeros(k, dtype=np.int64)
         unit_throughput(np.arange(k, dtype=np.int64), np.asarray(members, dtype=np.int64), P, D,

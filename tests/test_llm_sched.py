@@ -26,21 +26,22 @@ from placement_opt.simulate.meshsim import (LatencyTables, MeshLLMs, MeshRequest
 
 def mesh_inputs(case, timing=None):
     """The kernel's inputs of a case of the oracle test (its argument tuple); ``timing``:
-    (hbm_gbps, decode_host_s, prefill_host_s, weight bytes per LLM, KV bytes per token per LLM)."""
+    (hbm_gbps, decode and prefill host seconds per LLM, weight bytes per LLM, KV bytes per token per LLM)."""
     (arrival, llm, prompt, output, shares, P, D, lgrid, kvu, rate, pool, block, max_batch, token_budget,
      policy, period, frac, horizon, _n_bins) = case
     K = len(shares)
-    hbm, decode_host, prefill_host, weights, kv = timing or (0.0, 0.0, 0.0, [], [])
+    hbm, decode_host, prefill_host, weights, kv = timing or (0.0, [], [], [], [])
     requests = MeshRequests(arrival=np.array(arrival, dtype=np.float64), llm=np.array(llm, dtype=np.int64),
                             prompt=np.array(prompt, dtype=np.int64), output=np.array(output, dtype=np.int64))
     llms = MeshLLMs(share=np.array([1.0] * K if policy == "temporal" else shares, dtype=np.float64),
                     kv_kib=np.array(kvu, dtype=np.int64), rate=np.array(rate, dtype=np.float64),
-                    weight_bytes=np.array(weights, dtype=np.float64), kv_bytes=np.array(kv, dtype=np.float64))
+                    weight_bytes=np.array(weights, dtype=np.float64), kv_bytes=np.array(kv, dtype=np.float64),
+                    decode_host_s=np.array(decode_host, dtype=np.float64),
+                    prefill_host_s=np.array(prefill_host, dtype=np.float64))
     tables = LatencyTables(prefill=np.array(P, dtype=np.float64), decode=np.array(D, dtype=np.float64),
                            lgrid=np.array(lgrid, dtype=np.float64))
     cfg = MeshSettings(policy=POLICY_CODE[policy], pool=pool, block=block, max_batch=max_batch,
-                       token_budget=token_budget, period=period, frac=frac, horizon=horizon, hbm_gbps=hbm,
-                       decode_host_s=decode_host, prefill_host_s=prefill_host)
+                       token_budget=token_budget, period=period, frac=frac, horizon=horizon, hbm_gbps=hbm)
     return requests, llms, tables, cfg
 
 
@@ -61,10 +62,10 @@ def run_timed_kernel(case, timing):
 def timings(draw, n_llms):
     """Host and contention settings that matter at the oracle cases' job times (5-300 ms):
     demands of 3-200 GB/s against 5-100 GB/s of HBM (stretches up to tens), launches of
-    0-20 ms per decode step and 0-300 ms per prefill; sometimes one model alone."""
+    0-20 ms per decode step and 0-300 ms per prefill, per LLM; sometimes one model alone."""
     hbm = draw(st.sampled_from([0.0, 5.0, 20.0, 100.0]))
-    decode_host = draw(st.sampled_from([0.0, 0.001, 0.02]))
-    prefill_host = draw(st.sampled_from([0.0, 0.05, 0.3]))
+    decode_host = draw(st.lists(st.sampled_from([0.0, 0.001, 0.02]), min_size=n_llms, max_size=n_llms))
+    prefill_host = draw(st.lists(st.sampled_from([0.0, 0.05, 0.3]), min_size=n_llms, max_size=n_llms))
     weights = draw(st.lists(st.sampled_from([1e8, 1e9, 5e9]), min_size=n_llms, max_size=n_llms))
     kv = draw(st.lists(st.sampled_from([0.0, 1e5, 1e7]), min_size=n_llms, max_size=n_llms))
     return hbm, decode_host, prefill_host, weights, kv

@@ -398,7 +398,7 @@ def job_seconds(job: Job, tables: LatencyTables) -> float:
 class VirtualJobs:
     """The kernel's job timing on a virtual clock: the jobs in flight (slot ``2k``: LLM k's
     prefill, ``2k + 1``: its decode step) with their ends and, under the host and contention
-    models (``MeshSettings.decode_host_s``, ``prefill_host_s``, ``hbm_gbps``), their launch on the
+    models (``MeshLLMs.decode_host_s``, ``prefill_host_s``, ``MeshSettings.hbm_gbps``), their launch on the
     one scheduling thread and their re-timing as the set of running jobs changes. The same
     arithmetic in the same order as ``meshsim._launch_started``, ``_retime`` and ``_next_event``."""
 
@@ -408,7 +408,10 @@ class VirtualJobs:
         sized = len(llms.weight_bytes) == K
         self.weight_bytes = [float(llms.weight_bytes[k]) if sized else 0.0 for k in range(K)]
         self.kv_bytes = [float(llms.kv_bytes[k]) if sized else 0.0 for k in range(K)]
-        self.timed = cfg.hbm_gbps > 0 or cfg.decode_host_s > 0 or cfg.prefill_host_s > 0
+        hosted = len(llms.decode_host_s) == K
+        self.decode_host = [float(llms.decode_host_s[k]) if hosted else 0.0 for k in range(K)]
+        self.prefill_host = [float(llms.prefill_host_s[k]) if hosted else 0.0 for k in range(K)]
+        self.timed = cfg.hbm_gbps > 0 or any(h > 0 for h in self.decode_host + self.prefill_host)
         self.end = [np.inf] * (2 * K)
         self.start = [0.0] * (2 * K)
         self.work = [0.0] * (2 * K)
@@ -422,7 +425,6 @@ class VirtualJobs:
 
     def launch(self, jobs: List[Job], t: float, host_free: float) -> float:
         """Time the jobs started at t (in start order); returns when the thread is free again."""
-        cfg = self.cfg
         for job in jobs:
             j, dur = self.slot(job.kind, job.llm), job_seconds(job, self.tables)
             if not self.timed:
@@ -431,10 +433,10 @@ class VirtualJobs:
             moved = self.weight_bytes[job.llm] + float(sum(job.contexts)) * self.kv_bytes[job.llm]
             begin = max(t, host_free)
             if job.kind == PREFILL:
-                host_free = begin + cfg.prefill_host_s
-                self.start[j], self.work[j] = begin, max(dur, cfg.prefill_host_s)
+                host_free = begin + self.prefill_host[job.llm]
+                self.start[j], self.work[j] = begin, max(dur, self.prefill_host[job.llm])
             else:
-                host_free = begin + cfg.decode_host_s
+                host_free = begin + self.decode_host[job.llm]
                 self.start[j], self.work[j] = host_free, dur
             self.mark[j], self.factor[j] = self.start[j], 1.0
             self.demand[j] = moved / self.work[j] / 1e9 if self.work[j] > 0 else 0.0

@@ -63,14 +63,16 @@ class MeshRequests(NamedTuple):
 
 
 class MeshLLMs(NamedTuple):
-    """The mesh's LLMs (arrays over the K LLMs). The byte counts are read only by the
-    contention model (``MeshSettings.hbm_gbps > 0``): empty arrays are fine without it."""
+    """The mesh's LLMs (arrays over the K LLMs). The byte counts (contention model) and host
+    seconds (host model) may be empty arrays: zeros."""
 
     share: np.ndarray   # float64 SM share a job of the LLM holds
     kv_kib: np.ndarray  # int64 KiB of KV cache per token
     rate: np.ndarray    # float64 request rate (ADBS's initial quotas)
     weight_bytes: np.ndarray = np.zeros(0)  # float64 weight bytes per GPU a job reads once
     kv_bytes: np.ndarray = np.zeros(0)      # float64 KV bytes per token per GPU a job reads (decode) or writes (prefill)
+    decode_host_s: np.ndarray = np.zeros(0)   # float64 host seconds of the scheduling thread per decode step (launch, collect)
+    prefill_host_s: np.ndarray = np.zeros(0)  # float64 host seconds per prefill launch (overlaps its GPU work)
 
 
 class LatencyTables(NamedTuple):
@@ -92,9 +94,7 @@ class MeshSettings(NamedTuple):
     period: float      # ADBS: seconds between quota re-balancings
     frac: float        # ADBS: part of the donor's unused quota moved
     horizon: float     # seconds simulated at most
-    hbm_gbps: float = 0.0        # contention: a job's time stretches by 1 + (others' HBM demand) / this (GB/s); 0 off
-    decode_host_s: float = 0.0   # host seconds of the scheduling thread per decode step (launch and collect)
-    prefill_host_s: float = 0.0  # host seconds of the scheduling thread per prefill launch (overlaps its GPU work)
+    hbm_gbps: float = 0.0  # contention: a job's time stretches by 1 + (others' HBM demand) / this (GB/s); 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -161,6 +161,8 @@ LLM_STATE = np.dtype([
     ("decode_dur", np.float64),   # its decode step's table time
     ("prefill_bytes", np.float64),  # HBM bytes per GPU its prefill moves (weights, KV written)
     ("decode_bytes", np.float64),   # HBM bytes per GPU its decode step moves (weights, KV read)
+    ("decode_host", np.float64),    # host seconds of the scheduling thread per decode step
+    ("prefill_host", np.float64),   # host seconds per prefill launch
 ], align=True)
 
 #: One record per job slot (``jobs[2k]``: LLM k's prefill, ``jobs[2k + 1]``: its decode step),
@@ -239,7 +241,7 @@ def _run(reqs, llms, slots, jobs, usage, peak, tables, cfg):
     t = 0.0
     host_free = 0.0  # when the scheduling thread has launched every job started so far
     launched = 0  # start order of the last job launched
-    timed = cfg.hbm_gbps > 0 or cfg.decode_host_s > 0 or cfg.prefill_host_s > 0
+    timed = cfg.hbm_gbps > 0 or _host_costs(llms)
     next_rebalance = cfg.period if cfg.policy == ADBS else np.inf
     while True:
         while arrived < n and reqs[arrived].arrival <= t:
@@ -314,6 +316,9 @@ def _llm_state(requests, mesh_llms, cfg, out):
         if mesh_llms.weight_bytes.shape[0] == K:
             llms[k].weight_bytes = mesh_llms.weight_bytes[k]
             llms[k].kv_bytes = mesh_llms.kv_bytes[k]
+        if mesh_llms.decode_host_s.shape[0] == K:
+            llms[k].decode_host = mesh_llms.decode_host_s[k]
+            llms[k].prefill_host = mesh_llms.prefill_host_s[k]
     _initial_quotas(llms, mesh_llms, cfg)
     return llms
 
@@ -783,6 +788,15 @@ def _drop_unfittable(t, reqs, llms, slots, cfg):
 # ---------------------------------------------------------------- host thread and contention
 
 
+@njit(cache=True)
+def _host_costs(llms):
+    """Whether any LLM's jobs cost the scheduling thread time (the host model is on)."""
+    for k in range(llms.shape[0]):
+        if llms[k].decode_host > 0 or llms[k].prefill_host > 0:
+            return True
+    return False
+
+
 @njit(cache=True, inline="always")
 def _next_seq(llms):
     """The start order of a job started now: one more than any job's in flight or past."""
@@ -796,8 +810,8 @@ def _next_seq(llms):
 def _launch_started(t, host_free, launched, llms, jobs, cfg):
     """Launch the jobs started at ``t`` (start order after ``launched``) one after another
     on the mesh's scheduling thread, free from ``host_free``: a decode step's GPU work starts
-    when its launch (``decode_host_s``) ends; a prefill's runs while the thread launches it
-    (``prefill_host_s``), so it takes at least that long. Sets each job's record and end;
+    when its launch (its LLM's ``decode_host``) ends; a prefill's runs while the thread launches
+    it (``prefill_host``), so it takes at least that long. Sets each job's record and end;
     returns when the thread is free again and the last start order launched."""
     while True:
         best, best_seq = -1, np.iinfo(np.int64).max
@@ -812,10 +826,10 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
         llm, job = llms[best // 2], jobs[best]
         begin = max(t, host_free)
         if best % 2 == 0:
-            host_free = begin + cfg.prefill_host_s
-            job.start, job.work, moved = begin, max(llm.prefill_dur, cfg.prefill_host_s), llm.prefill_bytes
+            host_free = begin + llm.prefill_host
+            job.start, job.work, moved = begin, max(llm.prefill_dur, llm.prefill_host), llm.prefill_bytes
         else:
-            host_free = begin + cfg.decode_host_s
+            host_free = begin + llm.decode_host
             job.start, job.work, moved = host_free, llm.decode_dur, llm.decode_bytes
         job.mark, job.factor = job.start, 1.0
         job.demand = moved / job.work / 1e9 if job.work > 0 else 0.0

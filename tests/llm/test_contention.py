@@ -26,23 +26,25 @@ from .helpers import ROOT, SMALL
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 RUN_V2 = os.path.join(ROOT, "benchmarks", "fidelity", "llm", "results-v2", "poisson-muxserve", "summary.json")
-OFF = {"contention_hbm_gbps": 0.0, "decode_host_s": 0.0, "prefill_host_s": 0.0}
+OFF = {"contention_hbm_gbps": 0.0, "decode_host_s": 0.0, "prefill_host_s": 0.0, "decode_host_full_s": 0.0,
+       "prefill_host_full_s": 0.0}
 
 
 def run_mesh(arrival: List[float], llm: List[int], output: List[int], prefill_s: float, decode_s: float,
-             **timing: float) -> Dict[str, np.ndarray]:
+             hbm_gbps: float = 0.0, decode_host_s: float = 0.0, prefill_host_s: float = 0.0) -> Dict[str, np.ndarray]:
     """Two LLMs at half the SMs each, constant job times, 1 GB of weights each (no KV bytes),
-    round-robin policy; ``timing`` sets ``hbm_gbps``, ``decode_host_s``, ``prefill_host_s``."""
+    round-robin policy, the given HBM bandwidth and host seconds per job (both LLMs)."""
     K, max_batch = 2, 4
     n = len(arrival)
     requests = MeshRequests(arrival=np.array(arrival), llm=np.array(llm, dtype=np.int64),
                             prompt=np.full(n, 4, dtype=np.int64), output=np.array(output, dtype=np.int64))
     llms = MeshLLMs(share=np.array([0.5, 0.5]), kv_kib=np.ones(K, dtype=np.int64), rate=np.ones(K),
-                    weight_bytes=np.full(K, 1e9), kv_bytes=np.zeros(K))
+                    weight_bytes=np.full(K, 1e9), kv_bytes=np.zeros(K), decode_host_s=np.full(K, decode_host_s),
+                    prefill_host_s=np.full(K, prefill_host_s))
     tables = LatencyTables(prefill=np.full((K, max_batch + 1, 2), prefill_s),
                            decode=np.full((K, max_batch + 1, 2), decode_s), lgrid=np.array([1.0, 1000.0]))
     cfg = MeshSettings(policy=_POLICY_CODE["round-robin"], pool=1000, block=4, max_batch=max_batch,
-                       token_budget=4096, period=5.0, frac=0.5, horizon=100.0, **timing)
+                       token_budget=4096, period=5.0, frac=0.5, horizon=100.0, hbm_gbps=hbm_gbps)
     out = mesh_outputs(n, K, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return {"first": out.first, "finish": out.finish}

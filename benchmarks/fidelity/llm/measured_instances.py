@@ -24,7 +24,7 @@ SRC = os.path.join(ROOT, "instances", "fidelity-llm")
 DST = os.path.join(SRC, "measured")
 TABLES = os.path.join(HERE, "tables")
 CALIBRATION = os.path.join(HERE, "calibration.json")
-MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s")
+MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s")
 
 
 def calibrated_llm_fields() -> dict:
