@@ -8,7 +8,10 @@ clocks: :meth:`MeshScheduler.complete` ends a job when the GPU says it ended,
 step by step (it owns its event loop and its clock), so equality is proved instead:
 :func:`run_virtual` drives this scheduler with the kernel's latency tables on a virtual
 clock, and ``tests/test_llm_sched.py`` checks that every request's first token, finish and
-preemptions equal the kernel's on random workloads for every policy.
+preemptions equal the kernel's on random workloads for every policy, with the kernel's host
+and contention duration models off and on (:class:`VirtualJobs` applies them: they decide
+*when* the scheduler is asked, so the proof covers the decisions they lead to; on the GPU the
+engine's real clock replaces them).
 
 Rules (see ``meshsim``'s docstring for the full text): ADBS and ROUND_ROBIN run one prefill
 at a time offered round robin, a waiting admissible prefill blocks new decodes, decodes

@@ -30,6 +30,17 @@ baseline is FCFS with every share 1 (one job at a time).
 A request that cannot be admitted even when nothing else runs (it needs more KV than the
 whole pool) is dropped (``finish = -2``); requests unfinished at ``horizon`` keep -1.
 
+Optional duration models (off by default, then every job ends at its start plus its table
+time): **host** (``MeshLLMs.decode_host_s``/``prefill_host_s``): the mesh has one scheduling
+thread; the jobs started at one moment are launched on it one after another, a decode step's
+GPU work starting when its launch ends, a prefill's running during its launch (it lasts at
+least that long); while the thread is busy nothing is scheduled and ended jobs wait for it
+(their tokens and SMs come when it is free). **Contention** (``MeshSettings.hbm_gbps``): a
+running job demands ``bytes / table time`` of HBM bandwidth (``MeshLLMs.weight_bytes`` plus
+the KV bytes of its tokens); each running job's remaining work is stretched by ``1 + (the
+other running jobs' demand) / hbm_gbps``, re-timed at every event where the set of running
+jobs changes. Calibrated on an H100 in ``docs/fidelity-llm.md``.
+
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
 :class:`MeshLLMs` (per LLM), :class:`LatencyTables`, :class:`MeshSettings` (scalars) and
 :class:`MeshOutputs` (the arrays it fills). Its state lives in structured arrays, one record
