@@ -14,8 +14,8 @@ Errors are fractions (|measured - simulated| / simulated), the worst over the ru
 attainment in points; ``ranking_ok`` is 1 when, for every workload, the placements (and the
 policies of the ablation) ordered by measured total throughput are ordered the same by the
 simulator; ``decode_roofline`` is the worst fraction of the HBM roofline (specified
-bandwidth) of the 7B decode step over batch 1-32 at a 512-token context. ``nan`` marks a
-figure with no result behind it.
+bandwidth) of the 7B decode step over batch 1-32 at a 512-token context, from the newest
+folder that has ``roofline.json``. ``nan`` marks a figure with no result behind it.
 
 Every run of an engine still in use (every folder but ``results``, whose engine ran the five
 LLMs on one overlapping SM partition) is also **re-predicted with the current simulator**
@@ -358,17 +358,20 @@ def main() -> None:
         return
     folders = [args.results] if args.results else results_folders()
     last, runs, ranking_ok = folders[-1] if folders else LLM, [], False
+    roof = last
     for folder in folders:
         folder_runs, ok = report(folder)
         if folder_runs or os.path.exists(os.path.join(folder, "roofline.json")):
             last, runs, ranking_ok = folder, folder_runs, ok
-    print(f"(last line: {os.path.relpath(last, HERE)})")
+        if os.path.exists(os.path.join(folder, "roofline.json")):
+            roof = folder
+    print(f"(last line: {os.path.relpath(last, HERE)}; decode roofline: {os.path.relpath(roof, HERE)})")
     errs = _final_errors(runs)
     print(f"max_throughput_err={_worst([e['throughput_err'] for e in errs]):.4f} "
           f"max_llm_err={_worst([e['max_llm_err'] for e in errs]):.4f} "
           f"max_ttft_err={_worst([e['ttft_err'] for e in errs]):.4f} "
           f"max_attain_pp={_worst([e['slo_attainment_pp'] for e in errs]):.2f} "
-          f"ranking_ok={int(ranking_ok)} decode_roofline={roofline(last):.3f}")
+          f"ranking_ok={int(ranking_ok)} decode_roofline={roofline(roof):.3f}")
 
 
 if __name__ == "__main__":
