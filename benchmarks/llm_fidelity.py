@@ -14,23 +14,55 @@ Errors are fractions (|measured - simulated| / simulated), the worst over the ru
 attainment in points; ``ranking_ok`` is 1 when, for every workload, the placements (and the
 policies of the ablation) ordered by measured total throughput are ordered the same by the
 simulator; ``decode_roofline`` is the worst fraction of the HBM roofline (specified
-bandwidth) of the 7B decode step over batch 1-32 at a 512-token context. ``nan`` marks a
-figure with no result behind it.
+bandwidth) of the 7B decode step over batch 1-32 at a 512-token context, from the newest
+folder that has ``roofline.json``. ``nan`` marks a figure with no result behind it.
 
-Usage: python benchmarks/llm_fidelity.py [--results DIR]  (one folder instead of all)
+Every run of an engine still in use (every folder but ``results``, whose engine ran the five
+LLMs on one overlapping SM partition) is also **re-predicted with the current simulator**
+(``simulate_llm`` on ``instances/fidelity-llm/measured/<workload>.json``, the run's placement
+and policy, the measured cost tables): *before*, with the host and contention models off
+(``llm.contention_hbm_gbps``, ``decode_host_s``, ``prefill_host_s`` = 0), and *after*, with
+the calibrated values the measured instances carry. Attainment is scored on both sides
+against the SLOs of that instance (the measured requests of ``requests.csv`` re-scored), so a
+new cost table changes both sides alike. The last line is computed from the *after*
+predictions where there are any (else from the committed ones).
+
+``--calibrate`` fits the models' parameters and writes ``fidelity/llm/calibration.json``
+(``measured_instances.py`` copies them into the measured instances' ``llm`` section):
+``contention_hbm_gbps`` from ``ENGINE_RUN``'s ``engine.json`` (the five decode steps launched
+together on their SM partitions, replayed with the stretch model, least squares on log
+times); ``decode_host_s`` and ``prefill_host_s`` on one run only (``FIT_RUN``, a warm trial:
+the grid point, decode at or above ``engine.json``'s launch + collect time, whose
+re-prediction has the smallest worst of |TPOT error| and |TTFT error|); their ``_full_s``
+twins (an LLM on the whole GPU, plain streams) scaled by ``engine.json``'s streams / green
+context host-time ratios. Every other run is held out.
+
+Usage: python benchmarks/llm_fidelity.py [--results DIR] [--calibrate]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
 import glob
 import json
 import math
 import os
-from typing import Dict, List, Optional, Tuple
+import statistics
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLM = os.path.join(HERE, "fidelity", "llm")
+INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
+CALIBRATION = os.path.join(LLM, "calibration.json")
+MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s")
+NOT_REPREDICTED = {"results": "its engine ran the LLMs on one overlapping SM partition (fixed since)"}
+ENGINE_RUN = "results-v2"  # the engine micro-benchmark the bandwidth and host ratios come from
+# The run the host seconds are fitted on (a warm trial: the second on its workers); the others are held out.
+FIT_RUN = ("results-v2b", "poisson-muxserve/round-robin")
 
 
 def results_folders() -> List[str]:
@@ -40,14 +72,14 @@ def results_folders() -> List[str]:
 
 
 def load_runs(results: str) -> List[dict]:
-    """Every completed run under ``results``: its name (folder), workload, placement, policy, summary."""
+    """Every run under ``results``: its folder, name (sub-folder), workload, placement, policy, summary."""
     runs = []
     for path in sorted(glob.glob(os.path.join(results, "**", "summary.json"), recursive=True)):
         with open(path) as f:
             s = json.load(f)
         rel = os.path.relpath(os.path.dirname(path), results).split(os.sep)
         workload, _, placement = rel[0].partition("-")
-        runs.append({"name": "/".join(rel), "workload": workload, "placement": placement or rel[0],
+        runs.append({"folder": results, "name": "/".join(rel), "workload": workload, "placement": placement or rel[0],
                      "policy": s["policy"], "summary": s})
     return runs
 
@@ -61,17 +93,20 @@ def _order(items: Dict[str, Tuple[float, float]], which: int) -> List[str]:
     return sorted(items, key=lambda k: -items[k][which])
 
 
+def _simulated_tput(run: dict) -> float:
+    """The run's simulated throughput: re-predicted (after) where there is one, else committed."""
+    return (run["after"] if "after" in run else run["summary"])["simulated"]["throughput_rps"]
+
+
 def rankings(runs: List[dict]) -> Tuple[List[str], bool]:
     """Per workload, placements (adbs or their own policy) and, for muxserve, policies ordered
-    by measured and by simulated throughput; returns the report lines and whether all agree."""
+    by measured and by simulated throughput (re-predicted where there is a prediction); returns the report lines and whether all agree."""
     lines, ok, compared = [], True, False
     for w in sorted({r["workload"] for r in runs}):
         mine = [r for r in runs if r["workload"] == w and r["summary"]["status"] == "complete"]
-        placements = {r["placement"]: (r["summary"]["measured"]["throughput_rps"],
-                                       r["summary"]["simulated"]["throughput_rps"])
+        placements = {r["placement"]: (r["summary"]["measured"]["throughput_rps"], _simulated_tput(r))
                       for r in mine if r["policy"] in ("adbs", "temporal")}
-        policies = {r["policy"]: (r["summary"]["measured"]["throughput_rps"],
-                                  r["summary"]["simulated"]["throughput_rps"])
+        policies = {r["policy"]: (r["summary"]["measured"]["throughput_rps"], _simulated_tput(r))
                     for r in mine if r["placement"] == "muxserve"}
         for what, items in (("placements", placements), ("policies", policies)):
             if len(items) < 2:
@@ -119,43 +154,224 @@ def _fmt(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+# ---------------------------------------------------------------- re-prediction
+
+
+def run_inputs(run: dict) -> Tuple[str, str]:
+    """The measured instance and the placement a run replayed."""
+    return (os.path.join(INSTANCES, "measured", f"{run['workload']}.json"),
+            os.path.join(INSTANCES, f"{run['workload']}-{run['placement']}.placement.json"))
+
+
+def predict(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, float]:
+    """The current simulator's metrics of ``run`` (its instance's ``llm`` settings, with the
+    host and contention fields replaced by ``model``; ``{}``: all off) and the measured SLO
+    attainment re-scored against that instance's SLOs."""
+    from placement_opt.instance import load_instance
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate.llm import simulate_llm
+
+    inst_path, placement_path = run_inputs(run)
+    inst = load_instance(inst_path)
+    if model is not None:
+        fields = {f: float(model.get(f, 0.0)) for f in MODEL_FIELDS}
+        inst = dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **fields))
+    policy = None if run["policy"] == "temporal" else run["policy"]
+    return simulate_llm(inst, load_placement(placement_path), policy=policy), measured_attainment(inst, run)
+
+
+def measured_attainment(inst: Any, run: dict) -> float:
+    """The measured requests (``requests.csv``) scored against ``inst``'s per-request SLOs."""
+    from placement_opt.llm_units import llm_specs
+    from placement_opt.simulate.llm import _with_lengths, request_slo_seconds
+
+    req = inst.requests()
+    prompt, output = _with_lengths(inst, req)
+    slo = request_slo_seconds(inst, llm_specs(inst), req, prompt, output)
+    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
+        rows = sorted(csv.DictReader(f), key=lambda r: int(r["request"]))
+    if len(rows) != len(req) or not np.allclose([float(r["arrival_s"]) for r in rows], req.arrival, atol=1e-5):
+        raise SystemExit(f"{run['name']}: requests.csv does not replay {run_inputs(run)[0]}'s workload")
+    finish = np.array([float(r["finish_s"]) if r["finish_s"] not in ("", None) else -1.0 for r in rows])
+    ok = (finish >= 0) & (finish - req.arrival <= slo * (1 + 1e-12))
+    return float(ok.mean()) if len(rows) else 1.0
+
+
+def errors(measured: dict, simulated: dict, attain_measured: Optional[float] = None) -> Dict[str, Optional[float]]:
+    """(measured - simulated) / simulated of throughput, the worst LLM's throughput, mean TTFT
+    and TPOT; attainment difference in points (measured one re-scored when given)."""
+    def rel(a: Optional[float], b: Optional[float]) -> Optional[float]:
+        return None if a is None or not b else (a - b) / b
+
+    per = [rel(m["throughput_rps"], simulated["per_model"][n]["throughput_rps"])
+           for n, m in measured["per_model"].items()]
+    attain = measured["slo_attainment"] if attain_measured is None else attain_measured
+    return {"throughput_err": rel(measured["throughput_rps"], simulated["throughput_rps"]),
+            "max_llm_err": max((abs(x) for x in per if x is not None), default=None),
+            "ttft_err": rel(measured["ttft_mean_s"], simulated["ttft_mean_s"]),
+            "tpot_err": rel(measured["tpot_mean_s"], simulated["tpot_mean_s"]),
+            "slo_attainment_pp": 100.0 * (attain - simulated["slo_attainment"])}
+
+
+def repredict(runs: List[dict]) -> None:
+    """Add ``before`` / ``after`` predictions and errors to every run of an engine in use."""
+    for r in runs:
+        if os.path.basename(r["folder"]) in NOT_REPREDICTED or r["summary"]["status"] != "complete":
+            continue
+        for label, model in (("before", {}), ("after", None)):
+            sim, attain = predict(r, model)
+            r[label] = {"simulated": sim, "errors": errors(r["summary"]["measured"], sim, attain)}
+
+
+# ---------------------------------------------------------------- calibration
+
+
+def replay_round(hbm_gbps: float, per_llm: List[dict]) -> List[float]:
+    """The stretch model on ``engine.json``'s round: the LLMs' steps launched one after
+    another (each launch's host time apart), each alone taking its ``gpu_ms`` and demanding its
+    ``bytes`` over it; returns each step's time from its launch to its end (ms)."""
+    work = [p["gpu_ms"] for p in per_llm]
+    demand = [p["bytes"] / p["gpu_ms"] / 1e6 for p in per_llm]  # GB/s
+    start = list(np.cumsum([0.0] + [p["launch_us"] / 1e3 for p in per_llm[:-1]]))
+    end: List[Optional[float]] = [None] * len(per_llm)
+    t = 0.0
+    while any(e is None for e in end):
+        running = [i for i in range(len(work)) if start[i] <= t and end[i] is None]
+        total = sum(demand[i] for i in running)
+        stretch = {i: 1.0 + (total - demand[i]) / hbm_gbps for i in running}
+        t_next = min([start[i] for i in range(len(work)) if start[i] > t]
+                     + [t + work[i] * stretch[i] for i in running])
+        for i in running:
+            work[i] -= (t_next - t) / stretch[i]
+            if work[i] <= 1e-9:
+                end[i] = t_next
+        t = t_next
+    return [float(e - s) for e, s in zip(end, start)]  # type: ignore[operator]
+
+
+def fit_hbm(per_llm: List[dict]) -> Tuple[float, float]:
+    """The ``contention_hbm_gbps`` (50 GB/s grid) whose replay best fits the measured times
+    together (least squares on log times); returns it and the RMS log error."""
+    measured = np.log([p["together_gpu_ms"] for p in per_llm])
+    best = (0.0, math.inf)
+    for hbm in np.arange(500.0, 10000.0, 50.0):
+        rms = float(np.sqrt(np.mean((np.log(replay_round(float(hbm), per_llm)) - measured) ** 2)))
+        if rms < best[1]:
+            best = (float(hbm), rms)
+    return best
+
+
+def _host_ratios(engine: dict) -> Tuple[float, float]:
+    """Host time of a job on plain streams (an LLM on the whole GPU) over its time on a green
+    context, for decode steps (launch + collect) and prefill launches (medians over the LLMs)."""
+    runs = {r["mechanism"]: r["per_llm"] for r in engine["runs"]}
+    green, streams = runs["green-contexts"], runs["streams"]
+    decode = [(s["launch_us"] + s["finish_us"]) / (g["launch_us"] + g["finish_us"]) for g, s in zip(green, streams)]
+    prefill = [s["prefill_host_ms"] / g["prefill_host_ms"] for g, s in zip(green, streams)]
+    return statistics.median(decode), statistics.median(prefill)
+
+
+def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float]) -> Tuple[float, float, float]:
+    """(decode, prefill) host seconds on SM partitions, on a grid (decode from ``floor`` in
+    0.2 ms steps to 4 ms, prefill 0-80 ms in 4 ms steps), whose re-prediction of ``run`` has
+    the smallest worst of |TPOT error| and |TTFT error|; returns them and that error."""
+    best = (floor, 0.0, math.inf)
+    for decode_host in np.arange(floor, 0.004 + 1e-12, 0.0002):
+        for prefill_host in np.arange(0.0, 0.080 + 1e-12, 0.004):
+            model = {"contention_hbm_gbps": hbm, "decode_host_s": float(decode_host),
+                     "prefill_host_s": float(prefill_host), "decode_host_full_s": float(decode_host) * ratios[0],
+                     "prefill_host_full_s": float(prefill_host) * ratios[1]}
+            e = errors(run["summary"]["measured"], predict(run, model)[0])
+            worst = max(abs(e["tpot_err"] or math.inf), abs(e["ttft_err"] or math.inf))
+            if worst < best[2]:
+                best = (float(decode_host), float(prefill_host), worst)
+    return best
+
+
+def calibrate() -> dict:
+    """Fit the models' parameters (module docstring) and write ``calibration.json``."""
+    with open(os.path.join(LLM, ENGINE_RUN, "engine.json")) as f:
+        engine = json.load(f)
+    per = next(r for r in engine["runs"] if r["mechanism"] == "green-contexts")["per_llm"]
+    hbm, rms = fit_hbm(per)
+    floor = round(statistics.median((p["launch_us"] + p["finish_us"]) for p in per) / 1e6, 4)
+    ratios = _host_ratios(engine)
+    folder, name = FIT_RUN
+    run = next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
+    decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios)
+    out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
+           "decode_host_full_s": round(decode_host * ratios[0], 6),
+           "prefill_host_full_s": round(prefill_host * ratios[1], 6),
+           "fit": {"engine": os.path.join(ENGINE_RUN, "engine.json"), "hbm_rms_log_error": round(rms, 4),
+                   "replayed_ms": [round(x, 3) for x in replay_round(hbm, per)],
+                   "measured_ms": [round(p["together_gpu_ms"], 3) for p in per],
+                   "decode_host_floor_s": floor, "streams_over_green_host": [round(x, 4) for x in ratios],
+                   "host_fit_run": f"{folder}/{name}", "host_fit_worst_tpot_ttft_err": round(worst, 4)}}
+    with open(CALIBRATION + ".tmp", "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    os.replace(CALIBRATION + ".tmp", CALIBRATION)
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+
 def report(results: str) -> Tuple[List[dict], bool]:
-    """Print one results folder; returns its runs and whether its rankings agree."""
+    """Print one results folder (the committed predictions, then the re-predicted ones);
+    returns its runs and whether its rankings agree (re-predicted where there are any)."""
     runs = load_runs(results)
+    repredict(runs)
     print(f"== {os.path.relpath(results, HERE)}")
     for line in engine_lines(results):
         print(line)
-    print(f"{'run':32} {'status':9} {'tput meas':>9} {'sim':>7} {'err':>6} {'llm err':>7} {'ttft err':>8} "
+    print(f"{'run':32} {'predicted':9} {'tput meas':>9} {'sim':>7} {'err':>6} {'llm err':>7} {'ttft err':>8} "
           f"{'tpot err':>8} {'attain pp':>9}  SM partitioning")
     for r in runs:
-        s, e = r["summary"], r["summary"]["errors"]
-        print(f"{r['name']:32} {s['status'][:9]:9} {s['measured']['throughput_rps']:9.3f} "
-              f"{s['simulated']['throughput_rps']:7.3f} {_fmt(e['throughput_err']):>6} {_fmt(e['max_llm_err']):>7} "
-              f"{_fmt(e['ttft_err']):>8} {_fmt(e['tpot_err']):>8} {e['slo_attainment_pp']:9.2f}  "
-              f"{','.join(s['sm_partitioning'])}")
+        s = r["summary"]
+        for label, sim, e in [("committed", s["simulated"], s["errors"])] + [
+                (lb, r[lb]["simulated"], r[lb]["errors"]) for lb in ("before", "after") if lb in r]:
+            print(f"{r['name']:32} {label:9} {s['measured']['throughput_rps']:9.3f} "
+                  f"{sim['throughput_rps']:7.3f} {_fmt(e['throughput_err']):>6} {_fmt(e['max_llm_err']):>7} "
+                  f"{_fmt(e['ttft_err']):>8} {_fmt(e['tpot_err']):>8} {e['slo_attainment_pp']:9.2f}  "
+                  f"{','.join(s['sm_partitioning'])}")
     lines, ranking_ok = rankings(runs)
     for line in lines:
         print(line)
     return runs, ranking_ok
 
 
+def _final_errors(runs: List[dict]) -> List[dict]:
+    """The errors the last line summarises: the re-predicted (after) ones where any, else the committed."""
+    after = [r["after"]["errors"] for r in runs if "after" in r]
+    return after if after else [r["summary"]["errors"] for r in runs]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=None, help="one folder of GPU results (default: every results* folder)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="fit the simulator's host and contention parameters and write fidelity/llm/calibration.json")
     args = ap.parse_args()
+    if args.calibrate:
+        print(json.dumps(calibrate(), indent=1))
+        return
     folders = [args.results] if args.results else results_folders()
     last, runs, ranking_ok = folders[-1] if folders else LLM, [], False
+    roof = last
     for folder in folders:
         folder_runs, ok = report(folder)
         if folder_runs or os.path.exists(os.path.join(folder, "roofline.json")):
             last, runs, ranking_ok = folder, folder_runs, ok
-    print(f"(last line: {os.path.relpath(last, HERE)})")
-    errs = [r["summary"]["errors"] for r in runs]
+        if os.path.exists(os.path.join(folder, "roofline.json")):
+            roof = folder
+    print(f"(last line: {os.path.relpath(last, HERE)}; decode roofline: {os.path.relpath(roof, HERE)})")
+    errs = _final_errors(runs)
     print(f"max_throughput_err={_worst([e['throughput_err'] for e in errs]):.4f} "
           f"max_llm_err={_worst([e['max_llm_err'] for e in errs]):.4f} "
           f"max_ttft_err={_worst([e['ttft_err'] for e in errs]):.4f} "
           f"max_attain_pp={_worst([e['slo_attainment_pp'] for e in errs]):.2f} "
-          f"ranking_ok={int(ranking_ok)} decode_roofline={roofline(last):.3f}")
+          f"ranking_ok={int(ranking_ok)} decode_roofline={roofline(roof):.3f}")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,18 @@ class LLMConfig:
       requests still unfinished then count as served late (SLO missed).
     * ``prompt_tokens`` / ``output_tokens``: request lengths assumed by the estimator and the
       reference latency when the workload has no ``lengths`` (ShareGPT means, MuxServe paper).
+    * ``contention_hbm_gbps``: colocated jobs contend for memory bandwidth: a job's time
+      stretches by 1 + (the HBM demand, GB/s per GPU, of the other jobs running on its mesh) /
+      this, re-timed whenever the set of running jobs changes (0: off, jobs take their table
+      time). A job's demand is the bytes it moves (weights, KV cache read or written) over its
+      table time. Measured H100 value: 3100 (docs/fidelity-llm.md).
+    * ``decode_host_s`` / ``prefill_host_s``: host seconds the mesh's one scheduling thread
+      spends per decode step (launch and collect) and per prefill launch of an LLM on an SM
+      partition (share below 1); ``decode_host_full_s`` / ``prefill_host_full_s`` the same for
+      an LLM holding the whole GPU (plain streams: faster launches). Jobs are launched one after
+      another and ended jobs are noticed only when the thread is free (0: off). A decode step's
+      GPU work starts after its launch; a prefill's overlaps it. Measured H100 values of the
+      executor's engine: see ``docs/fidelity-llm.md``.
     """
 
     policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")
@@ -83,6 +95,16 @@ class LLMConfig:
     drain_s: float = option(60.0, minimum=0, help="simulated seconds after the workload's end to finish requests")
     prompt_tokens: float = option(161.0, minimum=1, maximum=MAX_TOKENS, help="prompt length without workload lengths")
     output_tokens: float = option(338.0, minimum=1, maximum=MAX_TOKENS, help="output length without workload lengths")
+    contention_hbm_gbps: float = option(0.0, minimum=0,
+                                        help="HBM GB/s per GPU that colocated jobs' demands stretch each other by (0: off)")
+    decode_host_s: float = option(0.0, minimum=0,
+                                  help="host seconds of a mesh's scheduling thread per decode step (SM partition)")
+    prefill_host_s: float = option(0.0, minimum=0,
+                                   help="host seconds of a mesh's scheduling thread per prefill launch (SM partition)")
+    decode_host_full_s: float = option(0.0, minimum=0,
+                                       help="host seconds per decode step of an LLM holding the whole GPU")
+    prefill_host_full_s: float = option(0.0, minimum=0,
+                                        help="host seconds per prefill launch of an LLM holding the whole GPU")
 
     @classmethod
     def from_dict(cls, d: dict, field: str = "llm") -> "LLMConfig":

@@ -13,6 +13,17 @@ the runtime reserves (the rule set's memory plan) is split in proportion to rate
 ``prompt + output`` tokens of cache. Because each LLM's batch changes the others' prefill
 sum, the batches are found by a few rounds of fixed-point iteration.
 
+With the simulator's host and contention models (``llm.decode_host_s``, ``prefill_host_s``,
+their ``_full_s`` twins for LLMs holding the whole GPU, ``contention_hbm_gbps``; off by
+default) the estimate sees what the simulator does: a decode step takes its host seconds
+longer (its launch on the mesh's one scheduling thread), a prefill at least its host seconds, and colocated decode steps, which overlap, stretch each other:
+member ``m``'s step by ``1 + sum over the other members j of demand_j / (hbm x mesh GPUs)``,
+``demand_j = (weights_j + b_j x context_j x KV bytes per token_j) / decode_j(b_j)`` (GB/s;
+context = prompt + output / 2). The stretch depends on the others' batches, so it is
+re-evaluated in every round of the fixed-point iteration. Prefills are not stretched (they are
+compute-bound and Eq. 3 runs them one at a time); temporal units (``serial_decode``) have no
+overlap, so no stretch.
+
 Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
 decode step of ``b`` requests at the mean context) are precomputed per (LLM, TP degree) at
 the candidate SM share, so the kernels below touch only flat arrays. :class:`Headroom`
@@ -22,7 +33,7 @@ estimates units at multiples of the rates (the mesh-group search's tie-break).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from numba import njit
@@ -33,6 +44,8 @@ from placement_opt.instance import Instance
 from placement_opt.llm_rules import tp_violations
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
+from placement_opt.settings import LLMConfig
+from placement_opt.simulate.llm import host_seconds
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
 FIXED_POINT_ROUNDS = 4
@@ -40,15 +53,16 @@ FIXED_POINT_ROUNDS = 4
 
 @njit(cache=True)
 def _smallest_batch(r: int, m: int, others_p: float, others_d: float, P: np.ndarray, D: np.ndarray,
-                    out_len: np.ndarray, rate: np.ndarray, hi: int) -> int:
+                    out_len: np.ndarray, rate: np.ndarray, hi: int, stretch: float) -> int:
     """The smallest batch (at most ``hi``) whose Eq. 3 estimate meets the rate, given the other
-    members' prefill seconds ``others_p`` and decode-step seconds ``others_d`` per round."""
+    members' prefill seconds ``others_p`` and decode-step seconds ``others_d`` per round and
+    the contention ``stretch`` of this member's decode steps."""
     lo = 1
-    if hi / (others_p + P[r, hi] + (others_d + D[r, hi]) * out_len[m]) < rate[m]:
+    if hi / (others_p + P[r, hi] + (others_d + D[r, hi] * stretch) * out_len[m]) < rate[m]:
         return hi
     while lo < hi:
         mid = (lo + hi) // 2
-        if mid / (others_p + P[r, mid] + (others_d + D[r, mid]) * out_len[m]) >= rate[m]:
+        if mid / (others_p + P[r, mid] + (others_d + D[r, mid] * stretch) * out_len[m]) >= rate[m]:
             hi = mid
         else:
             lo = mid + 1
@@ -56,15 +70,34 @@ def _smallest_batch(r: int, m: int, others_p: float, others_d: float, P: np.ndar
 
 
 @njit(cache=True)
+def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len: np.ndarray, weights: np.ndarray,
+             kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, hbm_mesh_gbps: float) -> float:
+    """How much member ``i``'s decode steps stretch beside the other members' (module
+    docstring): 1 + their HBM demand at their batches / the mesh's bandwidth (1 when off)."""
+    if hbm_mesh_gbps <= 0:
+        return 1.0
+    others = 0.0
+    for j in range(rows.shape[0]):
+        if j != i:
+            m = llms[j]
+            context = tokens[m] - out_len[m] / 2.0
+            others += (weights[m] + batch[j] * context * kv[m]) / D[rows[j], batch[j]] / 1e9
+    return 1.0 + others / hbm_mesh_gbps
+
+
+@njit(cache=True)
 def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
                     rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
-                    reserve: float, max_batch: int, serial_decode: bool, tpt: np.ndarray, batch: np.ndarray) -> float:
+                    reserve: float, max_batch: int, serial_decode: bool, tpt: np.ndarray, batch: np.ndarray,
+                    hbm_mesh_gbps: float = 0.0) -> float:
     """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
     bytes where every LLM reserves ``reserve`` bytes; writes per-member throughput and batch
     into ``tpt``/``batch`` and returns their sum, or -1 when weights and reserves leave no
     room for one request of each LLM. ``serial_decode``: the members' decode steps run one after
     another too (temporal multiplexing: one job at a time), so each decode step of an LLM
-    waits for one step of every other member."""
+    waits for one step of every other member. ``hbm_mesh_gbps``: HBM bandwidth of the whole
+    mesh for the contention stretch of overlapping decode steps (0: off; unused with
+    ``serial_decode``)."""
     k = rows.shape[0]
     pool = cap
     need = 0.0
@@ -88,12 +121,15 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     for i in range(k):
         total_p += P[rows[i], 1]
         total_d += D[rows[i], 1]
+    hbm = 0.0 if serial_decode else hbm_mesh_gbps
     for _ in range(FIXED_POINT_ROUNDS):
         for i in range(k):
             r = rows[i]
             others_p = total_p - P[r, batch[i]]
             others_d = total_d - D[r, batch[i]]
-            b = _smallest_batch(r, llms[i], others_p, others_d if serial_decode else 0.0, P, D, out_len, rate, maxb[i])
+            stretch = _stretch(i, rows, llms, D, out_len, weights, kv, tokens, batch, hbm)
+            b = _smallest_batch(r, llms[i], others_p, others_d if serial_decode else 0.0, P, D, out_len, rate, maxb[i],
+                                stretch)
             batch[i] = b
             total_p = others_p + P[r, b]
             total_d = others_d + D[r, b]
@@ -101,7 +137,8 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     for i in range(k):
         m = llms[i]
         r = rows[i]
-        step = total_d if serial_decode else D[r, batch[i]]
+        step = total_d if serial_decode else D[r, batch[i]] * _stretch(i, rows, llms, D, out_len, weights, kv, tokens,
+                                                                       batch, hbm)
         tpt[i] = min(batch[i] / (total_p + step * out_len[m]), rate[m])
         s += tpt[i]
     return s
@@ -124,6 +161,8 @@ class EstimatorTables:
     max_batch: int
     memory: MeshMemory  # the rule set's memory plan per GPU
     serial_decode: bool = False  # colocated LLMs' decode steps run one after another (temporal multiplexing)
+    hbm_gbps: float = 0.0  # llm.contention_hbm_gbps: HBM GB/s per GPU of the contention stretch (0: off)
+    host: LLMConfig = LLMConfig()  # the settings whose host seconds (by share) P and D include
 
     def row(self, llm: int, t: int) -> int:
         return llm * len(self.tps) + t
@@ -137,23 +176,31 @@ class EstimatorTables:
         size = float(self.tps[t])
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
-                            self.serial_decode, tpt, batch)
+                            self.serial_decode, tpt, batch, self.hbm_gbps * size)
         return s, tpt, batch
 
 
-def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Prefill and decode-step seconds for batches 0..max_batch at the spec's mean lengths."""
+def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
+                    host_s: Tuple[float, float] = (0.0, 0.0)) -> Tuple[np.ndarray, np.ndarray]:
+    """Prefill and decode-step seconds for batches 0..max_batch at the spec's mean lengths;
+    ``host_s`` = (decode, prefill) host seconds of the scheduling thread: a decode step takes
+    its launch longer, a prefill at least its launch (the simulator's host model)."""
     bgrid, lgrid, p2, d2 = spec.table.at_share(tp, share)
     b = np.arange(max_batch + 1, dtype=np.float64)
     b[0] = 1.0
     pre = lookup_batches(p2, bgrid, lgrid, b, spec.prompt_tokens)
     dec = lookup_batches(d2, bgrid, lgrid, b, spec.prompt_tokens + spec.output_tokens / 2.0)
+    decode_host, prefill_host = host_s
+    if decode_host > 0:
+        dec = dec + decode_host
+    if prefill_host > 0:
+        pre = np.maximum(pre, prefill_host)
     return pre, dec
 
 
 def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory: MeshMemory,
                  tps: Sequence[int] | None = None, full_share: bool = False,
-                 serial_decode: bool = False) -> EstimatorTables:
+                 serial_decode: bool = False, llm: Optional[LLMConfig] = None) -> EstimatorTables:
     """Candidates of Algorithm 2: per LLM and TP degree, the smallest SM share (30-100 %)
     whose Eq. 3 estimate alone on the mesh meets the LLM's rate (all SMs if none does).
 
@@ -161,7 +208,8 @@ def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory:
     KV heads, MLP width, a cost-table entry) and a mesh of that size holds the weights, the
     reserve and one request's KV cache under ``memory``. ``full_share`` fixes every share at
     1; ``serial_decode`` makes every estimate of the tables serialise colocated decode steps
-    (temporal scheduling, :func:`unit_throughput`).
+    (temporal scheduling, :func:`unit_throughput`). ``llm``: the instance's settings, whose
+    host and contention parameters the estimates then include (module docstring).
     """
     gpn = cluster.gpus_per_node
     if tps is None:
@@ -177,7 +225,8 @@ def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory:
                              weights=np.array([s.weight_bytes for s in specs]),
                              kv=np.array([s.kv_bytes_per_token for s in specs]),
                              tokens=np.array([s.tokens_per_request for s in specs]), max_batch=max_batch, memory=memory,
-                             serial_decode=serial_decode)
+                             serial_decode=serial_decode, hbm_gbps=llm.contention_hbm_gbps if llm else 0.0,
+                             host=llm or LLMConfig())
     for i, spec in enumerate(specs):
         for t, tp in enumerate(tp_degrees):
             if tp_violations(spec, int(tp)) or not _holds_alone(spec, int(tp), memory):
@@ -200,7 +249,8 @@ def _candidate_share(tables: EstimatorTables, spec: LLMSpec, i: int, t: int, ful
     tp = int(tables.tps[t])
     chosen = 1.0
     for sh in ([1.0] if full_share else SM_SHARES):
-        tables.P[row], tables.D[row] = latency_vectors(spec, tp, float(sh), tables.max_batch)
+        tables.P[row], tables.D[row] = latency_vectors(spec, tp, float(sh), tables.max_batch,
+                                                       host_seconds(tables.host, float(sh)))
         chosen = float(sh)
         if tables.estimate([i], t)[0] >= tables.rate[i] * (1 - 1e-9):
             break
@@ -240,7 +290,7 @@ class Headroom:
         shares = tb.share[members, t]
         if self.fit_shares and shares.sum() > 1.0 + 1e-9:
             tp = int(tb.tps[t])
-            fitted = [latency_vectors(self.specs[m], tp, float(sh), tb.max_batch)
+            fitted = [latency_vectors(self.specs[m], tp, float(sh), tb.max_batch, host_seconds(tb.host, float(sh)))
                       for m, sh in zip(members, shares / shares.sum())]
             P = np.stack([f[0] for f in fitted])
             D = np.stack([f[1] for f in fitted])
@@ -250,7 +300,7 @@ class Headroom:
         batch = np.zeros(len(members), dtype=np.int64)
         return tuple(unit_throughput(rows, members, P, D, tb.out_len, tb.rate * scale, tb.weights, tb.kv, tb.tokens,
                                      tb.memory.per_gpu * size, tb.memory.reserve * size, tb.max_batch,
-                                     tb.serial_decode, tpt, batch)
+                                     tb.serial_decode, tpt, batch, tb.hbm_gbps * size)
                      for scale in self.scales)
 
 
@@ -273,13 +323,14 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         P = np.empty((k, cfg.max_batch + 1))
         D = np.empty_like(P)
         for j, (i, sh) in enumerate(zip(members, shares)):
-            P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch)
+            P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch, host_seconds(cfg, float(sh)))
         tpt = np.zeros(k)
         batch = np.zeros(k, dtype=np.int64)
         unit_throughput(np.arange(k, dtype=np.int64), np.asarray(members, dtype=np.int64), P, D,
                         columns["output_tokens"], columns["rate"], columns["weight_bytes"],
                         columns["kv_bytes_per_token"], columns["tokens_per_request"], memory.per_gpu * g.n_gpus,
-                        memory.reserve * g.n_gpus, cfg.max_batch, placement.scheduling == "temporal", tpt, batch)
+                        memory.reserve * g.n_gpus, cfg.max_batch, placement.scheduling == "temporal", tpt, batch,
+                        cfg.contention_hbm_gbps * g.n_gpus)
         for j, i in enumerate(members):
             out[specs[i].name] = float(tpt[j])
     return out

@@ -24,9 +24,11 @@ FREE_MEMORY = 1
 
 @njit(cache=True)
 def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
-                    max_batch, per_gpu, reserve, weight_cap, sm_limit, max_members, serial_decode, assign, unit_tpt):
+                    max_batch, per_gpu, reserve, weight_cap, sm_limit, max_members, serial_decode, assign, unit_tpt,
+                    hbm_gbps=0.0):
     """Fill ``assign[m]`` (mesh of LLM m) and ``unit_tpt[d]`` (estimate of mesh d); memory
-    figures are bytes per GPU (``per_gpu`` shared, ``reserve`` per LLM, ``weight_cap``)."""
+    figures are bytes per GPU (``per_gpu`` shared, ``reserve`` per LLM, ``weight_cap``);
+    ``hbm_gbps``: HBM GB/s per GPU of the estimator's contention stretch (0: off)."""
     nd = mesh_t.shape[0]
     n = order.shape[0]
     nt = feasible.shape[1]
@@ -67,7 +69,8 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 llms[c] = m
                 rows[c] = m * nt + t
                 new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
-                                      per_gpu * size, reserve * size, max_batch, serial_decode, tpt, batch)
+                                      per_gpu * size, reserve * size, max_batch, serial_decode, tpt, batch,
+                                      hbm_gbps * size)
                 if new < 0:
                     continue
                 val = new - unit_tpt[d]
@@ -95,6 +98,6 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[q] = members[d, q] * nt + t
             unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
                                           per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, serial_decode,
-                                          tpt, batch)
+                                          tpt, batch, hbm_gbps * mesh_size[d])
         total += unit_tpt[d]
     return total

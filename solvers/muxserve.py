@@ -129,7 +129,8 @@ def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = 
     memory = mesh_memory(instance, rules)
     specs = llm_specs(instance)
     cl = instance.cluster
-    tables = build_tables(specs, cl, cfg.max_batch, memory, full_share=full_share, serial_decode=serial_decode)
+    tables = build_tables(specs, cl, cfg.max_batch, memory, full_share=full_share, serial_decode=serial_decode,
+                          llm=cfg)
     need = smallest_meshes(specs, tables)
     groups = iter_mesh_groups(cl.nodes, cl.gpus_per_node, max_meshes=len(specs), min_largest=max(need))
     tp_index = {int(t): i for i, t in enumerate(tables.tps)}
@@ -181,7 +182,7 @@ def _place_group(group: Tuple[Tuple[int, ...], ...], gi: int, specs: Sequence[LL
                               tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
                               tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap,
                               1.0 if full_share else rules.sm_limit, rules.max_llms_per_mesh, tables.serial_decode,
-                              assign, unit_tpt)
+                              assign, unit_tpt, tables.hbm_gbps)
         if est >= 0:
             return GroupResult(est, group, assign, unit_tpt, gi)
     return None

@@ -8,7 +8,10 @@ clocks: :meth:`MeshScheduler.complete` ends a job when the GPU says it ended,
 step by step (it owns its event loop and its clock), so equality is proved instead:
 :func:`run_virtual` drives this scheduler with the kernel's latency tables on a virtual
 clock, and ``tests/test_llm_sched.py`` checks that every request's first token, finish and
-preemptions equal the kernel's on random workloads for every policy.
+preemptions equal the kernel's on random workloads for every policy, with the kernel's host
+and contention duration models off and on (:class:`VirtualJobs` applies them: they decide
+*when* the scheduler is asked, so the proof covers the decisions they lead to; on the GPU the
+engine's real clock replaces them).
 
 Rules (see ``meshsim``'s docstring for the full text): ADBS and ROUND_ROBIN run one prefill
 at a time offered round robin, a waiting admissible prefill blocks new decodes, decodes
@@ -395,40 +398,124 @@ def job_seconds(job: Job, tables: LatencyTables) -> float:
     return len_interp(rows[job.llm, b], tables.lgrid, mean)
 
 
+class VirtualJobs:
+    """The kernel's job timing on a virtual clock: the jobs in flight (slot ``2k``: LLM k's
+    prefill, ``2k + 1``: its decode step) with their ends and, under the host and contention
+    models (``MeshLLMs.decode_host_s``, ``prefill_host_s``, ``MeshSettings.hbm_gbps``), their launch on the
+    one scheduling thread and their re-timing as the set of running jobs changes. The same
+    arithmetic in the same order as ``meshsim._launch_started``, ``_retime`` and ``_next_event``."""
+
+    def __init__(self, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings):
+        K = len(llms.share)
+        self.tables, self.cfg = tables, cfg
+        sized = len(llms.weight_bytes) == K
+        self.weight_bytes = [float(llms.weight_bytes[k]) if sized else 0.0 for k in range(K)]
+        self.kv_bytes = [float(llms.kv_bytes[k]) if sized else 0.0 for k in range(K)]
+        hosted = len(llms.decode_host_s) == K
+        self.decode_host = [float(llms.decode_host_s[k]) if hosted else 0.0 for k in range(K)]
+        self.prefill_host = [float(llms.prefill_host_s[k]) if hosted else 0.0 for k in range(K)]
+        self.timed = cfg.hbm_gbps > 0 or any(h > 0 for h in self.decode_host + self.prefill_host)
+        self.end = [np.inf] * (2 * K)
+        self.start = [0.0] * (2 * K)
+        self.work = [0.0] * (2 * K)
+        self.mark = [0.0] * (2 * K)
+        self.demand = [0.0] * (2 * K)
+        self.factor = [1.0] * (2 * K)
+
+    @staticmethod
+    def slot(kind: str, k: int) -> int:
+        return 2 * k + (1 if kind == DECODE else 0)
+
+    def launch(self, jobs: List[Job], t: float, host_free: float) -> float:
+        """Time the jobs started at t (in start order); returns when the thread is free again."""
+        for job in jobs:
+            j, dur = self.slot(job.kind, job.llm), job_seconds(job, self.tables)
+            if not self.timed:
+                self.end[j] = t + dur
+                continue
+            moved = self.weight_bytes[job.llm] + float(sum(job.contexts)) * self.kv_bytes[job.llm]
+            begin = max(t, host_free)
+            if job.kind == PREFILL:
+                host_free = begin + self.prefill_host[job.llm]
+                self.start[j], self.work[j] = begin, max(dur, self.prefill_host[job.llm])
+            else:
+                host_free = begin + self.decode_host[job.llm]
+                self.start[j], self.work[j] = host_free, dur
+            self.mark[j], self.factor[j] = self.start[j], 1.0
+            self.demand[j] = moved / self.work[j] / 1e9 if self.work[j] > 0 else 0.0
+            self.end[j] = self.start[j] + self.work[j]
+        return host_free
+
+    def _running(self, j: int, t: float) -> bool:
+        return self.end[j] < np.inf and self.start[j] <= t < self.end[j]
+
+    def retime(self, t: float) -> None:
+        """Contention: work left brought up to t, then each running job re-stretched."""
+        total = 0.0
+        for j in range(len(self.end)):
+            if self._running(j, t):
+                self.work[j] -= (t - self.mark[j]) / self.factor[j]
+                self.mark[j] = t
+                total += self.demand[j]
+        for j in range(len(self.end)):
+            if self._running(j, t):
+                factor = 1.0 + (total - self.demand[j]) / self.cfg.hbm_gbps
+                if factor != self.factor[j]:
+                    self.factor[j] = factor
+                    self.end[j] = t + self.work[j] * factor
+
+    def next_event(self, t: float, host_free: float) -> float:
+        """The next job end (ended jobs wait while the thread is busy), GPU start, or thread free."""
+        t_next = np.inf
+        free = t >= host_free
+        for j in range(len(self.end)):
+            if free or self.end[j] > t:
+                t_next = min(t_next, self.end[j])
+        if self.cfg.hbm_gbps > 0:
+            for j in range(len(self.end)):
+                if self.end[j] < np.inf and self.start[j] > t:
+                    t_next = min(t_next, self.start[j])
+        return t_next if free else min(t_next, host_free)
+
+
 def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings) -> MeshScheduler:
-    """Drive a :class:`MeshScheduler` on a virtual clock with the kernel's job times and its
-    event loop (end due jobs, re-balance, schedule, drop, advance); returns it finished."""
+    """Drive a :class:`MeshScheduler` on a virtual clock with the kernel's job times (its
+    host and contention models included, :class:`VirtualJobs`) and its event loop (end due
+    jobs, re-balance, schedule, drop, advance while the scheduling thread is free); returns
+    it finished."""
     s = MeshScheduler(requests, llms, cfg)
+    clock = VirtualJobs(llms, tables, cfg)
     n = len(requests.arrival)
-    ends: dict[tuple[str, int], float] = {}
-    t, done, arrived = 0.0, 0, 0
+    t, done, arrived, host_free = 0.0, 0, 0, 0.0
     next_rebalance = cfg.period if cfg.policy == ADBS else np.inf
     while True:
-        for k in range(len(s.llms)):
-            for kind in (DECODE, PREFILL):
-                if ends.get((kind, k), np.inf) <= t:
-                    del ends[(kind, k)]
-                    done += len(s.complete(kind, k, t))
         while arrived < n and s.arrival[arrived] <= t:
             arrived += 1
-        if done == n:
-            return s
-        while t >= next_rebalance:
-            next_rebalance += cfg.period
-            s.rebalance()
-        for job in s.schedule(t):
-            ends[(job.kind, job.llm)] = t + job_seconds(job, tables)
-        if not s.busy():
-            dropped = s.drop_unfittable(t)
-            if dropped:
-                done += len(dropped)
-                continue
-        t_next = min(ends.values(), default=np.inf)
+        if t >= host_free:
+            for k in range(len(s.llms)):
+                for kind in (DECODE, PREFILL):
+                    if clock.end[clock.slot(kind, k)] <= t:
+                        clock.end[clock.slot(kind, k)] = np.inf
+                        done += len(s.complete(kind, k, t))
+            if done == n:
+                return s
+            while t >= next_rebalance:
+                next_rebalance += cfg.period
+                s.rebalance()
+            host_free = clock.launch(s.schedule(t), t, host_free)
+            if not s.busy():
+                dropped = s.drop_unfittable(t)
+                if dropped:
+                    done += len(dropped)
+                    continue
+        if cfg.hbm_gbps > 0:
+            clock.retime(t)
+        t_next = clock.next_event(t, host_free)
         if arrived < n and s.arrival[arrived] < t_next:
             t_next = float(s.arrival[arrived])
         if t_next == np.inf:
             return s
-        if cfg.policy == ADBS and s.busy() and next_rebalance < t_next:
+        if cfg.policy == ADBS and s.busy() and t < next_rebalance < t_next:
             t_next = next_rebalance
         if t_next >= cfg.horizon:
             return s

@@ -30,6 +30,17 @@ baseline is FCFS with every share 1 (one job at a time).
 A request that cannot be admitted even when nothing else runs (it needs more KV than the
 whole pool) is dropped (``finish = -2``); requests unfinished at ``horizon`` keep -1.
 
+Optional duration models (off by default, then every job ends at its start plus its table
+time): **host** (``MeshLLMs.decode_host_s``/``prefill_host_s``): the mesh has one scheduling
+thread; the jobs started at one moment are launched on it one after another, a decode step's
+GPU work starting when its launch ends, a prefill's running during its launch (it lasts at
+least that long); while the thread is busy nothing is scheduled and ended jobs wait for it
+(their tokens and SMs come when it is free). **Contention** (``MeshSettings.hbm_gbps``): a
+running job demands ``bytes / table time`` of HBM bandwidth (``MeshLLMs.weight_bytes`` plus
+the KV bytes of its tokens); each running job's remaining work is stretched by ``1 + (the
+other running jobs' demand) / hbm_gbps``, re-timed at every event where the set of running
+jobs changes. Calibrated on an H100 in ``docs/fidelity-llm.md``.
+
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
 :class:`MeshLLMs` (per LLM), :class:`LatencyTables`, :class:`MeshSettings` (scalars) and
 :class:`MeshOutputs` (the arrays it fills). Its state lives in structured arrays, one record
@@ -63,11 +74,16 @@ class MeshRequests(NamedTuple):
 
 
 class MeshLLMs(NamedTuple):
-    """The mesh's LLMs (arrays over the K LLMs)."""
+    """The mesh's LLMs (arrays over the K LLMs). The byte counts (contention model) and host
+    seconds (host model) may be empty arrays: zeros."""
 
     share: np.ndarray   # float64 SM share a job of the LLM holds
     kv_kib: np.ndarray  # int64 KiB of KV cache per token
     rate: np.ndarray    # float64 request rate (ADBS's initial quotas)
+    weight_bytes: np.ndarray = np.zeros(0)  # float64 weight bytes per GPU a job reads once
+    kv_bytes: np.ndarray = np.zeros(0)      # float64 KV bytes per token per GPU a job reads (decode) or writes (prefill)
+    decode_host_s: np.ndarray = np.zeros(0)   # float64 host seconds of the scheduling thread per decode step (launch, collect)
+    prefill_host_s: np.ndarray = np.zeros(0)  # float64 host seconds per prefill launch (overlaps its GPU work)
 
 
 class LatencyTables(NamedTuple):
@@ -89,6 +105,7 @@ class MeshSettings(NamedTuple):
     period: float      # ADBS: seconds between quota re-balancings
     frac: float        # ADBS: part of the donor's unused quota moved
     horizon: float     # seconds simulated at most
+    hbm_gbps: float = 0.0  # contention: a job's time stretches by 1 + (others' HBM demand) / this (GB/s); 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -147,6 +164,26 @@ LLM_STATE = np.dtype([
     ("quota", np.int64),          # ADBS quota in KiB (the pool under other policies)
     ("tried", np.bool_),          # FCFS: already offered a decode in this pass
     ("kv_time", np.float64),      # KiB x seconds held (accumulates into MeshOutputs.kv_llm_time)
+    ("weight_bytes", np.float64), # weight bytes per GPU (contention model)
+    ("kv_bytes", np.float64),     # KV bytes per token per GPU (contention model)
+    ("prefill_seq", np.int64),    # start order of its prefill in flight (host model: launch order)
+    ("decode_seq", np.int64),     # start order of its decode step in flight
+    ("prefill_dur", np.float64),  # its prefill's table time (alone, at its share)
+    ("decode_dur", np.float64),   # its decode step's table time
+    ("prefill_bytes", np.float64),  # HBM bytes per GPU its prefill moves (weights, KV written)
+    ("decode_bytes", np.float64),   # HBM bytes per GPU its decode step moves (weights, KV read)
+    ("decode_host", np.float64),    # host seconds of the scheduling thread per decode step
+    ("prefill_host", np.float64),   # host seconds per prefill launch
+], align=True)
+
+#: One record per job slot (``jobs[2k]``: LLM k's prefill, ``jobs[2k + 1]``: its decode step),
+#: used only by the host and contention models (:func:`_launch_started`, :func:`_retime`).
+JOB_STATE = np.dtype([
+    ("start", np.float64),   # when its GPU work starts (a decode after its host launch)
+    ("work", np.float64),    # seconds of GPU work left at ``mark`` were it running alone
+    ("mark", np.float64),    # when ``work`` was last brought up to date
+    ("demand", np.float64),  # its HBM demand running alone, GB/s per GPU
+    ("factor", np.float64),  # its current stretch: 1 + the other running jobs' demand / hbm_gbps
 ], align=True)
 
 #: Request ids in queue order (``slots[i]``): LLM k owns slots first_slot..end_slot-1 of each
@@ -178,7 +215,8 @@ def simulate_mesh(requests, mesh_llms, tables, cfg, out):
     llms = _llm_state(requests, mesh_llms, cfg, out)
     slots = _arrival_lists(reqs, llms)
     usage = _usage_bins(out)
-    stop = _run(reqs, llms, slots, usage, out.peak, tables, cfg)
+    jobs = np.zeros(2 * llms.shape[0], dtype=JOB_STATE)
+    stop = _run(reqs, llms, slots, jobs, usage, out.peak, tables, cfg)
     _write_outputs(reqs, llms, usage, out)
     return stop
 
@@ -198,10 +236,13 @@ def _write_outputs(reqs, llms, usage, out):
 
 
 @njit(cache=True)
-def _run(reqs, llms, slots, usage, peak, tables, cfg):
-    """The event loop: end the jobs due, re-balance quotas, start jobs, drop what can never
-    fit, then advance to the next event, integrating the usage of the time passed into
-    ``usage`` and the peaks into ``peak``. Returns the time the simulation stopped."""
+def _run(reqs, llms, slots, jobs, usage, peak, tables, cfg):
+    """The event loop: when the scheduling thread is free, end the jobs due, re-balance
+    quotas, start jobs (launching them on the thread), drop what can never fit; then re-time
+    the running jobs (contention) and advance to the next event, integrating the usage of
+    the time passed into ``usage`` and the peaks into ``peak``. Returns the time the
+    simulation stopped. With the host and contention models off (``cfg``'s defaults) the
+    thread is always free and every job ends at its start plus its table time."""
     n = reqs.shape[0]
     sm_used = 0.0
     rr_prefill = 0  # next LLM offered a prefill (round robin)
@@ -209,28 +250,36 @@ def _run(reqs, llms, slots, usage, peak, tables, cfg):
     arrived = 0  # requests with arrival <= t
     done = 0
     t = 0.0
+    host_free = 0.0  # when the scheduling thread has launched every job started so far
+    launched = 0  # start order of the last job launched
+    timed = cfg.hbm_gbps > 0 or _host_costs(llms)
     next_rebalance = cfg.period if cfg.policy == ADBS else np.inf
     while True:
-        sm_used, finished = _complete_jobs(t, sm_used, reqs, llms, slots)
-        done += finished
         while arrived < n and reqs[arrived].arrival <= t:
             arrived += 1
-        if done == n:
-            return t
-        while t >= next_rebalance:
-            next_rebalance += cfg.period
-            _rebalance(llms, cfg.frac)
-        sm_used, rr_prefill, rr_decode = _schedule(t, sm_used, rr_prefill, rr_decode, reqs, llms, slots, tables, cfg)
-        busy = _busy(llms)
-        if not busy:
-            dropped = _drop_unfittable(t, reqs, llms, slots, cfg)
-            if dropped > 0:
-                done += dropped
-                continue  # schedule again at the same time
-        t_next = _next_event(arrived, reqs, llms)
+        if t >= host_free:
+            sm_used, finished = _complete_jobs(t, sm_used, reqs, llms, slots)
+            done += finished
+            if done == n:
+                return t
+            while t >= next_rebalance:
+                next_rebalance += cfg.period
+                _rebalance(llms, cfg.frac)
+            sm_used, rr_prefill, rr_decode = _schedule(t, sm_used, rr_prefill, rr_decode, reqs, llms, slots, tables,
+                                                       cfg)
+            if timed:
+                host_free, launched = _launch_started(t, host_free, launched, llms, jobs, cfg)
+            if not _busy(llms):
+                dropped = _drop_unfittable(t, reqs, llms, slots, cfg)
+                if dropped > 0:
+                    done += dropped
+                    continue  # schedule again at the same time
+        if cfg.hbm_gbps > 0:
+            _retime(t, llms, jobs, cfg.hbm_gbps)
+        t_next = _next_event(t, host_free, arrived, reqs, llms, jobs, cfg)
         if t_next == np.inf:
             return t
-        if cfg.policy == ADBS and busy and next_rebalance < t_next:
+        if cfg.policy == ADBS and _busy(llms) and t < next_rebalance < t_next:  # (<= t: due when the thread is free)
             t_next = next_rebalance
         if _record_until(t, t_next, sm_used, llms, usage, peak, cfg):
             return cfg.horizon
@@ -275,6 +324,12 @@ def _llm_state(requests, mesh_llms, cfg, out):
         llms[k].prefill_end = np.inf
         llms[k].decode_end = np.inf
         llms[k].kv_time = out.kv_llm_time[k]
+        if mesh_llms.weight_bytes.shape[0] == K:
+            llms[k].weight_bytes = mesh_llms.weight_bytes[k]
+            llms[k].kv_bytes = mesh_llms.kv_bytes[k]
+        if mesh_llms.decode_host_s.shape[0] == K:
+            llms[k].decode_host = mesh_llms.decode_host_s[k]
+            llms[k].prefill_host = mesh_llms.prefill_host_s[k]
     _initial_quotas(llms, mesh_llms, cfg)
     return llms
 
@@ -668,7 +723,10 @@ def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
     llm.n_prefill = b
     if b == 0:
         return False
-    llm.prefill_end = t + _len_interp(tables.prefill[k, b], tables.lgrid, tokens / b)
+    llm.prefill_dur = _len_interp(tables.prefill[k, b], tables.lgrid, tokens / b)
+    llm.prefill_end = t + llm.prefill_dur
+    llm.prefill_bytes = llm.weight_bytes + tokens * llm.kv_bytes
+    llm.prefill_seq = _next_seq(llms)
     return True
 
 
@@ -689,7 +747,10 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
             reqs[r].held = need
         ctx += reqs[r].prompt + reqs[r].generated
     llm.n_decode = llm.n_running
-    llm.decode_end = t + _len_interp(tables.decode[k, llm.n_running], tables.lgrid, ctx / llm.n_running)
+    llm.decode_dur = _len_interp(tables.decode[k, llm.n_running], tables.lgrid, ctx / llm.n_running)
+    llm.decode_end = t + llm.decode_dur
+    llm.decode_bytes = llm.weight_bytes + ctx * llm.kv_bytes
+    llm.decode_seq = _next_seq(llms)
     return True
 
 
@@ -735,15 +796,106 @@ def _drop_unfittable(t, reqs, llms, slots, cfg):
     return dropped
 
 
+# ---------------------------------------------------------------- host thread and contention
+
+
+@njit(cache=True)
+def _host_costs(llms):
+    """Whether any LLM's jobs cost the scheduling thread time (the host model is on)."""
+    for k in range(llms.shape[0]):
+        if llms[k].decode_host > 0 or llms[k].prefill_host > 0:
+            return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _next_seq(llms):
+    """The start order of a job started now: one more than any job's in flight or past."""
+    last = 0
+    for k in range(llms.shape[0]):
+        last = max(last, llms[k].prefill_seq, llms[k].decode_seq)
+    return last + 1
+
+
+@njit(cache=True)
+def _launch_started(t, host_free, launched, llms, jobs, cfg):
+    """Launch the jobs started at ``t`` (start order after ``launched``) one after another
+    on the mesh's scheduling thread, free from ``host_free``: a decode step's GPU work starts
+    when its launch (its LLM's ``decode_host``) ends; a prefill's runs while the thread launches
+    it (``prefill_host``), so it takes at least that long. Sets each job's record and end;
+    returns when the thread is free again and the last start order launched."""
+    while True:
+        best, best_seq = -1, np.iinfo(np.int64).max
+        for k in range(llms.shape[0]):
+            if llms[k].n_prefill > 0 and launched < llms[k].prefill_seq < best_seq:
+                best, best_seq = 2 * k, llms[k].prefill_seq
+            if llms[k].n_decode > 0 and launched < llms[k].decode_seq < best_seq:
+                best, best_seq = 2 * k + 1, llms[k].decode_seq
+        if best < 0:
+            return host_free, launched
+        launched = best_seq
+        llm, job = llms[best // 2], jobs[best]
+        begin = max(t, host_free)
+        if best % 2 == 0:
+            host_free = begin + llm.prefill_host
+            job.start, job.work, moved = begin, max(llm.prefill_dur, llm.prefill_host), llm.prefill_bytes
+        else:
+            host_free = begin + llm.decode_host
+            job.start, job.work, moved = host_free, llm.decode_dur, llm.decode_bytes
+        job.mark, job.factor = job.start, 1.0
+        job.demand = moved / job.work / 1e9 if job.work > 0 else 0.0
+        if best % 2 == 0:
+            llm.prefill_end = job.start + job.work
+        else:
+            llm.decode_end = job.start + job.work
+
+
+@njit(cache=True)
+def _retime(t, llms, jobs, hbm_gbps):
+    """Contention: bring every running job's work left up to ``t`` at its old stretch, then
+    stretch it by 1 + (the HBM demand of the other jobs running on the GPU) / ``hbm_gbps``
+    and re-time its end where the stretch changed. Jobs launched but not started yet and
+    jobs ended (waiting for the scheduling thread) take no part."""
+    total = 0.0
+    for j in range(jobs.shape[0]):
+        end = llms[j // 2].prefill_end if j % 2 == 0 else llms[j // 2].decode_end
+        if end < np.inf and jobs[j].start <= t < end:
+            jobs[j].work -= (t - jobs[j].mark) / jobs[j].factor
+            jobs[j].mark = t
+            total += jobs[j].demand
+    for j in range(jobs.shape[0]):
+        end = llms[j // 2].prefill_end if j % 2 == 0 else llms[j // 2].decode_end
+        if end < np.inf and jobs[j].start <= t < end:
+            factor = 1.0 + (total - jobs[j].demand) / hbm_gbps
+            if factor != jobs[j].factor:
+                jobs[j].factor = factor
+                if j % 2 == 0:
+                    llms[j // 2].prefill_end = t + jobs[j].work * factor
+                else:
+                    llms[j // 2].decode_end = t + jobs[j].work * factor
+
+
 # ---------------------------------------------------------------- time
 
 
 @njit(cache=True, inline="always")
-def _next_event(arrived, reqs, llms):
-    """The next job end or arrival (of the first request not yet arrived), inf if none."""
+def _next_event(t, host_free, arrived, reqs, llms, jobs, cfg):
+    """The next job end, arrival (of the first request not yet arrived), end of the
+    scheduling thread's launches, or (contention) GPU start of a launched job; inf if none.
+    While the thread is busy, jobs that already ended wait for it (they are no event)."""
     t_next = np.inf
+    free = t >= host_free
     for k in range(llms.shape[0]):
-        t_next = min(t_next, llms[k].prefill_end, llms[k].decode_end)
+        for end in (llms[k].prefill_end, llms[k].decode_end):
+            if free or end > t:
+                t_next = min(t_next, end)
+        if cfg.hbm_gbps > 0:
+            for j in (2 * k, 2 * k + 1):
+                end = llms[k].prefill_end if j == 2 * k else llms[k].decode_end
+                if end < np.inf and jobs[j].start > t:
+                    t_next = min(t_next, jobs[j].start)
+    if not free:
+        t_next = min(t_next, host_free)
     if arrived < reqs.shape[0] and reqs[arrived].arrival < t_next:
         t_next = reqs[arrived].arrival
     return t_next

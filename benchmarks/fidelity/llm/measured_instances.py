@@ -3,7 +3,9 @@
 For every instance of ``instances/fidelity-llm/`` writes ``instances/fidelity-llm/measured/``
 a copy whose models reference ``benchmarks/fidelity/llm/tables/<model>.json`` (written by
 ``placeopt profile --llm`` in ``run_gpu.sh``), and whose cluster GPU is the profiled one
-(name from the tables). The simulator's predictions of the fidelity runs use these tables.
+(name from the tables). The simulator's predictions of the fidelity runs use these tables,
+and the host and contention parameters of ``calibration.json`` (written by
+``benchmarks/llm_fidelity.py --calibrate``) when it exists, in their ``llm`` section.
 
 Usage: python benchmarks/fidelity/llm/measured_instances.py [TABLES_DIR]
 (default ``benchmarks/fidelity/llm/tables``; ``run_gpu.sh`` passes its ``$TABLES``).
@@ -21,6 +23,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 SRC = os.path.join(ROOT, "instances", "fidelity-llm")
 DST = os.path.join(SRC, "measured")
 TABLES = os.path.join(HERE, "tables")
+CALIBRATION = os.path.join(HERE, "calibration.json")
+MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s")
+
+
+def calibrated_llm_fields() -> dict:
+    """The simulator's host and contention parameters fitted on the GPU runs (none without a fit)."""
+    if not os.path.exists(CALIBRATION):
+        return {}
+    with open(CALIBRATION) as f:
+        cal = json.load(f)
+    return {k: cal[k] for k in MODEL_FIELDS}
 SPECS = {"H100": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 3350},
          "H200": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 4800}}
 
@@ -43,6 +56,7 @@ def main() -> None:
             with open(table) as f:
                 gpu = json.load(f)["gpu"]
         inst["cost_tables"] = tables
+        inst.setdefault("llm", {}).update(calibrated_llm_fields())
         inst["cluster"]["gpu"]["name"] = gpu
         inst["cluster"]["gpu"].update(next((v for k, v in SPECS.items() if k in gpu), {}))
         if "trace" in inst["workload"]:

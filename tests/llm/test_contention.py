@@ -1,0 +1,150 @@
+"""The mesh simulator's host-thread and HBM-contention models, and the estimator seeing them.
+
+Hand-timed meshes check the kernel's rules (docs/llm.md, "Host and contention models");
+``tests/test_llm_sched.py`` proves the executor's scheduler port applies the same ones; the
+fidelity check re-predicts the committed H100 run with the calibrated parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Dict, List
+
+import numpy as np
+import pytest
+
+from placement_opt import load_instance
+from placement_opt.placement import load_placement
+from placement_opt.simulate.llm import _POLICY_CODE, simulate_llm
+from placement_opt.simulate.meshsim import (LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs,
+                                            simulate_mesh)
+from placement_opt.solvers import make_solver
+
+from .helpers import ROOT, SMALL
+
+FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
+RESULTS = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
+OFF = {"contention_hbm_gbps": 0.0, "decode_host_s": 0.0, "prefill_host_s": 0.0, "decode_host_full_s": 0.0,
+       "prefill_host_full_s": 0.0}
+
+
+def run_mesh(arrival: List[float], llm: List[int], output: List[int], prefill_s: float, decode_s: float,
+             hbm_gbps: float = 0.0, decode_host_s: float = 0.0, prefill_host_s: float = 0.0) -> Dict[str, np.ndarray]:
+    """Two LLMs at half the SMs each, constant job times, 1 GB of weights each (no KV bytes),
+    round-robin policy, the given HBM bandwidth and host seconds per job (both LLMs)."""
+    K, max_batch = 2, 4
+    n = len(arrival)
+    requests = MeshRequests(arrival=np.array(arrival), llm=np.array(llm, dtype=np.int64),
+                            prompt=np.full(n, 4, dtype=np.int64), output=np.array(output, dtype=np.int64))
+    llms = MeshLLMs(share=np.array([0.5, 0.5]), kv_kib=np.ones(K, dtype=np.int64), rate=np.ones(K),
+                    weight_bytes=np.full(K, 1e9), kv_bytes=np.zeros(K), decode_host_s=np.full(K, decode_host_s),
+                    prefill_host_s=np.full(K, prefill_host_s))
+    tables = LatencyTables(prefill=np.full((K, max_batch + 1, 2), prefill_s),
+                           decode=np.full((K, max_batch + 1, 2), decode_s), lgrid=np.array([1.0, 1000.0]))
+    cfg = MeshSettings(policy=_POLICY_CODE["round-robin"], pool=1000, block=4, max_batch=max_batch,
+                       token_budget=4096, period=5.0, frac=0.5, horizon=100.0, hbm_gbps=hbm_gbps)
+    out = mesh_outputs(n, K, 10)
+    simulate_mesh(requests, llms, tables, cfg, out)
+    return {"first": out.first, "finish": out.finish}
+
+
+def test_overlapping_jobs_stretch_each_other_by_the_others_demand():
+    """LLM 1's prefill and LLM 0's decode step overlap from 0.1 s: each moves 1 GB in 0.1 s
+    alone (10 GB/s), so against 10 GB/s of HBM each takes 1 + 10/10 = 2x: both end at 0.3 s;
+    LLM 1's decode step then runs alone, unstretched."""
+    plain = run_mesh([0.0, 0.0], [0, 1], [2, 2], 0.1, 0.1)
+    assert plain["first"].tolist() == pytest.approx([0.1, 0.2]) and plain["finish"].tolist() == pytest.approx([0.2, 0.3])
+    got = run_mesh([0.0, 0.0], [0, 1], [2, 2], 0.1, 0.1, hbm_gbps=10.0)
+    assert got["first"].tolist() == pytest.approx([0.1, 0.3])
+    assert got["finish"].tolist() == pytest.approx([0.3, 0.4])
+    # a job alone is never stretched, however small the bandwidth
+    alone = run_mesh([0.0], [0], [3], 0.1, 0.1, hbm_gbps=1e-3)
+    assert alone["finish"].tolist() == pytest.approx([0.3])
+
+
+def test_jobs_launch_one_after_another_on_the_scheduling_thread():
+    """Decode steps start after their 10 ms launch; a prefill runs during its 50 ms launch."""
+    got = run_mesh([0.0], [0], [3], 0.1, 0.1, decode_host_s=0.01, prefill_host_s=0.05)
+    assert got["first"].tolist() == pytest.approx([0.1])
+    assert got["finish"].tolist() == pytest.approx([0.1 + 2 * (0.01 + 0.1)])
+
+
+def test_a_prefill_launch_holds_back_decodes_and_completions():
+    """LLM 0's prefill (0.1 s on the GPU) takes its 0.2 s launch; LLM 1's request, arrived at
+    0.15 s, is seen at 0.2 s, and its prefill launch (0.2-0.4 s) delays LLM 0's next decode
+    step to 0.4 s. Without the host model everything runs back to back."""
+    plain = run_mesh([0.0, 0.15], [0, 1], [3, 2], 0.1, 0.05)
+    assert plain["first"].tolist() == pytest.approx([0.1, 0.25])
+    assert plain["finish"].tolist() == pytest.approx([0.2, 0.3])
+    got = run_mesh([0.0, 0.15], [0, 1], [3, 2], 0.1, 0.05, prefill_host_s=0.2)
+    assert got["first"].tolist() == pytest.approx([0.2, 0.4])
+    assert got["finish"].tolist() == pytest.approx([0.5, 0.45])
+
+
+def _with(inst, **fields: float):
+    return dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **fields))
+
+
+@pytest.mark.parametrize("run, policy, tpot", [("results-v2/poisson-muxserve", "adbs", False),
+                                               ("results-v2b/poisson-muxserve/fcfs", "fcfs", True)])
+def test_calibrated_models_predict_the_measured_h100_runs(run: str, policy: str, tpot: bool):
+    """Two committed H100 runs the host times were not fitted on (five LLMs on 24-SM
+    partitions, Poisson), re-predicted with the measured tables: the calibrated models (in the
+    measured instance) bring total throughput within 5% (off: 10-14% high) and, on the warm
+    fcfs trial, every LLM's throughput within 10% and the mean TPOT within 15% (off: 3.9x)."""
+    inst = load_instance(os.path.join(FIDELITY, "measured", "poisson.json"))
+    assert inst.llm_settings.contention_hbm_gbps > 0 and inst.llm_settings.prefill_host_s > 0
+    placement = load_placement(os.path.join(FIDELITY, "poisson-muxserve.placement.json"))
+    with open(os.path.join(RESULTS, run, "summary.json")) as f:
+        measured = json.load(f)["measured"]
+    after = simulate_llm(inst, placement, policy=policy)
+    before = simulate_llm(_with(inst, **OFF), placement, policy=policy)
+
+    def err(sim: dict, key: str) -> float:
+        return abs(measured[key] - sim[key]) / sim[key]
+
+    assert err(after, "throughput_rps") < 0.05 < 0.10 < err(before, "throughput_rps")
+    if tpot:
+        assert err(after, "tpot_mean_s") < 0.15 < 1.0 < err(before, "tpot_mean_s")
+        worst = max(abs(m["throughput_rps"] - after["per_model"][n]["throughput_rps"]) / m["throughput_rps"]
+                    for n, m in measured["per_model"].items())
+        assert worst < 0.10
+
+
+def test_estimator_sees_contention_and_places_accordingly():
+    """Under HBM contention the Eq. 3 estimate of a colocated unit falls, MuxServe stops
+    putting all four LLMs on one mesh, and its placement scores higher in the contention-aware
+    simulator than the contention-blind one."""
+    inst = load_instance(SMALL)
+    contended = _with(inst, contention_hbm_gbps=2000.0)
+    blind = make_solver("muxserve").solve(inst)
+    aware = make_solver("muxserve").solve(contended)
+    assert any(len(g.models) == 4 for g in blind.groups)
+    assert all(len(g.models) < 4 for g in aware.groups)
+    assert simulate_llm(contended, aware)["throughput_rps"] > simulate_llm(contended, blind)["throughput_rps"] * 1.05
+
+
+def test_estimator_unit_stretch_and_host_costs():
+    """One LLM alone is unaffected by contention; two colocated ones are estimated lower with
+    it; host costs lengthen every decode step, floor every prefill and so raise the share an
+    LLM needs."""
+    from placement_opt.llm_units import llm_specs, mesh_memory
+    from placement_opt.settings import rule_set
+    from placement_opt.solvers.llm_estimator import build_tables
+
+    inst = load_instance(SMALL)
+    specs = llm_specs(inst)
+    memory = mesh_memory(inst, rule_set("placeopt"))
+    plain = build_tables(specs, inst.cluster, 64, memory, llm=inst.llm_settings)
+    cfg = dataclasses.replace(inst.llm_settings, contention_hbm_gbps=500.0, decode_host_s=0.004, prefill_host_s=0.5)
+    timed = build_tables(specs, inst.cluster, 64, memory, llm=cfg)
+    assert timed.share[1, 0] > plain.share[1, 0]  # the 7B LLM needs more SMs to meet its rate
+    row = plain.row(2, 0)  # same share (30 %) in both
+    assert timed.share[2, 0] == plain.share[2, 0]
+    assert np.allclose(timed.D[row], plain.D[row] + 0.004)
+    assert np.allclose(timed.P[row], np.maximum(plain.P[row], 0.5)) and (timed.P[row] == 0.5).any()
+    stretched = dataclasses.replace(plain, hbm_gbps=500.0)
+    assert stretched.estimate([1], 0)[0] == plain.estimate([1], 0)[0]
+    assert stretched.estimate([1, 2], 0)[0] < plain.estimate([1, 2], 0)[0]
