@@ -21,7 +21,7 @@ scheduler's accounting does.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -108,33 +108,63 @@ def _all_layer_units(cache: LLMCache, pages: torch.Tensor) -> torch.Tensor:
     return units.permute(lead, lead + 1, *range(lead), lead + 2)
 
 
-class PrefillWrite:
-    """Where a prefill job's tokens go: every valid position of every prompt. The rows of the
-    valid tokens in the padded batch are known on the host, so the scatter needs no boolean
-    mask (whose ``nonzero`` would make the host wait for the GPU at every layer)."""
+class PrefillInputs:
+    """The static inputs of a prefill of up to ``batch`` prompts padded to ``length`` tokens
+    (a CUDA graph per (batch, length) bucket replays on them): token ids, prompt lengths, and
+    for every position of the padded batch the pages of its block and its row in the block;
+    padding positions point at the scratch page, so the scatter of K and V is one static
+    ``index_put`` of all ``batch x length`` rows (no mask, no host sync).
 
-    def __init__(self, cache: LLMCache, requests: Sequence[int], lengths: Sequence[int]):
+    :meth:`fill` packs a job's integers into one (pinned, on GPUs) host buffer copied with one
+    asynchronous transfer; :meth:`begin` (the first thing a prefill runs, inside its graph)
+    derives every layer's unit ids on the device."""
+
+    def __init__(self, cache: LLMCache, batch: int, length: int):
         device = cache.pool.data.device
-        block = cache.pool.block
-        longest = max(lengths)
-        rows, offs, flat = [], [], []
-        for i, (r, n) in enumerate(zip(requests, lengths)):
-            pages = cache.page_table([r], (n + block - 1) // block)[0]  # [blocks, ppb]
-            pos = np.arange(n)
-            rows.append(pages[pos // block])
-            offs.append(pos % block)
-            flat.append(i * longest + pos)
-        self.cache = cache
-        pages_t = torch.as_tensor(np.concatenate(rows), device=device)  # [tokens, ppb]
-        self.units = _all_layer_units(cache, pages_t)  # [layers, 2, tokens, kv_heads]
-        self.offs = torch.as_tensor(np.concatenate(offs), device=device).unsqueeze(1)  # [tokens, 1]
-        self.flat = torch.as_tensor(np.concatenate(flat), device=device)  # rows of the valid tokens in b x L
+        self.cache, self.batch, self.length = cache, batch, length
+        ppb, n = cache.pages_per_block, batch * length
+        sizes = [n, batch, n * ppb, n]
+        self._host = torch.zeros(sum(sizes), dtype=torch.long, pin_memory=device.type == "cuda")
+        self._dev = torch.zeros(sum(sizes), dtype=torch.long, device=device)
+        tok, lengths, rows, offs = self._dev.split(sizes)
+        self.tokens, self.lengths = tok.view(batch, length), lengths
+        self.rows, self.offs = rows.view(n, ppb), offs.view(n, 1)
+        self.units = torch.empty(0)  # set by begin()
 
-    def write_prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor) -> None:
-        """Scatter the valid tokens' K and V ([b, L, kv_heads, hd]) into their blocks."""
-        data = self.cache.pool.data
-        kv = torch.stack((k.flatten(0, 1).index_select(0, self.flat), v.flatten(0, 1).index_select(0, self.flat)))
-        data[self.units[layer], self.offs] = kv
+    @classmethod
+    def of(cls, cache: LLMCache, requests: Sequence[int], lengths: Sequence[int]) -> "PrefillInputs":
+        """Exactly sized inputs of one job, filled (token ids left 0: the caller passes its own)."""
+        inputs = cls(cache, len(requests), max(lengths))
+        inputs.fill(requests, lengths, None)
+        return inputs
+
+    def fill(self, requests: Sequence[int], lengths: Sequence[int], tokens: Optional[Sequence[Sequence[int]]]) -> None:
+        """Load one job: request ``requests[i]``'s first ``lengths[i]`` tokens are ``tokens[i]``
+        (their K and V go to its blocks); padding rows and positions write the scratch page."""
+        block, B, L, ppb = self.cache.pool.block, self.batch, self.length, self.cache.pages_per_block
+        n = B * L
+        host = self._host.numpy()
+        host[:] = 0
+        ids = host[:n].reshape(B, L)
+        host[n:n + B] = 1  # padding rows: one (scratch) token
+        rows = host[n + B:n + B + n * ppb].reshape(B, L, ppb)
+        offs = host[n + B + n * ppb:].reshape(B, L)
+        for i, (r, m) in enumerate(zip(requests, lengths)):
+            if tokens is not None:
+                ids[i, :m] = tokens[i][:m]
+            host[n + i] = m
+            pos = np.arange(m)
+            rows[i, :m] = self.cache.page_table([r], (m + block - 1) // block)[0][pos // block]
+            offs[i, :m] = pos % block
+        self._dev.copy_(self._host, non_blocking=True)
+
+    def begin(self) -> None:
+        """Unit ids of every layer's K and V of every position (computed once per prefill)."""
+        self.units = _all_layer_units(self.cache, self.rows)  # [layers, 2, batch x length, kv_heads]
+
+    def write_prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Scatter K and V ([batch, length, kv_heads, hd]) of every position into its block."""
+        self.cache.pool.data[self.units[layer], self.offs] = torch.stack((k.flatten(0, 1), v.flatten(0, 1)))
 
 
 class DecodeInputs:
@@ -160,7 +190,8 @@ class DecodeInputs:
         self.new_pages = new_pages.view(batch, ppb)
         self.new_offs = new_offs.view(batch, 1)
         self._span = torch.arange(n_blocks * cache.pool.block, device=device)
-        self.read_units = self.write_units = self.mask = torch.empty(0)  # set by begin()
+        self.pool_data = cache.pool.data
+        self.read_units = self.write_units = self.mask = self.lengths = torch.empty(0)  # set by begin()
 
     def fill(self, requests: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> None:
         """Load one step: request ``requests[i]`` feeds ``tokens[i]`` at ``positions[i]``."""
@@ -177,12 +208,17 @@ class DecodeInputs:
         host[-B:] = pos % block
         self._dev.copy_(self._host, non_blocking=True)
 
-    def begin(self) -> None:
-        """Per-step device work shared by all layers: unit ids of the blocks read and of the
-        new token's slot, and the mask of each request's valid positions."""
+    def begin(self, paged: bool = False) -> None:
+        """Per-step device work shared by all layers: unit ids of the blocks read
+        ([layers, 2, B, kv_heads, n_blocks]) and of the new token's slot, and the valid
+        positions: a mask for the gather path, or each request's length for the paged kernel
+        (``paged``)."""
         self.read_units = _all_layer_units(self.cache, self.pages).permute(0, 1, 2, 4, 3).contiguous()
-        self.write_units = _all_layer_units(self.cache, self.new_pages)  # [layers, 2, B, kv_heads]
-        self.mask = (self._span <= self.pos.unsqueeze(1)).view(self.batch, 1, 1, -1)
+        self.write_units = _all_layer_units(self.cache, self.new_pages).contiguous()  # [layers, 2, B, kv_heads]
+        if paged:
+            self.lengths = self.pos + 1
+        else:
+            self.mask = (self._span <= self.pos.unsqueeze(1)).view(self.batch, 1, 1, -1)
 
     def write_token(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the new token's K and V ([B, kv_heads, hd]) at its position."""

@@ -16,17 +16,27 @@ Weights are seeded: every full matrix is drawn from its own generator (the model
 layer and the matrix) and each rank keeps its slice, so a TP-2 model holds exactly the
 halves of the TP-1 model's matrices and computes the same function.
 
-Attention reads and writes the paged KV pool of :mod:`.llm_kvcache`: a prefill computes the
-whole context (a recomputed one included) and scatters its K and V into the request's
-blocks; a decode step writes the new token's K and V, gathers each request's blocks and
-attends over the valid positions.
+Fused weights: Q, K and V are one matrix (``wqkv``: this rank's query rows, then its K rows,
+then its V rows, each cut from the full matrix at the rank's heads) and gate/up one matrix
+(``up``: this rank's gate rows, then its up rows), so each is one GEMM; the cut is taken per
+part before fusing, so the column-parallel split stays consistent across ranks.
 
-Kernel count: a decode step of a small batch is a chain of small kernels (the first H100
-run measured ~150 us per layer beyond the bytes moved, at ~55 kernels a layer), so the step
-computes what its layers share once (rotary angles, KV unit ids, the mask), rotates Q and K
-together, uses the fused RMSNorm, adds the residual inside the output GEMMs (``addmm``,
-TP 1) and attends with one batched GEMM per side per KV head group instead of SDPA (whose
-masked grouped-query path may expand K and V to every query head).
+Attention reads and writes the paged KV pool of :mod:`.llm_kvcache`: a prefill computes the
+whole context (a recomputed one included; causal SDPA, whose right padding only padded
+queries see) and scatters its K and V into the request's blocks. A decode step has two
+implementations (``attention``):
+
+* ``paged`` (GPUs with Triton, :mod:`.llm_triton`): per layer RMSNorm, the QKV GEMM, one
+  kernel that rotates Q and K and writes the new K and V into the pool, one paged-attention
+  kernel that reads each request's blocks in place (plus a combine kernel when a long
+  context is split over programs), the output GEMM with the residual, RMSNorm, the gate/up
+  GEMM, one SwiGLU kernel, the down GEMM with the residual: 9-10 kernels a layer.
+* ``gather`` (CPUs, no Triton, or a kernel that failed on the device): writes the new token's
+  K and V, gathers each request's blocks into one contiguous copy and attends with one
+  batched GEMM per side per KV head group and a masked softmax (about 30 operators a layer).
+
+Both compute once per step what the layers share (rotary angles, KV unit ids, the mask or
+the lengths) and add the residual inside the output GEMMs (``addmm``, TP 1).
 """
 
 from __future__ import annotations
@@ -80,6 +90,25 @@ class Shape:
                    layers=arch.layers)
 
 
+ATTENTION_CHOICES = ("auto", "paged", "gather")
+
+
+def resolve_attention(choice: str, device: torch.device, head_dim: int) -> str:
+    """The decode attention to use: ``paged`` (Triton kernels over the block table) or
+    ``gather``; ``auto`` is ``paged`` on GPUs where Triton serves the head size."""
+    if choice not in ATTENTION_CHOICES:
+        raise ValueError(f"attention must be one of {ATTENTION_CHOICES}, not {choice!r}")
+    if choice == "gather" or (choice == "auto" and device.type != "cuda"):
+        return "gather"
+    from placement_opt.executor import llm_triton  # imports Triton: only where it may serve
+
+    if choice == "auto":
+        return "paged" if llm_triton.supported(head_dim) else "gather"
+    if choice == "paged" and not llm_triton.supported(head_dim):
+        raise ValueError(f"paged attention needs Triton and a head size of at least 16 (head size {head_dim})")
+    return choice
+
+
 class _Seeded:
     """Full matrices from per-matrix generators; the caller keeps its rank's slice."""
 
@@ -100,8 +129,9 @@ class DecoderShard:
     """One rank's shard of the decoder; see the module docstring."""
 
     def __init__(self, arch: Architecture, seed: int, tp_rank: int, tp: int, group: Any, device: torch.device,
-                 dtype: torch.dtype):
+                 dtype: torch.dtype, attention: str = "auto"):
         self.arch, self.shape = arch, Shape.of(arch, tp)
+        self.attention = resolve_attention(attention, device, arch.hidden // arch.heads)
         self.tp, self.group, self.device, self.dtype = tp, group, device, dtype
         s, src = self.shape, _Seeded(seed, device, dtype)
         full_heads, full_kv, full_ffn = s.heads * tp, s.kv_heads * tp, s.ffn * tp
@@ -216,21 +246,20 @@ class DecoderShard:
         return self._logits(x)
 
     def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor, kv: Optional["PrefillSink"]) -> torch.Tensor:
-        """Prefill padded prompts ``tokens`` [b, L] of ``lengths`` [b]; writes their K and V
-        through ``kv`` (if given) and returns the logits at each prompt's last token [b, vocab]."""
+        """Prefill right-padded prompts ``tokens`` [b, L] of ``lengths`` [b]; writes their K and
+        V through ``kv`` (if given) and returns the logits at each prompt's last token [b, vocab].
+        Causal attention needs no padding mask: a valid query only sees earlier, valid keys."""
         b, n = tokens.shape
-        pos = torch.arange(n, device=self.device).expand(b, n)
-        valid = pos < lengths.unsqueeze(1)  # [b, L]
-        mask = torch.tril(torch.ones(n, n, dtype=torch.bool, device=self.device)) & valid.unsqueeze(1)
-        mask = mask | ~valid.unsqueeze(2)  # padded queries attend somewhere (their rows are discarded)
-        rot = self._angles(pos)
+        rot = self._angles(torch.arange(n, device=self.device).expand(b, n))
+        if kv is not None:
+            kv.begin()
         x = self.embed[tokens]
         for li, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, rot)
             if kv is not None:
-                kv.write_prefill(li, k, v, valid)
+                kv.write_prefill(li, k, v)
             a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                               attn_mask=mask.unsqueeze(1), enable_gqa=True)
+                                               is_causal=True, enable_gqa=True)
             x = self._residual_proj(x, a.transpose(1, 2).reshape(b, n, -1), layer["wo"])
             x = self._mlp_block(layer, x)
         last = x[torch.arange(b, device=self.device), lengths - 1]
@@ -238,7 +267,33 @@ class DecoderShard:
 
     def decode(self, tokens: torch.Tensor, pos: torch.Tensor, kv: "DecodeSink") -> torch.Tensor:
         """One decode step of ``tokens`` [B] at positions ``pos`` [B] over the paged cache
-        ``kv``; returns the logits [B, vocab]."""
+        ``kv``; returns the logits [B, vocab] (``attention`` picks the implementation)."""
+        if self.attention == "paged":
+            return self._decode_paged(tokens, pos, kv)
+        return self._decode_gather(tokens, pos, kv)
+
+    def _decode_paged(self, tokens: torch.Tensor, pos: torch.Tensor, kv: "DecodeSink") -> torch.Tensor:
+        """The decode step with the Triton kernels (module docstring): K and V read in place."""
+        from placement_opt.executor import llm_triton as kern
+
+        s = self.shape
+        B = tokens.shape[0]
+        kv.begin(paged=True)
+        ang = pos.to(torch.float32).unsqueeze(-1) * self.inv_freq  # [B, hd/2], shared by the layers
+        cos, sin = ang.cos(), ang.sin()
+        x = self.embed[tokens]  # [B, h]
+        for li, layer in enumerate(self.layers):
+            qkv = kern.rms_norm(x, layer["attn_norm"], NORM_EPS) @ layer["wqkv"].t()
+            q = kern.rope_write(qkv, cos, sin, s.heads, s.kv_heads, kv.pool_data, kv.write_units[li], kv.new_offs)
+            a = kern.paged_attention(q, kv.pool_data, kv.read_units[li], kv.lengths, s.kv_heads)
+            x = self._residual_proj(x, a.view(B, -1), layer["wo"])
+            y = kern.rms_norm(x, layer["mlp_norm"], NORM_EPS) @ layer["up"].t()
+            y = kern.silu_mul(y) if s.gated else F.gelu(y)
+            x = self._residual_proj(x, y, layer["down"])
+        return self._logits(x)
+
+    def _decode_gather(self, tokens: torch.Tensor, pos: torch.Tensor, kv: "DecodeSink") -> torch.Tensor:
+        """The decode step without Triton: each request's blocks gathered, then two batched GEMMs."""
         s = self.shape
         B, group = tokens.shape[0], s.heads // s.kv_heads
         kv.begin()
@@ -261,17 +316,26 @@ class DecoderShard:
 class PrefillSink(Protocol):
     """Where a prefill's K and V go (built by :mod:`.llm_kvcache`)."""
 
-    def write_prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor) -> None:
-        """Store the valid tokens' K and V ([b, L, kv_heads, hd])."""
+    def begin(self) -> None:
+        """Prepare what every layer reads (called first, inside a captured graph)."""
+
+    def write_prefill(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store the prompts' K and V ([b, L, kv_heads, hd]; padding goes to scratch)."""
 
 
 class DecodeSink(Protocol):
     """The paged cache as one decode step sees it (built by :mod:`.llm_kvcache`): where the
-    new token's K and V go, every request's blocks and the mask of its valid positions."""
+    new token's K and V go, every request's blocks and its valid positions (a mask for the
+    gather path; lengths, unit tables and the pool itself for the paged kernels)."""
 
     mask: torch.Tensor
+    lengths: torch.Tensor
+    pool_data: torch.Tensor
+    read_units: torch.Tensor
+    write_units: torch.Tensor
+    new_offs: torch.Tensor
 
-    def begin(self) -> None:
+    def begin(self, paged: bool = False) -> None:
         """Prepare what every layer of the step reads (called first, inside a captured graph)."""
 
     def write_token(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
