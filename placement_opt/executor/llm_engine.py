@@ -18,10 +18,21 @@ streams: jobs overlap with no SM limit) or ``cpu-serial`` (CPU: jobs run one aft
 inside ``launch``).
 
 Decode steps on GPUs replay CUDA graphs captured at start-up per (batch bucket, block
-bucket), powers of two, on static :class:`~.llm_kvcache.DecodeInputs`; each LLM's graphs
-share one memory pool (its decode steps never overlap each other). Buckets whose gathered K
-and V would exceed ``GRAPH_GATHER_LIMIT`` per layer (long contexts at large batches) run
-eagerly instead.
+bucket), powers of two, on static :class:`~.llm_kvcache.DecodeInputs`; each LLM's decode
+graphs share one memory pool (its decode steps never overlap each other). Decode attention is
+the Triton paged kernel where it serves (``attention``: ``paged``), else the gather path, whose
+buckets with gathered K and V over ``GRAPH_GATHER_LIMIT`` per layer run eagerly; a paged
+kernel that fails at warm-up switches every LLM to the gather path (``attention_fallback``).
+
+Prefills on GPUs replay CUDA graphs per (batch bucket, length bucket) (:func:`prefill_bucket`:
+powers of two for the batch, lengths of 16 x 2^k and 24 x 2^k, padded on the right) on static
+:class:`~.llm_kvcache.PrefillInputs`, captured the first time a bucket is met (that job runs
+eagerly, then its graph is recorded; every TP rank meets it at the same job) in a memory pool
+of the LLM's own (its prefills never overlap each other, but may overlap its decodes). Why
+graphs: a prefill was ~750 eager launches, 60-80 ms of host time on a green-context stream
+(12-21 ms on a plain one; results-v2/engine.json), during which the one scheduling thread
+launched nothing else; replaying a graph costs one launch. Buckets over
+``PREFILL_GRAPH_TOKENS`` tokens run eagerly at their exact size.
 
 Request token ids are synthetic and deterministic (a hash of the mesh-local request id):
 the weights are random, the point is the work, and every rank derives the same ids.
@@ -37,12 +48,13 @@ import numpy as np
 import torch
 
 from placement_opt.model import Architecture
-from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillWrite, page_units
+from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
 from placement_opt.executor.llm_model import DecoderShard
 from placement_opt.executor.llm_sched import DECODE, PREFILL, Job
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 GRAPH_GATHER_LIMIT = 512 * 2 ** 20  # bytes of gathered K and V per layer above which a decode bucket runs eagerly
+PREFILL_GRAPH_TOKENS = 2048  # padded prefills of more tokens run eagerly (their graph pool would hold too much)
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,7 @@ class EngineSpec:
     max_blocks: int  # most blocks one request holds (its longest context + 1 token)
     cuda_graphs: bool
     green_contexts: bool = True
+    attention: str = "auto"  # decode attention: auto, paged (Triton) or gather (llm_model.resolve_attention)
 
 
 def prompt_tokens(r: int, length: int, vocab: int) -> List[int]:
@@ -82,6 +95,26 @@ def buckets(limit: int) -> List[int]:
     while out[-1] < limit:
         out.append(out[-1] * 2)
     return out
+
+
+def prefill_length_bucket(n: int) -> int:
+    """The padded length of a prefill whose longest prompt has ``n`` tokens: the smallest of
+    16, 24, 32, 48, 64, 96, ... (16 x 2^k and 24 x 2^k) at least ``n`` (at most a third padding)."""
+    size = 16
+    while True:
+        if size >= n:
+            return size
+        if size * 3 // 2 >= n:
+            return size * 3 // 2
+        size *= 2
+
+
+def prefill_bucket(batch: int, longest: int, max_batch: int) -> Optional[Tuple[int, int]]:
+    """(batch, length) bucket of a prefill of ``batch`` prompts, the longest ``longest`` tokens,
+    or None when the padded prefill exceeds ``PREFILL_GRAPH_TOKENS`` (it then runs eagerly)."""
+    b = next((x for x in buckets(max_batch) if x >= batch), batch)
+    n = prefill_length_bucket(longest)
+    return (b, n) if b * n <= PREFILL_GRAPH_TOKENS else None
 
 
 @dataclass
@@ -104,6 +137,8 @@ class _LLMRuntime:
     groups: Tuple[Any, Any]  # TP process groups of its prefill and decode jobs
     graphs: Dict[Tuple[int, int], Tuple[Any, DecodeInputs, torch.Tensor]] = field(default_factory=dict)
     graph_pool: Any = None
+    prefill_graphs: Dict[Tuple[int, int], Tuple[Any, PrefillInputs, torch.Tensor]] = field(default_factory=dict)
+    prefill_pool: Any = None
 
 
 class MeshEngine:
@@ -121,11 +156,20 @@ class MeshEngine:
         streams = self._make_streams()
         self.llms: List[_LLMRuntime] = []
         for k, b in enumerate(spec.llms):
-            model = DecoderShard(b.architecture, b.seed, spec.tp_rank, spec.tp, groups[k][0], device, self.dtype)
+            model = DecoderShard(b.architecture, b.seed, spec.tp_rank, spec.tp, groups[k][0], device, self.dtype,
+                                 spec.attention)
             self.llms.append(_LLMRuntime(build=b, model=model, cache=LLMCache(self.pool, b.architecture, spec.tp),
                                          streams=streams[k], groups=(groups[k][0], groups[k][1])))
         self.tokens: Dict[int, List[int]] = {}  # request -> prompt and generated ids
         self.running: Dict[Tuple[str, int], _Running] = {}
+        self.prefill_graphs = device.type == "cuda" and spec.cuda_graphs
+        self.attention_fallback: Optional[str] = None
+        self.prefill_graph_fallback: Optional[str] = None
+
+    @property
+    def attention(self) -> str:
+        """The decode attention that serves: ``paged`` (Triton) or ``gather``."""
+        return self.llms[0].model.attention if self.llms else "gather"
 
     # ------------------------------------------------------------ start-up
 
@@ -145,15 +189,20 @@ class MeshEngine:
         return plan.streams
 
     def warm_up(self) -> None:
-        """Run one prefill and one decode per LLM, then capture the decode graphs (GPU)."""
-        for k, rt in enumerate(self.llms):
-            r = -1 - k  # a request id no replayed request has
-            self.tokens[r] = prompt_tokens(r, 4, rt.build.architecture.vocab)
-            for job in (Job(PREFILL, k, [r], [4]), Job(DECODE, k, [r], [5])):
-                self.launch(job)
-                self.finish(job.kind, k)
-            rt.cache.release(r)
-            del self.tokens[r]
+        """Run one prefill and one decode per LLM (capturing the smallest prefill graph), then
+        capture the decode graphs (GPU). A paged-attention kernel that fails here (a Triton
+        the device cannot run) switches every LLM to the gather path, with the reason kept."""
+        try:
+            self._warm_jobs()
+        except Exception as e:
+            if self.attention != "paged":
+                raise
+            self.sync()
+            self.attention_fallback = f"paged attention failed at warm-up: {type(e).__name__}: {e}"
+            for rt in self.llms:
+                rt.model.attention = "gather"
+            self.running.clear()
+            self._warm_jobs()
         if self.device.type == "cuda" and self.spec.cuda_graphs:
             try:
                 for k in range(len(self.llms)):
@@ -167,6 +216,19 @@ class MeshEngine:
                     self._capture(k)
         self.sync()
 
+    def _warm_jobs(self) -> None:
+        """One prefill and one decode per LLM on a scratch request (every rank does the same)."""
+        for k, rt in enumerate(self.llms):
+            r = -1 - k  # a request id no replayed request has
+            self.tokens[r] = prompt_tokens(r, 4, rt.build.architecture.vocab)
+            try:
+                for job in (Job(PREFILL, k, [r], [4]), Job(DECODE, k, [r], [5])):
+                    self.launch(job)
+                    self.finish(job.kind, k)
+            finally:
+                rt.cache.release(r)
+                del self.tokens[r]
+
     def _plain_streams(self) -> None:
         """Drop the green contexts: every LLM gets plain streams (no SM limit)."""
         self.sync()
@@ -175,6 +237,7 @@ class MeshEngine:
         for rt in self.llms:
             rt.streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
             rt.graphs.clear()
+            rt.prefill_graphs.clear()
 
     def _capture(self, k: int) -> None:
         """Capture LLM k's decode step for every (batch, blocks) bucket on its decode stream."""
@@ -186,7 +249,7 @@ class MeshEngine:
         per_slot = 2 * rt.cache.kv_heads * self.spec.block * (arch.hidden // arch.heads) * self.pool.data.element_size()
         for b in buckets(self.spec.max_batch):
             for m in buckets(self.spec.max_blocks):
-                if b * m * per_slot > GRAPH_GATHER_LIMIT and (b, m) != (1, 1):
+                if rt.model.attention == "gather" and b * m * per_slot > GRAPH_GATHER_LIMIT and (b, m) != (1, 1):
                     continue  # its gathered K and V would hold too much memory: this bucket runs eagerly
                 inputs = DecodeInputs(rt.cache, b, m)
                 with torch.cuda.stream(stream):
@@ -224,15 +287,44 @@ class MeshEngine:
         self.running[(job.kind, job.llm)] = _Running(job, tokens, event)
 
     def _prefill(self, rt: _LLMRuntime, job: Job) -> torch.Tensor:
+        """Launch a prefill: a graph replay of its bucket on GPUs (module docstring), else eager."""
         rt.model.group = rt.groups[0]  # prefill all-reduces on the prefill communicator
-        lengths = list(job.contexts)
-        ids = np.zeros((len(lengths), max(lengths)), dtype=np.int64)
-        for i, (r, n) in enumerate(zip(job.requests, lengths)):
-            ids[i, :n] = self.tokens[r][:n]
-        tok = torch.from_numpy(ids).to(self.device, non_blocking=True)
-        lens = torch.tensor(lengths, device=self.device)
-        logits = rt.model.prefill(tok, lens, PrefillWrite(rt.cache, job.requests, lengths))
-        return logits.argmax(-1)
+        n, lengths = len(job.requests), list(job.contexts)
+        ids = [self.tokens[r] for r in job.requests]
+        bucket = prefill_bucket(n, max(lengths), self.spec.max_batch) if self.prefill_graphs else None
+        if bucket is None:
+            inputs = PrefillInputs(rt.cache, n, max(lengths))
+            inputs.fill(job.requests, lengths, ids)
+            return rt.model.prefill(inputs.tokens, inputs.lengths, inputs).argmax(-1)
+        entry = rt.prefill_graphs.get(bucket)
+        if entry is not None:
+            graph, inputs, out = entry
+            inputs.fill(job.requests, lengths, ids)
+            graph.replay()
+            return out[:n].clone()
+        inputs = PrefillInputs(rt.cache, *bucket)
+        inputs.fill(job.requests, lengths, ids)
+        first = rt.model.prefill(inputs.tokens, inputs.lengths, inputs).argmax(-1)[:n]  # this job, eagerly
+        try:
+            rt.prefill_graphs[bucket] = self._capture_prefill(rt, inputs)
+        except Exception as e:  # every rank fails alike: prefills stay eager from now on
+            self.prefill_graphs = False
+            self.prefill_graph_fallback = f"prefill capture failed: {type(e).__name__}: {e}"
+        return first
+
+    def _capture_prefill(self, rt: _LLMRuntime, inputs: PrefillInputs) -> Tuple[Any, PrefillInputs, torch.Tensor]:
+        """Record the prefill on ``inputs`` as a graph on the current (the LLM's prefill) stream,
+        right after the same shapes ran eagerly (so every kernel is loaded and warm). Unlike
+        ``torch.cuda.graph`` this does not synchronise the device: other LLMs' jobs keep running."""
+        if rt.prefill_pool is None:
+            rt.prefill_pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(rt.prefill_pool, capture_error_mode="thread_local")
+        try:
+            out = rt.model.prefill(inputs.tokens, inputs.lengths, inputs).argmax(-1)
+        finally:
+            graph.capture_end()
+        return graph, inputs, out
 
     def _decode(self, rt: _LLMRuntime, job: Job) -> torch.Tensor:
         rt.model.group = rt.groups[1]  # its own communicator: a decode may overlap the LLM's prefill

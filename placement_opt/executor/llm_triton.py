@@ -81,10 +81,9 @@ if triton is not None:
         tl.store(out_ptr + row * n_cols + cols, (g / (1.0 + tl.exp(-g)) * u).to(out_ptr.dtype.element_ty),
                  mask=mask)
 
-    @triton.jit
-    def _rope_write_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, pool_ptr, units_ptr, offs_ptr, batch,
-                           H: tl.constexpr, KVH: tl.constexpr, HALF: tl.constexpr, HALFP: tl.constexpr,
-                           BLOCK_TOK: tl.constexpr):
+    @triton.jit(do_not_specialize=["batch", "H", "KVH"])
+    def _rope_write_kernel(qkv_ptr, cos_ptr, sin_ptr, q_ptr, pool_ptr, units_ptr, offs_ptr, batch, H, KVH,
+                           HALF: tl.constexpr, HALFP: tl.constexpr, BLOCK_TOK: tl.constexpr):
         b = tl.program_id(0)
         h = tl.program_id(1)  # query heads first, then KV heads
         d = tl.arange(0, HALFP)
@@ -113,12 +112,11 @@ if triton is not None:
             tl.store(vdst + d, tl.load(vsrc + d, mask=dm, other=0.0), mask=dm)
             tl.store(vdst + HALF + d, tl.load(vsrc + HALF + d, mask=dm, other=0.0), mask=dm)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["batch", "n_blocks", "split_tokens", "KVH", "G", "splits"])
     def _paged_attention_kernel(q_ptr, pool_ptr, units_ptr, len_ptr, out_ptr, part_ptr, ml_ptr,
-                                batch, n_blocks, split_tokens, qk_scale,
-                                KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, HD: tl.constexpr,
-                                HDP: tl.constexpr, BLOCK_TOK: tl.constexpr, TILE_T: tl.constexpr,
-                                SPLITS: tl.constexpr, IEEE: tl.constexpr):
+                                batch, n_blocks, split_tokens, qk_scale, KVH, G, splits,
+                                GP: tl.constexpr, HD: tl.constexpr, HDP: tl.constexpr, BLOCK_TOK: tl.constexpr,
+                                TILE_T: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr):
         b = tl.program_id(0)
         kh = tl.program_id(1)
         sp = tl.program_id(2)
@@ -163,26 +161,26 @@ if triton is not None:
                 pv = tl.dot(p.to(v.dtype), v)
             acc = acc * alpha[:, None] + pv
             m_i = m_new
-        if SPLITS == 1:
+        if not SPLIT:
             out = acc / l_i[:, None]
             tl.store(out_ptr + heads[:, None] * HD + d[None, :], out.to(out_ptr.dtype.element_ty),
                      mask=gm[:, None] & dm[None, :])
         else:
-            part = ((b * KVH + kh) * SPLITS + sp) * GP + g  # partials [batch, KVH, SPLITS, GP, (HDP | 2)]
+            part = ((b * KVH + kh) * splits + sp) * GP + g  # partials [batch, KVH, SPLITS, GP, (HDP | 2)]
             tl.store(part_ptr + part[:, None] * HDP + d[None, :], acc, mask=gm[:, None])
             tl.store(ml_ptr + part * 2, m_i, mask=gm)
             tl.store(ml_ptr + part * 2 + 1, l_i, mask=gm)
 
-    @triton.jit
-    def _combine_kernel(part_ptr, ml_ptr, out_ptr, KVH: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
-                        HD: tl.constexpr, HDP: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr):
+    @triton.jit(do_not_specialize=["KVH", "G", "splits"])
+    def _combine_kernel(part_ptr, ml_ptr, out_ptr, KVH, G, splits, GP: tl.constexpr, HD: tl.constexpr,
+                        HDP: tl.constexpr, SP: tl.constexpr):
         b = tl.program_id(0)
         kh = tl.program_id(1)
         sp = tl.arange(0, SP)
         g = tl.arange(0, GP)
         d = tl.arange(0, HDP)
-        sg = (sp[:, None] < SPLITS) & (g[None, :] < G)  # [SP, GP]
-        part = ((b * KVH + kh) * SPLITS + sp[:, None]) * GP + g[None, :]
+        sg = (sp[:, None] < splits) & (g[None, :] < G)  # [SP, GP]
+        part = ((b * KVH + kh) * splits + sp[:, None]) * GP + g[None, :]
         m = tl.load(ml_ptr + part * 2, mask=sg, other=float("-inf"))
         l_s = tl.load(ml_ptr + part * 2 + 1, mask=sg, other=0.0)
         m_max = tl.where(g < G, tl.max(m, axis=0), 0.0)  # split 0 always holds a valid token
@@ -222,9 +220,9 @@ def rope_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: i
     batch = qkv.shape[0]
     half = pool.shape[-1] // 2
     q = torch.empty((batch, heads, 2 * half), device=qkv.device, dtype=qkv.dtype)
-    _rope_write_kernel[(batch, heads + kv_heads)](qkv, cos, sin, q, pool, write_units, offs, batch, H=heads,
-                                                  KVH=kv_heads, HALF=half, HALFP=_pow2(half),
-                                                  BLOCK_TOK=pool.shape[1], num_warps=1)
+    _rope_write_kernel[(batch, heads + kv_heads)](qkv, cos, sin, q, pool, write_units, offs, batch, heads, kv_heads,
+                                                  HALF=half, HALFP=_pow2(half), BLOCK_TOK=pool.shape[1],
+                                                  num_warps=1)
     return q
 
 
@@ -254,10 +252,10 @@ def paged_attention(q: torch.Tensor, pool: torch.Tensor, read_units: torch.Tenso
         part = torch.empty((batch, kv_heads, splits, gp, hdp), device=q.device, dtype=torch.float32)
         ml = torch.empty((batch, kv_heads, splits, gp, 2), device=q.device, dtype=torch.float32)
     _paged_attention_kernel[(batch, kv_heads, splits)](
-        q, pool, read_units, lengths, out, part, ml, batch, n_blocks, per, LOG2E / math.sqrt(hd),
-        KVH=kv_heads, G=group, GP=gp, HD=hd, HDP=hdp, BLOCK_TOK=block, TILE_T=TILE, SPLITS=splits,
+        q, pool, read_units, lengths, out, part, ml, batch, n_blocks, per, LOG2E / math.sqrt(hd), kv_heads, group,
+        splits, GP=gp, HD=hd, HDP=hdp, BLOCK_TOK=block, TILE_T=TILE, SPLIT=splits > 1,
         IEEE=q.dtype == torch.float32, num_warps=4)
     if splits > 1:
-        _combine_kernel[(batch, kv_heads)](part, ml, out, KVH=kv_heads, G=group, GP=gp, HD=hd, HDP=hdp,
-                                           SPLITS=splits, SP=_pow2(splits), num_warps=4)
+        _combine_kernel[(batch, kv_heads)](part, ml, out, kv_heads, group, splits, GP=gp, HD=hd, HDP=hdp,
+                                           SP=_pow2(splits), num_warps=4)
     return out

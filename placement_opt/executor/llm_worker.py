@@ -233,7 +233,11 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
         reports.send(("ready", spec.rank, {"device": str(engine.device), "mechanism": engine.mechanism,
                                            "sm_counts": engine.sm, "weight_bytes": engine.weight_bytes(),
                                            "pool_pages": engine.pool.n_pages,
-                                           "fallback": getattr(engine, "fallback_reason", None)}))
+                                           "fallback": getattr(engine, "fallback_reason", None),
+                                           "attention": engine.attention,
+                                           "attention_fallback": engine.attention_fallback,
+                                           "prefill_graphs": engine.prefill_graphs,
+                                           "prefill_graph_fallback": engine.prefill_graph_fallback}))
         while True:
             cmd = commands.recv()
             if cmd is None:

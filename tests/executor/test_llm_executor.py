@@ -1,9 +1,11 @@
 """The LLM executor on CPUs with gloo: the decoder's maths, the paged cache, a whole run, failures.
 
 * TP-2 logits (two gloo processes, each with its half of every matrix) equal the unsharded
-  model's, for a prefill and for paged decode steps;
+  model's, for a prefill and for paged decode steps, with either decode attention (the
+  gather path, and the Triton paged kernels run by Triton's interpreter on CPUs);
 * decoding through the paged KV pool (blocks scattered over a shared pool, two LLMs
-  interleaved) gives the same greedy tokens as recomputing the whole sequence each step;
+  interleaved) gives the same greedy tokens as recomputing the whole sequence each step,
+  with either decode attention;
 * ``placeopt execute`` of a tiny LLM instance (TP-2 mesh, and two 1-GPU meshes under fcfs)
   finishes every request with exactly its output length, writes the simulator's metrics
   JSON (same keys) beside the simulated one, and a per-request CSV;
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import signal
@@ -31,6 +34,11 @@ from click.testing import CliRunner  # noqa: E402
 from placement_opt.cli.main import cli  # noqa: E402
 from placement_opt.model import Architecture  # noqa: E402
 
+if not torch.cuda.is_available():  # the Triton kernels run on CPU tensors in Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+ATTENTIONS = ["gather", pytest.param("paged", marks=pytest.mark.skipif(not HAS_TRITON, reason="needs triton"))]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(ROOT, "instances", "tiny", "llm-cpu.json")
 TP2 = os.path.join(ROOT, "instances", "tiny", "llm-cpu-placement-tp2.json")
@@ -39,26 +47,23 @@ ARCH = Architecture(layers=2, hidden=64, heads=4, kv_heads=2, vocab=97, ffn_rati
                     tied_embeddings=False, learned_positions=False, dtype="fp32")
 
 
-def _tp_rank_main(rank: int, port: int, out_dir: str) -> None:
+def _tp_rank_main(rank: int, port: int, out_dir: str, attention: str) -> None:
     """One rank of a TP-2 decoder: prefill two prompts, three paged decode steps; saves logits."""
     import torch.distributed as dist
 
-    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillWrite, page_units
-    from placement_opt.executor.llm_model import DecoderShard
-
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    torch.save(_run_decoder(ARCH, rank, 2, dist.group.WORLD), os.path.join(out_dir, f"rank{rank}.pt"))
+    torch.save(_run_decoder(ARCH, rank, 2, dist.group.WORLD, attention), os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
 
 
-def _run_decoder(arch, tp_rank, tp, group):
+def _run_decoder(arch, tp_rank, tp, group, attention="gather"):
     """Prefill logits and three decode steps' logits of a fixed prompt pair."""
-    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillWrite, page_units
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
     from placement_opt.executor.llm_model import DecoderShard
 
     cpu = torch.device("cpu")
-    model = DecoderShard(arch, 11, tp_rank, tp, group, cpu, torch.float32)
+    model = DecoderShard(arch, 11, tp_rank, tp, group, cpu, torch.float32, attention)
     pool = KVPool(64, page_units([arch], tp), 4, arch.hidden // arch.heads, cpu, torch.float32)
     cache = LLMCache(pool, arch, tp)
     prompts = [[5, 6, 7, 8, 9, 10], [3, 2, 1]]
@@ -68,7 +73,7 @@ def _run_decoder(arch, tp_rank, tp, group):
     for i, p in enumerate(prompts):
         ids[i, :len(p)] = torch.tensor(p)
     lens = [len(p) for p in prompts]
-    logits = [model.prefill(ids, torch.tensor(lens), PrefillWrite(cache, [0, 1], lens))]
+    logits = [model.prefill(ids, torch.tensor(lens), PrefillInputs.of(cache, [0, 1], lens))]
     seqs = [p + [int(t)] for p, t in zip(prompts, logits[0].argmax(-1))]
     for _ in range(3):
         inputs = DecodeInputs(cache, 2, 4)
@@ -80,7 +85,8 @@ def _run_decoder(arch, tp_rank, tp, group):
     return torch.stack([torch.cat([x.flatten() for x in logits])])
 
 
-def test_tp2_logits_equal_unsharded(tmp_path):
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_tp2_logits_equal_unsharded(tmp_path, attention):
     import socket
 
     import torch.multiprocessing as mp
@@ -88,29 +94,31 @@ def test_tp2_logits_equal_unsharded(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_tp_rank_main, args=(port, str(tmp_path)), nprocs=2, join=True)
-    full = _run_decoder(ARCH, 0, 1, None)
+    mp.spawn(_tp_rank_main, args=(port, str(tmp_path), attention), nprocs=2, join=True)
+    full = _run_decoder(ARCH, 0, 1, None, "gather")  # the unsharded reference, gather path
     for rank in range(2):
         sharded = torch.load(tmp_path / f"rank{rank}.pt")
         assert torch.allclose(sharded, full, atol=1e-4, rtol=1e-4), (sharded - full).abs().max()
 
 
-def test_paged_decode_equals_full_recompute():
-    """Two LLMs share one pool; requests of both decode interleaved, blocks scattered."""
-    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillWrite, page_units
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_paged_decode_equals_full_recompute(attention):
+    """Two LLMs share one pool; requests of both decode interleaved, blocks scattered (the
+    second LLM has three query heads on one KV head: a group the paged kernel pads to 16)."""
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
     from placement_opt.executor.llm_model import DecoderShard
 
     cpu = torch.device("cpu")
     other = Architecture(layers=3, hidden=48, heads=3, kv_heads=1, vocab=61, ffn_ratio=3.0, dtype="fp32")
     archs = [ARCH, other]
-    models = [DecoderShard(a, 3 + k, 0, 1, None, cpu, torch.float32) for k, a in enumerate(archs)]
+    models = [DecoderShard(a, 3 + k, 0, 1, None, cpu, torch.float32, attention) for k, a in enumerate(archs)]
     pool = KVPool(400, page_units(archs, 1), 2, 16, cpu, torch.float32)
     pool.free.reverse()  # hand pages out in a scrambled order
     caches = [LLMCache(pool, a, 1) for a in archs]
     seqs = {0: (0, [1, 2, 3, 4, 5]), 1: (1, [7, 8]), 2: (0, [9]), 3: (1, [4, 4, 4, 4, 4, 4, 4])}
     for r, (k, p) in seqs.items():
         caches[k].ensure(r, (len(p) + 2) // 2)
-        logits = models[k].prefill(torch.tensor([p]), torch.tensor([len(p)]), PrefillWrite(caches[k], [r], [len(p)]))
+        logits = models[k].prefill(torch.tensor([p]), torch.tensor([len(p)]), PrefillInputs.of(caches[k], [r], [len(p)]))
         p.append(int(logits.argmax(-1)))
     for _ in range(9):
         for k in range(2):
