@@ -5,11 +5,13 @@ executor's own decoder (:mod:`.llm_model`) and paged KV pool, and time, at every
 (GPU: on a stream of a green context with that share's SM count, as the executor serves;
 CPU: only share 1), with warm-up and repeats (median):
 
-* prefill of ``batch`` prompts of ``seq_len`` tokens (eager, as the engine runs prefills),
-  skipped (left unmeasured, ``null``) where ``batch x seq_len`` exceeds the token budget
-  and ``batch > 1``: the simulator never batches such a prefill;
+* prefill of ``batch`` prompts of ``seq_len`` tokens, as the engine serves it: on GPUs a
+  CUDA graph replay of its (batch, length) bucket, padded as the engine pads
+  (:func:`~.llm_engine.prefill_bucket`; eager at the exact size where the engine runs it
+  eagerly), skipped (left unmeasured, ``null``) where ``batch x seq_len`` exceeds the token
+  budget and ``batch > 1``: the simulator never batches such a prefill;
 * one decode step of ``batch`` requests with ``seq_len`` tokens of context each (a CUDA
-  graph replay on GPUs, as the engine decodes).
+  graph replay on GPUs, with the decode attention the engine picks, as the engine decodes).
 
 The result is a cost table in the format of the converted MuxServe tables
 (:mod:`placement_opt.costs.costtable`, times in ms) and details: the SM counts of each share,
@@ -85,7 +87,8 @@ class LLMBench:
     """One rank's decoder, a pool holding ``max(batch_sizes)`` requests of the longest
     length, and the jobs to time (also used by the decode roofline benchmark)."""
 
-    def __init__(self, arch: Architecture, settings: LLMProfileSettings, rank: int, tp: int, device: Any):
+    def __init__(self, arch: Architecture, settings: LLMProfileSettings, rank: int, tp: int, device: Any,
+                 attention: str = "auto"):
         import torch
 
         from placement_opt.executor.llm_engine import DTYPES
@@ -94,7 +97,8 @@ class LLMBench:
 
         self.arch, self.settings, self.device = arch, settings, device
         self.dtype = torch.float32 if device.type == "cpu" else DTYPES.get(arch.dtype, torch.float16)
-        self.model = DecoderShard(arch, settings.seed, rank, tp, None if tp == 1 else _world(), device, self.dtype)
+        self.model = DecoderShard(arch, settings.seed, rank, tp, None if tp == 1 else _world(), device, self.dtype,
+                                  attention)
         self.weight_bytes = self.model.weight_bytes()
         block = settings.block
         self.max_batch, self.max_blocks = max(settings.batch_sizes), (max(settings.seq_lens) + block) // block
@@ -105,17 +109,39 @@ class LLMBench:
         for r in range(self.max_batch):
             self.cache.ensure(r, self.max_blocks)
         self.graph_pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
+        self.prefill_pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
 
-    def prefill(self, batch: int, length: int) -> Callable[[], Any]:
+    def prefill(self, batch: int, length: int, stream: Any) -> Callable[[], Any]:
+        """A prefill of ``batch`` prompts of ``length`` tokens as the engine serves it: a CUDA
+        graph of its padded bucket on GPUs, else eager at the exact size."""
+        import numpy as np
         import torch
 
-        from placement_opt.executor.llm_kvcache import PrefillWrite
+        from placement_opt.executor.llm_engine import prefill_bucket
+        from placement_opt.executor.llm_kvcache import PrefillInputs
 
-        gen = torch.Generator().manual_seed(batch * 100_003 + length)
-        ids = torch.randint(0, self.arch.vocab, (batch, length), generator=gen).to(self.device)
-        lens = torch.full((batch,), length, device=self.device)
-        sink = PrefillWrite(self.cache, list(range(batch)), [length] * batch)
-        return lambda: self.model.prefill(ids, lens, sink).argmax(-1)
+        ids = np.random.default_rng(batch * 100_003 + length).integers(0, self.arch.vocab, size=(batch, length))
+        graphs = self.device.type == "cuda" and self.settings.cuda_graphs
+        bucket = prefill_bucket(batch, length, self.max_batch) if graphs else None
+        inputs = PrefillInputs(self.cache, *(bucket or (batch, length)))
+        inputs.fill(list(range(batch)), [length] * batch, ids.tolist())
+        step = lambda: self.model.prefill(inputs.tokens, inputs.lengths, inputs).argmax(-1)  # noqa: E731
+        if bucket is None:
+            return step
+        return self._captured(step, stream, self.prefill_pool)
+
+    def _captured(self, step: Callable[[], Any], stream: Any, pool: Any) -> Callable[[], Any]:
+        """``step`` run once on ``stream`` (warm-up), then captured as a CUDA graph; its replay."""
+        import torch
+
+        torch.cuda.synchronize(self.device)  # the inputs' asynchronous copy has landed
+        with torch.cuda.stream(stream):
+            step()
+        stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+            step()
+        return graph.replay
 
     def decode(self, batch: int, context: int, stream: Any) -> Callable[[], Any]:
         """One decode step at ``context`` tokens each, captured as a CUDA graph on GPUs."""
@@ -126,18 +152,10 @@ class LLMBench:
         block = self.settings.block
         inputs = DecodeInputs(self.cache, batch, (context + block - 1) // block)
         inputs.fill(list(range(batch)), [1] * batch, [context - 1] * batch)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # the inputs' asynchronous copy has landed
         step = lambda: self.model.decode(inputs.tokens, inputs.pos, inputs).argmax(-1)  # noqa: E731
         if self.device.type != "cuda" or not self.settings.cuda_graphs:
             return step
-        with torch.cuda.stream(stream):
-            step()
-        stream.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.graph_pool, stream=stream, capture_error_mode="thread_local"):
-            step()
-        return graph.replay
+        return self._captured(step, stream, self.graph_pool)
 
 
 def _world() -> Any:
@@ -171,7 +189,8 @@ def _grid(bench: LLMBench, settings: LLMProfileSettings, stream: Any) -> Tuple[L
         drow: List[Optional[float]] = []
         for n in settings.seq_lens:
             fits = b == 1 or b * n <= settings.token_budget
-            prow.append(median_seconds(bench.prefill(b, n), stream, bench.device, settings.warmup, settings.repeats)
+            prow.append(median_seconds(bench.prefill(b, n, stream), stream, bench.device, settings.warmup,
+                                       settings.repeats)
                         if fits else None)
             drow.append(median_seconds(bench.decode(b, n, stream), stream, bench.device, settings.warmup,
                                   settings.repeats))
@@ -211,6 +230,7 @@ def _measure(rank: int, tp: int, arch: Architecture, settings: LLMProfileSetting
         if rank == 0:
             name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
             out.send(("ok", {"tp": tp, "shares": shares, "device_name": name, "torch": torch.__version__,
+                             "attention": bench.model.attention,
                              "weight_bytes_per_gpu": bench.weight_bytes, "runtime_peak_bytes_per_gpu": peak}))
         if tp > 1:
             dist.barrier()
@@ -241,11 +261,12 @@ def profile_llm(model: str, arch: Architecture, settings: LLMProfileSettings, gp
                            "seq_len": list(settings.seq_lens),
                            "prefill_ms": [_ms(data["shares"][k]["prefill_s"]) for k in keys],
                            "decode_ms": [_ms(data["shares"][k]["decode_s"]) for k in keys]}
+    graphs = settings.cuda_graphs and settings.backend == "nccl"
     source = (f"measured by placeopt profile on {first['device_name']} ({settings.backend}, torch {first['torch']}, "
               f"warmup {settings.warmup}, median of {settings.repeats}; SM shares as "
               f"{sorted({v['mechanism'] for d in by_tp.values() for v in d['shares'].values()})}; decode steps "
-              f"{'as CUDA graphs' if settings.cuda_graphs and settings.backend == 'nccl' else 'eager'}; "
-              f"prefill batches over {settings.token_budget} tokens not measured)")
+              f"{'and prefills (padded to their bucket) as CUDA graphs' if graphs else 'and prefills eager'}, "
+              f"decode attention {first['attention']}; prefill batches over {settings.token_budget} tokens not measured)")
     table = {"format": FORMAT, "version": 1, "model": model, "gpu": gpu or first["device_name"], "source": source,
              "units": "ms", "tp": tables}
     details = {"model": model, "architecture": arch.to_dict(), "device": first["device_name"],

@@ -7,7 +7,9 @@ executor's own :class:`~placement_opt.executor.llm_engine.MeshEngine` with the f
 instance's LLMs (each at ``--share`` of the SMs) and measures, per SM-partitioning mechanism:
 
 * host time of ``launch`` and ``finish`` of one decode step (what the leader's loop spends per
-  job), and of launching one prefill (the loop can do nothing else meanwhile);
+  job), and of launching one prefill (the loop can do nothing else meanwhile): the first of
+  its bucket (run eagerly, then captured as a CUDA graph: ``prefill_first_host_ms``) and a
+  later one (a graph replay on GPUs: ``prefill_host_ms``);
 * each LLM's decode step alone (GPU time between CUDA events on its stream, and wall time);
 * all LLMs' decode steps launched together, round after round: each one's GPU time, the
   round's wall time, and ``overlap`` = (sum of alone - round) / (sum of alone - max of alone)
@@ -83,19 +85,27 @@ def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int
 class _Steps:
     """Decode steps of every LLM's ``batch`` requests, their contexts growing one token a step."""
 
-    def __init__(self, torch: Any, engine: Any, batch: int, context: int):
+    def __init__(self, torch: Any, engine: Any, batch: int, context: int, prefill_batch: int):
         from placement_opt.executor.llm_sched import PREFILL, Job
 
         self.torch, self.engine, self.batch = torch, engine, batch
         self.requests = [[k * 1000 + i for i in range(batch)] for k in range(len(engine.llms))]
         self.context = [context + 1] * len(engine.llms)
+        self.prefill_first_host_ms: List[float] = []
         self.prefill_host_ms: List[float] = []
         self.prefill_wall_ms: List[float] = []
         for k, reqs in enumerate(self.requests):
-            t0 = time.perf_counter()
-            engine.launch(Job(PREFILL, k, reqs, [context] * batch))
-            t1 = time.perf_counter()
-            engine.finish(PREFILL, k)
+            chunks = [reqs[i:i + prefill_batch] for i in range(0, batch, prefill_batch)]
+            for i, chunk in enumerate(chunks + [chunks[0]]):  # the first chunk again: its bucket's graph replays
+                if i == len(chunks):
+                    for r in chunk:
+                        engine.release(k, r, False)
+                t0 = time.perf_counter()
+                engine.launch(Job(PREFILL, k, chunk, [context] * len(chunk)))
+                t1 = time.perf_counter()
+                engine.finish(PREFILL, k)
+                if i == 0:
+                    self.prefill_first_host_ms.append((t1 - t0) * 1e3)
             self.prefill_host_ms.append((t1 - t0) * 1e3)
             self.prefill_wall_ms.append((time.perf_counter() - t0) * 1e3)
 
@@ -155,7 +165,7 @@ def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool
     """One mechanism's numbers (see the module docstring)."""
     max_blocks = math.ceil((args.context + 2 * args.steps + 16) / 16)
     engine = _engine(torch, llms, args.share, green, args.batch, max_blocks)
-    steps = _Steps(torch, engine, args.batch, args.context)
+    steps = _Steps(torch, engine, args.batch, args.context, max(1, min(args.prefill_batch, args.batch)))
     alone = [_alone(steps, k, args.steps) for k in range(len(llms))]
     together = _together(steps, args.steps)
     per_llm = []
@@ -165,10 +175,13 @@ def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool
                         "together_gpu_ms": together["gpu_ms"][k],
                         "slowdown_together": together["gpu_ms"][k] / alone[k]["gpu_ms"],
                         "alone_gbps": moved / alone[k]["gpu_ms"] / 1e6,
+                        "prefill_first_host_ms": steps.prefill_first_host_ms[k],
                         "prefill_host_ms": steps.prefill_host_ms[k], "prefill_wall_ms": steps.prefill_wall_ms[k]})
     total_alone = sum(a["wall_ms"] for a in alone)
     longest = max(a["wall_ms"] for a in alone)
     out = {"mechanism": engine.mechanism, "sm_counts": engine.sm, "fallback": getattr(engine, "fallback_reason", None),
+           "attention": engine.attention, "attention_fallback": engine.attention_fallback,
+           "prefill_graphs": engine.prefill_graphs, "prefill_graph_fallback": engine.prefill_graph_fallback,
            "per_llm": per_llm, "round_ms": together["round_ms"], "sum_alone_ms": total_alone,
            "max_alone_ms": longest,
            "overlap": (total_alone - together["round_ms"]) / (total_alone - longest) if total_alone > longest else None,
@@ -187,6 +200,8 @@ def main() -> None:
     ap.add_argument("--share", type=float, default=0.2, help="SM share of every LLM (default 0.2, the muxserve placement's)")
     ap.add_argument("--batch", type=int, default=8, help="requests per decode step (default 8)")
     ap.add_argument("--context", type=int, default=512, help="prompt tokens of every request (default 512)")
+    ap.add_argument("--prefill-batch", type=int, default=1,
+                    help="prompts per prefill job when filling the batch (default 1, as most Poisson prefills)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per measurement (median; default 30)")
     ap.add_argument("--mechanisms", default="green,streams",
                     help="comma-separated: green (SM partitions) and/or streams (plain streams, no SM limit)")

@@ -2,8 +2,10 @@
 # LLM fidelity on one GPU (docs/fidelity-llm.md). Usage: bash benchmarks/fidelity/llm/run_gpu.sh PHASE...
 # Phases (in order; each fits a 10-minute command; times measured for an H100 are in the doc):
 #   setup     install the package (no deps: torch+CUDA is there; no ortools needed), print the GPU
-#   check     GPU self-check (paged decode, graphs and green contexts) and a tiny placeopt execute (check/)
-#   roofline  decode step of a LLaMA-2-7B shape at batch 1-32 vs the HBM roofline
+#   check     GPU self-check (green contexts, paged decode, the Triton paged attention against a torch
+#             reference and against the gather path, graphs) and a tiny placeopt execute (check/)
+#   roofline  decode step of a LLaMA-2-7B shape at batch 1-32 vs the HBM roofline, the engine's paged
+#             attention and the previous gather path timed in the same run (gather_over_paged)
 #   engine    engine micro-benchmark (results/engine.json): host time per job, the 5 LLMs' decode
 #             steps alone and together on SM partitions and on plain streams (overlap, HBM bandwidth)
 #   profile   cost tables of the 5 fidelity LLMs (TP 1, SM shares $SHARES) into benchmarks/fidelity/llm/tables/
@@ -20,7 +22,9 @@
 # points the instances at it), POLICIES (mux; default adbs,round-robin,fcfs), and
 # DEADLINE_S (seconds from the start, default 540): a phase starting after it is skipped, and the
 # profile and replay phases are interrupted (SIGINT: partial results saved) when it passes, so
-# `pack` still runs inside the device's 10-minute limit.
+# `pack` still runs inside the device's 10-minute limit. CAP_<phase> (e.g. CAP_profile=170) bounds
+# one phase's seconds the same way, so a later phase keeps its time (a model whose profile is cut
+# gets no table; `measured` then keeps the committed instances).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-llm-fidelity-out}
@@ -34,18 +38,27 @@ TABLES=${TABLES:-$B/tables}
 POLICIES=${POLICIES:-adbs,round-robin,fcfs}
 DEADLINE_S=${DEADLINE_S:-540}
 START=$SECONDS
-left() { echo $((DEADLINE_S - (SECONDS - START))); }
+PHASE_CAP=0
+PHASE_START=$SECONDS
+# seconds left for the running phase: to DEADLINE_S, and to its CAP_<phase> when one is set
+left() { local l=$((DEADLINE_S - (SECONDS - START))) c
+  if [ "$PHASE_CAP" -gt 0 ]; then c=$((PHASE_CAP - (SECONDS - PHASE_START))); [ "$c" -lt "$l" ] && l=$c; fi
+  echo "$l"; }
 bounded() { local s; s=$(left); if [ "$s" -le 5 ]; then echo "skipped (deadline): $*"; return 0; fi
   timeout --signal=INT --kill-after=40 "$s" "$@"; }
 mkdir -p "$OUT" "$R" "$TABLES"
 for phase in "$@"; do
+  cap_var="CAP_$phase"
+  PHASE_CAP=${!cap_var:-0}
+  PHASE_START=$SECONDS
   echo "=== $phase $(date -u +%T) ($((SECONDS - START)) s)"
   if [ "$phase" != pack ] && [ "$(left)" -le 0 ]; then echo "skipped: past DEADLINE_S=$DEADLINE_S"; continue; fi
   case $phase in
     setup)
       python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
       nvidia-smi -L
-      python3 -c 'import torch, torch.cuda.green_contexts as g; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.device_count(), "GPUs; green contexts built:", g.SUPPORTED if hasattr(g, "SUPPORTED") else "?")' ;;
+      python3 -c 'import torch, torch.cuda.green_contexts as g; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.device_count(), "GPUs; green contexts built:", g.SUPPORTED if hasattr(g, "SUPPORTED") else "?")'
+      python3 -c 'import triton; print("triton", triton.__version__)' 2>&1 | tail -1 ;;
     check)
       mkdir -p $B/check
       bounded python3 $B/gpu_check.py 2>&1 | tee $B/check/check.txt
@@ -53,8 +66,8 @@ for phase in "$@"; do
         -o $B/check/tiny-gpu 2>&1 | tee -a $B/check/check.txt
       cp $B/check/check.txt "$OUT/" ;;
     roofline)
-      bounded python3 $B/roofline.py -o "$R/roofline.json" 2>&1 | tail -20
-      cp "$R/roofline.json" "$OUT/" ;;
+      bounded python3 $B/roofline.py -o "$R/roofline.json" 2>&1 | tail -24
+      cp "$R/roofline.json" "$OUT/" 2>/dev/null ;;
     engine)
       bounded python3 $B/engine_bench.py $I/poisson.json -o "$R/engine.json" 2>&1 | tail -30 ;;
     profile)
