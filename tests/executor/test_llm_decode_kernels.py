@@ -1,13 +1,16 @@
 """The decode step's operator count and the engine micro-benchmark (benchmarks/fidelity/llm/engine_bench.py).
 
 The first H100 run found decode steps of small batches bound by their number of kernels
-(~150 us per layer beyond the bytes moved): the step now computes what its layers share once.
-Counting the aten operators one step dispatches on the CPU (each is one or more kernels on a
-GPU) keeps that from creeping back; the benchmark runs on the CPU as a smoke test.
+(~150 us per layer beyond the bytes moved): the step now computes what its layers share once,
+and on GPUs runs the Triton kernels (paged attention in place, rotary + KV write, RMSNorm,
+SwiGLU). Counting the aten operators one step dispatches on the CPU (each is one or more
+kernels on a GPU) plus the Triton launches keeps that from creeping back; the benchmark runs
+on the CPU as a smoke test.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -21,6 +24,10 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from placement_opt.model import Architecture  # noqa: E402
 
+if not torch.cuda.is_available():  # the Triton kernels run on CPU tensors in Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+KERNELS = ("rms_norm", "rope_write", "paged_attention", "silu_mul")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "slice", "select", "unsqueeze", "expand", "split",
          "split_with_sizes", "chunk", "alias", "detach", "squeeze"}
@@ -32,38 +39,82 @@ class _Count(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops: list = []
+        self.paused = False  # inside a Triton launch (the interpreter's own tensor work is not the step's)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         name = func.overloadpacket.__name__
-        if name not in VIEWS:
+        if name not in VIEWS and not self.paused:
             self.ops.append(name)
         return func(*args, **(kwargs or {}))
 
 
-def _decode_ops(layers: int) -> int:
+def _count_triton(monkeypatch, count: _Count) -> None:
+    """Each Triton wrapper call counts as its kernels (paged attention: 2 when split)."""
+    from placement_opt.executor import llm_triton
+
+    def counted(name, fn):  # type: ignore[no-untyped-def]
+        def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+            count.paused = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                count.paused = False
+                count.ops.append("triton." + name)
+        return run
+
+    for name in KERNELS:
+        monkeypatch.setattr(llm_triton, name, counted(name, getattr(llm_triton, name)))
+
+
+def _decode_ops(layers: int, attention: str = "gather", monkeypatch=None) -> list:  # type: ignore[no-untyped-def]
     from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, page_units
     from placement_opt.executor.llm_model import DecoderShard
 
     arch = Architecture(layers=layers, hidden=64, heads=4, kv_heads=2, vocab=97, ffn_ratio=2.0, gated_mlp=True,
                         tied_embeddings=False, learned_positions=False, dtype="fp32")
     cpu = torch.device("cpu")
-    model = DecoderShard(arch, 1, 0, 1, None, cpu, torch.float32)
+    model = DecoderShard(arch, 1, 0, 1, None, cpu, torch.float32, attention)
     pool = KVPool(64, page_units([arch], 1), 16, 16, cpu, torch.float32)
     cache = LLMCache(pool, arch, 1)
     for r in range(2):
         cache.ensure(r, 2)
     inputs = DecodeInputs(cache, 2, 2)
     inputs.fill([0, 1], [3, 4], [5, 9])
-    with _Count() as count:
-        model.decode(inputs.tokens, inputs.pos, inputs)
-    return len(count.ops)
+    count = _Count()
+    if attention != "paged":
+        with count:
+            model.decode(inputs.tokens, inputs.pos, inputs)
+        return count.ops
+    with monkeypatch.context() as patch:  # undone before the next count
+        _count_triton(patch, count)
+        with count:
+            model.decode(inputs.tokens, inputs.pos, inputs)
+    return count.ops
+
+
+def _per_layer(attention: str = "gather", monkeypatch=None) -> list:  # type: ignore[no-untyped-def]
+    """The operators one more decoder layer adds (the difference of a 3- and a 2-layer step)."""
+    more, fewer = _decode_ops(3, attention, monkeypatch), _decode_ops(2, attention, monkeypatch)
+    extra = list(more)
+    for op in fewer:
+        extra.remove(op)
+    return extra
 
 
 def test_a_decode_layer_dispatches_few_operators():
-    """64 operators a layer before (the H100 run's executor), 30 now on the CPU (its RMSNorm
-    is 6 operators there; CUDA builds fuse it)."""
-    per_layer = (_decode_ops(6) - _decode_ops(2)) / 4
-    assert per_layer <= 32, f"{per_layer} operators per decoder layer"
+    """Gather path: 64 operators a layer before (the first H100 run's executor), 30 on the CPU
+    (its RMSNorm is 6 operators there; CUDA builds fuse it)."""
+    per_layer = _per_layer()
+    assert len(per_layer) <= 32, f"{len(per_layer)} operators per decoder layer: {per_layer}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_a_paged_decode_layer_is_nine_kernels(monkeypatch):
+    """Paged path: RMSNorm, QKV GEMM, rotary + KV write, attention, output GEMM (+ residual),
+    RMSNorm, gate/up GEMM, SwiGLU, down GEMM (+ residual): no gather, no mask, no softmax."""
+    per_layer = _per_layer("paged", monkeypatch)
+    assert sorted(per_layer) == sorted(["triton.rms_norm", "mm", "triton.rope_write", "triton.paged_attention",
+                                        "addmm", "triton.rms_norm", "mm", "triton.silu_mul", "addmm"]), per_layer
 
 
 def test_engine_bench_runs_and_reports_every_llm(tmp_path):
