@@ -162,7 +162,7 @@ class MeshEngine:
                                          streams=streams[k], groups=(groups[k][0], groups[k][1])))
         self.tokens: Dict[int, List[int]] = {}  # request -> prompt and generated ids
         self.running: Dict[Tuple[str, int], _Running] = {}
-        self.prefill_graphs = device.type == "cuda" and spec.cuda_graphs
+        self.prefill_graphs_on = device.type == "cuda" and spec.cuda_graphs
         self.attention_fallback: Optional[str] = None
         self.prefill_graph_fallback: Optional[str] = None
 
@@ -291,7 +291,7 @@ class MeshEngine:
         rt.model.group = rt.groups[0]  # prefill all-reduces on the prefill communicator
         n, lengths = len(job.requests), list(job.contexts)
         ids = [self.tokens[r] for r in job.requests]
-        bucket = prefill_bucket(n, max(lengths), self.spec.max_batch) if self.prefill_graphs else None
+        bucket = prefill_bucket(n, max(lengths), self.spec.max_batch) if self.prefill_graphs_on else None
         if bucket is None:
             inputs = PrefillInputs(rt.cache, n, max(lengths))
             inputs.fill(job.requests, lengths, ids)
@@ -308,7 +308,7 @@ class MeshEngine:
         try:
             rt.prefill_graphs[bucket] = self._capture_prefill(rt, inputs)
         except Exception as e:  # every rank fails alike: prefills stay eager from now on
-            self.prefill_graphs = False
+            self.prefill_graphs_on = False
             self.prefill_graph_fallback = f"prefill capture failed: {type(e).__name__}: {e}"
         return first
 

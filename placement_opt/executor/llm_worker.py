@@ -236,7 +236,7 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
                                            "fallback": getattr(engine, "fallback_reason", None),
                                            "attention": engine.attention,
                                            "attention_fallback": engine.attention_fallback,
-                                           "prefill_graphs": engine.prefill_graphs,
+                                           "prefill_graphs": engine.prefill_graphs_on,
                                            "prefill_graph_fallback": engine.prefill_graph_fallback}))
         while True:
             cmd = commands.recv()

@@ -181,7 +181,7 @@ def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool
     longest = max(a["wall_ms"] for a in alone)
     out = {"mechanism": engine.mechanism, "sm_counts": engine.sm, "fallback": getattr(engine, "fallback_reason", None),
            "attention": engine.attention, "attention_fallback": engine.attention_fallback,
-           "prefill_graphs": engine.prefill_graphs, "prefill_graph_fallback": engine.prefill_graph_fallback,
+           "prefill_graphs": engine.prefill_graphs_on, "prefill_graph_fallback": engine.prefill_graph_fallback,
            "per_llm": per_llm, "round_ms": together["round_ms"], "sum_alone_ms": total_alone,
            "max_alone_ms": longest,
            "overlap": (total_alone - together["round_ms"]) / (total_alone - longest) if total_alone > longest else None,
