@@ -54,7 +54,7 @@ from placement_opt.executor.llm_sched import DECODE, PREFILL, Job
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 GRAPH_GATHER_LIMIT = 512 * 2 ** 20  # bytes of gathered K and V per layer above which a decode bucket runs eagerly
-PREFILL_GRAPH_TOKENS = 2048  # padded prefills of more tokens run eagerly (their graph pool would hold too much)
+PREFILL_GRAPH_TOKENS = 1024  # padded prefills of more tokens run eagerly (every LLM's prefill graph pool holds its largest)
 
 
 @dataclass(frozen=True)

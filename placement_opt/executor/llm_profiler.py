@@ -108,8 +108,25 @@ class LLMBench:
         self.cache = LLMCache(self.pool, arch, tp)
         for r in range(self.max_batch):
             self.cache.ensure(r, self.max_blocks)
+        self.attention_fallback = self._try_attention()
         self.graph_pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
         self.prefill_pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
+
+    def _try_attention(self) -> Optional[str]:
+        """Run one decode step with the decoder's attention; if the paged kernels fail on this
+        device, fall back to the gather path as the engine does. Returns the reason or None."""
+        from placement_opt.executor.llm_kvcache import DecodeInputs
+
+        if self.model.attention != "paged":
+            return None
+        inputs = DecodeInputs(self.cache, 1, 1)
+        inputs.fill([0], [1], [0])
+        try:
+            self.model.decode(inputs.tokens, inputs.pos, inputs)
+            return None
+        except Exception as e:
+            self.model.attention = "gather"
+            return f"paged attention failed: {type(e).__name__}: {e}"
 
     def prefill(self, batch: int, length: int, stream: Any) -> Callable[[], Any]:
         """A prefill of ``batch`` prompts of ``length`` tokens as the engine serves it: a CUDA
@@ -230,7 +247,7 @@ def _measure(rank: int, tp: int, arch: Architecture, settings: LLMProfileSetting
         if rank == 0:
             name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
             out.send(("ok", {"tp": tp, "shares": shares, "device_name": name, "torch": torch.__version__,
-                             "attention": bench.model.attention,
+                             "attention": bench.model.attention, "attention_fallback": bench.attention_fallback,
                              "weight_bytes_per_gpu": bench.weight_bytes, "runtime_peak_bytes_per_gpu": peak}))
         if tp > 1:
             dist.barrier()
@@ -274,6 +291,8 @@ def profile_llm(model: str, arch: Architecture, settings: LLMProfileSettings, gp
                "memory": {str(tp): {"weight_bytes_per_gpu": d["weight_bytes_per_gpu"],
                                     "runtime_peak_bytes_per_gpu": d["runtime_peak_bytes_per_gpu"]}
                           for tp, d in by_tp.items()},
+               "attention": {str(tp): {"used": d["attention"], "fallback": d["attention_fallback"]}
+                             for tp, d in by_tp.items()},
                "settings": {"warmup": settings.warmup, "repeats": settings.repeats, "block": settings.block,
                             "token_budget": settings.token_budget, "backend": settings.backend}}
     return table, details

@@ -81,7 +81,7 @@ def main() -> None:
     stream = torch.cuda.Stream(device)
     kv_token = arch.kv_bytes_per_token()
     paths = ["paged", "gather"] if bench.model.attention == "paged" else ["gather"]
-    errors = {} if "paged" in paths else {"paged": "Triton paged attention unavailable on this machine"}
+    errors = {} if "paged" in paths else {"paged": bench.attention_fallback or "Triton unavailable on this machine"}
 
     def fractions(moved: int, seconds: float) -> dict:
         gbps = moved / seconds / 1e9
