@@ -216,12 +216,13 @@ def main() -> None:
         for p in run["per_llm"]:
             print("  " + json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in p.items()}), flush=True)
         runs.append(run)
-    out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "torch": torch.__version__, "instance": args.instance,
-           "share": args.share, "batch": args.batch, "context": args.context, "steps": args.steps, "runs": runs}
-    tmp = args.output + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, args.output)
+        out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+               "torch": torch.__version__, "instance": args.instance, "share": args.share, "batch": args.batch,
+               "context": args.context, "steps": args.steps, "runs": runs}
+        tmp = args.output + ".tmp"  # after every mechanism: a run cut short keeps what it measured
+        with open(tmp, "w") as f:
+            json.dump(out, f, indent=1)
+        os.replace(tmp, args.output)
 
 
 if __name__ == "__main__":

@@ -110,19 +110,25 @@ def main() -> None:
                 row["gather_over_paged"] = row["gather_step_ms"] / row["step_ms"]
             rows.append(row)
             print(json.dumps(row), flush=True)
-    worst = min((r["roofline_fraction_spec"] for r in rows if r.get("roofline_fraction_spec") is not None), default=None)
-    out = {"device": name, "torch": torch.__version__, "model": "LLaMA-2-7B shape, fp16, random weights",
-           "weight_bytes": bench.weight_bytes, "kv_bytes_per_token": kv_token,
-           "spec_bandwidth_gbps": spec_bandwidth(name), "copy_bandwidth_gbps": measured_bw,
-           "attention": paths[0] if paths else None, "errors": errors, "worst_fraction_spec": worst,
-           "method": "executor decode step as one CUDA graph, median of "
-                     f"{args.repeats} replays timed with CUDA events; step_ms/roofline_fraction_*: the engine's "
-                     "attention (paged: Triton kernels reading the KV pool in place); gather_*: the previous path "
-                     "(blocks gathered, then batched GEMMs), same weights and pool, same run", "points": rows}
-    tmp = args.output + ".tmp"
+            worst = min((r["roofline_fraction_spec"] for r in rows if r.get("roofline_fraction_spec") is not None),
+                        default=None)
+            _write(args.output, {
+                "device": name, "torch": torch.__version__, "model": "LLaMA-2-7B shape, fp16, random weights",
+                "weight_bytes": bench.weight_bytes, "kv_bytes_per_token": kv_token,
+                "spec_bandwidth_gbps": spec_bandwidth(name), "copy_bandwidth_gbps": measured_bw,
+                "attention": paths[0] if paths else None, "errors": errors, "worst_fraction_spec": worst,
+                "method": "executor decode step as one CUDA graph, median of "
+                          f"{args.repeats} replays timed with CUDA events; step_ms/roofline_fraction_*: the engine's "
+                          "attention (paged: Triton kernels reading the KV pool in place); gather_*: the previous path "
+                          "(blocks gathered, then batched GEMMs), same weights and pool, same run", "points": rows})
+
+
+def _write(path: str, data: dict) -> None:
+    """Write ``data`` to ``path`` atomically (after every point: a run cut short keeps its points)."""
+    tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, args.output)
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
