@@ -102,9 +102,12 @@ def clear_stop_request() -> None:
 
 
 #: estimated seconds per request of the final simulation of a solve (DNN flow shop; LLM mesh
-#: simulator), measured on the bundled instances with some margin (0.001 ms and 0.008 ms)
+#: simulator), measured on the bundled instances with some margin (0.001 ms and 0.008 ms), and
+#: per GPU of the final steps (the simulator's groups, the placement's JSON and its printout:
+#: 2.5 s on 65536 GPUs)
 DNN_SIMULATION_S_PER_REQUEST = 2e-6
 LLM_SIMULATION_S_PER_REQUEST = 1.5e-5
+FINAL_STEPS_S_PER_GPU = 4e-5
 #: most of a time limit kept back for the final simulation; the search keeps the rest
 MAX_SIMULATION_SHARE = 0.25
 #: least share of a time limit a search gets even when start-up already used the limit
@@ -137,9 +140,11 @@ def process_start() -> float:
     return _PROCESS_START
 
 
-def final_simulation_seconds(requests: int, is_llm: bool) -> float:
-    """Estimated seconds of the simulation of a solve's result on ``requests`` requests."""
-    return requests * (LLM_SIMULATION_S_PER_REQUEST if is_llm else DNN_SIMULATION_S_PER_REQUEST)
+def final_simulation_seconds(requests: int, gpus: int, is_llm: bool) -> float:
+    """Estimated seconds of what follows a search: the simulation of its result on ``requests``
+    requests and ``gpus`` GPUs, and writing the placement."""
+    per_request = LLM_SIMULATION_S_PER_REQUEST if is_llm else DNN_SIMULATION_S_PER_REQUEST
+    return requests * per_request + gpus * FINAL_STEPS_S_PER_GPU
 
 
 def search_seconds(time_limit: float, counted_from: float, simulation_s: float) -> float:

@@ -136,7 +136,7 @@ def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Op
     start = time.perf_counter()
     search_limit = None if time_limit is None else search_seconds(
         time_limit, start if counted_from is None else counted_from,
-        final_simulation_seconds(len(instance.requests()), instance.is_llm))
+        final_simulation_seconds(len(instance.requests()), instance.cluster.n_gpus, instance.is_llm))
     placement = solver.solve(instance, time_limit=search_limit, seed=seed)
     wall = time.perf_counter() - start
     stopped = stop_reason(placement)
