@@ -35,7 +35,7 @@ from placement_opt.model import FAMILIES, Architecture, ModelSpec
 from placement_opt.parallel import architecture_profile
 from placement_opt.profile import Profile
 from placement_opt.settings import LLMConfig, SimulatorConfig
-from placement_opt.limits import MAX_MODELS, MAX_REBALANCES, check_request_memory
+from placement_opt.limits import MAX_MODELS, MAX_REBALANCES, MAX_TOKENS, check_request_memory
 from placement_opt.validation import check_keys, get_int, get_list, get_number, get_str, reject_non_finite
 from placement_opt.workload import Requests, SLOSpec, Workload, generate_requests
 
@@ -130,11 +130,19 @@ class Instance:
         if workload is not None:
             check_workload(self, workload)
         return generate_requests(workload or self.workload, self.model_names, self.slo_seconds(),
-                                 self.seed if seed is None else seed)
+                                 self.seed if seed is None else seed, self.contexts)
 
     @cached_property
     def _requests(self) -> Requests:
-        return generate_requests(self.workload, self.model_names, self.slo_seconds(), self.seed)
+        return generate_requests(self.workload, self.model_names, self.slo_seconds(), self.seed, self.contexts)
+
+    @property
+    def contexts(self) -> Optional[list[int]]:
+        """LLM instances: every model's context in tokens (its architecture's ``seq_len``),
+        which bounds a request's prompt plus output; None for DNN instances."""
+        if not self.is_llm:
+            return None
+        return [m.architecture.seq_len if m.architecture is not None else MAX_TOKENS for m in self.models]
 
 
 def load_instance(path: str) -> Instance:
@@ -322,7 +330,28 @@ def check_workload(inst: Instance, w: Workload) -> None:
     check_request_memory(total_rate * w.duration_s, inst.is_llm, "workload")
     if inst.is_llm:
         cfg = inst.llm_settings
+        check_fixed_lengths(inst, w)
         rounds = (w.duration_s + cfg.drain_s) / cfg.rebalance_period_s
         if rounds > MAX_REBALANCES:
             raise InputError(f"(workload.duration_s + llm.drain_s) / rebalance_period_s = {rounds:.3g} re-balancing "
                              f"rounds, over the limit of {MAX_REBALANCES:.0e}", "llm.rebalance_period_s")
+
+
+def check_fixed_lengths(inst: Instance, w: Workload) -> None:
+    """Lengths given as numbers (fixed workload lengths; else ``llm.prompt_tokens`` and
+    ``llm.output_tokens``) must fit every LLM's context, as a serving engine refuses a request
+    whose prompt plus output exceeds it; drawn lengths are capped instead (generate_requests)."""
+    if w.lengths is not None and w.lengths.distribution != "fixed":
+        return
+    if w.lengths is not None:
+        prompt = min(int(round(w.lengths.prompt_tokens)), w.lengths.max_prompt_tokens)
+        output = min(int(round(w.lengths.output_tokens)), w.lengths.max_output_tokens)
+        where = "workload.lengths"
+    else:
+        prompt, output = int(round(inst.llm_settings.prompt_tokens)), int(round(inst.llm_settings.output_tokens))
+        where = "llm"
+    contexts = inst.contexts or []
+    for name, context in zip(inst.model_names, contexts):
+        if prompt + output > context:
+            raise InputError(f"prompt_tokens + output_tokens = {prompt + output} tokens, over the context of model "
+                             f"{name!r} ({context} tokens: its architecture's seq_len)", where)

@@ -255,3 +255,39 @@ def test_simulate_is_interruptible_and_exits_130(tmp_path):
     assert "Traceback" not in err
     if proc.returncode == 130:
         assert err.strip().splitlines()[-1] == "placeopt: interrupted (SIGINT) nothing written"
+
+
+# --- item 1: token lengths bounded by the model's context ---------------------------------------
+
+@pytest.mark.parametrize("edit, where, total", [
+    (lambda d: d["workload"].update(lengths={"prompt_tokens": 1500, "output_tokens": 1000}), "workload.lengths", 2500),
+    (lambda d: d.update(llm={"prompt_tokens": 4000, "output_tokens": 100}), "llm", 4100),
+    (lambda d: (d["models"][0]["architecture"].update(seq_len=512),
+                d["workload"].update(lengths={"prompt_tokens": 400, "output_tokens": 200})), "workload.lengths", 600),
+])
+def test_fixed_lengths_over_the_context_are_refused(tmp_path, edit, where, total):
+    """A fixed prompt plus output over an LLM's context (seq_len, 2048 by default): every
+    request would be refused by the server, so the instance is an input error."""
+    path = llm_instance(tmp_path, edit)
+    for command in ("validate", "solve"):
+        proc = placeopt([command, path])
+        assert_one_line_error(proc, path, f"{where}: prompt_tokens + output_tokens = {total} tokens",
+                              "over the context of model 'llama-0'")
+
+
+def test_drawn_lengths_are_capped_at_the_context(tmp_path):
+    """Exponential lengths whose tail passes the context are capped per request (prompt at
+    seq_len - 1, output at seq_len - prompt); the run succeeds."""
+    def long_tail(d):
+        d["models"][0]["architecture"]["seq_len"] = 1024
+        d["workload"]["lengths"] = {"distribution": "exponential", "prompt_tokens": 600, "output_tokens": 600,
+                                    "max_prompt_tokens": 100000, "max_output_tokens": 100000}
+    path = llm_instance(tmp_path, long_tail)
+    out = tmp_path / "p.json"
+    solved = placeopt(["solve", path, "--solver", "spatial", "-o", str(out)], timeout=60)
+    assert solved.returncode == 0, solved.stderr
+    from placement_opt import load_instance
+    req = load_instance(path).requests()
+    total = req.prompt_tokens.astype(int) + req.output_tokens
+    assert total.max() == 1024 and (total == 1024).sum() > len(req) // 10  # the tail is capped, not dropped
+    assert req.prompt_tokens.max() <= 1023 and req.output_tokens.min() >= 1
