@@ -11,7 +11,7 @@ import click
 
 from placement_opt.errors import InputError
 from placement_opt.feasibility import Violation, placement_violations
-from placement_opt.instance import Instance
+from placement_opt.instance import Instance, check_instance_size
 from placement_opt.io import read_json
 from placement_opt.limits import process_start
 from placement_opt.placement import Placement
@@ -32,7 +32,7 @@ def validate(file: str, instance_path: Optional[str], as_json: bool) -> None:
     """Check an instance, a placement (has "groups"), a profile (has "configs"), an LLM cost
     table (has "format" and "tp") or an architecture (has "layers", "hidden", "heads"; the
     input of `placeopt profile`) for errors. A placement's violations are all listed."""
-    head = read_json(file)
+    head = read_json(file, precheck=check_instance_size)  # a huge instance is refused before its objects are walked
     is_placement = isinstance(head, dict) and "groups" in head and "cluster" not in head
     if instance_path is not None and not is_placement:
         raise InputError(f"{file} is not a placement: --instance applies to a placement only", "--instance")

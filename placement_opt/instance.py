@@ -35,7 +35,7 @@ from placement_opt.model import FAMILIES, Architecture, ModelSpec
 from placement_opt.parallel import architecture_profile
 from placement_opt.profile import Profile
 from placement_opt.settings import LLMConfig, SimulatorConfig
-from placement_opt.limits import MAX_MODELS, MAX_REBALANCES, MAX_TOKENS, check_request_memory
+from placement_opt.limits import MAX_GPUS, MAX_MODELS, MAX_REBALANCES, MAX_TOKENS, check_request_memory
 from placement_opt.validation import check_keys, get_int, get_list, get_number, get_str, reject_non_finite
 from placement_opt.workload import Requests, SLOSpec, Workload, generate_requests
 
@@ -147,7 +147,7 @@ class Instance:
 
 def load_instance(path: str) -> Instance:
     """Read, validate and expand an instance JSON file."""
-    data, raw = read_json_bytes(path)
+    data, raw = read_json_bytes(path, precheck=check_instance_size)
     try:
         return instance_from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)),
                                   sha256=hashlib.sha256(raw).hexdigest(), path=path)
@@ -158,6 +158,7 @@ def load_instance(path: str) -> Instance:
 def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: Optional[str] = None) -> Instance:
     """Build an :class:`Instance` from parsed JSON (paths resolve against ``base_dir``)."""
     check_keys(data, "", ["cluster", "models", "workload"], TOP_LEVEL_KEYS)
+    check_instance_size(data)
     reject_non_finite(data)
     if not sha256:
         sha256 = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
@@ -183,6 +184,32 @@ def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: O
     _check_models_fit(inst)
     check_workload(inst, workload)
     return inst
+
+
+def check_instance_size(data: Any) -> None:
+    """Refuse an instance over the model or GPU limits from the parsed JSON alone, before
+    anything walks or builds its objects (a file of a million models is refused in seconds).
+    Fields of the wrong type are left to the full checks that follow."""
+    if not isinstance(data, dict):
+        return
+    models = data.get("models")
+    if isinstance(models, list):
+        _check_model_count(models)
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict):
+        nodes, per_node = cluster.get("nodes"), cluster.get("gpus_per_node")
+        if type(nodes) is int and type(per_node) is int and nodes * per_node > MAX_GPUS:
+            raise InputError(f"nodes x gpus_per_node = {nodes * per_node} GPUs, over the limit of {MAX_GPUS}",
+                             "cluster")
+
+
+def _check_model_count(items: list) -> None:
+    """At most :data:`MAX_MODELS` models, before and after ``count`` expansion."""
+    if len(items) > MAX_MODELS:
+        raise InputError(f"{len(items)} models, over the limit of {MAX_MODELS}", "models")
+    expanded = sum(d.get("count", 1) for d in items if isinstance(d, dict) and type(d.get("count", 1)) is int)
+    if expanded > MAX_MODELS:
+        raise InputError(f"{expanded} models after count expansion, over the limit of {MAX_MODELS}", "models")
 
 
 def _load_json_ref(value: Any, where: str, base_dir: str) -> Any:
@@ -223,11 +250,7 @@ def _load_models(items: Any, profiles: Dict[str, Profile], cost_tables: Dict[str
     (architecture paths such as ``hf_config`` resolve against ``base_dir``)."""
     if not isinstance(items, list) or not items:
         raise InputError("expected a non-empty list of models", "models")
-    if len(items) > MAX_MODELS:
-        raise InputError(f"{len(items)} models, over the limit of {MAX_MODELS}", "models")
-    expanded = sum(d.get("count", 1) for d in items if isinstance(d, dict) and type(d.get("count", 1)) is int)
-    if expanded > MAX_MODELS:
-        raise InputError(f"{expanded} models after count expansion, over the limit of {MAX_MODELS}", "models")
+    _check_model_count(items)
     models: List[ModelSpec] = []
     overrides: Dict[str, SLOSpec] = {}
     names: Set[str] = set()

@@ -141,6 +141,21 @@ def test_cluster_and_model_counts_are_bounded(tmp_path):
     assert_one_line_error(placeopt(["validate", path]), "models", "over the limit of 10000")
 
 
+@pytest.mark.parametrize("command", ["validate", "solve"])
+def test_a_50_mb_instance_of_a_million_models_is_refused_within_seconds(tmp_path, command):
+    """1.2 M models in 50 MB: the count is checked right after parsing, before every value is
+    walked and every model built (was: validate silent for over 60 s)."""
+    head = json.dumps({k: v for k, v in GOOD.items() if k != "models"})[:-1]
+    models = ",".join(f'{{"name": "model-{i:07d}", "profile": "bert-6.7b"}}' for i in range(1_200_000))
+    path = tmp_path / "huge.json"
+    path.write_text(f'{head}, "models": [{models}]}}')
+    assert path.stat().st_size > 50e6
+    began = time.perf_counter()
+    proc = placeopt([command, str(path)], timeout=30)
+    assert_one_line_error(proc, str(path), "models: 1200000 models, over the limit of 10000")
+    assert time.perf_counter() - began < 10
+
+
 # --- item 5: strict JSON, -o, workers --------------------------------------------------------
 
 def test_duplicate_keys_and_control_characters_are_refused(tmp_path):
