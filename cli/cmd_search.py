@@ -14,6 +14,7 @@ from placement_opt.errors import InputError
 from placement_opt.instance import Instance, check_workload
 from placement_opt.io import read_json
 from placement_opt.limits import process_start
+from placement_opt.placement import Placement
 from placement_opt.simulate import simulate
 from placement_opt.workload import Workload
 
@@ -150,7 +151,7 @@ def compare_rows(inst: Instance, names: Sequence[str], per_options: Optional[dic
     return rows
 
 
-def _compare_row(inst: Instance, name: str, placement: Any, wall: float) -> dict[str, Any]:
+def _compare_row(inst: Instance, name: str, placement: Placement, wall: float) -> dict[str, Any]:
     """The row of solver ``name``'s (simulated) placement found in ``wall`` seconds."""
     m = placement.metrics
     used = max(sum(1 for g in gs if g.models) for gs in placement.all_group_sets)

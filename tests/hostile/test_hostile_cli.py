@@ -90,6 +90,16 @@ def test_dev_zero_as_a_trace_is_refused(tmp_path):
     assert_one_line_error(placeopt(["validate", path]), "/dev/zero", "file larger than the limit")
 
 
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["profiles"].update({"bert-6.7b": "/dev/zero"}), "profiles.bert-6.7b"),
+    (lambda d: d.update(cost_tables={"llama-7b": "/dev/zero"}), "cost_tables.llama-7b"),
+])
+def test_dev_zero_as_a_profile_or_cost_table_is_refused(tmp_path, edit, field):
+    """The issue's table: a profile or cost-table path of /dev/zero read until memory ran out."""
+    assert_one_line_error(placeopt(["validate", instance_file(tmp_path, edit)]), field, "/dev/zero",
+                          "file larger than the limit")
+
+
 def test_too_many_requests_for_the_memory_budget_and_max_memory(tmp_path):
     path = instance_file(tmp_path, lambda d: d["workload"]["arrival"].update(rate=4.8e8 / 60))
     assert_one_line_error(placeopt(["validate", path]), "workload", "memory budget of 8 GB", "--max-memory")
@@ -154,6 +164,22 @@ def test_a_50_mb_instance_of_a_million_models_is_refused_within_seconds(tmp_path
     proc = placeopt([command, str(path)], timeout=30)
     assert_one_line_error(proc, str(path), "models: 1200000 models, over the limit of 10000")
     assert time.perf_counter() - began < 10
+
+
+def test_an_llm_cluster_of_1000_nodes_ends_in_time(tmp_path):
+    """The issue's table: 1000 LLM nodes (within the limits), `solve --time-limit 20` silent
+    for over 60 s. Each LLM solver now ends within its limit, with a placement or a one-line
+    reason (MuxServe's mesh groups use every node: 2 LLMs cannot span 1000 nodes)."""
+    path = llm_instance(tmp_path, lambda d: d["cluster"].update(nodes=1000))
+    for solver in ("muxserve", "spatial", "greedy-memory"):
+        began = time.perf_counter()
+        proc = placeopt(["solve", path, "--solver", solver, "--time-limit", "3", "-o", str(tmp_path / "p.json")])
+        assert time.perf_counter() - began < 3 + 2.5, solver
+        assert "Traceback" not in proc.stderr
+        if proc.returncode == 2:
+            assert_one_line_error(proc, "no mesh group holds every LLM")
+        else:
+            assert proc.returncode in (0, 3), (solver, proc.stderr[-300:])
 
 
 # --- item 5: strict JSON, -o, workers --------------------------------------------------------
@@ -277,6 +303,8 @@ def test_simulate_is_interruptible_and_exits_130(tmp_path):
 @pytest.mark.parametrize("edit, where, total", [
     (lambda d: d["workload"].update(lengths={"prompt_tokens": 1500, "output_tokens": 1000}), "workload.lengths", 2500),
     (lambda d: d.update(llm={"prompt_tokens": 4000, "output_tokens": 100}), "llm", 4100),
+    (lambda d: d["workload"].update(lengths={"output_tokens": 1e9, "max_output_tokens": 2**31 - 1}),
+     "workload.lengths", 161 + 10**9),
     (lambda d: (d["models"][0]["architecture"].update(seq_len=512),
                 d["workload"].update(lengths={"prompt_tokens": 400, "output_tokens": 200})), "workload.lengths", 600),
 ])

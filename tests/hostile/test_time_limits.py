@@ -148,3 +148,26 @@ def test_compare_interrupted_prints_the_rows_so_far_and_exits_3(tmp_path):
     assert [r["solver"] for r in rows] == ["mp-equal", "clockwork++"]
     assert "stopped" not in rows[0] and rows[1]["stopped"].startswith("interrupted")
     assert "selective-replication" not in err
+
+
+@pytest.mark.parametrize("solver", ["muxserve", "greedy-memory"])
+def test_a_signal_stops_the_mesh_group_search_within_2_s(tmp_path, solver):
+    """SIGINT after 2 s of an LLM search (the DNN solvers have theirs in test_hostile_cli):
+    out within 2 s more, plus one simulation, with the best placement so far (exit 3) or a
+    clear 'nothing written' (130)."""
+    out = tmp_path / "p.json"
+    proc = start(["solve", _llm_instance(tmp_path), "--solver", solver, "-o", str(out)])
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    sent = time.perf_counter()
+    try:
+        _, err = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert "Traceback" not in err
+    assert time.perf_counter() - sent < 2.0 + SLACK_S
+    if proc.returncode == 3:
+        assert json.loads(out.read_text())["provenance"]["stopped"] == "interrupted"
+    else:
+        assert proc.returncode == 130, (proc.returncode, err[-500:])
+        assert "nothing written" in err and not out.exists()
