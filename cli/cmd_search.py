@@ -128,7 +128,7 @@ def compare_rows(inst: Instance, names: Sequence[str], per_options: Optional[dic
     from placement_opt.solvers.base import SearchStopped, solver_for
     for n in names:  # every solver and its options are checked before the first solve
         solver_for(inst, n, (per_options or {}).get(n, {}))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for k, n in enumerate(names, 1):
         if echo:
             echo(f"solving {inst.name} with {n} ({k}/{len(names)})")

@@ -75,7 +75,9 @@ def _assign_in_turn(instance: Instance, n_groups: int, pp: int, tp: int, replica
                 g = (cursor + k) % n_groups
                 if instance.model_names[m] in models[g] or not fits(instance, used[g], m, pp, tp):
                     continue
-                used[g] += model_stage_bytes(instance, m, pp, tp)
+                need = model_stage_bytes(instance, m, pp, tp)
+                assert need is not None  # fits() is False for a config the model has no profile of
+                used[g] += need
                 models[g].append(instance.model_names[m])
                 cursor = (g + 1) % n_groups
                 placed = True
