@@ -11,8 +11,9 @@ import click
 
 from placement_opt.errors import InputError
 from placement_opt.feasibility import Violation, placement_violations
-from placement_opt.instance import Instance
+from placement_opt.instance import Instance, check_instance_size
 from placement_opt.io import read_json
+from placement_opt.limits import process_start
 from placement_opt.placement import Placement
 from placement_opt.progress import slow_step
 from placement_opt.simulate import simulate
@@ -31,7 +32,7 @@ def validate(file: str, instance_path: Optional[str], as_json: bool) -> None:
     """Check an instance, a placement (has "groups"), a profile (has "configs"), an LLM cost
     table (has "format" and "tp") or an architecture (has "layers", "hidden", "heads"; the
     input of `placeopt profile`) for errors. A placement's violations are all listed."""
-    head = read_json(file)
+    head = read_json(file, precheck=check_instance_size)  # a huge instance is refused before its objects are walked
     is_placement = isinstance(head, dict) and "groups" in head and "cluster" not in head
     if instance_path is not None and not is_placement:
         raise InputError(f"{file} is not a placement: --instance applies to a placement only", "--instance")
@@ -127,7 +128,9 @@ PLOT_OPTION = click.option("--plot", "plot_path", default=None, metavar="OUT.png
 @click.command()
 @INSTANCE
 @click.option("--solver", "solver_name", default=None, help="Registered solver (default: the instance's).")
-@click.option("--time-limit", type=float, default=None, help="Stop searching after this many seconds.")
+@click.option("--time-limit", type=float, default=None,
+              help="Seconds from the command's start (loading included) to the best placement found, plus one "
+                   "simulation of it.")
 @click.option("--seed", type=int, default=None, help="Seed (default: the instance's).")
 @click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE", help="Solver option (repeatable).")
 @click.option("-o", "--output", default=None, help="Write the placement JSON here (atomically).")
@@ -151,7 +154,8 @@ def solve(instance: str, solver_name: Optional[str], time_limit: Optional[float]
     resolve_costs(inst, instance)
     progress(f"solving {inst.name} ({len(inst.models)} models, {inst.cluster.n_gpus} GPUs) with {name}")
     try:
-        placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts)
+        placement = run_solver(inst, name, time_limit=time_limit, seed=seed, options=opts,
+                               counted_from=process_start())
     except InputError as e:  # solver name and options come from the instance or the command line
         raise e.with_file(instance) from None
     unserved = placement.provenance.get("unserved_models", [])

@@ -35,7 +35,7 @@ from placement_opt.model import FAMILIES, Architecture, ModelSpec
 from placement_opt.parallel import architecture_profile
 from placement_opt.profile import Profile
 from placement_opt.settings import LLMConfig, SimulatorConfig
-from placement_opt.limits import MAX_MODELS, MAX_REBALANCES, check_request_memory
+from placement_opt.limits import MAX_GPUS, MAX_MODELS, MAX_REBALANCES, MAX_TOKENS, check_request_memory
 from placement_opt.validation import check_keys, get_int, get_list, get_number, get_str, reject_non_finite
 from placement_opt.workload import Requests, SLOSpec, Workload, generate_requests
 
@@ -130,16 +130,24 @@ class Instance:
         if workload is not None:
             check_workload(self, workload)
         return generate_requests(workload or self.workload, self.model_names, self.slo_seconds(),
-                                 self.seed if seed is None else seed)
+                                 self.seed if seed is None else seed, self.contexts)
 
     @cached_property
     def _requests(self) -> Requests:
-        return generate_requests(self.workload, self.model_names, self.slo_seconds(), self.seed)
+        return generate_requests(self.workload, self.model_names, self.slo_seconds(), self.seed, self.contexts)
+
+    @property
+    def contexts(self) -> Optional[list[int]]:
+        """LLM instances: every model's context in tokens (its architecture's ``seq_len``),
+        which bounds a request's prompt plus output; None for DNN instances."""
+        if not self.is_llm:
+            return None
+        return [m.architecture.seq_len if m.architecture is not None else MAX_TOKENS for m in self.models]
 
 
 def load_instance(path: str) -> Instance:
     """Read, validate and expand an instance JSON file."""
-    data, raw = read_json_bytes(path)
+    data, raw = read_json_bytes(path, precheck=check_instance_size)
     try:
         return instance_from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)),
                                   sha256=hashlib.sha256(raw).hexdigest(), path=path)
@@ -150,6 +158,7 @@ def load_instance(path: str) -> Instance:
 def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: Optional[str] = None) -> Instance:
     """Build an :class:`Instance` from parsed JSON (paths resolve against ``base_dir``)."""
     check_keys(data, "", ["cluster", "models", "workload"], TOP_LEVEL_KEYS)
+    check_instance_size(data)
     reject_non_finite(data)
     if not sha256:
         sha256 = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
@@ -175,6 +184,32 @@ def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: O
     _check_models_fit(inst)
     check_workload(inst, workload)
     return inst
+
+
+def check_instance_size(data: Any) -> None:
+    """Refuse an instance over the model or GPU limits from the parsed JSON alone, before
+    anything walks or builds its objects (a file of a million models is refused in seconds).
+    Fields of the wrong type are left to the full checks that follow."""
+    if not isinstance(data, dict):
+        return
+    models = data.get("models")
+    if isinstance(models, list):
+        _check_model_count(models)
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict):
+        nodes, per_node = cluster.get("nodes"), cluster.get("gpus_per_node")
+        if type(nodes) is int and type(per_node) is int and nodes * per_node > MAX_GPUS:
+            raise InputError(f"nodes x gpus_per_node = {nodes * per_node} GPUs, over the limit of {MAX_GPUS}",
+                             "cluster")
+
+
+def _check_model_count(items: list) -> None:
+    """At most :data:`MAX_MODELS` models, before and after ``count`` expansion."""
+    if len(items) > MAX_MODELS:
+        raise InputError(f"{len(items)} models, over the limit of {MAX_MODELS}", "models")
+    expanded = sum(d.get("count", 1) for d in items if isinstance(d, dict) and type(d.get("count", 1)) is int)
+    if expanded > MAX_MODELS:
+        raise InputError(f"{expanded} models after count expansion, over the limit of {MAX_MODELS}", "models")
 
 
 def _load_json_ref(value: Any, where: str, base_dir: str) -> Any:
@@ -215,11 +250,7 @@ def _load_models(items: Any, profiles: Dict[str, Profile], cost_tables: Dict[str
     (architecture paths such as ``hf_config`` resolve against ``base_dir``)."""
     if not isinstance(items, list) or not items:
         raise InputError("expected a non-empty list of models", "models")
-    if len(items) > MAX_MODELS:
-        raise InputError(f"{len(items)} models, over the limit of {MAX_MODELS}", "models")
-    expanded = sum(d.get("count", 1) for d in items if isinstance(d, dict) and type(d.get("count", 1)) is int)
-    if expanded > MAX_MODELS:
-        raise InputError(f"{expanded} models after count expansion, over the limit of {MAX_MODELS}", "models")
+    _check_model_count(items)
     models: List[ModelSpec] = []
     overrides: Dict[str, SLOSpec] = {}
     names: Set[str] = set()
@@ -322,7 +353,28 @@ def check_workload(inst: Instance, w: Workload) -> None:
     check_request_memory(total_rate * w.duration_s, inst.is_llm, "workload")
     if inst.is_llm:
         cfg = inst.llm_settings
+        check_fixed_lengths(inst, w)
         rounds = (w.duration_s + cfg.drain_s) / cfg.rebalance_period_s
         if rounds > MAX_REBALANCES:
             raise InputError(f"(workload.duration_s + llm.drain_s) / rebalance_period_s = {rounds:.3g} re-balancing "
                              f"rounds, over the limit of {MAX_REBALANCES:.0e}", "llm.rebalance_period_s")
+
+
+def check_fixed_lengths(inst: Instance, w: Workload) -> None:
+    """Lengths given as numbers (fixed workload lengths; else ``llm.prompt_tokens`` and
+    ``llm.output_tokens``) must fit every LLM's context, as a serving engine refuses a request
+    whose prompt plus output exceeds it; drawn lengths are capped instead (generate_requests)."""
+    if w.lengths is not None and w.lengths.distribution != "fixed":
+        return
+    if w.lengths is not None:
+        prompt = min(int(round(w.lengths.prompt_tokens)), w.lengths.max_prompt_tokens)
+        output = min(int(round(w.lengths.output_tokens)), w.lengths.max_output_tokens)
+        where = "workload.lengths"
+    else:
+        prompt, output = int(round(inst.llm_settings.prompt_tokens)), int(round(inst.llm_settings.output_tokens))
+        where = "llm"
+    contexts = inst.contexts or []
+    for name, context in zip(inst.model_names, contexts):
+        if prompt + output > context:
+            raise InputError(f"prompt_tokens + output_tokens = {prompt + output} tokens, over the context of model "
+                             f"{name!r} ({context} tokens: its architecture's seq_len)", where)

@@ -14,26 +14,30 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from placement_opt.errors import InputError
 from placement_opt.limits import read_capped
 from placement_opt.validation import reject_non_finite
 
 
-def read_json(path: str, field: str = "", *, referenced: bool = False) -> Any:
+def read_json(path: str, field: str = "", *, referenced: bool = False,
+              precheck: Optional[Callable[[Any], None]] = None) -> Any:
     """The parsed JSON document of file ``path``.
 
     Errors name ``path`` as the file and the position (``line L column C``) or the JSON path
     of a NaN as the field. A ``referenced`` document (a file named inside another, such as an
     instance's profile) is reported at ``field`` of the referencing file instead, with ``path``
     and the position in the reason; the caller's file is added by its own error handling.
+    ``precheck`` as for :func:`parse_json`.
     """
-    return read_json_bytes(path, field, referenced=referenced)[0]
+    return read_json_bytes(path, field, referenced=referenced, precheck=precheck)[0]
 
 
-def read_json_bytes(path: str, field: str = "", *, referenced: bool = False) -> tuple[Any, bytes]:
-    """:func:`read_json` and the file's bytes (e.g. for a digest of exactly what was read)."""
+def read_json_bytes(path: str, field: str = "", *, referenced: bool = False,
+                    precheck: Optional[Callable[[Any], None]] = None) -> tuple[Any, bytes]:
+    """:func:`read_json` and the file's bytes (e.g. for a digest of exactly what was read);
+    ``precheck`` as for :func:`parse_json`."""
     try:
         with open(path, "rb") as f:
             raw = read_capped(f, "")
@@ -42,15 +46,21 @@ def read_json_bytes(path: str, field: str = "", *, referenced: bool = False) -> 
     except InputError as e:  # over the size cap
         raise _read_error(e.reason, "", path, field, referenced) from None
     try:
-        data = parse_json(raw, field, lambda reason, position: _read_error(reason, position, path, field, referenced))
+        data = parse_json(raw, field, lambda reason, position: _read_error(reason, position, path, field, referenced),
+                          precheck)
     except InputError as e:  # a NaN's error names its JSON path; the file is added here
         raise (e if referenced else e.with_file(path)) from None
     return data, raw
 
 
 def parse_json(text: str | bytes, field: str = "",
-               error: Callable[[str, str], InputError] = InputError) -> Any:
+               error: Callable[[str, str], InputError] = InputError,
+               precheck: Optional[Callable[[Any], None]] = None) -> Any:
     """Parsed JSON text, with NaN and Infinity refused at their JSON path under ``field``.
+
+    ``precheck`` sees the document right after parsing, before the walk over every value
+    (seconds on a document of a million objects): cheap size checks refuse a huge document
+    there, at once.
 
     Bytes must be UTF-8 (a leading byte-order mark is allowed, as in trace files). Malformed
     JSON, other bytes and nesting too deep to parse raise ``error(reason, position)``: by
@@ -66,6 +76,8 @@ def parse_json(text: str | bytes, field: str = "",
         raise error("malformed JSON: not UTF-8 text", "") from None
     except RecursionError:
         raise error("malformed JSON: nested too deeply", "") from None
+    if precheck is not None:
+        precheck(data)
     reject_non_finite(data, field)
     return data
 

@@ -12,10 +12,17 @@ request that Ctrl-C or SIGTERM leaves for the searches.
   (:func:`note_stop_signal`) before raising ``KeyboardInterrupt``; loops that outlive one
   ``KeyboardInterrupt`` (a search that returns its best so far, then goes on to the next
   window) ask :func:`stop_requested` before starting more work.
+* **Time limits**: ``--time-limit S`` promises the best placement found within S seconds of
+  the command's start plus one simulation. :func:`process_start` is that start (the
+  process's own, so interpreter start-up, imports and instance loading count), and
+  :func:`search_seconds` the time a solver may still search: what is left of the limit, less
+  room for the final simulation (:func:`final_simulation_seconds`).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from typing import BinaryIO, Optional
 
 from placement_opt.errors import InputError
@@ -92,3 +99,60 @@ def clear_stop_request() -> None:
     """Forget a recorded stop signal (a new run in the same process, e.g. in tests)."""
     global _stop_signal
     _stop_signal = None
+
+
+#: estimated seconds per request of the final simulation of a solve (DNN flow shop; LLM mesh
+#: simulator), measured on the bundled instances with some margin (0.001 ms and 0.008 ms), and
+#: per GPU of the final steps (the simulator's groups, the placement's JSON and its printout:
+#: 2.5 s on 65536 GPUs)
+DNN_SIMULATION_S_PER_REQUEST = 2e-6
+LLM_SIMULATION_S_PER_REQUEST = 1.5e-5
+FINAL_STEPS_S_PER_GPU = 4e-5
+#: most of a time limit kept back for the final simulation; the search keeps the rest
+MAX_SIMULATION_SHARE = 0.25
+#: least share of a time limit a search gets even when start-up already used the limit
+MIN_SEARCH_SHARE = 0.1
+
+
+def _process_age_seconds() -> Optional[float]:
+    """Seconds since this process started (Linux: /proc/self/stat's start time against
+    /proc/uptime), or None where that is unknown."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: start time in ticks
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(uptime - started, 0.0)
+
+
+_age = _process_age_seconds()
+#: time.perf_counter() value at which this process started (where unknown: when this module,
+#: one of the first placeopt imports, was imported)
+_PROCESS_START = time.perf_counter() - (_age if _age is not None else 0.0)
+
+
+def process_start() -> float:
+    """The ``time.perf_counter()`` value at which this process started: a command's
+    ``--time-limit`` counts from it, so start-up and loading count against the limit."""
+    return _PROCESS_START
+
+
+def final_simulation_seconds(requests: int, gpus: int, is_llm: bool) -> float:
+    """Estimated seconds of what follows a search: the simulation of its result on ``requests``
+    requests and ``gpus`` GPUs, and writing the placement."""
+    per_request = LLM_SIMULATION_S_PER_REQUEST if is_llm else DNN_SIMULATION_S_PER_REQUEST
+    return requests * per_request + gpus * FINAL_STEPS_S_PER_GPU
+
+
+def search_seconds(time_limit: float, counted_from: float, simulation_s: float) -> float:
+    """Seconds a solver may search so that its run ends about ``time_limit`` seconds after
+    ``counted_from`` (a ``time.perf_counter()`` value) with the final simulation (estimated at
+    ``simulation_s``) done: the rest of the limit less the simulation, of which at most
+    :data:`MAX_SIMULATION_SHARE` of the limit is kept back; at least :data:`MIN_SEARCH_SHARE`
+    of the limit, so a search still gets a try when start-up used the limit up."""
+    left = time_limit - (time.perf_counter() - counted_from)
+    reserve = min(simulation_s, MAX_SIMULATION_SHARE * time_limit)
+    return max(left - reserve, MIN_SEARCH_SHARE * time_limit)

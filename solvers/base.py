@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Dict, Optional, Type
 
 from placement_opt.version import __version__
 from placement_opt.errors import InputError
-from placement_opt.limits import clear_stop_request, stop_requested
+from placement_opt.limits import clear_stop_request, final_simulation_seconds, search_seconds, stop_requested
 from placement_opt.instance import Instance
 from placement_opt.placement import Placement
 from placement_opt.simulate import simulate
@@ -114,9 +114,13 @@ def reported_metrics(instance: Instance, placement: Placement) -> dict:
 
 
 def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Optional[float] = None,
-               seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Placement:
+               seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None,
+               counted_from: Optional[float] = None) -> Placement:
     """Solve, simulate the result and attach metrics and provenance.
 
+    ``time_limit`` counts from ``counted_from`` (a ``time.perf_counter()`` value; default: now;
+    the CLI passes the process's start) and covers the final simulation too: the solver
+    searches for :func:`~placement_opt.limits.search_seconds` of it.
     A search stopped by ``time_limit`` or a signal returns its best placement so far, marked
     ``provenance["stopped"]``; if that serves no model, :class:`SearchStopped` is raised instead
     (an empty placement is never a result). Models the placement leaves unserved are listed in
@@ -130,7 +134,10 @@ def run_solver(instance: Instance, name: Optional[str] = None, *, time_limit: Op
         instance = dataclasses.replace(instance, seed=seed)
     clear_stop_request()
     start = time.perf_counter()
-    placement = solver.solve(instance, time_limit=time_limit, seed=seed)
+    search_limit = None if time_limit is None else search_seconds(
+        time_limit, start if counted_from is None else counted_from,
+        final_simulation_seconds(len(instance.requests()), instance.cluster.n_gpus, instance.is_llm))
+    placement = solver.solve(instance, time_limit=search_limit, seed=seed)
     wall = time.perf_counter() - start
     stopped = stop_reason(placement)
     unserved = unserved_models(instance, placement)

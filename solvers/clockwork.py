@@ -28,6 +28,11 @@ from placement_opt.solvers.base import Solver, register
 from placement_opt.solvers.greedy import greedy_selection
 
 
+#: seconds past the deadline that windows' workers get to return their best so far before the
+#: search gives up on them (their windows then count as unsolved)
+WORKER_GRACE_S = 0.5
+
+
 @dataclass(frozen=True)
 class ClockworkOptions:
     window_s: float = option(60.0, exclusive_minimum=0,
@@ -73,18 +78,19 @@ class ClockworkPlusPlus(Solver):
         workers = min(capped_workers(o.workers) or os.cpu_count() or 1, len(bounds))  # no idle processes
         backend = make_backend(o.backend, {"instance": instance}, workers, o.address)
         results: List[Optional[Tuple[List[Group], Dict[str, Any]]]] = [None] * len(bounds)
-        interrupted = False
+        interrupted = gave_up = False
         try:
             handles = []
             for a, b in bounds:
                 if stop_requested() is not None or (deadline is not None and time.time() >= deadline):
                     break  # (serial backend, which solves at submit) stopped: solve no more windows
                 handles.append(backend.submit(solve_window, a, b, o.beam, deadline))
-            _collect(backend, handles, results, progress, lambda: _placement_so_far(instance, bounds, results))
+            gave_up = not _collect(backend, handles, results, progress,
+                                   lambda: _placement_so_far(bounds, results), deadline)
         except KeyboardInterrupt:  # windows not solved yet take the nearest solved window's placement
             interrupted = True
         finally:
-            backend.abort() if interrupted or stop_requested() is not None else backend.close()
+            backend.abort() if interrupted or gave_up or stop_requested() is not None else backend.close()
         windows = _fill_windows(bounds, results)
         evaluated = sum(r[1]["candidates_evaluated"] for r in results if r is not None)
         stats = {"windows": len(windows), "window_s": o.window_s, "candidates_evaluated": evaluated,
@@ -98,11 +104,15 @@ class ClockworkPlusPlus(Solver):
 
 
 def _collect(backend: Backend, handles: List[Any], results: List[Optional[Tuple[List[Group], Dict[str, Any]]]],
-             progress: Progress, so_far: Callable[[], Placement]) -> None:
+             progress: Progress, so_far: Callable[[], Placement], deadline_epoch: Optional[float]) -> bool:
     """Wait for the windows' tasks, storing each result at its window's index as it finishes;
-    the progress bar scores ``so_far()``, the placement a stop now would save."""
+    the progress bar scores ``so_far()``, the placement a stop now would save. Gives up on the
+    tasks still running :data:`WORKER_GRACE_S` after ``deadline_epoch`` (a ``time.time()``
+    value; a worker may be deep in a long round of its search) and returns False if it did."""
     pending = list(handles)
     while pending:
+        if deadline_epoch is not None and time.time() > deadline_epoch + WORKER_GRACE_S:
+            return False
         for h in backend.wait_any(pending, timeout=0.5):
             pending.remove(h)
             groups, stats = backend.result(h)
@@ -110,6 +120,7 @@ def _collect(backend: Backend, handles: List[Any], results: List[Optional[Tuple[
                 results[handles.index(h)] = (groups, stats)  # a window stopped before placing anything: unsolved
         solved = [r for r in results if r is not None]
         progress.update(len(solved), so_far, f"candidates {sum(r[1]['candidates_evaluated'] for r in solved)}")
+    return True
 
 
 def _fill_windows(bounds: List[Tuple[float, float]],
@@ -127,12 +138,13 @@ def _fill_windows(bounds: List[Tuple[float, float]],
     return windows
 
 
-def _placement_so_far(instance: Instance, bounds: List[Tuple[float, float]],
+def _placement_so_far(bounds: List[Tuple[float, float]],
                       results: List[Optional[Tuple[List[Group], Dict[str, Any]]]]) -> Placement:
     """What a stop now would save, for the progress bar to score: the filled windows, or, with
-    none solved yet, every GPU an empty group (attainment 0)."""
+    none solved yet, one empty group (attainment 0; not one per GPU, whose simulation alone
+    takes seconds on a large cluster)."""
     windows = _fill_windows(bounds, results)
     if not windows[0].groups:
-        idle = tuple(Group(devices=(d,)) for d in range(instance.cluster.n_gpus))
+        idle = (Group(devices=(0,)),)
         windows = [Window(start_s=w.start_s, groups=idle) for w in windows]
     return Placement(groups=windows[0].groups, windows=tuple(windows))

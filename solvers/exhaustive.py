@@ -37,11 +37,15 @@ class ExhaustiveOptions:
 Candidate = Tuple[Tuple[int, ...], List[Tuple[int, int]], Tuple[Tuple[int, ...], ...]]
 
 
-def exhaustive_space(instance: Instance
+def exhaustive_space(instance: Instance, deadline: Optional[float] = None
                      ) -> Iterator[Tuple[Tuple[int, ...], List[Tuple[int, int]], ModelSelections]]:
-    """Yield (sizes, configs, ModelSelections) for every partition and config assignment."""
+    """Yield (sizes, configs, ModelSelections) for every partition and config assignment; stop
+    early once ``deadline`` (a ``time.perf_counter()`` value) has passed (partitions whose
+    sizes no config fits yield nothing, and a large cluster has very many of them)."""
     cl = instance.cluster
     for sizes in AllPartitions(cl.n_gpus, cl.gpus_per_node):
+        if deadline is not None and time.perf_counter() > deadline:
+            return
         per_size = {s: list(ParallelConfigs(instance, s)) for s in set(sizes)}
         runs = [(s, len(list(g))) for s, g in itertools.groupby(sizes)]
         choices = [list(itertools.combinations_with_replacement(per_size[s], k)) for s, k in runs]
@@ -52,15 +56,16 @@ def exhaustive_space(instance: Instance
             yield sizes, configs, ModelSelections(instance, configs, symmetric=True)
 
 
-def count_exhaustive(instance: Instance, limit: int | None = None) -> int:
+def count_exhaustive(instance: Instance, limit: int | None = None, deadline: float | None = None) -> Optional[int]:
     """Placements in the exhaustive space; with ``limit``, stops counting once past it (the
-    space of a non-tiny instance is astronomically large, and so is the time to count it)."""
+    space of a non-tiny instance is astronomically large, and so is the time to count it).
+    None if ``deadline`` (a ``time.perf_counter()`` value) passes first."""
     total = 0
-    for _, _, sel in exhaustive_space(instance):
+    for _, _, sel in exhaustive_space(instance, deadline):
         total += sel.count()
         if limit is not None and total > limit:
-            break
-    return total
+            return total
+    return None if deadline is not None and time.perf_counter() > deadline else total
 
 
 @register
@@ -72,11 +77,14 @@ class Exhaustive(Solver):
     Options = ExhaustiveOptions
 
     def solve(self, instance: Instance, time_limit: Optional[float] = None, seed: int = 0) -> Placement:
-        total = count_exhaustive(instance, limit=self.options.max_candidates)
+        start = time.perf_counter()
+        deadline = None if time_limit is None else start + time_limit
+        total = count_exhaustive(instance, limit=self.options.max_candidates, deadline=deadline)
+        if total is None:  # the time limit passed while counting: nothing searched
+            return Placement(groups=(), provenance={"search": {"timed_out": True, "interrupted": False}})
         if total > self.options.max_candidates:
             raise InputError(f"the space has more than {self.options.max_candidates} placements (max_candidates)",
                              "solver.options.max_candidates")
-        start = time.perf_counter()
         ev = PlacementEvaluator(instance)
         all_models = tuple(range(len(instance.models)))
         progress = Progress(self.name, instance, enabled=self.options.progress, total=total, unit="placements")
@@ -85,7 +93,7 @@ class Exhaustive(Solver):
         evaluated = 0
         stopped = ""
         try:
-            for sizes, configs, selections in exhaustive_space(instance):
+            for sizes, configs, selections in exhaustive_space(instance, deadline):
                 for sel in selections:
                     acc = int(ev.accepted_of_component(configs, sel, all_models).sum())
                     evaluated += 1
@@ -94,12 +102,16 @@ class Exhaustive(Solver):
                     if progress.due():
                         chosen = best
                         progress.update(evaluated, lambda: _placement(instance, chosen))
-                    if time_limit is not None and time.perf_counter() - start > time_limit:
+                    if deadline is not None and time.perf_counter() > deadline:
                         raise TimeoutError
         except TimeoutError:
             stopped = "timed_out"
         except KeyboardInterrupt:
             stopped = "interrupted"
+        if not stopped and deadline is not None and time.perf_counter() > deadline:
+            stopped = "timed_out"  # the enumeration itself ran past the deadline
+        if best is None and stopped == "timed_out":
+            return Placement(groups=(), provenance={"search": {"timed_out": True, "interrupted": False}})
         if best is None:  # Ctrl-C before the first candidate: nothing to return
             raise KeyboardInterrupt
         stats = {"space": total, "candidates_evaluated": evaluated,

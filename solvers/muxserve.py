@@ -143,9 +143,11 @@ def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = 
               np.asarray(sorted(key, key=lambda i: (-need[i], key[i], i)), dtype=np.int64)]
     results: List[GroupResult] = []
     enumerated = 0
+    headroom = Headroom(tables, specs, options.headroom_scales, fit_shares=not full_share)
+    ranking = _RankingCost()
     try:
         for group in groups:
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and time.perf_counter() + ranking.seconds(len(results)) > deadline:
                 if stopped is not None:
                     stopped["timed_out"] = True
                 break
@@ -154,6 +156,8 @@ def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = 
                                   full_share)
             if result is not None:
                 results.append(result)
+                if deadline is not None:
+                    ranking.sample(len(results), result, headroom)
     except KeyboardInterrupt:
         if stopped is None:  # the caller has no use for a partial enumeration
             raise
@@ -163,9 +167,33 @@ def search_mesh_groups(instance: Instance, rule: int = GAIN, full_share: bool = 
     if not results:
         raise InputError(f"no mesh group holds every LLM under the {rules.name} rules (memory, reserves, "
                          "tensor-parallel degrees)", "models")
-    headroom = Headroom(tables, specs, options.headroom_scales, fit_shares=not full_share)
     ordered, ties = rank(results, headroom, options)
     return SearchResult(specs, tables, ordered, enumerated, ties)
+
+
+class _RankingCost:
+    """The time :func:`rank` will take for the groups placed so far, so that a search with a
+    deadline stops enumerating early enough to rank them by it: the measured cost of scoring
+    one group (sampled every ``EVERY`` groups) times the number of groups."""
+
+    EVERY = 256
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self.samples = 0
+
+    def sample(self, n_results: int, result: GroupResult, headroom: Headroom) -> None:
+        """Time the scoring of ``result`` when ``n_results`` is 1 or a multiple of ``EVERY``."""
+        if n_results != 1 and n_results % self.EVERY:
+            return
+        start = time.perf_counter()
+        _scored(result, headroom)
+        self.total_s += time.perf_counter() - start
+        self.samples += 1
+
+    def seconds(self, n_results: int) -> float:
+        """Estimated seconds to rank ``n_results`` groups (every one scored, as if all tied)."""
+        return 0.0 if not self.samples else n_results * self.total_s / self.samples
 
 
 def _place_group(group: Tuple[Tuple[int, ...], ...], gi: int, specs: Sequence[LLMSpec], tables: EstimatorTables,
@@ -293,22 +321,30 @@ def to_placement(instance: Instance, search: SearchResult, result: GroupResult, 
 
 
 def refine_by_simulation(instance: Instance, search: SearchResult, k: int, rules: RuleSet, full_share: bool = False,
-                         scheduling: Optional[str] = None) -> Placement:
+                         scheduling: Optional[str] = None, deadline: Optional[float] = None) -> Placement:
     """The best of the ``k`` top groups by simulated objective (ties: the better rank).
 
     The ``throughput`` objective is rate-weighted (``throughput_weighted_rps``, the MuxServe
-    paper's metric); ``slo_attainment`` is the share of requests within their SLO.
+    paper's metric); ``slo_attainment`` is the share of requests within their SLO. At
+    ``deadline`` (a ``time.perf_counter()`` value) the best of those simulated so far (none:
+    the estimator's best), marked timed out.
     """
     key = "slo_attainment" if instance.objective == "slo_attainment" else "throughput_weighted_rps"
     best: Optional[Placement] = None
     best_val = -np.inf
+    refined = 0
     for r in search.ranked[:k]:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         pl = to_placement(instance, search, r, rules, full_share, scheduling)
         val = simulate_llm(instance, pl)[key]
+        refined += 1
         if val > best_val + 1e-12:
             best, best_val = pl, val
-    assert best is not None  # k >= 1 and results is never empty (search_mesh_groups raises)
-    return best.with_provenance(search={**best.provenance["search"], "refined": min(k, len(search.ranked))})
+    if best is None:  # the deadline passed before the first simulation
+        best = to_placement(instance, search, search.ranked[0], rules, full_share, scheduling)
+    timed_out = {"timed_out": True} if refined < min(k, len(search.ranked)) else {}
+    return best.with_provenance(search={**best.provenance["search"], "refined": refined, **timed_out})
 
 
 @register
@@ -343,7 +379,7 @@ def best_mesh_group_placement(instance: Instance, options: MuxServeOptions, full
                          scheduling=scheduling)
     if options.refine > 0 and not stopped:
         return refine_by_simulation(instance, search, options.refine, rules, full_share=full_share,
-                                    scheduling=scheduling)
+                                    scheduling=scheduling, deadline=deadline)
     placement = to_placement(instance, search, search.ranked[0], rules, full_share=full_share, scheduling=scheduling)
     return mark_stopped(placement, stopped)
 

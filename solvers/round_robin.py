@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -50,25 +51,39 @@ class RoundRobin(Solver):
         devices = allocate_devices((size,) * (cl.n_gpus // size), cl.nodes, cl.gpus_per_node)
         assert devices is not None  # equal groups of a valid size always tile the cluster
         pp = size // tp
-        used = [np.zeros(pp) for _ in devices]
-        models: list[list[str]] = [[] for _ in devices]
-        cursor = 0
-        while True:
-            placed = False
-            for m in range(len(instance.models)):
-                for k in range(len(devices)):
-                    g = (cursor + k) % len(devices)
-                    if instance.model_names[m] in models[g] or not fits(instance, used[g], m, pp, tp):
-                        continue
-                    used[g] += model_stage_bytes(instance, m, pp, tp)
-                    models[g].append(instance.model_names[m])
-                    cursor = (g + 1) % len(devices)
-                    placed = True
-                    break
-            if not placed or not opts.replicate:
-                break
+        deadline = None if time_limit is None else time.perf_counter() + time_limit
+        models, timed_out = _assign_in_turn(instance, len(devices), pp, tp, opts.replicate, deadline)
         groups = tuple(Group(devices=d, pp=pp, tp=tp, models=tuple(ms)) for d, ms in zip(devices, models))
-        return Placement(groups=groups)
+        return Placement(groups=groups, provenance={"search": {"timed_out": True}} if timed_out else {})
+
+
+def _assign_in_turn(instance: Instance, n_groups: int, pp: int, tp: int, replicate: bool,
+                    deadline: Optional[float]) -> tuple[list[list[str]], bool]:
+    """Every group's models: each model in turn on the next group with room, cycling (with
+    ``replicate``) until a full pass places nothing. Stops at ``deadline`` (a
+    ``time.perf_counter()`` value; a large cluster takes long) with what it has placed, and
+    says whether it did."""
+    used = [np.zeros(pp) for _ in range(n_groups)]
+    models: list[list[str]] = [[] for _ in range(n_groups)]
+    cursor = 0
+    while True:
+        placed = False
+        for m in range(len(instance.models)):
+            for k in range(n_groups):
+                if deadline is not None and time.perf_counter() > deadline:
+                    return models, True
+                g = (cursor + k) % n_groups
+                if instance.model_names[m] in models[g] or not fits(instance, used[g], m, pp, tp):
+                    continue
+                need = model_stage_bytes(instance, m, pp, tp)
+                assert need is not None  # fits() is False for a config the model has no profile of
+                used[g] += need
+                models[g].append(instance.model_names[m])
+                cursor = (g + 1) % n_groups
+                placed = True
+                break
+        if not placed or not replicate:
+            return models, False
 
 
 def smallest_pipeline_size(instance: Instance, tp: int = 1) -> int:

@@ -70,11 +70,15 @@ def _arrivals(rng: np.random.Generator, proc: ArrivalProcess, duration: float) -
 
 
 def generate_requests(workload: Workload, model_names: Sequence[str], slo_seconds: npt.ArrayLike,
-                      seed: int = 0) -> Requests:
+                      seed: int = 0, contexts: Optional[npt.ArrayLike] = None) -> Requests:
     """Draw every model's arrivals from its own seeded stream and merge them in time order.
 
     Model ``i`` draws from ``default_rng([seed, i])``, so adding a model does not change
     the arrivals of the others. Ties in time keep model order (stable sort).
+    ``contexts`` (LLMs: every model's context in tokens) bounds the prompt plus output of each
+    request whose lengths are drawn from ``workload.lengths`` (:func:`cap_at_context`; fixed
+    lengths over it are refused when the instance is checked). A trace's lengths are kept as
+    recorded: they are what was served.
     """
     n = len(model_names)
     slo = np.asarray(slo_seconds, dtype=np.float64)
@@ -96,6 +100,8 @@ def generate_requests(workload: Workload, model_names: Sequence[str], slo_second
         times, ids = times[order], ids[order]
     if workload.lengths is not None and prompt is None:
         prompt, output = _draw_lengths(workload.lengths, len(times), seed)
+        if contexts is not None:
+            prompt, output = cap_at_context(prompt, output, np.asarray(contexts, dtype=np.int64)[ids])
     deadline = times + slo[ids] if n else times.copy()
     return Requests(times.astype(np.float64, copy=False), ids.astype(np.int32, copy=False), deadline,
                     workload.duration_s, prompt, output)
@@ -103,6 +109,15 @@ def generate_requests(workload: Workload, model_names: Sequence[str], slo_second
 
 #: Arrival times, model ids, and prompt and output token counts (None where the trace has none).
 TraceRequests = Tuple[np.ndarray, np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]
+
+
+def cap_at_context(prompt: np.ndarray, output: np.ndarray, context: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Drawn lengths within each request's ``context`` (its model's, in tokens), as a serving
+    engine truncates: the prompt keeps room for one output token, the output stops where the
+    context ends."""
+    prompt = np.minimum(prompt, np.maximum(context - 1, 1)).astype(np.int32)
+    output = np.minimum(output, np.maximum(context - prompt, 1)).astype(np.int32)
+    return prompt, output
 
 
 def _trace_requests(spec: TraceSpec, duration_s: float, model_names: Sequence[str], seed: int) -> TraceRequests:

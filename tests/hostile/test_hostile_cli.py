@@ -90,6 +90,16 @@ def test_dev_zero_as_a_trace_is_refused(tmp_path):
     assert_one_line_error(placeopt(["validate", path]), "/dev/zero", "file larger than the limit")
 
 
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["profiles"].update({"bert-6.7b": "/dev/zero"}), "profiles.bert-6.7b"),
+    (lambda d: d.update(cost_tables={"llama-7b": "/dev/zero"}), "cost_tables.llama-7b"),
+])
+def test_dev_zero_as_a_profile_or_cost_table_is_refused(tmp_path, edit, field):
+    """The issue's table: a profile or cost-table path of /dev/zero read until memory ran out."""
+    assert_one_line_error(placeopt(["validate", instance_file(tmp_path, edit)]), field, "/dev/zero",
+                          "file larger than the limit")
+
+
 def test_too_many_requests_for_the_memory_budget_and_max_memory(tmp_path):
     path = instance_file(tmp_path, lambda d: d["workload"]["arrival"].update(rate=4.8e8 / 60))
     assert_one_line_error(placeopt(["validate", path]), "workload", "memory budget of 8 GB", "--max-memory")
@@ -139,6 +149,38 @@ def test_cluster_and_model_counts_are_bounded(tmp_path):
     path = instance_file(tmp_path, lambda d: d["models"].extend({"name": f"m{i}", "profile": "bert-6.7b"}
                                                                 for i in range(12000)), "many.json")
     assert_one_line_error(placeopt(["validate", path]), "models", "over the limit of 10000")
+
+
+@pytest.mark.parametrize("command", ["validate", "solve"])
+def test_a_50_mb_instance_of_a_million_models_is_refused_within_seconds(tmp_path, command):
+    """1.2 M models in 50 MB: the count is checked right after parsing, before every value is
+    walked and every model built (was: validate silent for over 60 s)."""
+    head = json.dumps({k: v for k, v in GOOD.items() if k != "models"})[:-1]
+    models = ",".join(f'{{"name": "model-{i:07d}", "profile": "bert-6.7b"}}' for i in range(1_200_000))
+    path = tmp_path / "huge.json"
+    path.write_text(f'{head}, "models": [{models}]}}')
+    assert path.stat().st_size > 50e6
+    began = time.perf_counter()
+    proc = placeopt([command, str(path)], timeout=30)
+    assert_one_line_error(proc, str(path), "models: 1200000 models, over the limit of 10000")
+    assert time.perf_counter() - began < 10
+
+
+def test_an_llm_cluster_of_1000_nodes_ends_in_time(tmp_path):
+    """The issue's table: 1000 LLM nodes (within the limits), `solve --time-limit 20` silent
+    for over 60 s. Each LLM solver now ends within its limit, with a placement or a one-line
+    reason (MuxServe's mesh groups use every node: 2 LLMs cannot span 1000 nodes)."""
+    path = llm_instance(tmp_path, lambda d: d["cluster"].update(nodes=1000))
+    for solver in ("muxserve", "spatial", "greedy-memory"):
+        began = time.perf_counter()
+        proc = placeopt(["solve", path, "--solver", solver, "--time-limit", "3", "-o", str(tmp_path / "p.json")])
+        assert time.perf_counter() - began < 3 + 2.5, solver
+        assert "Traceback" not in proc.stderr
+        if proc.returncode == 2:  # after the "solving ..." progress line
+            assert proc.stderr.strip().splitlines()[-1].startswith("placeopt: error: ")
+            assert "no mesh group holds every LLM" in proc.stderr
+        else:
+            assert proc.returncode in (0, 3), (solver, proc.stderr[-300:])
 
 
 # --- item 5: strict JSON, -o, workers --------------------------------------------------------
@@ -255,3 +297,41 @@ def test_simulate_is_interruptible_and_exits_130(tmp_path):
     assert "Traceback" not in err
     if proc.returncode == 130:
         assert err.strip().splitlines()[-1] == "placeopt: interrupted (SIGINT) nothing written"
+
+
+# --- item 1: token lengths bounded by the model's context ---------------------------------------
+
+@pytest.mark.parametrize("edit, where, total", [
+    (lambda d: d["workload"].update(lengths={"prompt_tokens": 1500, "output_tokens": 1000}), "workload.lengths", 2500),
+    (lambda d: d.update(llm={"prompt_tokens": 4000, "output_tokens": 100}), "llm", 4100),
+    (lambda d: d["workload"].update(lengths={"output_tokens": 1e9, "max_output_tokens": 2**31 - 1}),
+     "workload.lengths", 161 + 10**9),
+    (lambda d: (d["models"][0]["architecture"].update(seq_len=512),
+                d["workload"].update(lengths={"prompt_tokens": 400, "output_tokens": 200})), "workload.lengths", 600),
+])
+def test_fixed_lengths_over_the_context_are_refused(tmp_path, edit, where, total):
+    """A fixed prompt plus output over an LLM's context (seq_len, 2048 by default): every
+    request would be refused by the server, so the instance is an input error."""
+    path = llm_instance(tmp_path, edit)
+    for command in ("validate", "solve"):
+        proc = placeopt([command, path])
+        assert_one_line_error(proc, path, f"{where}: prompt_tokens + output_tokens = {total} tokens",
+                              "over the context of model 'llama-0'")
+
+
+def test_drawn_lengths_are_capped_at_the_context(tmp_path):
+    """Exponential lengths whose tail passes the context are capped per request (prompt at
+    seq_len - 1, output at seq_len - prompt); the run succeeds."""
+    def long_tail(d):
+        d["models"][0]["architecture"]["seq_len"] = 1024
+        d["workload"]["lengths"] = {"distribution": "exponential", "prompt_tokens": 600, "output_tokens": 600,
+                                    "max_prompt_tokens": 100000, "max_output_tokens": 100000}
+    path = llm_instance(tmp_path, long_tail)
+    out = tmp_path / "p.json"
+    solved = placeopt(["solve", path, "--solver", "spatial", "-o", str(out)], timeout=60)
+    assert solved.returncode == 0, solved.stderr
+    from placement_opt import load_instance
+    req = load_instance(path).requests()
+    total = req.prompt_tokens.astype(int) + req.output_tokens
+    assert total.max() == 1024 and (total == 1024).sum() > len(req) // 10  # the tail is capped, not dropped
+    assert req.prompt_tokens.max() <= 1023 and req.output_tokens.min() >= 1
