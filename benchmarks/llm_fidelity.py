@@ -17,27 +17,29 @@ simulator; ``decode_roofline`` is the worst fraction of the HBM roofline (specif
 bandwidth) of the 7B decode step over batch 1-32 at a 512-token context, from the newest
 folder that has ``roofline.json``. ``nan`` marks a figure with no result behind it.
 
-Every run of an engine still in use (every folder but ``results``, whose engine ran the five
-LLMs on one overlapping SM partition) is also **re-predicted with the current simulator**
-(``simulate_llm`` on ``instances/fidelity-llm/measured/<workload>.json``, the run's placement
-and policy, the measured cost tables): *before*, with the host and contention models off
-(``llm.contention_hbm_gbps``, ``decode_host_s``, ``prefill_host_s`` = 0), and *after*, with
-the calibrated values the measured instances carry. Attainment is scored on both sides
+Every run of an engine generation in ``GENERATIONS`` (every folder but ``results``, whose
+engine ran the five LLMs on one overlapping SM partition) is also **re-predicted with the
+current simulator** (``simulate_llm`` on ``instances/fidelity-llm/measured/<workload>.json``
+with the cost tables *of the run's engine generation*, the run's placement and policy):
+*before*, with the host and contention models off (``llm.contention_hbm_gbps``,
+``decode_host_s``, ``prefill_host_s`` = 0), and *after*, with that generation's calibrated
+values. Attainment is scored on both sides
 against the SLOs of that instance (the measured requests of ``requests.csv`` re-scored), so a
 new cost table changes both sides alike. The last line is computed from the *after*
 predictions where there are any (else from the committed ones).
 
-``--calibrate`` fits the models' parameters and writes ``fidelity/llm/calibration.json``
-(``measured_instances.py`` copies them into the measured instances' ``llm`` section):
-``contention_hbm_gbps`` from ``ENGINE_RUN``'s ``engine.json`` (the five decode steps launched
+``--calibrate [GENERATION]`` fits one generation's parameters (default: the newest) and writes
+its calibration file (the newest generation's is ``fidelity/llm/calibration.json``, which
+``measured_instances.py`` copies into the measured instances' ``llm`` section):
+``contention_hbm_gbps`` from the generation's ``engine.json`` (the five decode steps launched
 together on their SM partitions, replayed with the stretch model, least squares on log
-times); ``decode_host_s`` and ``prefill_host_s`` on one run only (``FIT_RUN``, a warm trial:
+times); ``decode_host_s`` and ``prefill_host_s`` on one run only (the generation's ``fit`` run, a warm trial:
 the grid point, decode at or above ``engine.json``'s launch + collect time, whose
 re-prediction has the smallest worst of |TPOT error| and |TTFT error|); their ``_full_s``
 twins (an LLM on the whole GPU, plain streams) scaled by ``engine.json``'s streams / green
 context host-time ratios. Every other run is held out.
 
-Usage: python benchmarks/llm_fidelity.py [--results DIR] [--calibrate]
+Usage: python benchmarks/llm_fidelity.py [--results DIR] [--calibrate [GENERATION]]
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import json
 import math
 import os
 import statistics
+import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -57,12 +60,46 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLM = os.path.join(HERE, "fidelity", "llm")
 INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
-CALIBRATION = os.path.join(LLM, "calibration.json")
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s")
-NOT_REPREDICTED = {"results": "its engine ran the LLMs on one overlapping SM partition (fixed since)"}
-ENGINE_RUN = "results-v2"  # the engine micro-benchmark the bandwidth and host ratios come from
-# The run the host seconds are fitted on (a warm trial: the second on its workers); the others are held out.
-FIT_RUN = ("results-v2b", "poisson-muxserve/round-robin")
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """One engine version: the results folders its GPU runs wrote, the cost tables it was
+    profiled into, the engine micro-benchmark and the run (a warm trial: the second on its
+    workers) its host seconds are fitted on (every other run is held out), its calibration file."""
+
+    results: Tuple[str, ...]
+    tables: str
+    engine: str
+    fit: Tuple[str, str]
+    calibration: str
+
+
+# v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
+# attention, prefill CUDA graphs (docs/fidelity-llm.md). The newest is the engine in use.
+GENERATIONS = {
+    "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
+                     ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
+    "v3": Generation(("results-v3", "results-v3b"), "tables-v3", "results-v3",
+                     ("results-v3b", "poisson-muxserve/round-robin"), "calibration.json"),
+}
+
+
+def generation_of(folder: str) -> Optional[Generation]:
+    """The engine generation whose runs ``folder`` holds (None: not re-predicted)."""
+    name = os.path.basename(os.path.normpath(folder))
+    return next((g for g in GENERATIONS.values() if name in g.results), None)
+
+
+def generation_model(gen: Generation) -> Dict[str, float]:
+    """The host and contention parameters of ``gen``'s calibration file (all off without one)."""
+    path = os.path.join(LLM, gen.calibration)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        cal = json.load(f)
+    return {k: cal[k] for k in MODEL_FIELDS}
 
 
 def results_folders() -> List[str]:
@@ -163,16 +200,38 @@ def run_inputs(run: dict) -> Tuple[str, str]:
             os.path.join(INSTANCES, f"{run['workload']}-{run['placement']}.placement.json"))
 
 
-def predict(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, float]:
-    """The current simulator's metrics of ``run`` (its instance's ``llm`` settings, with the
-    host and contention fields replaced by ``model``; ``{}``: all off) and the measured SLO
-    attainment re-scored against that instance's SLOs."""
+def generation_instance(inst_path: str, gen: Optional[Generation]) -> Any:
+    """The measured instance with ``gen``'s cost tables (as committed without a generation)."""
     from placement_opt.instance import load_instance
+
+    if gen is None:
+        return load_instance(inst_path)
+    with open(inst_path) as f:
+        data = json.load(f)
+    data["cost_tables"] = {m: os.path.join(LLM, gen.tables, f"{m}.json") for m in data["cost_tables"]}
+    # beside the original: the instance's other relative paths (traces) must still resolve
+    fd, path = tempfile.mkstemp(suffix=".json", dir=os.path.dirname(inst_path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        return load_instance(path)
+    finally:
+        os.unlink(path)
+
+
+def predict(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, float]:
+    """The current simulator's metrics of ``run`` (the measured instance with the cost tables of
+    the run's engine generation and the host and contention fields set to ``model``, ``{}``:
+    all off; None: the generation's calibration) and the measured SLO attainment re-scored
+    against that instance's SLOs."""
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import simulate_llm
 
     inst_path, placement_path = run_inputs(run)
-    inst = load_instance(inst_path)
+    gen = generation_of(run["folder"])
+    inst = generation_instance(inst_path, gen)
+    if model is None and gen is not None:
+        model = generation_model(gen)
     if model is not None:
         fields = {f: float(model.get(f, 0.0)) for f in MODEL_FIELDS}
         inst = dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **fields))
@@ -216,7 +275,7 @@ def errors(measured: dict, simulated: dict, attain_measured: Optional[float] = N
 def repredict(runs: List[dict]) -> None:
     """Add ``before`` / ``after`` predictions and errors to every run of an engine in use."""
     for r in runs:
-        if os.path.basename(r["folder"]) in NOT_REPREDICTED or r["summary"]["status"] != "complete":
+        if generation_of(r["folder"]) is None or r["summary"]["status"] != "complete":
             continue
         for label, model in (("before", {}), ("after", None)):
             sim, attain = predict(r, model)
@@ -288,29 +347,30 @@ def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float]) -
     return best
 
 
-def calibrate() -> dict:
-    """Fit the models' parameters (module docstring) and write ``calibration.json``."""
-    with open(os.path.join(LLM, ENGINE_RUN, "engine.json")) as f:
+def calibrate(gen: Generation) -> dict:
+    """Fit ``gen``'s parameters (module docstring) and write its calibration file."""
+    with open(os.path.join(LLM, gen.engine, "engine.json")) as f:
         engine = json.load(f)
     per = next(r for r in engine["runs"] if r["mechanism"] == "green-contexts")["per_llm"]
     hbm, rms = fit_hbm(per)
     floor = round(statistics.median((p["launch_us"] + p["finish_us"]) for p in per) / 1e6, 4)
     ratios = _host_ratios(engine)
-    folder, name = FIT_RUN
+    folder, name = gen.fit
     run = next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
     decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios)
     out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
            "decode_host_full_s": round(decode_host * ratios[0], 6),
            "prefill_host_full_s": round(prefill_host * ratios[1], 6),
-           "fit": {"engine": os.path.join(ENGINE_RUN, "engine.json"), "hbm_rms_log_error": round(rms, 4),
+           "fit": {"engine": os.path.join(gen.engine, "engine.json"), "tables": gen.tables, "hbm_rms_log_error": round(rms, 4),
                    "replayed_ms": [round(x, 3) for x in replay_round(hbm, per)],
                    "measured_ms": [round(p["together_gpu_ms"], 3) for p in per],
                    "decode_host_floor_s": floor, "streams_over_green_host": [round(x, 4) for x in ratios],
                    "host_fit_run": f"{folder}/{name}", "host_fit_worst_tpot_ttft_err": round(worst, 4)}}
-    with open(CALIBRATION + ".tmp", "w") as f:
+    path = os.path.join(LLM, gen.calibration)
+    with open(path + ".tmp", "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
-    os.replace(CALIBRATION + ".tmp", CALIBRATION)
+    os.replace(path + ".tmp", path)
     return out
 
 
@@ -350,11 +410,12 @@ def _final_errors(runs: List[dict]) -> List[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default=None, help="one folder of GPU results (default: every results* folder)")
-    ap.add_argument("--calibrate", action="store_true",
-                    help="fit the simulator's host and contention parameters and write fidelity/llm/calibration.json")
+    ap.add_argument("--calibrate", nargs="?", const=list(GENERATIONS)[-1], choices=list(GENERATIONS), default=None,
+                    help="fit one engine generation's host and contention parameters (default: the newest) "
+                         "and write its calibration file")
     args = ap.parse_args()
     if args.calibrate:
-        print(json.dumps(calibrate(), indent=1))
+        print(json.dumps(calibrate(GENERATIONS[args.calibrate]), indent=1))
         return
     folders = [args.results] if args.results else results_folders()
     last, runs, ranking_ok = folders[-1] if folders else LLM, [], False
