@@ -87,13 +87,14 @@ def _with(inst, **fields: float):
     return dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **fields))
 
 
-@pytest.mark.parametrize("run, policy, tpot", [("results-v2/poisson-muxserve", "adbs", False),
-                                               ("results-v2b/poisson-muxserve/fcfs", "fcfs", True)])
+@pytest.mark.parametrize("run, policy, tpot", [("results-v3/poisson-muxserve", "adbs", False),
+                                               ("results-v3b/poisson-muxserve/adbs", "adbs", True)])
 def test_calibrated_models_predict_the_measured_h100_runs(run: str, policy: str, tpot: bool):
-    """Two committed H100 runs the host times were not fitted on (five LLMs on 24-SM
-    partitions, Poisson), re-predicted with the measured tables: the calibrated models (in the
-    measured instance) bring total throughput within 5% (off: 10-14% high) and, on the warm
-    fcfs trial, every LLM's throughput within 10% and the mean TPOT within 15% (off: 3.9x)."""
+    """Two committed H100 runs of the current engine that its host times were not fitted on
+    (five LLMs on 24-SM partitions, Poisson; the fit used the round-robin trial), re-predicted
+    with the measured tables: the calibrated models (in the measured instance) bring total
+    throughput within 2% (off: over 5% high) and, on the warm adbs trial, every LLM's
+    throughput within 10% and the mean TPOT within 15% (off: 2.3x)."""
     inst = load_instance(os.path.join(FIDELITY, "measured", "poisson.json"))
     assert inst.llm_settings.contention_hbm_gbps > 0 and inst.llm_settings.prefill_host_s > 0
     placement = load_placement(os.path.join(FIDELITY, "poisson-muxserve.placement.json"))
@@ -105,7 +106,7 @@ def test_calibrated_models_predict_the_measured_h100_runs(run: str, policy: str,
     def err(sim: dict, key: str) -> float:
         return abs(measured[key] - sim[key]) / sim[key]
 
-    assert err(after, "throughput_rps") < 0.05 < 0.10 < err(before, "throughput_rps")
+    assert err(after, "throughput_rps") < 0.02 < 0.05 < err(before, "throughput_rps")
     if tpot:
         assert err(after, "tpot_mean_s") < 0.15 < 1.0 < err(before, "tpot_mean_s")
         worst = max(abs(m["throughput_rps"] - after["per_model"][n]["throughput_rps"]) / m["throughput_rps"]
