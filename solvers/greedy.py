@@ -38,7 +38,7 @@ from placement_opt.placement import Group
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.simulate.kernels import EARLIEST, SHORTEST_QUEUE
 
-from placement_opt.solvers.fast_greedy import fast_rounds_chunk
+from placement_opt.solvers.fast_greedy import best_addition_chunk, fast_rounds_chunk
 
 
 #: A group shell: (devices, pp, tp).
@@ -321,16 +321,23 @@ def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pendi
 
 def _beam_rounds(search: _GreedySearch, run: _Run) -> None:
     """Algorithm 1 with a beam: each round keeps the ``beam`` best distinct additions to the
-    current entries; stops when nothing fits, time is up or every request is accepted."""
+    current entries; stops when nothing fits, time is up or every request is accepted. With a
+    beam of 1 and one request served at a time, a round's candidates are scored compiled
+    (:func:`_evaluate_compiled`, the same decisions)."""
     states = [run.best]
     run.last_report = time.perf_counter()
+    compiled = search.beam == 1 and not search.ev.config.batching and bool(search.models)
+    problem: Optional[tuple] = _compiled_problem(search) if compiled else None
     while states:
         run.stats["rounds"] += 1
         comps = [_Components(st, search.n_groups, search.ev.requests_per_model) for st in states]
         pending = _candidates(search, states, comps)
         if not pending:
             break
-        evaluated = _evaluate(search, run, states, comps, pending)
+        if problem is not None:
+            evaluated = _evaluate_compiled(search, run, states[0], pending, problem)
+        else:
+            evaluated = _evaluate(search, run, states, comps, pending)
         if not evaluated:
             break
         evaluated.sort(key=lambda e: (-e.total, e.candidate.order))
@@ -343,6 +350,51 @@ def _beam_rounds(search: _GreedySearch, run: _Run) -> None:
 
 #: Rounds of the compiled fast heuristic between two deadline checks.
 FAST_CHUNK_ROUNDS = 16
+#: Candidates of a compiled full-greedy round between two deadline checks.
+CANDIDATE_CHUNK = 32
+
+
+def _evaluate_compiled(search: _GreedySearch, run: _Run, st: _State, pending: list[_Candidate],
+                       problem: tuple) -> list[_Scored]:
+    """:func:`_evaluate` for a beam of 1, compiled (:func:`solvers.fast_greedy.best_addition_chunk`):
+    the same candidates scored in the same order with the same pruning and give-up rule, in
+    chunks of ``CANDIDATE_CHUNK`` with a deadline check between them; returns the best candidate
+    (its accepted requests over every candidate model), or nothing when every simulation gave up."""
+    requests, _, tables, _ = problem
+    ev, stats = search.ev, run.stats
+    position = {m: j for j, m in enumerate(search.models)}
+    hosted = np.zeros((search.n_groups, len(search.models)), dtype=np.bool_)
+    for g, ms in enumerate(st.models):
+        hosted[g, [position[m] for m in ms]] = True
+    accepted = st.accepted[search.models].astype(np.int64)
+    candidates = (np.array([position[c.model] for c in pending], dtype=np.int64),
+                  np.array([c.group for c in pending], dtype=np.int64),
+                  np.array([c.bound for c in pending], dtype=np.int64),
+                  np.array([c.order for c in pending], dtype=np.int64))
+    policy = SHORTEST_QUEUE if ev.config.dispatch == "shortest_queue" else EARLIEST
+    settings = (float(ev.config.overhead_s), policy, search.prune)
+    scan = np.array([0, -1, 0, 0, 0], dtype=np.int64)
+    best_accepted = np.zeros(len(search.models), dtype=np.int64)
+    try:
+        while not best_addition_chunk(requests, tables, (hosted, accepted, st.total), candidates, settings, scan,
+                                      best_accepted, min(int(scan[0]) + CANDIDATE_CHUNK, len(pending))):
+            if search.timed_out():
+                stats["timed_out"] = True
+                break
+            now = time.perf_counter()
+            if search.progress is not None and now - run.last_report > 1.0:
+                run.last_report = now
+                search.progress(stats["candidates_evaluated"] + int(scan[3]), tuple(run.best.models))
+        else:
+            if search.timed_out():
+                stats["timed_out"] = True
+    finally:
+        stats["candidates_evaluated"] += int(scan[3])
+        stats["candidates_pruned"] += int(scan[4])
+        ev.evaluations += int(scan[3])
+    if scan[1] < 0:
+        return []
+    return [_Scored(int(scan[2]), pending[int(scan[1])], tuple(search.models), best_accepted)]
 
 
 def _compiled_problem(search: _GreedySearch) -> tuple:
