@@ -334,3 +334,67 @@ def best_addition_chunk(requests: tuple, problem: tuple, current: tuple, candida
         i += 1
     scan[0] = i
     return i >= cand_model.shape[0]
+
+
+@njit(cache=True)
+def round_candidates(hosted: np.ndarray, used: np.ndarray, accepted: np.ndarray, total: int, served: np.ndarray,
+                     problem: tuple, budget: float) -> tuple:
+    """Every feasible addition of a model to a group of the state ``(hosted, used[group, stage]
+    bytes, accepted, total)``, with its bound, as :func:`solvers.greedy._candidates` lists them
+    for one state: models in order, groups in order, of groups with the same config and models
+    only the first; the bound is the total plus the unserved requests of the components the
+    addition touches (and of the model itself when it is hosted nowhere yet). Returns
+    ``(model, group, bound, order)`` arrays sorted by decreasing bound, then order found."""
+    group_pp, group_cfg, _, need, profiled = problem
+    n_groups, n_models = hosted.shape
+    parent, _, _ = _index_hosting(hosted)
+    root = np.empty(n_groups, dtype=np.int64)
+    unserved = np.zeros(n_groups, dtype=np.int64)  # per component root
+    model_root = np.full(n_models, -1, dtype=np.int64)
+    for g in range(n_groups):
+        root[g] = _root(parent, g)
+    for m in range(n_models):
+        for g in range(n_groups):
+            if hosted[g, m]:
+                model_root[m] = root[g]
+                unserved[root[g]] += served[m] - accepted[m]
+                break
+    cap = n_models * n_groups
+    out_m = np.empty(cap, dtype=np.int64)
+    out_g = np.empty(cap, dtype=np.int64)
+    out_b = np.empty(cap, dtype=np.int64)
+    n = 0
+    tried = np.empty(n_groups, dtype=np.int64)
+    for m in range(n_models):
+        cm = model_root[m]
+        extra = served[m] - accepted[m] if cm < 0 else 0
+        n_tried = 0
+        for g in range(n_groups):
+            c = group_cfg[g]
+            if hosted[g, m] or not profiled[c, m]:
+                continue
+            fits = True
+            for s in range(group_pp[g]):
+                if used[g, s] + need[c, m, s] > budget:
+                    fits = False
+            if not fits:
+                continue
+            duplicate = False
+            for t in range(n_tried):
+                h = tried[t]
+                if group_cfg[h] == c and group_pp[h] == group_pp[g] and np.array_equal(hosted[h], hosted[g]):
+                    duplicate = True
+                    break
+            if duplicate:
+                continue
+            tried[n_tried] = g
+            n_tried += 1
+            bound = total + unserved[root[g]] + extra
+            if cm >= 0 and cm != root[g]:
+                bound += unserved[cm]
+            out_m[n] = m
+            out_g[n] = g
+            out_b[n] = bound
+            n += 1
+    order = np.argsort(-out_b[:n], kind="mergesort")
+    return out_m[:n][order], out_g[:n][order], out_b[:n][order], order.astype(np.int64)

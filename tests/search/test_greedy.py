@@ -124,7 +124,7 @@ def test_compiled_full_greedy_rounds_decide_as_the_python_rounds(monkeypatch, re
     shells = fixed_partition(inst, size, 1)
     compiled = greedy_selection(inst, shells, prune=prune)
     assert compiled[1]["rounds"] > 3
-    monkeypatch.setattr(greedy, "_compiled_problem", lambda search: None)
+    monkeypatch.setattr(greedy, "_compiles_rounds", lambda search: False)
     python = greedy_selection(inst, shells, prune=prune)
     assert compiled[0] == python[0]
     for key in ("accepted", "rounds", "candidates_evaluated", "candidates_pruned"):
