@@ -23,7 +23,8 @@ Run: ``python benchmarks/ray_scaling.py --workers 1,2,4,8,16 --out ray_scaling.j
 (``--instance`` takes an instance file; default the bundled S3, full workload;
 ``--scale 200,256`` uses a generated instance of benchmarks/scale_instance.py instead).
 Within one 9-minute call on 16 cores: ``python benchmarks/ray_scaling.py --workers 8,16
---repeat 1 --count-timeout 240 --reference benchmarks/ray_scaling/s3_reference.json``.
+--repeat 1 --count-timeout 180 --reference benchmarks/ray_scaling/s3_reference.json``
+(a short serial solve first fills Numba's cache: about a minute on a fresh machine).
 """
 
 from __future__ import annotations
@@ -168,6 +169,18 @@ def load(args):
     return load_instance(args.instance)
 
 
+def fill_numba_cache() -> float:
+    """Seconds of a short one-process solve (S3 on a 10 s workload) that compiles every kernel the
+    search uses, or loads them, into Numba's on-disk cache, so that the Ray workers of this
+    machine load them instead of each compiling them during its first task."""
+    start = time.perf_counter()
+    with open(os.path.join(ROOT, "instances", "alpaserve", "s3.json")) as f:
+        data = json.load(f)
+    data["workload"]["duration_s"] = 10.0
+    solve(instance_from_dict(data, base_dir=os.path.join(ROOT, "instances", "alpaserve")), "serial")
+    return time.perf_counter() - start
+
+
 def reference_placement(inst, path: str):
     """(groups, serial seconds, attainment, where from) of the one-process placement: read from
     ``path`` when it was written for this instance with today's default options (its serial
@@ -236,6 +249,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",") if x]
     inst = load(args)
+    print(f"numba cache filled (or loaded) in {fill_numba_cache():.1f} s", flush=True)
     serial = reference_placement(inst, args.reference)
     print(f"{inst.name}: serial {serial[1]:.2f} s, attainment {serial[2]:.4f} ({serial[3]})", flush=True)
     if args.reference_only:

@@ -245,9 +245,11 @@ def scale_run(models: int, gpus: int, time_limit: float) -> dict:
                                "-o", out], capture_output=True, text=True)
         wall = time.perf_counter() - start
         peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        ok = proc.returncode == 0 and os.path.exists(out)
+        # 0: finished within the limit; 3: stopped by it with a placement (docs/cli.md)
+        ok = proc.returncode in (0, 3) and os.path.exists(out)
         attainment = json.load(open(out))["metrics"]["slo_attainment"] if ok else None
     row = {"models": models, "gpus": gpus, "time_limit_s": time_limit, "wall_s": round(wall, 1), "ok": ok,
+           "exit_status": proc.returncode,
            "attainment": attainment, "peak_rss_mb_max_child_so_far": round(peak_mb)}
     print(f"  scale {models} models / {gpus} GPUs: {json.dumps(row)}", file=sys.stderr, flush=True)
     return row
