@@ -66,6 +66,9 @@ class AlpaServeOptions(SearchSettings):
     refine: int = option(2, minimum=0, help="refine this many best combinations (plus the best of every "
                                             "bucket count) with the full greedy")
     refine_tasks: int = option(2, minimum=1, help="per bucket of a refined combination, refine this many best configs")
+    refine_within: float = option(0.03, minimum=0, maximum=1,
+                                  help="refine a bucket's second and later configs only when their screen result is "
+                                       "within this fraction of its best one (1 = always)")
     headroom: float = option(1.5, minimum=0,
                              help="after the search, keep adding replicas into unused memory by the attainment "
                                   "at this multiple of the request rate (kept only where training attainment "
@@ -432,7 +435,10 @@ class _Search:
 
     def _refine_jobs(self, combos: list[Combo]) -> list[tuple[int, int]]:
         """The best ``refine_tasks`` screened tasks of every pair of the ``refine`` best combinations
-        and of the best combination of every bucket count."""
+        and of the best combination of every bucket count, those after the first only when their
+        screen result is within ``refine_within`` of the pair's best (a heuristic: a config the
+        screen puts well behind rarely overtakes after the full greedy, and its full greedy is
+        the search's most expensive step)."""
         ranked = self._ranked(combos)
         chosen = [i for _, i in ranked[:self.o.refine]]
         # also the best combination of every bucket count: the fast screen's errors differ between
@@ -447,8 +453,9 @@ class _Search:
             for p in combos[i].pairs:
                 # most accepted first, then the earlier task
                 scored = sorted(((r.accepted, -t) for (pi, t), r in screened.items() if pi == p), reverse=True)
-                for _, neg_t in scored[:self.o.refine_tasks]:
-                    if (p, -neg_t) not in jobs:
+                for accepted, neg_t in scored[:self.o.refine_tasks]:
+                    close = accepted >= (1 - self.o.refine_within) * scored[0][0]
+                    if close and (p, -neg_t) not in jobs:
                         jobs.append((p, -neg_t))
         return jobs
 
