@@ -34,12 +34,37 @@ from placement_opt.simulate.kernels import EARLIEST, accept_flow_shop  # noqa: E
 from placement_opt.simulate import simulate  # noqa: E402
 from placement_opt.solvers import run_solver  # noqa: E402
 from simulator_speed import instance_data, placement_groups  # noqa: E402
-from solver_comparison import load_json, variant  # noqa: E402
 
 BASELINE = os.path.join(ROOT, "benchmarks", "search_speed", "baseline.json")
 HELDOUT_SEEDS = (1001, 1002)
 BUNDLED = ["s1", "s2", "s3", "s4", "align-bert2.6b"]
 SWEEP_DURATION = 60.0
+INSTANCES = os.path.join(ROOT, "instances", "alpaserve")
+
+
+def load_json(name: str) -> dict:
+    """The bundled instance ``name`` as a dict."""
+    with open(os.path.join(INSTANCES, f"{name}.json")) as f:
+        return json.load(f)
+
+
+def variant(base: dict, label: str, *, nodes: int | None = None, rate_scale: float = 1.0, cv_scale: float = 1.0,
+            slo_scale: float | None = None, duration: float | None = None):
+    """``base`` (an instance dict) named ``label`` with the point's settings: the same points as the
+    Fig. 12 sweeps of solver_comparison.py, built here as when the baseline was recorded."""
+    d = json.loads(json.dumps(base))
+    d["name"] = label
+    if nodes is not None:
+        d["cluster"]["nodes"] = nodes
+    w = d["workload"]
+    w["arrival"]["rate"] = w["arrival"]["rate"] * rate_scale
+    if "cv" in w["arrival"]:
+        w["arrival"]["cv"] = w["arrival"]["cv"] * cv_scale
+    if slo_scale is not None:
+        w["slo"] = {"scale": slo_scale}
+    if duration is not None:
+        w["duration_s"] = duration
+    return instance_from_dict(d, base_dir=INSTANCES)
 
 
 def fig12_points() -> list[tuple[str, dict]]:
@@ -220,9 +245,11 @@ def scale_run(models: int, gpus: int, time_limit: float) -> dict:
                                "-o", out], capture_output=True, text=True)
         wall = time.perf_counter() - start
         peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        ok = proc.returncode == 0 and os.path.exists(out)
+        # 0: finished within the limit; 3: stopped by it with a placement (docs/cli.md)
+        ok = proc.returncode in (0, 3) and os.path.exists(out)
         attainment = json.load(open(out))["metrics"]["slo_attainment"] if ok else None
     row = {"models": models, "gpus": gpus, "time_limit_s": time_limit, "wall_s": round(wall, 1), "ok": ok,
+           "exit_status": proc.returncode,
            "attainment": attainment, "peak_rss_mb_max_child_so_far": round(peak_mb)}
     print(f"  scale {models} models / {gpus} GPUs: {json.dumps(row)}", file=sys.stderr, flush=True)
     return row

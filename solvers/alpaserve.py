@@ -47,7 +47,7 @@ from placement_opt.validation import option
 from placement_opt.workload import Requests, Workload
 
 from placement_opt.solvers.backends import BACKENDS, Backend, Progress, make_backend, worker_context
-from placement_opt.solvers.base import Solver, register
+from placement_opt.solvers.base import SearchStopped, Solver, register
 from placement_opt.solvers.greedy import extend_selection, greedy_selection
 
 
@@ -66,6 +66,9 @@ class AlpaServeOptions(SearchSettings):
     refine: int = option(2, minimum=0, help="refine this many best combinations (plus the best of every "
                                             "bucket count) with the full greedy")
     refine_tasks: int = option(2, minimum=1, help="per bucket of a refined combination, refine this many best configs")
+    refine_within: float = option(0.03, minimum=0, maximum=1,
+                                  help="refine a bucket's second and later configs only when their screen result is "
+                                       "within this fraction of its best one (1 = always)")
     headroom: float = option(1.5, minimum=0,
                              help="after the search, keep adding replicas into unused memory by the attainment "
                                   "at this multiple of the request rate (kept only where training attainment "
@@ -100,9 +103,11 @@ def leading_requests(requests: Requests, fraction: float) -> Requests:
 
 
 def run_bucket_task(bucket: tuple, sizes: tuple, configs: tuple, fast: bool, beam: int,
-                    seconds_left: float | None, fraction: float = 1.0):
+                    wall_deadline: float | None, fraction: float = 1.0):
     """Algorithm 1 for one bucket on one partition and config (runs in a worker), on the
-    leading ``fraction`` of the workload.
+    leading ``fraction`` of the workload, stopping at ``wall_deadline`` (a ``time.time()``
+    value: the search's deadline, comparable across processes, so that a task that waited in a
+    queue gets only the time that is left when it starts).
 
     Returns (accepted requests of the bucket, models per group as index tuples, stats).
     The worker keeps one evaluator per bucket and fraction, so its memo is shared by all tasks
@@ -117,7 +122,7 @@ def run_bucket_task(bucket: tuple, sizes: tuple, configs: tuple, fast: bool, bea
         ev = PlacementEvaluator(instance, leading_requests(req.select(np.isin(req.model, bucket)), fraction))
         evaluators[(bucket, fraction)] = ev
     shells = [(tuple(range(s)), pp, tp) for s, (pp, tp) in zip(sizes, configs)]
-    deadline = None if seconds_left is None else time.perf_counter() + max(seconds_left, 0.0)
+    deadline = None if wall_deadline is None else time.perf_counter() + max(wall_deadline - time.time(), 0.0)
     groups, stats = greedy_selection(instance, shells, beam=beam, evaluator=ev, models=bucket, fast=fast,
                                      deadline=deadline)
     index = {n: i for i, n in enumerate(instance.model_names)}
@@ -245,6 +250,7 @@ class _Search:
         self.o = o
         self.start = time.perf_counter()
         self.deadline = None if time_limit is None else self.start + time_limit
+        self.wall_deadline = None if time_limit is None else time.time() + time_limit
         self.progress = Progress("alpaserve", instance, enabled=o.progress, unit="tasks")
         req = instance.requests()
         self.n_requests = max(len(req), 1)
@@ -261,6 +267,7 @@ class _Search:
         self.accepted_values: dict[tuple[int, Phase], list[int]] = {}  # (pair, phase) -> accepted of its tasks
         self.pair_best: dict[int, PairBest] = {}
         self.tasks: dict[int, list[Task]] = {}
+        self.fallback: dict[int, tuple[int, TaskResult]] = {}  # pair -> (task, fast result) under a time limit
         self._lat_cache: dict = {}
         self.evaluated = 0
 
@@ -287,9 +294,6 @@ class _Search:
     def _time_up(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
 
-    def _seconds_left(self) -> Optional[float]:
-        return None if self.deadline is None else self.deadline - time.perf_counter()
-
     # -- phases --------------------------------------------------------------------------------
     def run(self) -> Placement:
         """Screen, refine (screen=fast), assemble; anytime (see the module docstring)."""
@@ -303,12 +307,18 @@ class _Search:
             for p in combo.pairs:
                 if p not in pair_order:
                     pair_order.append(p)
+        n_first = len(self.first_combo.pairs) if self.first_combo else 0  # pair_order starts with them
+        if self.deadline is not None:
+            self._list_tasks(pair_order[:n_first])
+            if not self._time_up():
+                with slow_step("alpaserve: a first placement for the time limit", enabled=o.progress):
+                    self._fallback_combo()
         with slow_step("alpaserve: listing tasks and their bounds", enabled=o.progress):
-            self._list_tasks(pair_order)
+            self._list_tasks([p for p in pair_order if p not in self.tasks])
         backend = make_backend(o.backend, {"instance": self.instance}, o.workers, o.address)
         try:
             first = Phase.PRESCREEN if o.screen == "fast" and 0 < o.prescreen < 1 else Phase.SCREEN
-            self._run_jobs(backend, [Job(first, p, t) for p in pair_order for t in range(len(self.tasks[p]))])
+            self._run_jobs(backend, [Job(first, p, t) for p in pair_order for t in range(len(self.tasks.get(p, ())))])
             if o.screen == "fast" and not self._stopped():
                 self._run_jobs(backend, [Job(Phase.REFINE, p, t) for p, t in self._refine_jobs(combos)])
         except KeyboardInterrupt:
@@ -318,10 +328,14 @@ class _Search:
         return self._assemble(combos)
 
     def _list_tasks(self, pairs: list[int]) -> None:
-        """Every task of the pairs, with its bound."""
+        """Every task of the pairs, with its bound, pair by pair until the deadline (the pairs come
+        in the order the combinations need them, so the first combination's are listed first)."""
         inst = self.instance
         duration = inst.requests().duration_s
         for p in pairs:
+            if self._time_up():
+                self.stats["timed_out"] = True
+                return
             bucket, n = self.plan.pairs[p]
             tasks = bucket_tasks(inst, bucket, n, settings_of(self.o))
             bounds = [task_upper_bound(inst, self.counts, self.slo, bucket, s, c, duration, self._lat_cache)
@@ -356,7 +370,7 @@ class _Search:
         beam = 1 if job.phase is Phase.PRESCREEN else self.o.beam
         fraction = self.o.prescreen if job.phase is Phase.PRESCREEN else 1.0
         return backend.submit(run_bucket_task, self.plan.pairs[job.pair][0], task.sizes, task.configs, fast, beam,
-                              self._seconds_left(), fraction)
+                              self.wall_deadline, fraction)
 
     def _run_jobs(self, backend: Backend, jobs: list[Job]) -> None:
         """Run the jobs, a few per worker at a time, recording their results as they come. When
@@ -421,7 +435,10 @@ class _Search:
 
     def _refine_jobs(self, combos: list[Combo]) -> list[tuple[int, int]]:
         """The best ``refine_tasks`` screened tasks of every pair of the ``refine`` best combinations
-        and of the best combination of every bucket count."""
+        and of the best combination of every bucket count, those after the first only when their
+        screen result is within ``refine_within`` of the pair's best (a heuristic: a config the
+        screen puts well behind rarely overtakes after the full greedy, and its full greedy is
+        the search's most expensive step)."""
         ranked = self._ranked(combos)
         chosen = [i for _, i in ranked[:self.o.refine]]
         # also the best combination of every bucket count: the fast screen's errors differ between
@@ -436,8 +453,9 @@ class _Search:
             for p in combos[i].pairs:
                 # most accepted first, then the earlier task
                 scored = sorted(((r.accepted, -t) for (pi, t), r in screened.items() if pi == p), reverse=True)
-                for _, neg_t in scored[:self.o.refine_tasks]:
-                    if (p, -neg_t) not in jobs:
+                for accepted, neg_t in scored[:self.o.refine_tasks]:
+                    close = accepted >= (1 - self.o.refine_within) * scored[0][0]
+                    if close and (p, -neg_t) not in jobs:
                         jobs.append((p, -neg_t))
         return jobs
 
@@ -446,18 +464,50 @@ class _Search:
         best = self.pair_best[p]
         return self.tasks[p][best.task], self.results[best.phase][(p, best.task)]
 
+    def _fallback_combo(self) -> None:
+        """Under a time limit, before the search: the first combination's pairs solved with the fast
+        greedy on their first task, within a quarter of the time left (each stops there with its
+        best so far), kept aside for :meth:`_ensure_one_combo` (the search's own results are not
+        touched, so a limit that does not bind gives the placement of no limit)."""
+        assert self.deadline is not None and self.wall_deadline is not None
+        share = (self.deadline - time.perf_counter()) / 4
+        wall_deadline = time.time() + share
+        backend = make_backend("serial", {"instance": self.instance})
+        try:
+            for p in self.first_combo.pairs if self.first_combo else ():
+                if self.tasks.get(p):
+                    task = self.tasks[p][0]
+                    acc, lists, _ = run_bucket_task(self.plan.pairs[p][0], task.sizes, task.configs, True, 1,
+                                                    wall_deadline)
+                    self.fallback[p] = (task.number, TaskResult(acc, lists))
+        finally:
+            backend.close()
+
     def _ensure_one_combo(self, combos: list[Combo]) -> None:
-        """Under a tiny time limit, finish the first combination with the fast greedy."""
+        """When no combination is complete, finish the first one: its missing pairs take the result
+        :meth:`_fallback_combo` kept, else the fast greedy within the time left; raises
+        :class:`SearchStopped` when the deadline passes before every pair has a result (no
+        complete placement exists within the limit)."""
         if any(self._combo_value(c) is not None for c in combos):
             return
         backend = make_backend("serial", {"instance": self.instance})
         assert self.first_combo is not None  # combos is not empty
-        for p in self.first_combo.pairs:
-            if p not in self.pair_best and self.tasks.get(p):
-                task = self.tasks[p][0]
-                acc, lists, _ = run_bucket_task(self.plan.pairs[p][0], task.sizes, task.configs, True, 1, None)
-                self._record(Phase.SCREEN, p, task.number, TaskResult(acc, lists))
-        backend.close()
+        try:
+            for p in self.first_combo.pairs:
+                if p in self.pair_best:
+                    continue
+                if p in self.fallback:
+                    self._record(Phase.SCREEN, p, *self.fallback[p])
+                    continue
+                if self._time_up() or p not in self.tasks:
+                    raise SearchStopped("time limit")
+                if self.tasks[p]:
+                    task = self.tasks[p][0]
+                    acc, lists, _ = run_bucket_task(self.plan.pairs[p][0], task.sizes, task.configs, True, 1,
+                                                    self.wall_deadline)
+                    self._record(Phase.SCREEN, p, task.number, TaskResult(acc, lists))
+        finally:
+            backend.close()
 
     def _with_headroom(self, combo: Combo, configs: list, lists: list) -> list:
         """``lists`` (models per group) with replicas added into unused memory, bucket by bucket,

@@ -255,3 +255,146 @@ def fast_rounds_chunk(requests: tuple, served: np.ndarray, problem: tuple, state
             best_total[0] = total
             best_hosted[:, :] = hosted
     return False
+
+
+@njit(cache=True)
+def _component_at_least(requests: tuple, index: tuple, group_pp: np.ndarray, group_cfg: np.ndarray, lat: np.ndarray,
+                        in_groups: np.ndarray, in_models: np.ndarray, overhead: float, policy: int,
+                        counts: np.ndarray, min_accepted: int) -> int:
+    """Simulate the marked component on its models' requests, per-model accepted counts into
+    ``counts`` (zeroed first); returns the accepted requests, or -1 as soon as fewer than
+    ``min_accepted`` can be accepted (no limit when ``min_accepted <= 0``), exactly as
+    :meth:`PlacementEvaluator.accepted_of_component_at_least` gives up."""
+    _, group_models, n_group_models = index
+    sub = _component_requests(requests, in_models)
+    tables, groups = _component_tables(group_models, n_group_models, group_pp, group_cfg, lat, in_groups)
+    k = groups.shape[0]
+    n = sub[0].shape[0]
+    max_rejected = n if min_accepted <= 0 else max(n - min_accepted, 0)
+    counts[:] = 0
+    out = (np.empty(0, dtype=np.float64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.zeros(k),
+           np.zeros(int(tables[5][k])))
+    return _flow_shop_loop(sub, HostTables(*tables), out, counts, overhead, policy, False, max_rejected)
+
+
+@njit(cache=True)
+def best_addition_chunk(requests: tuple, problem: tuple, current: tuple, candidates: tuple, settings: tuple,
+                        scan: np.ndarray, best_accepted: np.ndarray, stop: int) -> bool:
+    """One round of Algorithm 1 with a beam of 1, compiled: score candidates ``scan[0]`` up to
+    ``stop`` in the given order (decreasing bound) and keep the best; True when the round is over
+    (every candidate scored, or the rest pruned).
+
+    ``current = (hosted[group, model], accepted[model], total)`` is the round's state;
+    ``candidates = (model, group, bound, order)`` arrays; ``settings = (overhead s, dispatch
+    policy, prune)``. ``scan = [next candidate, best candidate (-1: none), its total, scored,
+    pruned]`` is updated in place and ``best_accepted`` receives the best candidate's per-model
+    accepted requests. The decisions are those of :func:`solvers.greedy._evaluate` with a beam of
+    1: a candidate's simulation is re-run on its changed component only, pruning stops the round
+    once a bound falls below the best total, a simulation gives up once it cannot reach the best
+    total, and ties go to the candidate found first (lowest ``order``).
+    """
+    group_pp, group_cfg, lat, _, _ = problem
+    hosted, accepted, total = current
+    cand_model, cand_group, cand_bound, cand_order = candidates
+    overhead, policy, prune = settings
+    n_groups, n_models = hosted.shape
+    in_groups = np.zeros(n_groups, dtype=np.bool_)
+    in_models = np.zeros(n_models, dtype=np.bool_)
+    counts = np.zeros(n_models, dtype=np.int64)
+    i = scan[0]
+    while i < stop:
+        have_best = scan[1] >= 0
+        if prune and have_best and cand_bound[i] < scan[2]:
+            scan[4] = cand_model.shape[0] - i
+            scan[0] = cand_model.shape[0]
+            return True
+        m, g = cand_model[i], cand_group[i]
+        hosted[g, m] = True
+        index = _index_hosting(hosted)
+        hosted[g, m] = False
+        _mark_component(index[0], index[1], index[2], g, in_groups, in_models)
+        rest = total
+        for x in range(n_models):
+            if in_models[x]:
+                rest -= accepted[x]
+        floor = scan[2] - rest if prune and have_best else 0
+        acc = _component_at_least(requests, index, group_pp, group_cfg, lat, in_groups, in_models, overhead, policy,
+                                  counts, floor)
+        scan[3] += 1
+        if acc >= 0:
+            new_total = rest + acc
+            if (not have_best or new_total > scan[2]
+                    or (new_total == scan[2] and cand_order[i] < cand_order[scan[1]])):
+                scan[1] = i
+                scan[2] = new_total
+                best_accepted[:] = accepted
+                for x in range(n_models):
+                    if in_models[x]:
+                        best_accepted[x] = counts[x]
+        i += 1
+    scan[0] = i
+    return i >= cand_model.shape[0]
+
+
+@njit(cache=True)
+def round_candidates(hosted: np.ndarray, used: np.ndarray, accepted: np.ndarray, total: int, served: np.ndarray,
+                     problem: tuple, budget: float) -> tuple:
+    """Every feasible addition of a model to a group of the state ``(hosted, used[group, stage]
+    bytes, accepted, total)``, with its bound, as :func:`solvers.greedy._candidates` lists them
+    for one state: models in order, groups in order, of groups with the same config and models
+    only the first; the bound is the total plus the unserved requests of the components the
+    addition touches (and of the model itself when it is hosted nowhere yet). Returns
+    ``(model, group, bound, order)`` arrays sorted by decreasing bound, then order found."""
+    group_pp, group_cfg, _, need, profiled = problem
+    n_groups, n_models = hosted.shape
+    parent, _, _ = _index_hosting(hosted)
+    root = np.empty(n_groups, dtype=np.int64)
+    unserved = np.zeros(n_groups, dtype=np.int64)  # per component root
+    model_root = np.full(n_models, -1, dtype=np.int64)
+    for g in range(n_groups):
+        root[g] = _root(parent, g)
+    for m in range(n_models):
+        for g in range(n_groups):
+            if hosted[g, m]:
+                model_root[m] = root[g]
+                unserved[root[g]] += served[m] - accepted[m]
+                break
+    cap = n_models * n_groups
+    out_m = np.empty(cap, dtype=np.int64)
+    out_g = np.empty(cap, dtype=np.int64)
+    out_b = np.empty(cap, dtype=np.int64)
+    n = 0
+    tried = np.empty(n_groups, dtype=np.int64)
+    for m in range(n_models):
+        cm = model_root[m]
+        extra = served[m] - accepted[m] if cm < 0 else 0
+        n_tried = 0
+        for g in range(n_groups):
+            c = group_cfg[g]
+            if hosted[g, m] or not profiled[c, m]:
+                continue
+            fits = True
+            for s in range(group_pp[g]):
+                if used[g, s] + need[c, m, s] > budget:
+                    fits = False
+            if not fits:
+                continue
+            duplicate = False
+            for t in range(n_tried):
+                h = tried[t]
+                if group_cfg[h] == c and group_pp[h] == group_pp[g] and np.array_equal(hosted[h], hosted[g]):
+                    duplicate = True
+                    break
+            if duplicate:
+                continue
+            tried[n_tried] = g
+            n_tried += 1
+            bound = total + unserved[root[g]] + extra
+            if cm >= 0 and cm != root[g]:
+                bound += unserved[cm]
+            out_m[n] = m
+            out_g[n] = g
+            out_b[n] = bound
+            n += 1
+    order = np.argsort(-out_b[:n], kind="mergesort")
+    return out_m[:n][order], out_g[:n][order], out_b[:n][order], order.astype(np.int64)

@@ -38,7 +38,7 @@ from placement_opt.placement import Group
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.simulate.kernels import EARLIEST, SHORTEST_QUEUE
 
-from placement_opt.solvers.fast_greedy import fast_rounds_chunk
+from placement_opt.solvers.fast_greedy import best_addition_chunk, fast_rounds_chunk, round_candidates
 
 
 #: A group shell: (devices, pp, tp).
@@ -321,9 +321,14 @@ def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pendi
 
 def _beam_rounds(search: _GreedySearch, run: _Run) -> None:
     """Algorithm 1 with a beam: each round keeps the ``beam`` best distinct additions to the
-    current entries; stops when nothing fits, time is up or every request is accepted."""
-    states = [run.best]
+    current entries; stops when nothing fits, time is up or every request is accepted. With a
+    beam of 1 and one request served at a time, a round's candidates are scored compiled
+    (:func:`_evaluate_compiled`, the same decisions)."""
     run.last_report = time.perf_counter()
+    if _compiles_rounds(search):
+        _compiled_beam_rounds(search, run, _compiled_problem(search))
+        return
+    states = [run.best]
     while states:
         run.stats["rounds"] += 1
         comps = [_Components(st, search.n_groups, search.ev.requests_per_model) for st in states]
@@ -343,6 +348,79 @@ def _beam_rounds(search: _GreedySearch, run: _Run) -> None:
 
 #: Rounds of the compiled fast heuristic between two deadline checks.
 FAST_CHUNK_ROUNDS = 16
+#: Candidates of a compiled full-greedy round between two deadline checks.
+CANDIDATE_CHUNK = 32
+
+
+def _compiles_rounds(search: _GreedySearch) -> bool:
+    """Whether the full greedy's rounds run compiled: a beam of 1, requests served one at a time."""
+    return search.beam == 1 and not search.ev.config.batching and bool(search.models)
+
+
+def _compiled_beam_rounds(search: _GreedySearch, run: _Run, problem: tuple) -> None:
+    """:func:`_beam_rounds` for a beam of 1 with each round's candidates listed and scored
+    compiled (:func:`solvers.fast_greedy.round_candidates`, :func:`_evaluate_compiled`): the
+    same candidates, bounds, order and decisions as the Python rounds."""
+    _, served, tables, max_pp = problem
+    position = {m: j for j, m in enumerate(search.models)}
+    st = run.best
+    while True:
+        run.stats["rounds"] += 1
+        hosted = np.zeros((search.n_groups, len(search.models)), dtype=np.bool_)
+        used = np.zeros((search.n_groups, max_pp))
+        for g, ms in enumerate(st.models):
+            hosted[g, [position[m] for m in ms]] = True
+            used[g, :len(st.used[g])] = st.used[g]
+        accepted = st.accepted[search.models].astype(np.int64)
+        candidates = round_candidates(hosted, used, accepted, st.total, served, tables, float(search.budget))
+        if not len(candidates[0]):
+            break
+        best = _evaluate_compiled(search, run, (hosted, accepted, st.total), candidates, problem)
+        if best is None:
+            break
+        total, j, accepted_after = best
+        m, g = search.models[int(candidates[0][j])], int(candidates[1][j])
+        req = search.need[(m, search.configs[g][0], search.configs[g][1])]
+        st = _apply(st, m, g, req, tuple(search.models), accepted_after)
+        run.improve(st)
+        if run.stats["timed_out"] or run.best.total >= search.ev.n_requests:
+            break
+
+
+def _evaluate_compiled(search: _GreedySearch, run: _Run, current: tuple, candidates: tuple,
+                       problem: tuple) -> Optional[tuple[int, int, np.ndarray]]:
+    """:func:`_evaluate` for a beam of 1, compiled (:func:`solvers.fast_greedy.best_addition_chunk`):
+    the same candidates scored in the same order with the same pruning and give-up rule, in
+    chunks of ``CANDIDATE_CHUNK`` with a deadline check between them. Returns the best
+    candidate's (total, position in ``candidates``, accepted requests of every candidate model),
+    or None when every simulation gave up."""
+    requests, _, tables, _ = problem
+    ev, stats = search.ev, run.stats
+    n_candidates = len(candidates[0])
+    policy = SHORTEST_QUEUE if ev.config.dispatch == "shortest_queue" else EARLIEST
+    settings = (float(ev.config.overhead_s), policy, search.prune)
+    scan = np.array([0, -1, 0, 0, 0], dtype=np.int64)
+    best_accepted = np.zeros(len(search.models), dtype=np.int64)
+    try:
+        while not best_addition_chunk(requests, tables, current, candidates, settings, scan, best_accepted,
+                                      min(int(scan[0]) + CANDIDATE_CHUNK, n_candidates)):
+            if search.timed_out():
+                stats["timed_out"] = True
+                break
+            now = time.perf_counter()
+            if search.progress is not None and now - run.last_report > 1.0:
+                run.last_report = now
+                search.progress(stats["candidates_evaluated"] + int(scan[3]), tuple(run.best.models))
+        else:
+            if search.timed_out():
+                stats["timed_out"] = True
+    finally:
+        stats["candidates_evaluated"] += int(scan[3])
+        stats["candidates_pruned"] += int(scan[4])
+        ev.evaluations += int(scan[3])
+    if scan[1] < 0:
+        return None
+    return int(scan[2]), int(scan[1]), best_accepted
 
 
 def _compiled_problem(search: _GreedySearch) -> tuple:

@@ -208,3 +208,58 @@ def test_refit_through_the_instance(tmp_path):
     assert np.all(np.diff(req.arrival) >= 0) and req.model.dtype == np.int32
     again = instance(wl, n_models=2, base_dir=str(tmp_path), seed=3).requests()
     np.testing.assert_array_equal(req.arrival, again.arrival)
+
+
+def _stable_merge_reference(runs: list[np.ndarray], labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    values = np.concatenate(runs) if runs else np.empty(0)
+    ids = np.repeat(labels, [len(r) for r in runs]).astype(np.int32)
+    order = np.argsort(values, kind="stable")
+    return values[order], ids[order]
+
+
+@pytest.mark.parametrize("case", ["bursty", "ties", "empty_runs", "one_run", "crowded"])
+def test_merge_sorted_runs_is_a_stable_sort(case):
+    """The compiled merge of per-model arrivals orders exactly as a stable sort (ties: lower run
+    first, then order within the run), whatever the runs look like."""
+    from placement_opt.workload.processes import merge_sorted_runs
+    rng = np.random.default_rng(5)
+    if case == "bursty":
+        runs = [gamma_arrivals(np.random.default_rng([1, i]), 5.0 / (i + 1), 4.0, 500.0) for i in range(13)]
+    elif case == "ties":
+        runs = [np.sort(rng.integers(0, 50, size=rng.integers(0, 300))).astype(np.float64) for _ in range(9)]
+    elif case == "empty_runs":
+        runs = [np.empty(0), np.sort(rng.uniform(0, 1, 40)), np.empty(0), np.sort(rng.uniform(0, 1, 3)), np.empty(0)]
+    elif case == "one_run":
+        runs = [np.sort(rng.uniform(0, 10, 1000))]
+    else:  # every value in a few buckets: the crowded-bucket sort
+        runs = [np.sort(np.concatenate([np.full(100, 3.0), rng.uniform(2.9, 3.1, 200), [1e6]])) for _ in range(4)]
+    labels = np.arange(len(runs), dtype=np.int32) * 3 + 1
+    starts = np.zeros(len(runs) + 1, dtype=np.int64)
+    starts[1:] = np.cumsum([len(r) for r in runs])
+    got = merge_sorted_runs(np.concatenate(runs), starts, labels)
+    want = _stable_merge_reference(runs, labels)
+    assert np.array_equal(got[0].view(np.int64), want[0].view(np.int64))
+    assert np.array_equal(got[1], want[1])
+
+
+def test_merge_sorted_runs_of_nothing():
+    from placement_opt.workload.processes import merge_sorted_runs
+    values, labels = merge_sorted_runs(np.empty(0), np.zeros(1, dtype=np.int64), np.empty(0, dtype=np.int32))
+    assert len(values) == 0 and len(labels) == 0
+
+
+@pytest.mark.parametrize("arrival", [{"process": "gamma", "rate": 40, "cv": 4}, {"process": "poisson", "rate": 40},
+                                     {"process": "mmpp", "rates": [5, 80], "switch_rates": [0.2, 1.0]}])
+def test_generated_requests_equal_the_stable_sort_of_per_model_draws(arrival):
+    """generate_requests merges the per-model streams as a stable sort of their concatenation did
+    before (same requests bit for bit: the golden results do not move)."""
+    from placement_opt.workload.generate import _arrivals, model_processes
+    inst = instance({"duration_s": 300, "arrival": arrival, "rate_split": {"kind": "power_law", "exponent": 1.0}},
+                    n_models=6)
+    got = inst.requests()
+    runs = [_arrivals(np.random.default_rng([inst.seed, i]), p, 300.0)
+            for i, p in enumerate(model_processes(inst.workload, inst.model_names))]
+    times, ids = _stable_merge_reference(runs, np.arange(6, dtype=np.int32))
+    assert np.array_equal(got.arrival.view(np.int64), times.view(np.int64))
+    assert np.array_equal(got.model, ids)
+    assert np.array_equal(got.deadline, times + inst.slo_seconds()[ids])

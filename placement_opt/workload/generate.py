@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from placement_opt.errors import InputError
-from placement_opt.workload.processes import gamma_arrivals, mmpp_arrivals, power_law_split
+from placement_opt.workload.processes import gamma_arrivals, merge_sorted_runs, mmpp_arrivals, power_law_split
 from placement_opt.workload.spec import ArrivalProcess, LengthSpec, TraceSpec, Workload
 from placement_opt.limits import check_request_memory
 from placement_opt.workload.trace import read_trace, refit_arrivals
@@ -87,17 +87,7 @@ def generate_requests(workload: Workload, model_names: Sequence[str], slo_second
     if workload.trace is not None:
         times, ids, prompt, output = _trace_requests(workload.trace, workload.duration_s, model_names, seed)
     else:
-        parts, id_parts = [], []
-        for i, proc in enumerate(model_processes(workload, model_names)):
-            if proc is None:
-                continue
-            t = _arrivals(np.random.default_rng([seed, i]), proc, workload.duration_s)
-            parts.append(t)
-            id_parts.append(np.full(len(t), i, dtype=np.int32))
-        times = np.concatenate(parts) if parts else np.empty(0)
-        ids = np.concatenate(id_parts) if id_parts else np.empty(0, dtype=np.int32)
-        order = np.argsort(times, kind="stable")
-        times, ids = times[order], ids[order]
+        times, ids = _synthetic_arrivals(workload, model_names, seed)
     if workload.lengths is not None and prompt is None:
         prompt, output = _draw_lengths(workload.lengths, len(times), seed)
         if contexts is not None:
@@ -105,6 +95,23 @@ def generate_requests(workload: Workload, model_names: Sequence[str], slo_second
     deadline = times + slo[ids] if n else times.copy()
     return Requests(times.astype(np.float64, copy=False), ids.astype(np.int32, copy=False), deadline,
                     workload.duration_s, prompt, output)
+
+
+def _synthetic_arrivals(workload: Workload, model_names: Sequence[str], seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Every model's arrivals from its own stream, merged in time order (ties: lower model
+    first), with the model ids: the order of a stable sort of the concatenated arrivals,
+    built by a compiled k-way merge of the per-model runs (each already sorted)."""
+    parts, ids = [], []
+    for i, proc in enumerate(model_processes(workload, model_names)):
+        if proc is None:
+            continue
+        parts.append(_arrivals(np.random.default_rng([seed, i]), proc, workload.duration_s))
+        ids.append(i)
+    if not parts:
+        return np.empty(0), np.empty(0, dtype=np.int32)
+    starts = np.zeros(len(parts) + 1, dtype=np.int64)
+    starts[1:] = np.cumsum([len(t) for t in parts])
+    return merge_sorted_runs(np.concatenate(parts), starts, np.array(ids, dtype=np.int32))
 
 
 #: Arrival times, model ids, and prompt and output token counts (None where the trace has none).

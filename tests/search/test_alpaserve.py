@@ -1,10 +1,13 @@
 """Algorithm 2 end to end: beats the baselines, deterministic, anytime."""
 
+import time
+
 import pytest
 
 from placement_opt import check_placement
 from placement_opt.errors import InputError
 from placement_opt.solvers import run_solver
+from placement_opt.solvers.base import SearchStopped
 
 from .helpers import repo_instance, shortened, tiny
 
@@ -39,12 +42,23 @@ def test_alpaserve_is_deterministic():
 
 
 def test_time_limit_returns_valid_placement():
+    """A binding limit: the search stops on time with a complete placement (the fast greedy's
+    first combination, built before the search, when the search completed none)."""
     inst = shortened("alpaserve/s3.json", 30)
-    p = run_solver(inst, "alpaserve", time_limit=0.01, options={"backend": "serial", "progress": False})
+    start = time.perf_counter()
+    p = run_solver(inst, "alpaserve", time_limit=0.3, options={"backend": "serial", "progress": False})
+    assert time.perf_counter() - start < 0.3 + 1.0  # the final simulation comes on top
     check_placement(p, inst)
     assert p.provenance["search"]["timed_out"]
     assert p.metrics["slo_attainment"] > 0
     assert sum(g.n_gpus for g in p.groups) <= inst.cluster.n_gpus
+
+
+def test_time_limit_before_any_placement_is_a_search_stopped():
+    """A limit that passes before even the first combination is built: nothing, said so."""
+    inst = shortened("alpaserve/s3.json", 30)
+    with pytest.raises(SearchStopped, match="time limit"):
+        run_solver(inst, "alpaserve", time_limit=1e-6, options={"backend": "serial", "progress": False})
 
 
 def test_bad_options_are_input_errors():

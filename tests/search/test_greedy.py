@@ -112,6 +112,25 @@ def test_compiled_fast_rounds_decide_as_the_python_rounds(monkeypatch, rel, size
         assert compiled[1][key] == python[1][key], key
 
 
+@pytest.mark.parametrize("rel,size,dispatch,prune", [("alpaserve/s1.json", 4, "earliest", True),
+                                                     ("alpaserve/s3.json", 8, "earliest", True),
+                                                     ("alpaserve/s3.json", 4, "earliest", False),
+                                                     ("alpaserve/s2.json", 2, "shortest_queue", True)])
+def test_compiled_full_greedy_rounds_decide_as_the_python_rounds(monkeypatch, rel, size, dispatch, prune):
+    """With a beam of 1 the full greedy scores each round's candidates compiled: same groups,
+    accepted counts, rounds, candidates scored and pruned as the Python scoring loop."""
+    inst = shortened(rel, 40)
+    inst = dataclasses.replace(inst, simulator=dataclasses.replace(inst.simulator, dispatch=dispatch))
+    shells = fixed_partition(inst, size, 1)
+    compiled = greedy_selection(inst, shells, prune=prune)
+    assert compiled[1]["rounds"] > 3
+    monkeypatch.setattr(greedy, "_compiles_rounds", lambda search: False)
+    python = greedy_selection(inst, shells, prune=prune)
+    assert compiled[0] == python[0]
+    for key in ("accepted", "rounds", "candidates_evaluated", "candidates_pruned"):
+        assert compiled[1][key] == python[1][key], key
+
+
 def test_extend_selection_adds_replicas_into_unused_memory():
     """From a partial selection (every other replica of a greedy result dropped), more replicas
     scored at twice the rate: a superset, within memory."""
