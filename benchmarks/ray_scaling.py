@@ -52,22 +52,28 @@ CLUSTER_WAIT_S = 120.0
 
 
 class LocalCluster:
-    """A Ray head and worker nodes started as processes of this machine, one CPU each."""
+    """A Ray head and worker nodes started as processes of this machine, ``cpus_per_node`` CPUs each."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, cpus_per_node: int = 1):
         self.port = port
+        self.cpus_per_node = cpus_per_node
         self.address = f"127.0.0.1:{port}"
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, nodes: int) -> None:
-        """Start the head and ``nodes - 1`` workers (every process started is in ``procs`` at once,
-        so that :meth:`stop` ends them even when this is interrupted)."""
-        common = ["--num-cpus=1", "--block", "--disable-usage-stats"]
+    def start(self, cpus: int) -> None:
+        """Start nodes of ``cpus_per_node`` CPUs (the last one the rest) until they hold ``cpus``: the
+        head, then workers (every process started is in ``procs`` at once, so that :meth:`stop` ends
+        them even when this is interrupted). One node per CPU is the most faithful to a cluster of
+        machines, but on one host every node is a raylet and its agents: 8 or 16 of them did not all
+        join within two minutes on a 16-core machine."""
+        sizes = [min(self.cpus_per_node, cpus - i) for i in range(0, cpus, self.cpus_per_node)]
+        common = ["--block", "--disable-usage-stats"]
         self._start(["ray", "start", "--head", f"--port={self.port}", "--node-ip-address=127.0.0.1",
-                     "--include-dashboard=false", *common])
+                     "--include-dashboard=false", f"--num-cpus={sizes[0]}", *common])
         time.sleep(3.0)  # the head's GCS must listen before workers join
-        for _ in range(nodes - 1):
-            self._start(["ray", "start", f"--address={self.address}", "--node-ip-address=127.0.0.1", *common])
+        for size in sizes[1:]:
+            self._start(["ray", "start", f"--address={self.address}", "--node-ip-address=127.0.0.1",
+                         f"--num-cpus={size}", *common])
 
     def _start(self, cmd: list[str]) -> None:
         self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -126,7 +132,7 @@ def _on_alarm(signum, frame):
     raise CountTimeout()
 
 
-def measure(inst, workers: int, port: int, repeat: int, reference, timeout_s: float) -> dict:
+def measure(inst, workers: int, port: int, repeat: int, reference, timeout_s: float, cpus_per_node: int = 1) -> dict:
     """Best-of-``repeat`` wall seconds on a fresh cluster of ``workers`` nodes, and whether every
     placement equals ``reference``; after ``timeout_s`` seconds (cluster start included) the
     count is given up and recorded as timed out, with the solves it finished."""
@@ -137,7 +143,7 @@ def measure(inst, workers: int, port: int, repeat: int, reference, timeout_s: fl
     started = time.perf_counter()
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
-    cluster = LocalCluster(port)
+    cluster = LocalCluster(port, cpus_per_node)
     try:
         cluster.start(workers)
         cluster.wait_for_cpus(ray, workers)
@@ -227,6 +233,7 @@ def write_result(path: str, inst, serial: tuple, rows: dict) -> dict:
     for row in ordered:
         row["speedup_vs_1"] = one / row["best_s"] if one and row.get("best_s") else None
     result = {"instance": inst.name, "instance_sha256": inst.sha256, "cpu_count": os.cpu_count(),
+              "cpus_per_node": args.cpus_per_node,
               "serial_s": serial[1], "serial_attainment": serial[2], "reference": serial[3], "rows": ordered,
               "identical": all(r["identical"] is not False for r in ordered)}
     atomic_write_text(path, json.dumps(result, indent=1) + "\n")
@@ -246,6 +253,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reference-only", action="store_true", help="write --reference and stop")
     ap.add_argument("--count-timeout", type=float, default=0.0,
                     help="seconds one worker count may take, cluster start included (0 = no limit)")
+    ap.add_argument("--cpus-per-node", type=int, default=1,
+                    help="CPUs of each Ray node started (default 1: one node per worker)")
     args = ap.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",") if x]
     inst = load(args)
@@ -256,7 +265,7 @@ def main(argv=None) -> int:
         return 0
     rows = earlier_rows(args.out, inst)
     for w in counts:
-        rows[w] = measure(inst, w, args.port, args.repeat, serial[0], args.count_timeout or 1e9)
+        rows[w] = measure(inst, w, args.port, args.repeat, serial[0], args.count_timeout or 1e9, args.cpus_per_node)
         write_result(args.out, inst, serial, rows)
         best = rows[w]["best_s"]
         print(f"  {w:3d} workers: {'-' if best is None else f'{best:.2f}'} s, identical {rows[w]['identical']}"
