@@ -281,6 +281,19 @@ def _score(search: _GreedySearch, st: _State, comp: _Components, c: _Candidate,
     return _Scored(rest + int(acc.sum()), c, models, acc)
 
 
+def _stop_or_report(search: _GreedySearch, run: _Run, evaluated: int) -> bool:
+    """Between candidates: True (and ``timed_out`` noted) once the search's time is up; else
+    report progress at most once a second."""
+    if search.timed_out():
+        run.stats["timed_out"] = True
+        return True
+    now = time.perf_counter()
+    if search.progress is not None and now - run.last_report > 1.0:
+        run.last_report = now
+        search.progress(evaluated, tuple(run.best.models))
+    return False
+
+
 def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pending: list[_Candidate]) -> list[_Scored]:
     """Score the candidates in decreasing bound order until the bound falls below the beam's
     k-th best total (``prune``) or time is up; with a beam, of candidates reaching the same
@@ -309,13 +322,8 @@ def _evaluate(search: _GreedySearch, run: _Run, states: list, comps: list, pendi
                 heapq.heappush(heap, scored.total)
             elif scored.total > heap[0]:
                 heapq.heapreplace(heap, scored.total)
-        if search.timed_out():
-            stats["timed_out"] = True
+        if _stop_or_report(search, run, stats["candidates_evaluated"]):
             break
-        now = time.perf_counter()
-        if search.progress is not None and now - run.last_report > 1.0:
-            run.last_report = now
-            search.progress(stats["candidates_evaluated"], tuple(run.best.models))
     return evaluated
 
 
@@ -404,13 +412,8 @@ def _evaluate_compiled(search: _GreedySearch, run: _Run, current: tuple, candida
     try:
         while not best_addition_chunk(requests, tables, current, candidates, settings, scan, best_accepted,
                                       min(int(scan[0]) + CANDIDATE_CHUNK, n_candidates)):
-            if search.timed_out():
-                stats["timed_out"] = True
+            if _stop_or_report(search, run, stats["candidates_evaluated"] + int(scan[3])):
                 break
-            now = time.perf_counter()
-            if search.progress is not None and now - run.last_report > 1.0:
-                run.last_report = now
-                search.progress(stats["candidates_evaluated"] + int(scan[3]), tuple(run.best.models))
         else:
             if search.timed_out():
                 stats["timed_out"] = True
