@@ -10,7 +10,25 @@ Library entry points::
 
 from __future__ import annotations
 
+import os as _os
+import sys as _sys
 from typing import Any
+
+
+
+def _started_as_the_cli() -> bool:
+    """Whether this process is the ``placeopt`` command (console script or ``python -m``), not a
+    program that uses the library: only the command's stop signals are taken over."""
+    if _sys.argv and _os.path.basename(_sys.argv[0]) == "placeopt":
+        return True
+    argv = getattr(_sys, "orig_argv", [])
+    return any(a == "-m" and b in ("placement_opt.cli", "placement_opt.cli.main") for a, b in zip(argv, argv[1:]))
+
+
+if _started_as_the_cli():
+    from placement_opt.limits import exit_on_stop_signal_during_startup
+
+    exit_on_stop_signal_during_startup()
 
 from .version import __version__
 

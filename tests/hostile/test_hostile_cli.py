@@ -299,6 +299,22 @@ def test_simulate_is_interruptible_and_exits_130(tmp_path):
         assert err.strip().splitlines()[-1] == "placeopt: interrupted (SIGINT) nothing written"
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("delay", [0.05, 0.3])
+def test_a_signal_during_startup_gives_the_one_line_message(sig, delay):
+    """Ctrl-C (or SIGTERM) while the command is still importing: the documented one line and
+    128 + signal, no KeyboardInterrupt traceback from inside an import."""
+    proc = start(["simulate", "instances/tiny/llm-cpu.json", "instances/tiny/llm-cpu-placement-1gpu.json"])
+    time.sleep(delay)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    if proc.returncode == 0:  # finished first on a fast machine
+        return
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"placeopt: interrupted ({signal.Signals(sig).name}) nothing written"
+
+
 # --- item 1: token lengths bounded by the model's context ---------------------------------------
 
 @pytest.mark.parametrize("edit, where, total", [
