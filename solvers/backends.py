@@ -173,9 +173,14 @@ class LocalBackend(Backend):
         """Stop now: cancel queued tasks and end the workers without waiting for running ones
         (ProcessPoolExecutor has no public way to end busy workers before Python 3.14)."""
         processes = list(getattr(self.pool, "_processes", {}).values())
+        manager = getattr(self.pool, "_executor_manager_thread", None)
         self.pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.kill()
+        if manager is not None:
+            # let the pool's manager thread see its dead workers and end now: left running, it
+            # raced the interpreter's exit hook (a "Bad file descriptor" traceback at exit)
+            manager.join(timeout=10)
 
 
 def _ray_call(context: Dict[str, Any], fn: Callable[..., Any], *args: Any) -> Any:
