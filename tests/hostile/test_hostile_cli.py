@@ -292,7 +292,12 @@ def test_simulate_is_interruptible_and_exits_130(tmp_path):
     proc = start(["simulate", inst, str(placement)])
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=10)
+    out, err = proc.communicate(timeout=10)
+    if proc.returncode == -signal.SIGINT:
+        # finished first, and the signal came while the interpreter was shutting down (Python
+        # restores the default handler then): the whole result was printed, nothing was lost
+        assert "SLO attainment" in out and not err, (out[-300:], err)
+        return
     assert proc.returncode in (0, 130), err  # it may finish first on a fast machine
     assert "Traceback" not in err
     if proc.returncode == 130:
