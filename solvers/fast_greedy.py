@@ -179,6 +179,15 @@ def _simulate_component(requests: tuple, index: tuple, group_pp: np.ndarray, gro
 
 
 @njit(cache=True)
+def _fits(used: np.ndarray, need: np.ndarray, budget: float, g: int, c: int, m: int, stages: int) -> bool:
+    """Whether model ``m`` (in group ``g``'s config ``c``) fits the memory budget on every stage."""
+    for s in range(stages):
+        if used[g, s] + need[c, m, s] > budget:
+            return False
+    return True
+
+
+@njit(cache=True)
 def _least_utilised_group(hosted: np.ndarray, used: np.ndarray, need: np.ndarray, profiled: np.ndarray,
                           group_pp: np.ndarray, group_cfg: np.ndarray, busy: np.ndarray, budget: float,
                           duration: float, m: int) -> int:
@@ -190,11 +199,7 @@ def _least_utilised_group(hosted: np.ndarray, used: np.ndarray, need: np.ndarray
         c = group_cfg[g]
         if hosted[g, m] or not profiled[c, m]:
             continue
-        fits = True
-        for s in range(group_pp[g]):
-            if used[g, s] + need[c, m, s] > budget:
-                fits = False
-        if not fits:
+        if not _fits(used, need, budget, g, c, m, group_pp[g]):
             continue
         u = busy[g] / (float(group_pp[g]) * duration)
         if u < best_u:
@@ -373,11 +378,7 @@ def round_candidates(hosted: np.ndarray, used: np.ndarray, accepted: np.ndarray,
             c = group_cfg[g]
             if hosted[g, m] or not profiled[c, m]:
                 continue
-            fits = True
-            for s in range(group_pp[g]):
-                if used[g, s] + need[c, m, s] > budget:
-                    fits = False
-            if not fits:
+            if not _fits(used, need, budget, g, c, m, group_pp[g]):
                 continue
             duplicate = False
             for t in range(n_tried):
