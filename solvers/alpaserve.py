@@ -257,7 +257,7 @@ class _Search:
         self.counts = np.bincount(req.model, minlength=len(instance.models))
         self.slo = instance.slo_seconds()
         with slow_step("alpaserve: enumerating bucketings and device splits", enabled=o.progress):
-            self.plan = plan(instance, settings_of(o), req)
+            self.plan = plan(instance, settings_of(o), req, checkpoint=self._stop_if_time_up)
         self.stats: dict[str, Any] = {
             "bucketings": len(self.plan.bucketings), "bucket_device_pairs": len(self.plan.pairs),
             "tasks": 0, "tasks_pruned_by_bound": 0, Phase.PRESCREEN.value: 0, Phase.SCREEN.value: 0,
@@ -293,6 +293,12 @@ class _Search:
 
     def _time_up(self) -> bool:
         return self.deadline is not None and time.perf_counter() > self.deadline
+
+    def _stop_if_time_up(self) -> None:
+        """Raise :class:`SearchStopped` once the deadline has passed; for steps before any
+        placement can exist (the enumeration of bucketings and device splits)."""
+        if self._time_up():
+            raise SearchStopped("time limit")
 
     # -- phases --------------------------------------------------------------------------------
     def run(self) -> Placement:

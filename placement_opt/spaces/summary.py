@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from placement_opt.instance import Instance
 from placement_opt.spaces.buckets import DeviceBuckets, ModelBuckets, model_loads
@@ -105,8 +105,13 @@ class Plan:
     counts: Dict[str, Tuple[int, int]]  # level -> (unpruned, kept)
 
 
-def plan(instance: Instance, settings: SearchSettings, requests: Optional[Requests] = None) -> Plan:
-    """The space of ``instance`` under ``settings``; loads from ``requests`` (default: the instance's)."""
+def plan(instance: Instance, settings: SearchSettings, requests: Optional[Requests] = None,
+         checkpoint: Optional[Callable[[], None]] = None) -> Plan:
+    """The space of ``instance`` under ``settings``; loads from ``requests`` (default: the instance's).
+
+    ``checkpoint`` is called before each bucketing's device splits are enumerated (the costly
+    step: thousands of splits per bucketing at a thousand GPUs) and may raise to stop the
+    enumeration; the ``alpaserve`` search raises ``SearchStopped`` there once its deadline passed."""
     cl = instance.cluster
     unit = settings.device_unit or auto_unit(cl.n_gpus, cl.gpus_per_node)
     loads = model_loads(instance, requests)
@@ -116,6 +121,8 @@ def plan(instance: Instance, settings: SearchSettings, requests: Optional[Reques
     pairs: Dict[Tuple[Bucket, int], None] = {}  # insertion-ordered set
     dev_unpruned = 0
     for bk in bucketings:
+        if checkpoint is not None:
+            checkpoint()
         db = DeviceBuckets(cl.n_gpus, [loads[list(b)].sum() for b in bk], unit, settings.balance_tolerance,
                            [min_devices(instance, b) for b in bk])
         comps = list(db)

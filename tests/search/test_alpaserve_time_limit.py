@@ -45,3 +45,42 @@ def test_time_limit_holds_on_1000_models(large_instance, tmp_path, limit):
         placement = json.loads(out.read_text())
         assert placement["provenance"]["stopped"] == "time limit"
         assert placement["groups"]
+
+
+def test_a_limit_that_passes_during_the_enumeration_stops_it(large_instance, monkeypatch):
+    """``plan`` (bucketings and device splits, about a second at 1000 models on 1024 GPUs) checks
+    the deadline before each bucketing: a limit already past stops the search inside ``plan`` with
+    :class:`SearchStopped`, before the enumeration is complete. Asserted on where it stopped (a
+    flag set by a wrapper around ``plan``) and on how many bucketings were reached, with a
+    generous bound on the time only, so that a loaded machine does not fail it."""
+    from placement_opt import load_instance
+    from placement_opt.solvers import alpaserve, run_solver
+    from placement_opt.solvers.base import SearchStopped
+    from placement_opt.spaces.buckets import ModelBuckets
+
+    real_plan = alpaserve.plan
+    seen = {"checkpoints": 0, "stopped_in_plan": False}
+
+    def watched_plan(*args, checkpoint=None, **kwargs):
+        def counted_checkpoint():
+            seen["checkpoints"] += 1
+            checkpoint()
+
+        try:
+            return real_plan(*args, checkpoint=counted_checkpoint, **kwargs)
+        except SearchStopped:
+            seen["stopped_in_plan"] = True
+            raise
+
+    monkeypatch.setattr(alpaserve, "plan", watched_plan)
+    instance = load_instance(large_instance)
+    bucketings = ModelBuckets(instance, 3.0, max_buckets=3).count()  # the solver's defaults
+    assert bucketings > 1
+    limit = 0.05
+    start = time.perf_counter()
+    with pytest.raises(SearchStopped, match="time limit"):
+        run_solver(instance, "alpaserve", time_limit=limit, options={"backend": "serial", "progress": False})
+    assert seen["stopped_in_plan"]
+    assert 1 <= seen["checkpoints"] < bucketings
+    # drawing the requests (about 0.2 s here) comes before the enumeration; the whole plan is 0.7-1.7 s
+    assert time.perf_counter() - start < limit + 5.0
