@@ -226,14 +226,14 @@ def earlier_rows(path: str, inst) -> dict:
     return {r["workers"]: r for r in data.get("rows", [])}
 
 
-def write_result(path: str, inst, serial: tuple, rows: dict) -> dict:
+def write_result(path: str, inst, serial: tuple, rows: dict, cpus_per_node: int) -> dict:
     """Write the result file (rows by worker count, speed-ups over the 1-worker row when there is one)."""
     ordered = [rows[w] for w in sorted(rows)]
     one = rows.get(1, {}).get("best_s")
     for row in ordered:
         row["speedup_vs_1"] = one / row["best_s"] if one and row.get("best_s") else None
     result = {"instance": inst.name, "instance_sha256": inst.sha256, "cpu_count": os.cpu_count(),
-              "cpus_per_node": args.cpus_per_node,
+              "cpus_per_node": cpus_per_node,
               "serial_s": serial[1], "serial_attainment": serial[2], "reference": serial[3], "rows": ordered,
               "identical": all(r["identical"] is not False for r in ordered)}
     atomic_write_text(path, json.dumps(result, indent=1) + "\n")
@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     rows = earlier_rows(args.out, inst)
     for w in counts:
         rows[w] = measure(inst, w, args.port, args.repeat, serial[0], args.count_timeout or 1e9, args.cpus_per_node)
-        write_result(args.out, inst, serial, rows)
+        write_result(args.out, inst, serial, rows, args.cpus_per_node)
         best = rows[w]["best_s"]
         print(f"  {w:3d} workers: {'-' if best is None else f'{best:.2f}'} s, identical {rows[w]['identical']}"
               f"{' (timed out)' if rows[w]['timed_out'] else ''}{' ' + rows[w]['error'] if rows[w]['error'] else ''}",
