@@ -147,3 +147,38 @@ def test_tp2_ranks_warm_the_same_buckets_and_serve_the_tp1_tokens(tmp_path):
     for got in ranks:
         assert got["cold"] == [] and got["warmup"]["prefill_buckets"] == 16
         assert got["tokens"] == _served_tp1()
+
+
+class _Replay:
+    """A stand-in for a captured prefill graph on CPUs: ``replay`` reruns the prefill on the
+    bucket's static inputs into its static output, as the graph would."""
+
+    def __init__(self, model, inputs):
+        self.model, self.inputs = model, inputs
+        self.out = torch.zeros(inputs.batch, dtype=torch.long)
+
+    def replay(self):
+        self.out.copy_(self.model.prefill(self.inputs.tokens, self.inputs.lengths, self.inputs).argmax(-1))
+
+
+def test_with_prefill_graphs_every_capture_happens_at_start_up(monkeypatch):
+    """The GPU path on a CPU: captures replaced by :class:`_Replay`, counted; every one happens in
+    ``warm_up``, none while serving, and the replays serve the eager engine's tokens."""
+    from placement_opt.executor.llm_engine import MeshEngine
+
+    captures = []
+
+    def capture(self, rt, inputs):
+        captures.append((rt.build.name, inputs.batch, inputs.length))
+        graph = _Replay(rt.model, inputs)
+        return graph, inputs, graph.out
+
+    monkeypatch.setattr(MeshEngine, "_capture_prefill", capture)
+    engine = MeshEngine(_spec(warm=None), CPU, [(None, None), (None, None)])
+    engine.prefill_graphs_on = True  # as on a GPU with CUDA graphs
+    engine.warm_up()
+    at_start = len(captures)
+    assert at_start == engine.warmup["prefill_graphs"] == engine.warmup["prefill_buckets"] == 16
+    assert len(set(captures)) == at_start
+    assert _serve(engine) == _served_tp1()
+    assert len(captures) == at_start and engine.cold_buckets == []  # no capture during the replay

@@ -18,7 +18,7 @@ The instances carry no cost table: placements are solved here with the roofline 
 models and replays the placements with instances that reference the measured tables.
 
 The 2-GPU set (``--tp2``, ``instances/fidelity-llm/tp2/``): ``llm-7b`` and ``llm-8b`` on two
-80 GB GPUs, 30 s of Poisson arrivals at 4 and 3 req/s with the same lengths, and four
+80 GB GPUs, 30 s of Poisson arrivals at 4 and 3 req/s with the same lengths (20 s drain), and four
 placements: ``spatial`` (each LLM on a GPU of its own, TP 1; solved), ``muxserve`` (what the
 MuxServe solver chooses: with the roofline costs both LLMs on GPU 0 at SM shares 0.5, GPU 1
 idle: its estimator's headroom at 1.5x the rates prefers that to one TP-2 mesh),
@@ -140,6 +140,7 @@ def solve_placements(paths: list) -> None:
 TP2_OUT = os.path.join(OUT, "tp2")
 TP2_RATES = {"llm-7b": 4.0, "llm-8b": 3.0}  # req/s
 TP2_DURATION_S = 30
+TP2_DRAIN_S = 20  # the replay's horizon is 50 s: four placements and the profiles fit one 9-minute call
 
 
 def write_tp2_instance() -> str:
@@ -150,6 +151,7 @@ def write_tp2_instance() -> str:
                    "LLaMA-2-7B and LLaMA-3-8B shapes (random weights) on two 80 GB GPUs; Poisson arrivals at "
                    "4 and 3 req/s, ShareGPT-like lengths (exponential, means 161 / 338).")
     doc["cluster"] = dict(CLUSTER, gpus_per_node=2)
+    doc["llm"]["drain_s"] = TP2_DRAIN_S
     doc["models"] = [m for m in doc["models"] if m["name"] in TP2_RATES]
     os.makedirs(TP2_OUT, exist_ok=True)
     path = os.path.join(TP2_OUT, "poisson.json")
