@@ -123,12 +123,13 @@ for phase in "$@"; do
       done ;;
     profile2)
       GPU=$(gpu_name)
+      NGPU=$(n_gpus)
       mkdir -p "$TABLES2/tp1" "$TABLES2/tp2"
       i=0
       for m in $MODELS2; do  # TP 1: with two GPUs, the two models at once, one on each
         args=(placeopt profile $TP2/poisson.json --model $m --llm --tp 1 --backend "$BACKEND" --sm-shares "$SHARES2"
               "${GRID[@]}" --gpu-name "$GPU" -o "$TABLES2/tp1/$m.json" --details "$TABLES2/tp1/$m.details.json")
-        if [ "$(n_gpus)" -ge 2 ]; then
+        if [ "$NGPU" -ge 2 ]; then
           (export CUDA_VISIBLE_DEVICES=$((i % 2)); bounded "${args[@]}" 2>&1 | tail -3) &
         else
           bounded "${args[@]}" 2>&1 | tail -3
