@@ -26,13 +26,21 @@ kernel that fails at warm-up switches every LLM to the gather path (``attention_
 
 Prefills on GPUs replay CUDA graphs per (batch bucket, length bucket) (:func:`prefill_bucket`:
 powers of two for the batch, lengths of 16 x 2^k and 24 x 2^k, padded on the right) on static
-:class:`~.llm_kvcache.PrefillInputs`, captured the first time a bucket is met (that job runs
-eagerly, then its graph is recorded; every TP rank meets it at the same job) in a memory pool
-of the LLM's own (its prefills never overlap each other, but may overlap its decodes). Why
-graphs: a prefill was ~750 eager launches, 60-80 ms of host time on a green-context stream
-(12-21 ms on a plain one; results-v2/engine.json), during which the one scheduling thread
-launched nothing else; replaying a graph costs one launch. Buckets over
-``PREFILL_GRAPH_TOKENS`` tokens run eagerly at their exact size.
+:class:`~.llm_kvcache.PrefillInputs`, in a memory pool of the LLM's own (its prefills never
+overlap each other, but may overlap its decodes). Why graphs: a prefill was ~750 eager
+launches, 60-80 ms of host time on a green-context stream (12-21 ms on a plain one;
+results-v2/engine.json), during which the one scheduling thread launched nothing else;
+replaying a graph costs one launch. Buckets over ``PREFILL_GRAPH_TOKENS`` tokens run eagerly
+at their exact size (the warm-up runs the LLM's longest such prefill once, so the allocator
+holds its memory before the replay).
+
+Start-up captures every bucket the replay can use (:func:`prefill_buckets`, bounded by each
+LLM's most requests in one job and its longest request, :class:`LLMBuild`), as vLLM does,
+so no capture happens while the replay's clock runs: the first H100 runs of the third engine
+captured lazily, the first time a bucket was met, and their workers' first trials measured a
+mean TTFT 61-81% above the simulator's (results-v3b). A bucket met during a replay that
+start-up did not prepare (a bound that was wrong) is still captured then, and counted in
+``cold_buckets``; ``warmup`` holds what start-up captured and how long it took.
 
 Request token ids are synthetic and deterministic (a hash of the mesh-local request id):
 the weights are random, the point is the work, and every rank derives the same ids.
@@ -41,6 +49,7 @@ the weights are random, the point is the work, and every rank derives the same i
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -59,12 +68,17 @@ PREFILL_GRAPH_TOKENS = 1024  # padded prefills of more tokens run eagerly (every
 
 @dataclass(frozen=True)
 class LLMBuild:
-    """One LLM of the mesh: its architecture, weights seed and SM share."""
+    """One LLM of the mesh: its architecture, weights seed and SM share; ``max_batch`` and
+    ``longest`` bound the jobs the replay can give it (most requests in one job, tokens of its
+    longest request: prompt plus output), so start-up prepares exactly the buckets those jobs
+    use (0: the mesh's bounds, :class:`EngineSpec`)."""
 
     name: str
     architecture: Architecture
     seed: int
     share: float
+    max_batch: int = 0
+    longest: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,7 @@ class EngineSpec:
     cuda_graphs: bool
     green_contexts: bool = True
     attention: str = "auto"  # decode attention: auto, paged (Triton) or gather (llm_model.resolve_attention)
+    warm_prefills: Optional[bool] = None  # run every prefill bucket at start-up (None: where prefill graphs are on)
 
 
 def prompt_tokens(r: int, length: int, vocab: int) -> List[int]:
@@ -117,6 +132,21 @@ def prefill_bucket(batch: int, longest: int, max_batch: int) -> Optional[Tuple[i
     return (b, n) if b * n <= PREFILL_GRAPH_TOKENS else None
 
 
+def scratch_requests(n: int) -> List[int]:
+    """``n`` request ids no replayed request has (warm-up jobs; they hold no blocks)."""
+    return [-1_000_000 - i for i in range(n)]
+
+
+def prefill_buckets(max_batch: int, longest: int, batch_limit: int) -> List[Tuple[int, int]]:
+    """Every bucket :func:`prefill_bucket` gives a prefill of at most ``max_batch`` prompts
+    whose longest has at most ``longest`` tokens (``batch_limit``: the engine's batch bound),
+    sorted: every TP rank captures them in this order, so their collectives pair up."""
+    top = prefill_length_bucket(max(1, longest))
+    lengths = [n for n in range(1, top + 1) if prefill_length_bucket(n) == n] or [top]
+    out = {prefill_bucket(b, n, batch_limit) for b in range(1, max(1, max_batch) + 1) for n in lengths}
+    return sorted(x for x in out if x is not None)
+
+
 @dataclass
 class _Running:
     """A launched job: its end event (GPU) and its greedy tokens (on the device)."""
@@ -139,6 +169,7 @@ class _LLMRuntime:
     graph_pool: Any = None
     prefill_graphs: Dict[Tuple[int, int], Tuple[Any, PrefillInputs, torch.Tensor]] = field(default_factory=dict)
     prefill_pool: Any = None
+    prepared: set = field(default_factory=set)  # prefill buckets start-up prepared (or the replay met since)
 
 
 class MeshEngine:
@@ -165,6 +196,9 @@ class MeshEngine:
         self.prefill_graphs_on = device.type == "cuda" and spec.cuda_graphs
         self.attention_fallback: Optional[str] = None
         self.prefill_graph_fallback: Optional[str] = None
+        self.warmup: Dict[str, float] = {}  # what start-up prepared and its seconds (warm_up)
+        self.cold_buckets: List[Tuple[str, int, int]] = []  # (LLM, batch, length) first met after start-up
+        self.eager_prefills = 0  # prefills over the graph limit since start-up or reset
 
     @property
     def attention(self) -> str:
@@ -189,9 +223,11 @@ class MeshEngine:
         return plan.streams
 
     def warm_up(self) -> None:
-        """Run one prefill and one decode per LLM (capturing the smallest prefill graph), then
-        capture the decode graphs (GPU). A paged-attention kernel that fails here (a Triton
-        the device cannot run) switches every LLM to the gather path, with the reason kept."""
+        """Run one prefill and one decode per LLM, then prepare every bucket the replay can use
+        (:meth:`_prepare`), so no capture happens during it. A paged-attention kernel that fails
+        here (a Triton the device cannot run) switches every LLM to the gather path, with the
+        reason kept; CUDA graphs that fail on green-context streams switch to plain streams."""
+        started = time.perf_counter()
         try:
             self._warm_jobs()
         except Exception as e:
@@ -203,18 +239,36 @@ class MeshEngine:
                 rt.model.attention = "gather"
             self.running.clear()
             self._warm_jobs()
-        if self.device.type == "cuda" and self.spec.cuda_graphs:
-            try:
-                for k in range(len(self.llms)):
-                    self._capture(k)
-            except Exception as e:  # capture on green-context streams failed: plain streams
-                if not self.mechanism.startswith("green-contexts"):
-                    raise
-                self.fallback_reason = f"CUDA graphs on green-context streams: {type(e).__name__}: {e}"
-                self._plain_streams()
-                for k in range(len(self.llms)):
-                    self._capture(k)
+        try:
+            self._prepare()
+        except Exception as e:  # capture on green-context streams failed: plain streams
+            graphs = self.device.type == "cuda" and self.spec.cuda_graphs
+            if not (graphs and self.mechanism.startswith("green-contexts")):
+                raise
+            self.fallback_reason = f"CUDA graphs on green-context streams: {type(e).__name__}: {e}"
+            self._plain_streams()
+            self._prepare()
         self.sync()
+        self.warmup["warm_up_s"] = round(time.perf_counter() - started, 3)
+        self.cold_buckets, self.eager_prefills = [], 0
+
+    def _prepare(self) -> None:
+        """Capture every LLM's decode graphs, then run (GPU: and capture) its prefill buckets,
+        each timed into ``warmup``."""
+        t = time.perf_counter()
+        if self.device.type == "cuda" and self.spec.cuda_graphs:
+            for k in range(len(self.llms)):
+                self._capture(k)
+        self.sync()
+        t2 = time.perf_counter()
+        for k in range(len(self.llms)):
+            self._prepare_prefills(k)
+        self.sync()
+        self.warmup.update(decode_graphs=sum(len(rt.graphs) for rt in self.llms),
+                           decode_capture_s=round(t2 - t, 3),
+                           prefill_graphs=sum(len(rt.prefill_graphs) for rt in self.llms),
+                           prefill_buckets=sum(len(rt.prepared) for rt in self.llms),
+                           prefill_capture_s=round(time.perf_counter() - t2, 3))
 
     def _warm_jobs(self) -> None:
         """One prefill and one decode per LLM on a scratch request (every rank does the same)."""
@@ -239,16 +293,25 @@ class MeshEngine:
             rt.graphs.clear()
             rt.prefill_graphs.clear()
 
+    def _bounds(self, rt: _LLMRuntime) -> Tuple[int, int]:
+        """(most requests in one job, tokens of the longest request) of one LLM (:class:`LLMBuild`)."""
+        spec = self.spec
+        batch = min(rt.build.max_batch or spec.max_batch, spec.max_batch)
+        capacity = spec.max_blocks * spec.block
+        return max(1, batch), max(1, min(rt.build.longest or capacity, capacity))
+
     def _capture(self, k: int) -> None:
-        """Capture LLM k's decode step for every (batch, blocks) bucket on its decode stream."""
+        """Capture LLM k's decode step for every (batch, blocks) bucket its jobs can use, on its
+        decode stream."""
         rt = self.llms[k]
         rt.model.group = rt.groups[1]  # graphs capture the decode communicator's all-reduces
         rt.graph_pool = torch.cuda.graph_pool_handle()
         stream = rt.streams[1]
         arch = rt.build.architecture
         per_slot = 2 * rt.cache.kv_heads * self.spec.block * (arch.hidden // arch.heads) * self.pool.data.element_size()
-        for b in buckets(self.spec.max_batch):
-            for m in buckets(self.spec.max_blocks):
+        max_batch, longest = self._bounds(rt)
+        for b in buckets(max_batch):
+            for m in buckets(min(self.spec.max_blocks, (longest + self.spec.block) // self.spec.block)):
                 if rt.model.attention == "gather" and b * m * per_slot > GRAPH_GATHER_LIMIT and (b, m) != (1, 1):
                     continue  # its gathered K and V would hold too much memory: this bucket runs eagerly
                 inputs = DecodeInputs(rt.cache, b, m)
@@ -260,6 +323,49 @@ class MeshEngine:
                     out = rt.model.decode(inputs.tokens, inputs.pos, inputs).argmax(-1)
                 rt.graphs[(b, m)] = (graph, inputs, out)
         stream.synchronize()
+
+    def _prepare_prefills(self, k: int) -> None:
+        """LLM k's prefill buckets (:func:`prefill_buckets` of its bounds), in the same order on
+        every TP rank: with prefill graphs, each runs eagerly once and is captured; with
+        ``warm_prefills`` and no graphs (CPU tests), each runs eagerly. Then the longest
+        prefill over the graph limit runs once eagerly (GPU), so the allocator already holds
+        its memory when the replay meets one. Scratch requests hold no blocks: their K and V go
+        to the scratch page."""
+        rt = self.llms[k]
+        max_batch, longest = self._bounds(rt)
+        planned = prefill_buckets(max_batch, longest, self.spec.max_batch)
+        rt.prepared = set(planned)
+        run = self.spec.warm_prefills if self.spec.warm_prefills is not None else self.prefill_graphs_on
+        if not run:
+            return
+        rt.model.group = rt.groups[0]
+        stream = rt.streams[0]
+        for b, n in planned:
+            if (b, n) in rt.prefill_graphs:
+                continue
+            inputs = PrefillInputs(rt.cache, b, n)
+            inputs.fill(scratch_requests(b), [n] * b, None)
+            self._on(stream, lambda: rt.model.prefill(inputs.tokens, inputs.lengths, inputs))
+            if self.prefill_graphs_on:
+                try:
+                    rt.prefill_graphs[(b, n)] = self._on(stream, lambda: self._capture_prefill(rt, inputs))
+                except Exception as e:  # every rank fails alike: prefills stay eager from now on
+                    self.prefill_graphs_on = False
+                    self.prefill_graph_fallback = f"prefill capture failed: {type(e).__name__}: {e}"
+        if self.device.type == "cuda" and prefill_bucket(1, longest, self.spec.max_batch) is None:
+            inputs = PrefillInputs(rt.cache, 1, longest)
+            inputs.fill(scratch_requests(1), [longest], None)
+            self._on(stream, lambda: rt.model.prefill(inputs.tokens, inputs.lengths, inputs))
+        if stream is not None:
+            stream.synchronize()
+
+    def _on(self, stream: Any, work: Any) -> Any:
+        """``work()`` on ``stream`` (after what the current stream queued), or here on CPUs."""
+        if stream is None:
+            return work()
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            return work()
 
     # ------------------------------------------------------------ jobs
 
@@ -291,7 +397,14 @@ class MeshEngine:
         rt.model.group = rt.groups[0]  # prefill all-reduces on the prefill communicator
         n, lengths = len(job.requests), list(job.contexts)
         ids = [self.tokens[r] for r in job.requests]
-        bucket = prefill_bucket(n, max(lengths), self.spec.max_batch) if self.prefill_graphs_on else None
+        bucket = prefill_bucket(n, max(lengths), self.spec.max_batch)
+        if bucket is None:
+            self.eager_prefills += 1
+        elif bucket not in rt.prepared:  # start-up did not prepare it: met cold, during the replay
+            rt.prepared.add(bucket)
+            self.cold_buckets.append((rt.build.name, *bucket))
+        if not self.prefill_graphs_on:
+            bucket = None
         if bucket is None:
             inputs = PrefillInputs(rt.cache, n, max(lengths))
             inputs.fill(job.requests, lengths, ids)
@@ -373,6 +486,7 @@ class MeshEngine:
             for r in list(rt.cache.blocks):
                 rt.cache.release(r)
         self.tokens.clear()
+        self.cold_buckets, self.eager_prefills = [], 0
         self.sync()
 
     def sync(self) -> None:

@@ -14,7 +14,10 @@ the JSON ``placeopt simulate`` prints for LLM instances, computed by the simulat
 (the simulator on the same requests), ``requests.csv`` (per request: arrival, lengths, mesh,
 measured and simulated first token and finish, preemptions, every token's time) and
 ``summary.json`` (both side by side, their relative errors, and the run's facts: SM
-partitioning mechanism and SM counts, backend, CUDA graphs, pool sizes).
+partitioning mechanism and SM counts, backend, CUDA graphs, pool sizes, what each worker's
+start-up prepared (``worker_info.*.warmup``: graphs captured, prefill buckets run, seconds)
+and per mesh the prefill buckets first met during the trial (``cold_buckets``: none when
+the warm-up covered the replay) and the prefills run eagerly over the graph limit).
 """
 
 from __future__ import annotations
@@ -156,6 +159,16 @@ def plan_meshes(instance: Instance, placement: Placement, req: Requests, pools: 
     return plans
 
 
+def _job_bounds(req: MeshRequests, k: int, max_batch: int) -> Dict[str, int]:
+    """Bounds of the jobs mesh-local LLM k can get (:class:`LLMBuild`): at most its requests
+    (and ``max_batch``) in one job, at most its longest request's prompt plus output tokens
+    in a context (a preempted request's recompute included)."""
+    mine = req.llm == k
+    if not mine.any():
+        return {"max_batch": 1, "longest": 1}
+    return {"max_batch": int(min(max_batch, mine.sum())), "longest": int((req.prompt + req.output)[mine].max())}
+
+
 def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config: ExecutorConfig,
                  max_batch: int) -> List[LLMWorkerSpec]:
     """One spec per process, meshes in group order, TP rank order within a mesh."""
@@ -167,7 +180,8 @@ def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config
     out = []
     for p, ranks in zip(plans, meshes):
         builds = tuple(LLMBuild(name=s.name, architecture=_arch(instance, s), seed=model_seed(instance.seed, s.name),
-                                share=float(p.work.llms.share[k])) for k, s in enumerate(p.specs))
+                                share=float(p.work.llms.share[k]), **_job_bounds(p.work.requests, k, max_batch))
+                       for k, s in enumerate(p.specs))
         for tp_rank, r in enumerate(ranks):
             engine = EngineSpec(llms=builds, tp=len(ranks), tp_rank=tp_rank, pool_pages=p.pool_pages,
                                 block=int(p.work.settings.block), max_batch=max_batch, max_blocks=p.max_blocks,
@@ -422,7 +436,7 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     where = out_dir
     try:
         startup = run.wait_ready()
-        log(f"workers ready after {startup:.1f} s")
+        log(f"workers ready after {startup:.1f} s ({_warmup_line(run.ready)})")
         for policy, plans in trials:
             where = os.path.join(out_dir, policy) if len(trials) > 1 else out_dir
             run.begin(plans, len(req))
@@ -449,6 +463,14 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
         raise
     _write_index(out_dir, summaries)
     return summaries
+
+
+def _warmup_line(ready: Dict[int, Any]) -> str:
+    """What the slowest worker's start-up prepared, for the log."""
+    w = max((v.get("warmup") or {} for v in ready.values()), key=lambda x: x.get("warm_up_s", 0.0), default={})
+    return (f"warm-up {w.get('warm_up_s', 0):.1f} s: {w.get('decode_graphs', 0)} decode graphs in "
+            f"{w.get('decode_capture_s', 0):.1f} s, {w.get('prefill_graphs', 0)} prefill graphs of "
+            f"{w.get('prefill_buckets', 0)} buckets in {w.get('prefill_capture_s', 0):.1f} s")
 
 
 class _Trial(NamedTuple):
@@ -491,6 +513,8 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
              "sm_partitioning": sorted({str(v.get("mechanism")) for v in run.ready.values()}),
              "worker_info": {str(k): v for k, v in sorted(run.ready.items())},
              "pool_pages": {str(p.group): p.pool_pages for p in plans},
+             "cold_buckets": {str(g): t.get("cold_buckets") for g, t in sorted(run.mesh_totals.items())},
+             "eager_prefills": {str(g): t.get("eager_prefills") for g, t in sorted(run.mesh_totals.items())},
              "instance_sha256": instance.sha256, "duration_s": req.duration_s}
     summary = {"measured": measured, "simulated": simulated, "errors": compare(measured, simulated), **facts}
     atomic_write_json(os.path.join(out_dir, "metrics.json"), measured)

@@ -8,8 +8,10 @@ jobs to start now and launch them, drop what can never fit, integrate SM and KV 
 decision that touches the device (launch, finish, free) is also broadcast to the followers
 over the mesh's gloo group, which apply them in the same order, so all TP ranks run the same
 jobs. The leader reports each request's record when it finishes (or is dropped), a
-heartbeat every second, and its mesh's totals at the end. A process serves several trials
-(policies) in turn on the same weights, its pool emptied between them.
+heartbeat every second, and its mesh's totals at the end (with the prefill buckets the
+replay met that start-up had not prepared: ``cold_buckets``, empty when the warm-up covered
+the replay). A process serves several trials (policies) in turn on the same weights, its
+pool emptied between them.
 """
 
 from __future__ import annotations
@@ -181,7 +183,9 @@ class _Leader:
         self.ops.append(("stop",))
         self._send()
         return {"stop_s": last, "sm_time": self.sm_time, "kv_time": self.kv_time, "kv_llm_time": self.kv_llm_time,
-                "peak_kv_kib": self.peak_kv, "preemptions": int(sum(s.preemptions))}
+                "peak_kv_kib": self.peak_kv, "preemptions": int(sum(s.preemptions)),
+                "cold_buckets": [list(b) for b in self.engine.cold_buckets],
+                "eager_prefills": self.engine.eager_prefills}
 
 
 def _follow(engine: Any, control: Any, src: int) -> None:
@@ -237,7 +241,8 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
                                            "attention": engine.attention,
                                            "attention_fallback": engine.attention_fallback,
                                            "prefill_graphs": engine.prefill_graphs_on,
-                                           "prefill_graph_fallback": engine.prefill_graph_fallback}))
+                                           "prefill_graph_fallback": engine.prefill_graph_fallback,
+                                           "warmup": engine.warmup}))
         while True:
             cmd = commands.recv()
             if cmd is None:

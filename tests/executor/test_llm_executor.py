@@ -8,7 +8,8 @@
   with either decode attention;
 * ``placeopt execute`` of a tiny LLM instance (TP-2 mesh, and two 1-GPU meshes under fcfs)
   finishes every request with exactly its output length, writes the simulator's metrics
-  JSON (same keys) beside the simulated one, and a per-request CSV;
+  JSON (same keys) beside the simulated one, and a per-request CSV, and no trial meets a
+  prefill bucket the workers' start-up did not prepare (``cold_buckets``);
 * a killed or hung worker, or Ctrl-C, stops the run with partial results, exit status 1
   (130 for Ctrl-C) and no process left behind.
 """
@@ -163,6 +164,9 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
         assert times == sorted(times) and float(row["first_token_s"]) == pytest.approx(times[0], abs=1e-5)
         assert float(row["arrival_s"]) <= times[0] and float(row["finish_s"]) == pytest.approx(times[-1], abs=1e-5)
     assert summary["errors"]["throughput_err"] is not None
+    # start-up planned every prefill bucket the replay met (on GPUs: captured them before it)
+    assert summary["cold_buckets"] and all(v == [] for v in summary["cold_buckets"].values())
+    assert all(info["warmup"]["prefill_buckets"] > 0 for info in summary["worker_info"].values())
 
 
 def test_policy_trials_share_workers(tmp_path):
@@ -174,6 +178,7 @@ def test_policy_trials_share_workers(tmp_path):
     for s in summaries:
         assert s["status"] == "complete" and s["measured"]["finished"] == s["measured"]["requests"] > 0
         assert (out / s["policy"] / "requests.csv").exists()
+        assert all(v == [] for v in s["cold_buckets"].values())
     assert len(json.loads((out / "trials.json").read_text())) == 3
     report = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "llm_fidelity.py"), "--results",
                              str(tmp_path / "results")], capture_output=True, text=True, check=True).stdout

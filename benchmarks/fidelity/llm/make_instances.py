@@ -17,7 +17,17 @@ The instances carry no cost table: placements are solved here with the roofline 
 (``placement_opt.costs.roofline``) and committed; the GPU run (``run_gpu.sh``) profiles the
 models and replays the placements with instances that reference the measured tables.
 
-Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR]
+The 2-GPU set (``--tp2``, ``instances/fidelity-llm/tp2/``): ``llm-7b`` and ``llm-8b`` on two
+80 GB GPUs, 30 s of Poisson arrivals at 4 and 3 req/s with the same lengths (20 s drain), and four
+placements: ``spatial`` (each LLM on a GPU of its own, TP 1; solved), ``muxserve`` (what the
+MuxServe solver chooses: with the roofline costs both LLMs on GPU 0 at SM shares 0.5, GPU 1
+idle: its estimator's headroom at 1.5x the rates prefers that to one TP-2 mesh),
+``temporal`` (one TP-2 mesh of both GPUs serving both LLMs one job at a time; written here:
+the temporal solver's own choice on two GPUs is the spatial placement) and ``colocated``
+(the same TP-2 mesh with both LLMs colocated at SM shares 0.5 under ADBS; written here: the
+multi-GPU colocation MuxServe's search did not choose).
+
+Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2]
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import argparse
 import csv
 import json
 import os
+from typing import Any, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -52,6 +63,8 @@ CLUSTER = {"nodes": 1, "gpus_per_node": 1,
 LLM = {"policy": "adbs", "kv_block_tokens": 16, "max_batch": 32, "drain_s": 30, "kv_reserve_fraction": 0.1,
        "prefill_token_budget": 4096}
 SOLVERS = ("muxserve", "spatial", "temporal")
+POISSON_LENGTHS = {"distribution": "exponential", "prompt_tokens": 161, "output_tokens": 338, "max_prompt_tokens": 1024,
+                   "max_output_tokens": 1024}  # ShareGPT-like (MuxServe paper), capped
 SLICES = {"conv": ("splitwise_conv.csv", 0.0, 60.0), "code": ("splitwise_code.csv", 400.0, 60.0)}
 
 
@@ -85,9 +98,7 @@ def write_instances(traces: str) -> list:
     docs = {
         "poisson": instance("poisson", {"duration_s": 40, "per_model": {n: {"process": "poisson", "rate": r}
                                                                        for n, _, r in MODELS},
-                                        "lengths": {"distribution": "exponential", "prompt_tokens": 161,
-                                                    "output_tokens": 338, "max_prompt_tokens": 1024,
-                                                    "max_output_tokens": 1024},
+                                        "lengths": dict(POISSON_LENGTHS),
                                         "slo": {"scale": 10}},
                             base + "Poisson arrivals, ShareGPT-like lengths (exponential, means 161 / 338)."),
     }
@@ -126,12 +137,71 @@ def solve_placements(paths: list) -> None:
                   f"tput {m['throughput_rps']:.3f} attain {m['slo_attainment']:.3f}")
 
 
+TP2_OUT = os.path.join(OUT, "tp2")
+TP2_RATES = {"llm-7b": 4.0, "llm-8b": 3.0}  # req/s
+TP2_DURATION_S = 30
+TP2_DRAIN_S = 20  # the replay's horizon is 50 s: four placements and the profiles fit one 9-minute call
+
+
+def write_tp2_instance() -> str:
+    """The 2-GPU Poisson instance (module docstring); returns its path."""
+    doc = instance("tp2-poisson", {"duration_s": TP2_DURATION_S,
+                                   "per_model": {n: {"process": "poisson", "rate": r} for n, r in TP2_RATES.items()},
+                                   "lengths": dict(POISSON_LENGTHS), "slo": {"scale": 10}},
+                   "LLaMA-2-7B and LLaMA-3-8B shapes (random weights) on two 80 GB GPUs; Poisson arrivals at "
+                   "4 and 3 req/s, ShareGPT-like lengths (exponential, means 161 / 338).")
+    doc["cluster"] = dict(CLUSTER, gpus_per_node=2)
+    doc["llm"]["drain_s"] = TP2_DRAIN_S
+    doc["models"] = [m for m in doc["models"] if m["name"] in TP2_RATES]
+    os.makedirs(TP2_OUT, exist_ok=True)
+    path = os.path.join(TP2_OUT, "poisson.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    return path
+
+
+def tp2_mesh(path: str, share: float, scheduling: Optional[str], why: str) -> Any:
+    """Both LLMs of the 2-GPU instance on one TP-2 mesh of GPUs 0 and 1 at SM ``share`` each."""
+    from placement_opt import load_instance
+    from placement_opt.placement import Group, Placement
+
+    names = tuple(load_instance(path).model_names)
+    return Placement(groups=(Group(devices=(0, 1), tp=2, models=names, sm_share=(share,) * len(names)),),
+                     scheduling=scheduling, provenance={"made_by": "benchmarks/fidelity/llm/make_instances.py",
+                                                        "why": why})
+
+
+def tp2_placements(path: str) -> None:
+    """spatial and muxserve (solved) and temporal and colocated (one TP-2 mesh) beside ``path``."""
+    from placement_opt import load_instance, simulate, solve
+
+    inst = load_instance(path)
+    placements = {s: solve(inst, s, seed=0) for s in ("spatial", "muxserve")}
+    placements["temporal"] = tp2_mesh(path, 1.0, "temporal", "temporal multiplexing on one TP-2 mesh (the "
+                                      "temporal solver chooses the spatial placement on two GPUs)")
+    placements["colocated"] = tp2_mesh(path, 0.5, None, "both LLMs colocated on one TP-2 mesh at SM shares 0.5 "
+                                       "(MuxServe's search prefers GPU 0 alone)")
+    for name, p in placements.items():
+        m = simulate(inst, p)
+        p = p.with_metrics(m) if name in ("temporal", "colocated") else p
+        out = path.replace(".json", f"-{name}.placement.json")
+        with open(out, "w") as f:
+            f.write(p.to_json() + "\n")
+        print(f"{os.path.relpath(out, ROOT)}: groups {[(g.devices, g.tp, g.models, g.sm_share) for g in p.groups]} "
+              f"scheduling {p.scheduling} tput {m['throughput_rps']:.3f} attain {m['slo_attainment']:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", default=os.path.join(ROOT, "..", "shared", "data", "traces"),
                     help="folder with splitwise_conv.csv and splitwise_code.csv")
+    ap.add_argument("--tp2", action="store_true", help="write only the 2-GPU set (instances/fidelity-llm/tp2/)")
     args = ap.parse_args()
-    solve_placements(write_instances(args.traces))
+    if args.tp2:
+        tp2_placements(write_tp2_instance())
+    else:
+        solve_placements(write_instances(args.traces))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ a copy whose models reference ``benchmarks/fidelity/llm/tables/<model>.json`` (w
 and the host and contention parameters of ``calibration.json`` (written by
 ``benchmarks/llm_fidelity.py --calibrate``) when it exists, in their ``llm`` section.
 
-Usage: python benchmarks/fidelity/llm/measured_instances.py [TABLES_DIR]
-(default ``benchmarks/fidelity/llm/tables``; ``run_gpu.sh`` passes its ``$TABLES``).
+Usage: python benchmarks/fidelity/llm/measured_instances.py [TABLES_DIR [INSTANCES_DIR]]
+(default ``benchmarks/fidelity/llm/tables``; ``run_gpu.sh`` passes its ``$TABLES``;
+INSTANCES_DIR defaults to ``instances/fidelity-llm``, the copies go to its ``measured/``:
+``run_gpu.sh``'s ``measured2`` phase passes the 2-GPU set, ``instances/fidelity-llm/tp2``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 SRC = os.path.join(ROOT, "instances", "fidelity-llm")
-DST = os.path.join(SRC, "measured")
 TABLES = os.path.join(HERE, "tables")
 CALIBRATION = os.path.join(HERE, "calibration.json")
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s")
@@ -40,8 +41,10 @@ SPECS = {"H100": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 3350},
 
 def main() -> None:
     tables_dir = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else TABLES
-    os.makedirs(DST, exist_ok=True)
-    for path in sorted(glob.glob(os.path.join(SRC, "*.json"))):
+    src = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else SRC
+    dst = os.path.join(src, "measured")
+    os.makedirs(dst, exist_ok=True)
+    for path in sorted(glob.glob(os.path.join(src, "*.json"))):
         if path.endswith(".placement.json"):
             continue
         with open(path) as f:
@@ -51,7 +54,7 @@ def main() -> None:
             table = os.path.join(tables_dir, f"{m['name']}.json")
             if not os.path.exists(table):
                 raise SystemExit(f"{table}: missing; run the profile phase first")
-            tables[m["name"]] = os.path.relpath(table, DST)
+            tables[m["name"]] = os.path.relpath(table, dst)
             m["cost_table"] = m["name"]
             with open(table) as f:
                 gpu = json.load(f)["gpu"]
@@ -60,9 +63,9 @@ def main() -> None:
         inst["cluster"]["gpu"]["name"] = gpu
         inst["cluster"]["gpu"].update(next((v for k, v in SPECS.items() if k in gpu), {}))
         if "trace" in inst["workload"]:
-            inst["workload"]["trace"] = os.path.relpath(os.path.join(SRC, inst["workload"]["trace"]), DST)
+            inst["workload"]["trace"] = os.path.relpath(os.path.join(src, inst["workload"]["trace"]), dst)
         inst["description"] += " Latencies: the cost tables measured on " + gpu + "."
-        out = os.path.join(DST, os.path.basename(path))
+        out = os.path.join(dst, os.path.basename(path))
         with open(out + ".tmp", "w") as f:
             json.dump(inst, f, indent=1)
             f.write("\n")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LLM fidelity on one GPU (docs/fidelity-llm.md). Usage: bash benchmarks/fidelity/llm/run_gpu.sh PHASE...
+# LLM fidelity on one GPU, and on two for the 2-GPU set (docs/fidelity-llm.md). Usage: bash benchmarks/fidelity/llm/run_gpu.sh PHASE...
 # Phases (in order; each fits a 10-minute command; times measured for an H100 are in the doc):
 #   setup     install the package (no deps: torch+CUDA is there; no ortools needed), print the GPU
 #   check     GPU self-check (green contexts, paged decode, the Triton paged attention against a torch
@@ -11,20 +11,30 @@
 #   profile   cost tables of the 5 fidelity LLMs (TP 1, SM shares $SHARES) into benchmarks/fidelity/llm/tables/
 #   measured  instances that use those tables (instances/fidelity-llm/measured/)
 #   mux       the muxserve placement on Poisson with policies adbs, round-robin, fcfs (one set of workers)
-#   traces    the muxserve placement on the conv and code traces (adbs)
-#   temporal  the temporal placement on the three workloads
+#   traces    the muxserve placement on the $TRACES workloads (default conv code; adbs)
+#   temporal  the temporal placement on the $TEMPORAL workloads (default poisson conv code)
+#   profile2  2-GPU set ($TP2, instances/fidelity-llm/tp2): cost tables of $MODELS2 at TP 1 (one model per GPU
+#             at once) and TP 2, SM shares $SHARES2, merged per model into $TABLES2 (benchmarks/fidelity/llm/tables-tp2)
+#   measured2 the 2-GPU set's instances that use those tables ($TP2/measured/)
+#   tp2       the 2-GPU set's placements $PLACEMENTS2 (default spatial muxserve temporal colocated), each on
+#             fresh workers, into $RESULTS/tp2-poisson-<placement>
 #   pack      benchmarks/fidelity/llm/{tables,results}/ and instances/fidelity-llm/measured/ into
 #             $OUT/llm-fidelity-<time>.tar.gz: end every call with it and unpack the tarball at the
 #             repository root here (tar xzf), then later calls carry the tables.
 # $OUT is the device's output folder (default ./llm-fidelity-out).
 # Knobs: RESULTS (the results folder, default $B/results: give each GPU run of a new engine its own,
 # e.g. $B/results-v2), SHARES, MODELS, REPEATS, TABLES (profile: the tables' folder, default $B/tables; `measured`
-# points the instances at it), POLICIES (mux; default adbs,round-robin,fcfs), and
+# points the instances at it), PROFILE_GRID (the profiles' --batch-sizes and --seq-lens), POLICIES (mux;
+# default adbs,round-robin,fcfs), and
 # DEADLINE_S (seconds from the start, default 540): a phase starting after it is skipped, and the
 # profile and replay phases are interrupted (SIGINT: partial results saved) when it passes, so
 # `pack` still runs inside the device's 10-minute limit. CAP_<phase> (e.g. CAP_profile=170) bounds
 # one phase's seconds the same way, so a later phase keeps its time (a model whose profile is cut
-# gets no table; `measured` then keeps the committed instances).
+# gets no table; `measured` then keeps the committed instances). RUN_CAP_S (default 0: none) bounds
+# each `placeopt execute` of the mux, traces, temporal and tp2 phases the same way, so a slow run
+# (e.g. a long warm-up) leaves the next one its time; an interrupted run saves its partial results.
+# BACKEND (default nccl; gloo runs the profile2, measured2 and tp2 phases on CPU processes: the dry
+# run of tests/executor/test_llm_tp2_set.py, with TP2 a tiny copy of the 2-GPU set and SHARES2=1).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-llm-fidelity-out}
@@ -37,14 +47,34 @@ REPEATS=${REPEATS:-5}
 TABLES=${TABLES:-$B/tables}
 POLICIES=${POLICIES:-adbs,round-robin,fcfs}
 DEADLINE_S=${DEADLINE_S:-540}
+TRACES=${TRACES:-conv code}
+TEMPORAL=${TEMPORAL:-poisson conv code}
+TP2=${TP2:-$I/tp2}
+TABLES2=${TABLES2:-$B/tables-tp2}
+SHARES2=${SHARES2:-0.5,1}
+MODELS2=${MODELS2:-llm-7b llm-8b}
+PLACEMENTS2=${PLACEMENTS2:-spatial muxserve temporal colocated}
+RUN_CAP_S=${RUN_CAP_S:-0}
+BACKEND=${BACKEND:-nccl}
+PROFILE_GRID=${PROFILE_GRID:---batch-sizes 1,2,4,8,16,32 --seq-lens 64,256,1024,2048}
+read -r -a GRID <<< "$PROFILE_GRID --warmup 2 --repeats $REPEATS"
 START=$SECONDS
+RUN_CAP=0
 PHASE_CAP=0
 PHASE_START=$SECONDS
 # seconds left for the running phase: to DEADLINE_S, and to its CAP_<phase> when one is set
 left() { local l=$((DEADLINE_S - (SECONDS - START))) c
   if [ "$PHASE_CAP" -gt 0 ]; then c=$((PHASE_CAP - (SECONDS - PHASE_START))); [ "$c" -lt "$l" ] && l=$c; fi
   echo "$l"; }
-bounded() { local s; s=$(left); if [ "$s" -le 5 ]; then echo "skipped (deadline): $*"; return 0; fi
+# `bounded`, each command also at most RUN_CAP_S seconds (the phases that replay placements)
+run_capped() { RUN_CAP=$RUN_CAP_S; bounded "$@"; local rc=$?; RUN_CAP=0; return $rc; }
+# the profiled GPU's name for the cost tables (cpu-process on a machine without CUDA)
+gpu_name() { python3 -c 'import torch
+n = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu-process"
+print("H200" if "H200" in n else "H100-80GB" if "H100" in n else n.replace(" ", "-"))'; }
+n_gpus() { python3 -c 'import torch; print(torch.cuda.device_count())'; }
+bounded() { local s; s=$(left); if [ "$RUN_CAP" -gt 0 ] && [ "$RUN_CAP" -lt "$s" ]; then s=$RUN_CAP; fi
+  if [ "$s" -le 5 ]; then echo "skipped (deadline): $*"; return 0; fi
   timeout --signal=INT --kill-after=40 "$s" "$@"; }
 mkdir -p "$OUT" "$R" "$TABLES"
 for phase in "$@"; do
@@ -71,28 +101,58 @@ for phase in "$@"; do
     engine)
       bounded python3 $B/engine_bench.py $I/poisson.json -o "$R/engine.json" 2>&1 | tail -30 ;;
     profile)
-      GPU=$(python3 -c 'import torch; n = torch.cuda.get_device_name(0); print("H200" if "H200" in n else "H100-80GB" if "H100" in n else n.replace(" ", "-"))')
+      GPU=$(gpu_name)
       for m in $MODELS; do
-        bounded placeopt profile $I/poisson.json --model $m --llm --tp 1 --sm-shares "$SHARES" \
-          --batch-sizes 1,2,4,8,16,32 --seq-lens 64,256,1024,2048 --warmup 2 --repeats "$REPEATS" --gpu-name "$GPU" \
-          -o "$TABLES/$m.json" --details "$TABLES/$m.details.json" 2>&1 | tail -3
+        bounded placeopt profile $I/poisson.json --model $m --llm --tp 1 --sm-shares "$SHARES" "${GRID[@]}" \
+          --gpu-name "$GPU" -o "$TABLES/$m.json" --details "$TABLES/$m.details.json" 2>&1 | tail -3
       done ;;
     measured)
       python3 $B/measured_instances.py "$TABLES" ;;
     mux)
-      bounded placeopt execute $I/measured/poisson.json $I/poisson-muxserve.placement.json --policy "$POLICIES" \
-        -o "$R/poisson-muxserve" 2>&1 | tail -40 ;;
+      run_capped placeopt execute $I/measured/poisson.json $I/poisson-muxserve.placement.json --policy "$POLICIES" \
+        --backend "$BACKEND" -o "$R/poisson-muxserve" 2>&1 | tail -40 ;;
     traces)
-      for w in conv code; do
-        bounded placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs -o "$R/$w-muxserve" 2>&1 | tail -20
+      for w in $TRACES; do
+        run_capped placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs --backend "$BACKEND" \
+          -o "$R/$w-muxserve" 2>&1 | tail -20
       done ;;
     temporal)
-      for w in poisson conv code; do
-        bounded placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json -o "$R/$w-temporal" 2>&1 | tail -20
+      for w in $TEMPORAL; do
+        run_capped placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json --backend "$BACKEND" \
+          -o "$R/$w-temporal" 2>&1 | tail -20
+      done ;;
+    profile2)
+      GPU=$(gpu_name)
+      NGPU=$(n_gpus)
+      mkdir -p "$TABLES2/tp1" "$TABLES2/tp2"
+      i=0
+      for m in $MODELS2; do  # TP 1: with two GPUs, the two models at once, one on each
+        args=(placeopt profile $TP2/poisson.json --model $m --llm --tp 1 --backend "$BACKEND" --sm-shares "$SHARES2"
+              "${GRID[@]}" --gpu-name "$GPU" -o "$TABLES2/tp1/$m.json" --details "$TABLES2/tp1/$m.details.json")
+        if [ "$NGPU" -ge 2 ]; then
+          (export CUDA_VISIBLE_DEVICES=$((i % 2)); bounded "${args[@]}" 2>&1 | tail -3) &
+        else
+          bounded "${args[@]}" 2>&1 | tail -3
+        fi
+        i=$((i + 1))
+      done
+      wait
+      for m in $MODELS2; do
+        bounded placeopt profile $TP2/poisson.json --model $m --llm --tp 2 --backend "$BACKEND" --sm-shares "$SHARES2" \
+          "${GRID[@]}" --gpu-name "$GPU" -o "$TABLES2/tp2/$m.json" --details "$TABLES2/tp2/$m.details.json" 2>&1 | tail -3
+      done
+      python3 $B/merge_tables.py "$TABLES2" "$TABLES2/tp1" "$TABLES2/tp2" ;;
+    measured2)
+      python3 $B/measured_instances.py "$TABLES2" $TP2 ;;
+    tp2)
+      for p in $PLACEMENTS2; do
+        run_capped placeopt execute $TP2/measured/poisson.json $TP2/poisson-$p.placement.json --backend "$BACKEND" \
+          -o "$R/tp2-poisson-$p" 2>&1 | tail -20
       done ;;
     pack)
       tar czf "$OUT/llm-fidelity-$(date -u +%H%M%S).tar.gz" $B/tables "$TABLES" $R $(test -d $B/check && echo $B/check) \
-        $(test -d $I/measured && echo $I/measured)
+        $(test -d $I/measured && echo $I/measured) $(test -d "$TABLES2" && echo "$TABLES2") \
+        $(test -d $TP2/measured && echo $TP2/measured)
       ls -la "$OUT" ;;
     *)
       echo "unknown phase $phase"; exit 2 ;;
