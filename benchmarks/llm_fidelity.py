@@ -31,11 +31,11 @@ values. Attainment is scored on both sides
 against the SLOs of that instance (the measured requests of ``requests.csv`` re-scored), so a
 new cost table changes both sides alike. The last line takes each run's *after* errors (its
 committed ones where its instance or placement is not in the repository: not re-predicted).
-A folder may use its own tables (``Generation.folder_tables``: ``results-v3-tp2``, profiled
-in the same call); a model without a table there keeps the measured instance's. Run folders
-are named ``<workload>-<placement>`` (the workload may contain ``-``): the instance
-``instances/fidelity-llm/measured/<workload>.json`` and the placement
-``instances/fidelity-llm/<workload>-<placement>.placement.json``.
+A folder may use its own tables (``Generation.folder_tables``: ``results-v3-tp2`` uses
+``tables-tp2``, profiled in the same call); a model without a table there keeps the measured
+instance's. Run folders are named ``<workload>-<placement>`` (the workload may contain ``-``);
+:func:`run_inputs` finds the instance and placement (``tp2-poisson-spatial``: the 2-GPU set's
+``instances/fidelity-llm/tp2/measured/poisson.json`` and ``tp2/poisson-spatial.placement.json``).
 
 ``--calibrate [GENERATION]`` fits one generation's parameters (default: the newest) and writes
 its calibration file (the newest generation's is ``fidelity/llm/calibration.json``, which
@@ -100,15 +100,16 @@ class Generation:
 
 # v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
 # attention, prefill CUDA graphs (docs/fidelity-llm.md). The newest is the engine in use.
-# results-v3c (warm Poisson policies, temporal, traces) and results-v3-tp2 (2 GPUs, TP 2,
-# tables profiled in the same call into tables-v3-tp2) are read when they exist.
+# results-v3c (warm Poisson policies, temporal, traces) and results-v3-tp2 (2 GPUs, TP 2: runs
+# tp2-poisson-<placement>, tables profiled in the same call into tables-tp2, run_gpu.sh's
+# TABLES2) are read when they exist.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
     "v3": Generation(("results-v3", "results-v3b", "results-v3c", "results-v3-tp2"), "tables-v3", "results-v3",
                      ("results-v3b", "poisson-muxserve/round-robin"), "calibration.json",
                      fit_streams=("results-v3b", "poisson-temporal"),
-                     folder_tables=(("results-v3-tp2", "tables-v3-tp2"),)),
+                     folder_tables=(("results-v3-tp2", "tables-tp2"),)),
 }
 
 
@@ -234,9 +235,16 @@ def _fmt(x: Optional[float]) -> str:
 
 
 def run_inputs(run: dict) -> Tuple[str, str]:
-    """The measured instance and the placement a run replayed."""
-    return (os.path.join(INSTANCES, "measured", f"{run['workload']}.json"),
-            os.path.join(INSTANCES, f"{run['workload']}-{run['placement']}.placement.json"))
+    """The measured instance and the placement a run replayed: ``measured/<workload>.json`` and
+    ``<workload>-<placement>.placement.json`` of ``instances/fidelity-llm/``, or of its
+    sub-folder ``<set>`` for a workload ``<set>-<name>`` when that folder exists (the 2-GPU
+    set: ``tp2-poisson`` is ``tp2/measured/poisson.json``)."""
+    folder, workload = INSTANCES, run["workload"]
+    prefix, _, rest = workload.partition("-")
+    if rest and os.path.isdir(os.path.join(INSTANCES, prefix)):
+        folder, workload = os.path.join(INSTANCES, prefix), rest
+    return (os.path.join(folder, "measured", f"{workload}.json"),
+            os.path.join(folder, f"{workload}-{run['placement']}.placement.json"))
 
 
 def tables_of(folder: str, gen: Generation) -> str:

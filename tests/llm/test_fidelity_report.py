@@ -5,7 +5,7 @@ generation that a run has not written yet are skipped, and the last line covers 
 of the newest generation that has any. Here the fidelity folder is a temporary copy: the
 committed tables and calibration, ``results-v3`` with only its benchmark files,
 ``results-v3b``'s temporal run as itself and again as ``results-v3c`` (a later run of the
-same engine), and a ``results-v3-tp2`` run whose instance is not in the repository.
+same engine), and a ``results-v3-tp2`` run (``tp2-poisson-spatial``) whose measured instance is not in the repository.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def fidelity_copy(tmp_path, monkeypatch) -> ModuleType:
     temporal = os.path.join(FIDELITY, "results-v3b", "poisson-temporal")
     shutil.copytree(temporal, root / "results-v3b" / "poisson-temporal")
     shutil.copytree(temporal, root / "results-v3c" / "poisson-temporal")
-    shutil.copytree(temporal, root / "results-v3-tp2" / "tp2-spatial")
+    shutil.copytree(temporal, root / "results-v3-tp2" / "tp2-poisson-spatial")
     monkeypatch.setattr(script, "LLM", str(root))
     return script
 
@@ -58,7 +58,7 @@ def test_every_run_of_the_newest_generation_counts_and_missing_inputs_are_skippe
     assert [os.path.basename(f) for f in folders] == ["results-v3", "results-v3b", "results-v3c", "results-v3-tp2"]
     reported = {f: script.report(f) for f in folders}
     out = capsys.readouterr().out
-    assert "tp2-spatial: not re-predicted, instances/fidelity-llm/measured/tp2.json is missing" in out
+    assert "tp2-poisson-spatial: not re-predicted, instances/fidelity-llm/tp2/measured/poisson.json is missing" in out
     assert "poisson-temporal                 after" in out and "streams (fit run)" in out
     scope = script.summary_scope(folders, reported)
     assert [os.path.basename(f) for f in scope] == ["results-v3b", "results-v3c", "results-v3-tp2"]  # v3: no run
@@ -79,9 +79,13 @@ def test_every_run_of_the_newest_generation_counts_and_missing_inputs_are_skippe
 def test_tp2_runs_use_their_own_tables_where_they_exist(fidelity_copy):
     script = fidelity_copy
     gen = script.GENERATIONS["v3"]
-    assert script.tables_of(os.path.join(script.LLM, "results-v3-tp2"), gen) == "tables-v3-tp2"
+    assert script.tables_of(os.path.join(script.LLM, "results-v3-tp2"), gen) == "tables-tp2"
+    tp2_run = {"workload": "tp2-poisson", "placement": "spatial"}
+    assert script.run_inputs(tp2_run) == (os.path.join(ROOT, "instances", "fidelity-llm", "tp2", "measured", "poisson.json"),
+                                          os.path.join(ROOT, "instances", "fidelity-llm", "tp2",
+                                                       "poisson-spatial.placement.json"))
     assert script.tables_of(os.path.join(script.LLM, "results-v3c"), gen) == "tables-v3"
-    # no tables-v3-tp2 folder yet: every model keeps the measured instance's own table
+    # no tables-tp2 folder here yet: every model keeps the measured instance's own table
     inst_dir = os.path.join(ROOT, "instances", "fidelity-llm", "measured")
     refs = {"llm-8b": "../../../benchmarks/fidelity/llm/tables-v3/llm-8b.json"}
     tp2 = os.path.join(script.LLM, script.tables_of(os.path.join(script.LLM, "results-v3-tp2"), gen))
