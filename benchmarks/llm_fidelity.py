@@ -6,14 +6,18 @@ run, ``results-v2`` the run after the engine fixes, ...): every ``summary.json``
 per run and policy: ``placeopt execute`` of an LLM instance, the simulator's prediction beside
 the measurement), ``roofline.json`` and ``engine.json`` (the engine micro-benchmark). Prints,
 per folder, the engine benchmark's summary, one row per run, the placement and policy
-rankings per workload; and as its last line, for the newest folder that has any result,
+rankings per workload; and as its last line, over every run of the newest engine generation
+that has any (all the folders of ``GENERATIONS``' newest entry that exist: fit and held-out,
+warm and cold trials alike; without a generation, e.g. ``--results DIR``, the newest folder
+that has any result),
 
     max_throughput_err=<x> max_llm_err=<y> max_ttft_err=<t> max_attain_pp=<z> ranking_ok=<0|1> decode_roofline=<r>
 
 Errors are fractions (|measured - simulated| / simulated), the worst over the runs;
-attainment in points; ``ranking_ok`` is 1 when, for every workload, the placements (and the
-policies of the ablation) ordered by measured total throughput are ordered the same by the
-simulator; ``decode_roofline`` is the worst fraction of the HBM roofline (specified
+attainment in points; ``ranking_ok`` is 1 when, in every folder counted and for every
+workload, the placements (and the policies of the ablation) ordered by measured total
+throughput are ordered the same by the simulator (and at least one ranking was compared);
+``decode_roofline`` is the worst fraction of the HBM roofline (specified
 bandwidth) of the 7B decode step over batch 1-32 at a 512-token context, from the newest
 folder that has ``roofline.json``. ``nan`` marks a figure with no result behind it.
 
@@ -25,8 +29,13 @@ with the cost tables *of the run's engine generation*, the run's placement and p
 ``decode_host_s``, ``prefill_host_s`` = 0), and *after*, with that generation's calibrated
 values. Attainment is scored on both sides
 against the SLOs of that instance (the measured requests of ``requests.csv`` re-scored), so a
-new cost table changes both sides alike. The last line is computed from the *after*
-predictions where there are any (else from the committed ones).
+new cost table changes both sides alike. The last line takes each run's *after* errors (its
+committed ones where its instance or placement is not in the repository: not re-predicted).
+A folder may use its own tables (``Generation.folder_tables``: ``results-v3-tp2`` uses
+``tables-tp2``, profiled in the same call); a model without a table there keeps the measured
+instance's. Run folders are named ``<workload>-<placement>`` (the workload may contain ``-``);
+:func:`run_inputs` finds the instance and placement (``tp2-poisson-spatial``: the 2-GPU set's
+``instances/fidelity-llm/tp2/measured/poisson.json`` and ``tp2/poisson-spatial.placement.json``).
 
 ``--calibrate [GENERATION]`` fits one generation's parameters (default: the newest) and writes
 its calibration file (the newest generation's is ``fidelity/llm/calibration.json``, which
@@ -36,10 +45,17 @@ together on their SM partitions, replayed with the stretch model, least squares 
 times); ``decode_host_s`` and ``prefill_host_s`` on one run only (the generation's ``fit`` run, a warm trial:
 the grid point, decode at or above ``engine.json``'s launch + collect time, whose
 re-prediction has the smallest worst of |TPOT error| and |TTFT error|); their ``_full_s``
-twins (an LLM on the whole GPU, plain streams) scaled by ``engine.json``'s streams / green
-context host-time ratios. Every other run is held out.
+twins (an LLM on the whole GPU, plain streams) measured on the generation's plain-stream fit
+run (``fit_streams``, a temporal run: decode, the median time a decode step takes beyond its
+table between back-to-back steps; prefill, ``engine.json``'s streams launch time), or where
+it has none scaled by ``engine.json``'s streams / green context host-time ratios. Every other
+run is held out; the report marks the fit runs.
 
-Usage: python benchmarks/llm_fidelity.py [--results DIR] [--calibrate [GENERATION]]
+``--policy-load SCALE[:RESERVE]`` simulates the Poisson muxserve placement under the three
+policies with the rates times SCALE (and ``llm.kv_reserve_fraction`` RESERVE): the load at
+which the policy ablation is worth measuring (docs/fidelity-llm.md).
+
+Usage: python benchmarks/llm_fidelity.py [--results DIR] [--calibrate [GENERATION]] [--policy-load SCALE[:RESERVE]]
 """
 
 from __future__ import annotations
@@ -65,25 +81,47 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
 
 @dataclasses.dataclass(frozen=True)
 class Generation:
-    """One engine version: the results folders its GPU runs wrote, the cost tables it was
-    profiled into, the engine micro-benchmark and the run (a warm trial: the second on its
-    workers) its host seconds are fitted on (every other run is held out), its calibration file."""
+    """One engine version: the results folders its GPU runs wrote (those not yet written are
+    skipped), the cost tables it was profiled into (``folder_tables``: a results folder whose
+    instance was profiled into tables of its own), the engine micro-benchmark, the run (a
+    warm trial: the second on its workers) its SM-partition host seconds are fitted on, the
+    plain-stream run (one job at a time) its ``_full_s`` host seconds are measured on (None:
+    scaled from the partition ones by ``engine.json``'s ratios), and its calibration file.
+    Every run that is not a fit run is held out."""
 
     results: Tuple[str, ...]
     tables: str
     engine: str
     fit: Tuple[str, str]
     calibration: str
+    fit_streams: Optional[Tuple[str, str]] = None
+    folder_tables: Tuple[Tuple[str, str], ...] = ()
 
 
 # v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
 # attention, prefill CUDA graphs (docs/fidelity-llm.md). The newest is the engine in use.
+# results-v3c (warm Poisson policies, temporal, traces) and results-v3-tp2 (2 GPUs, TP 2: runs
+# tp2-poisson-<placement>, tables profiled in the same call into tables-tp2, run_gpu.sh's
+# TABLES2) are read when they exist.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
-    "v3": Generation(("results-v3", "results-v3b"), "tables-v3", "results-v3",
-                     ("results-v3b", "poisson-muxserve/round-robin"), "calibration.json"),
+    "v3": Generation(("results-v3", "results-v3b", "results-v3c", "results-v3-tp2"), "tables-v3", "results-v3",
+                     ("results-v3b", "poisson-muxserve/round-robin"), "calibration.json",
+                     fit_streams=("results-v3b", "poisson-temporal"),
+                     folder_tables=(("results-v3-tp2", "tables-tp2"),)),
 }
+
+
+def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
+    """The runs ``gen``'s calibration was fitted on (folder, run name)."""
+    return [gen.fit] + ([gen.fit_streams] if gen.fit_streams else [])
+
+
+def is_fit_run(run: dict) -> bool:
+    """Whether ``run`` is one its generation's calibration was fitted on (else it is held out)."""
+    gen = generation_of(run["folder"])
+    return gen is not None and (os.path.basename(os.path.normpath(run["folder"])), run["name"]) in fit_runs(gen)
 
 
 def generation_of(folder: str) -> Optional[Generation]:
@@ -115,7 +153,8 @@ def load_runs(results: str) -> List[dict]:
         with open(path) as f:
             s = json.load(f)
         rel = os.path.relpath(os.path.dirname(path), results).split(os.sep)
-        workload, _, placement = rel[0].partition("-")
+        workload, _, placement = rel[0].rpartition("-")  # <workload>-<placement>: the workload may hold a '-'
+        workload = workload or placement
         runs.append({"folder": results, "name": "/".join(rel), "workload": workload, "placement": placement or rel[0],
                      "policy": s["policy"], "summary": s})
     return runs
@@ -135,9 +174,10 @@ def _simulated_tput(run: dict) -> float:
     return (run["after"] if "after" in run else run["summary"])["simulated"]["throughput_rps"]
 
 
-def rankings(runs: List[dict]) -> Tuple[List[str], bool]:
+def rankings(runs: List[dict]) -> Tuple[List[str], bool, bool]:
     """Per workload, placements (adbs or their own policy) and, for muxserve, policies ordered
-    by measured and by simulated throughput (re-predicted where there is a prediction); returns the report lines and whether all agree."""
+    by measured and by simulated throughput (re-predicted where there is a prediction);
+    returns the report lines, whether all agree and whether there was anything to compare."""
     lines, ok, compared = [], True, False
     for w in sorted({r["workload"] for r in runs}):
         mine = [r for r in runs if r["workload"] == w and r["summary"]["status"] == "complete"]
@@ -152,7 +192,7 @@ def rankings(runs: List[dict]) -> Tuple[List[str], bool]:
             compared = True
             ok &= measured == simulated
             lines.append(f"{w} {what}: measured {' > '.join(measured)}; simulated {' > '.join(simulated)}")
-    return lines, ok and compared
+    return lines, ok, compared
 
 
 def roofline(results: str) -> float:
@@ -195,20 +235,41 @@ def _fmt(x: Optional[float]) -> str:
 
 
 def run_inputs(run: dict) -> Tuple[str, str]:
-    """The measured instance and the placement a run replayed."""
-    return (os.path.join(INSTANCES, "measured", f"{run['workload']}.json"),
-            os.path.join(INSTANCES, f"{run['workload']}-{run['placement']}.placement.json"))
+    """The measured instance and the placement a run replayed: ``measured/<workload>.json`` and
+    ``<workload>-<placement>.placement.json`` of ``instances/fidelity-llm/``, or of its
+    sub-folder ``<set>`` for a workload ``<set>-<name>`` when that folder exists (the 2-GPU
+    set: ``tp2-poisson`` is ``tp2/measured/poisson.json``)."""
+    folder, workload = INSTANCES, run["workload"]
+    prefix, _, rest = workload.partition("-")
+    if rest and os.path.isdir(os.path.join(INSTANCES, prefix)):
+        folder, workload = os.path.join(INSTANCES, prefix), rest
+    return (os.path.join(folder, "measured", f"{workload}.json"),
+            os.path.join(folder, f"{workload}-{run['placement']}.placement.json"))
 
 
-def generation_instance(inst_path: str, gen: Optional[Generation]) -> Any:
-    """The measured instance with ``gen``'s cost tables (as committed without a generation)."""
+def tables_of(folder: str, gen: Generation) -> str:
+    """The cost-table folder of ``gen`` that the runs of results folder ``folder`` use."""
+    return dict(gen.folder_tables).get(os.path.basename(os.path.normpath(folder)), gen.tables)
+
+
+def cost_table_paths(refs: Dict[str, str], inst_dir: str, tables: str) -> Dict[str, str]:
+    """Each model's table in folder ``tables`` where it has one, else the instance's own
+    reference ``refs[model]`` (relative to ``inst_dir``), as absolute paths."""
+    return {m: (os.path.join(tables, f"{m}.json") if os.path.exists(os.path.join(tables, f"{m}.json"))
+                else os.path.normpath(os.path.join(inst_dir, ref))) for m, ref in refs.items()}
+
+
+def generation_instance(inst_path: str, gen: Optional[Generation], folder: str = "") -> Any:
+    """The measured instance with the cost tables of ``gen`` for the runs of ``folder`` (a
+    model without a table there keeps the instance's own; as committed without a generation)."""
     from placement_opt.instance import load_instance
 
     if gen is None:
         return load_instance(inst_path)
     with open(inst_path) as f:
         data = json.load(f)
-    data["cost_tables"] = {m: os.path.join(LLM, gen.tables, f"{m}.json") for m in data["cost_tables"]}
+    data["cost_tables"] = cost_table_paths(data["cost_tables"], os.path.dirname(inst_path),
+                                           os.path.join(LLM, tables_of(folder, gen)))
     # beside the original: the instance's other relative paths (traces) must still resolve
     fd, path = tempfile.mkstemp(suffix=".json", dir=os.path.dirname(inst_path))
     try:
@@ -229,7 +290,7 @@ def predict(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, float]:
 
     inst_path, placement_path = run_inputs(run)
     gen = generation_of(run["folder"])
-    inst = generation_instance(inst_path, gen)
+    inst = generation_instance(inst_path, gen, run["folder"])
     if model is None and gen is not None:
         model = generation_model(gen)
     if model is not None:
@@ -273,9 +334,14 @@ def errors(measured: dict, simulated: dict, attain_measured: Optional[float] = N
 
 
 def repredict(runs: List[dict]) -> None:
-    """Add ``before`` / ``after`` predictions and errors to every run of an engine in use."""
+    """Add ``before`` / ``after`` predictions and errors to every run of an engine in use
+    (a run whose measured instance or placement is not in the repository is left as committed)."""
     for r in runs:
         if generation_of(r["folder"]) is None or r["summary"]["status"] != "complete":
+            continue
+        missing = [p for p in run_inputs(r) if not os.path.exists(p)]
+        if missing:
+            print(f"{r['name']}: not re-predicted, {os.path.relpath(missing[0], os.path.dirname(HERE))} is missing")
             continue
         for label, model in (("before", {}), ("after", None)):
             sim, attain = predict(r, model)
@@ -347,6 +413,71 @@ def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float]) -
     return best
 
 
+def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int]]:
+    """Per model of ``run``'s placement: its mesh's latency tables at share 1 (as the simulator
+    resamples them, :class:`LatencyTables`) and its index on the mesh."""
+    from placement_opt.llm_units import llm_specs
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate.llm import _mesh_tables
+    from placement_opt.simulate.meshsim import LatencyTables
+
+    inst_path, placement_path = run_inputs(run)
+    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    specs = {s.name: s for s in llm_specs(inst)}
+    out = {}
+    for g in load_placement(placement_path).groups:
+        mesh = [specs[m] for m in g.models]
+        prefill, decode, lgrid = _mesh_tables(mesh, g.tp, [1.0] * len(mesh), inst.llm_settings.max_batch)
+        for k, m in enumerate(g.models):
+            out[m] = (LatencyTables(prefill=prefill, decode=decode, lgrid=lgrid.astype(np.float64)), k)
+    return out
+
+
+def plain_stream_decode_extra(run: dict) -> Tuple[float, int]:
+    """Seconds a decode step takes beyond its table time on plain streams, one job at a time
+    (a temporal run): over every pair of consecutive token events of one mesh that are decode
+    steps of the same LLM (nothing ran between them), the median of (gap - the table time of
+    the second step at its batch and mean context). Returns it and the number of pairs. The
+    median ignores the few steps that wait for a cold prefill's capture."""
+    from placement_opt.executor.llm_sched import len_interp
+
+    tables = _mesh_step_tables(run)
+    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
+        rows = list(csv.DictReader(f))
+    events: Dict[Tuple[float, str], List[Tuple[int, int]]] = {}
+    for r in rows:
+        for j, t in enumerate(r["token_times_s"].split()):
+            events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j))
+    extra = []
+    ordered = sorted(events)
+    for (t0, m0), (t1, m1) in zip(ordered, ordered[1:]):
+        step, before = events[(t1, m1)], events[(t0, m0)]
+        if m0 != m1 or any(j == 0 for _, j in step + before):
+            continue
+        table, k = tables[m1]
+        context = sum(p + j for p, j in step) / len(step)
+        extra.append(t1 - t0 - len_interp(table.decode[k, len(step)], table.lgrid, context))
+    return (float(np.median(extra)) if extra else math.nan), len(extra)
+
+
+def streams_host(gen: Generation, engine: dict, ratios: Tuple[float, float], partition: Tuple[float, float]) -> dict:
+    """``decode_host_full_s`` and ``prefill_host_full_s`` (an LLM on the whole GPU, plain
+    streams): measured on ``gen.fit_streams`` (decode: :func:`plain_stream_decode_extra`;
+    prefill: ``engine.json``'s median host time of a prefill launch on streams) where the
+    generation has such a run, else the partition values ``partition`` scaled by ``ratios``."""
+    if gen.fit_streams is None:
+        return {"decode_host_full_s": partition[0] * ratios[0], "prefill_host_full_s": partition[1] * ratios[1],
+                "source": "partition values x streams / green-context host ratios"}
+    folder, name = gen.fit_streams
+    run = next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
+    decode, pairs = plain_stream_decode_extra(run)
+    streams = next(r for r in engine["runs"] if r["mechanism"] == "streams")["per_llm"]
+    prefill = statistics.median(p["prefill_host_ms"] for p in streams) / 1e3
+    return {"decode_host_full_s": decode, "prefill_host_full_s": prefill,
+            "source": f"{folder}/{name}: median decode-step time beyond the table over {pairs} back-to-back steps; "
+                      f"prefill launch: engine.json streams"}
+
+
 def calibrate(gen: Generation) -> dict:
     """Fit ``gen``'s parameters (module docstring) and write its calibration file."""
     with open(os.path.join(LLM, gen.engine, "engine.json")) as f:
@@ -358,14 +489,16 @@ def calibrate(gen: Generation) -> dict:
     folder, name = gen.fit
     run = next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
     decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios)
+    full = streams_host(gen, engine, ratios, (decode_host, prefill_host))
     out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
-           "decode_host_full_s": round(decode_host * ratios[0], 6),
-           "prefill_host_full_s": round(prefill_host * ratios[1], 6),
+           "decode_host_full_s": round(full["decode_host_full_s"], 6),
+           "prefill_host_full_s": round(full["prefill_host_full_s"], 6),
            "fit": {"engine": os.path.join(gen.engine, "engine.json"), "tables": gen.tables, "hbm_rms_log_error": round(rms, 4),
                    "replayed_ms": [round(x, 3) for x in replay_round(hbm, per)],
                    "measured_ms": [round(p["together_gpu_ms"], 3) for p in per],
                    "decode_host_floor_s": floor, "streams_over_green_host": [round(x, 4) for x in ratios],
-                   "host_fit_run": f"{folder}/{name}", "host_fit_worst_tpot_ttft_err": round(worst, 4)}}
+                   "host_fit_run": f"{folder}/{name}", "host_fit_worst_tpot_ttft_err": round(worst, 4),
+                   "full_host_fit": full["source"]}}
     path = os.path.join(LLM, gen.calibration)
     with open(path + ".tmp", "w") as f:
         json.dump(out, f, indent=1)
@@ -374,12 +507,52 @@ def calibrate(gen: Generation) -> dict:
     return out
 
 
+# ---------------------------------------------------------------- policy load
+
+
+def policy_load_lines(spec: str) -> List[str]:
+    """The Poisson muxserve placement simulated under adbs, round-robin and fcfs with the
+    workload's rates times SCALE and, if given, ``llm.kv_reserve_fraction`` RESERVE (``spec``
+    is ``SCALE[:RESERVE]``), with the newest generation's tables and calibration: one line per
+    policy (throughput, SLO attainment, mean TTFT and TPOT, preemptions)."""
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate.llm import simulate_llm
+
+    scale_text, _, reserve_text = spec.partition(":")
+    try:
+        scale, reserve = float(scale_text), (float(reserve_text) if reserve_text else None)
+    except ValueError:
+        raise SystemExit(f"--policy-load: expected SCALE[:RESERVE], two numbers, got {spec!r}")
+    gen = list(GENERATIONS.values())[-1]
+    run = {"workload": "poisson", "placement": "muxserve", "folder": os.path.join(LLM, gen.results[0])}
+    inst_path, placement_path = run_inputs(run)
+    inst = generation_instance(inst_path, gen, run["folder"])
+    llm = dataclasses.replace(inst.llm_settings, **{f: float(v) for f, v in generation_model(gen).items()})
+    if reserve is not None:
+        llm = dataclasses.replace(llm, kv_reserve_fraction=reserve)
+    w = inst.workload
+    w = dataclasses.replace(w, process=None if w.process is None else w.process.scaled(scale),
+                            per_model={m: p.scaled(scale) for m, p in w.per_model.items()})
+    inst = dataclasses.replace(inst, llm=llm, workload=w)
+    placement = load_placement(placement_path)
+    lines = []
+    for policy in ("adbs", "round-robin", "fcfs"):
+        m = simulate_llm(inst, placement, policy=policy)
+        lines.append(f"rates x{scale:g} kv_reserve_fraction {llm.kv_reserve_fraction:g} "
+                     f"(pool {m['groups'][0]['kv_pool_gb']:.2f} GB, {m['requests']} requests) {policy:11}: "
+                     f"throughput {m['throughput_rps']:.3f} req/s, attainment {m['slo_attainment']:.3f}, "
+                     f"TTFT {1e3 * m['ttft_mean_s']:.0f} ms, TPOT {1e3 * m['tpot_mean_s']:.1f} ms, "
+                     f"preemptions {m['preemptions']}")
+    return lines
+
+
 # ---------------------------------------------------------------- report
 
 
-def report(results: str) -> Tuple[List[dict], bool]:
+def report(results: str) -> Tuple[List[dict], bool, bool]:
     """Print one results folder (the committed predictions, then the re-predicted ones);
-    returns its runs and whether its rankings agree (re-predicted where there are any)."""
+    returns its runs, whether its rankings agree (re-predicted where there are any) and
+    whether it had any ranking to compare."""
     runs = load_runs(results)
     repredict(runs)
     print(f"== {os.path.relpath(results, HERE)}")
@@ -394,17 +567,39 @@ def report(results: str) -> Tuple[List[dict], bool]:
             print(f"{r['name']:32} {label:9} {s['measured']['throughput_rps']:9.3f} "
                   f"{sim['throughput_rps']:7.3f} {_fmt(e['throughput_err']):>6} {_fmt(e['max_llm_err']):>7} "
                   f"{_fmt(e['ttft_err']):>8} {_fmt(e['tpot_err']):>8} {e['slo_attainment_pp']:9.2f}  "
-                  f"{','.join(s['sm_partitioning'])}")
-    lines, ranking_ok = rankings(runs)
+                  f"{','.join(s['sm_partitioning'])}{' (fit run)' if is_fit_run(r) else ''}")
+    lines, ranking_ok, compared = rankings(runs)
     for line in lines:
         print(line)
-    return runs, ranking_ok
+    return runs, ranking_ok, compared
 
 
 def _final_errors(runs: List[dict]) -> List[dict]:
-    """The errors the last line summarises: the re-predicted (after) ones where any, else the committed."""
-    after = [r["after"]["errors"] for r in runs if "after" in r]
-    return after if after else [r["summary"]["errors"] for r in runs]
+    """The errors the last line summarises: per run, the re-predicted (after) ones where it
+    has them, else the committed ones (a run whose inputs are not in the repository)."""
+    return [r["after"]["errors"] if "after" in r else r["summary"]["errors"] for r in runs]
+
+
+def summary_scope(folders: List[str], reported: Dict[str, Tuple[List[dict], bool, bool]]) -> List[str]:
+    """The folders the last line summarises: every folder with results of the newest engine
+    generation that has any (all its runs count, fit and held out, warm and cold); without
+    one, the newest folder with any result (runs or a roofline)."""
+    for gen in reversed(list(GENERATIONS.values())):
+        mine = [f for f in folders if generation_of(f) is gen and reported[f][0]]
+        if mine:
+            return mine
+    have = [f for f in folders if reported[f][0] or os.path.exists(os.path.join(f, "roofline.json"))]
+    return have[-1:] if have else folders[-1:]
+
+
+def last_line(runs: List[dict], ranking_ok: bool, roof: float) -> str:
+    """The summary line over ``runs`` (module docstring)."""
+    errs = _final_errors(runs)
+    return (f"max_throughput_err={_worst([e['throughput_err'] for e in errs]):.4f} "
+            f"max_llm_err={_worst([e['max_llm_err'] for e in errs]):.4f} "
+            f"max_ttft_err={_worst([e['ttft_err'] for e in errs]):.4f} "
+            f"max_attain_pp={_worst([e['slo_attainment_pp'] for e in errs]):.2f} "
+            f"ranking_ok={int(ranking_ok)} decode_roofline={roof:.3f}")
 
 
 def main() -> None:
@@ -413,26 +608,29 @@ def main() -> None:
     ap.add_argument("--calibrate", nargs="?", const=list(GENERATIONS)[-1], choices=list(GENERATIONS), default=None,
                     help="fit one engine generation's host and contention parameters (default: the newest) "
                          "and write its calibration file")
+    ap.add_argument("--policy-load", default=None, metavar="SCALE[:RESERVE]",
+                    help="simulate the Poisson muxserve placement under adbs, round-robin and fcfs with the "
+                         "rates times SCALE (and llm.kv_reserve_fraction RESERVE) with the newest calibration, "
+                         "and print each policy's figures")
     args = ap.parse_args()
     if args.calibrate:
         print(json.dumps(calibrate(GENERATIONS[args.calibrate]), indent=1))
         return
+    if args.policy_load:
+        for line in policy_load_lines(args.policy_load):
+            print(line)
+        return
     folders = [args.results] if args.results else results_folders()
-    last, runs, ranking_ok = folders[-1] if folders else LLM, [], False
-    roof = last
-    for folder in folders:
-        folder_runs, ok = report(folder)
-        if folder_runs or os.path.exists(os.path.join(folder, "roofline.json")):
-            last, runs, ranking_ok = folder, folder_runs, ok
-        if os.path.exists(os.path.join(folder, "roofline.json")):
-            roof = folder
-    print(f"(last line: {os.path.relpath(last, HERE)}; decode roofline: {os.path.relpath(roof, HERE)})")
-    errs = _final_errors(runs)
-    print(f"max_throughput_err={_worst([e['throughput_err'] for e in errs]):.4f} "
-          f"max_llm_err={_worst([e['max_llm_err'] for e in errs]):.4f} "
-          f"max_ttft_err={_worst([e['ttft_err'] for e in errs]):.4f} "
-          f"max_attain_pp={_worst([e['slo_attainment_pp'] for e in errs]):.2f} "
-          f"ranking_ok={int(ranking_ok)} decode_roofline={roofline(roof):.3f}")
+    reported = {folder: report(folder) for folder in folders}
+    scope = summary_scope(folders, reported) if folders else []
+    runs = [r for f in scope for r in reported[f][0]]
+    # every ranking of the scope agrees, and there is at least one
+    ranking_ok = all(reported[f][1] for f in scope) and any(reported[f][2] for f in scope)
+    roofs = [f for f in folders if os.path.exists(os.path.join(f, "roofline.json"))]
+    roof = roofs[-1] if roofs else (folders[-1] if folders else LLM)
+    print(f"(last line: {', '.join(os.path.relpath(f, HERE) for f in scope) or '-'}; "
+          f"decode roofline: {os.path.relpath(roof, HERE)})")
+    print(last_line(runs, ranking_ok, roofline(roof)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,95 @@
+"""benchmarks/llm_fidelity.py on result folders laid out as future GPU runs will write them.
+
+The script reads every ``results*`` folder beside the cost tables; the folders of a
+generation that a run has not written yet are skipped, and the last line covers every run
+of the newest generation that has any. Here the fidelity folder is a temporary copy: the
+committed tables and calibration, ``results-v3`` with only its benchmark files,
+``results-v3b``'s temporal run as itself and again as ``results-v3c`` (a later run of the
+same engine), and a ``results-v3-tp2`` run (``tp2-poisson-spatial``) whose measured instance is not in the repository.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from types import ModuleType
+
+import pytest
+
+from .helpers import ROOT
+
+FIDELITY = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("llm_fidelity", os.path.join(ROOT, "benchmarks", "llm_fidelity.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture()
+def fidelity_copy(tmp_path, monkeypatch) -> ModuleType:
+    """The script pointed at a temporary fidelity folder (see the module docstring)."""
+    script = _load_script()
+    root = tmp_path / "llm"
+    root.mkdir()
+    (root / "tables-v3").symlink_to(os.path.join(FIDELITY, "tables-v3"))
+    shutil.copy(os.path.join(FIDELITY, "calibration.json"), root / "calibration.json")
+    (root / "results-v3").mkdir()
+    for name in ("engine.json", "roofline.json"):
+        shutil.copy(os.path.join(FIDELITY, "results-v3", name), root / "results-v3" / name)
+    temporal = os.path.join(FIDELITY, "results-v3b", "poisson-temporal")
+    shutil.copytree(temporal, root / "results-v3b" / "poisson-temporal")
+    shutil.copytree(temporal, root / "results-v3c" / "poisson-temporal")
+    shutil.copytree(temporal, root / "results-v3-tp2" / "tp2-poisson-spatial")
+    monkeypatch.setattr(script, "LLM", str(root))
+    return script
+
+
+def test_every_run_of_the_newest_generation_counts_and_missing_inputs_are_skipped(fidelity_copy, capsys):
+    script = fidelity_copy
+    folders = script.results_folders()
+    assert [os.path.basename(f) for f in folders] == ["results-v3", "results-v3b", "results-v3c", "results-v3-tp2"]
+    reported = {f: script.report(f) for f in folders}
+    out = capsys.readouterr().out
+    assert "tp2-poisson-spatial: not re-predicted, instances/fidelity-llm/tp2/measured/poisson.json is missing" in out
+    assert "poisson-temporal                 after" in out and "streams (fit run)" in out
+    scope = script.summary_scope(folders, reported)
+    assert [os.path.basename(f) for f in scope] == ["results-v3b", "results-v3c", "results-v3-tp2"]  # v3: no run
+    runs = [r for f in scope for r in reported[f][0]]
+    # the two re-predicted copies of one run give the same errors; the tp2 one counts as committed
+    v3b, v3c = (next(r for r in reported[f][0]) for f in folders[1:3])
+    assert v3b["after"]["errors"] == v3c["after"]["errors"]
+    assert script.is_fit_run(v3b) and not script.is_fit_run(v3c)
+    line = script.last_line(runs, True, script.roofline(folders[0]))
+    fields = dict(item.split("=") for item in line.split())
+    assert float(fields["max_llm_err"]) == pytest.approx(max(abs(v3b["after"]["errors"]["max_llm_err"]),
+                                                             json.load(open(os.path.join(
+                                                                 FIDELITY, "results-v3b", "poisson-temporal",
+                                                                 "summary.json")))["errors"]["max_llm_err"]), abs=1e-4)
+    assert fields["decode_roofline"] == "0.697"
+
+
+def test_tp2_runs_use_their_own_tables_where_they_exist(fidelity_copy):
+    script = fidelity_copy
+    gen = script.GENERATIONS["v3"]
+    assert script.tables_of(os.path.join(script.LLM, "results-v3-tp2"), gen) == "tables-tp2"
+    tp2_run = {"workload": "tp2-poisson", "placement": "spatial"}
+    assert script.run_inputs(tp2_run) == (os.path.join(ROOT, "instances", "fidelity-llm", "tp2", "measured", "poisson.json"),
+                                          os.path.join(ROOT, "instances", "fidelity-llm", "tp2",
+                                                       "poisson-spatial.placement.json"))
+    assert script.tables_of(os.path.join(script.LLM, "results-v3c"), gen) == "tables-v3"
+    # no tables-tp2 folder here yet: every model keeps the measured instance's own table
+    inst_dir = os.path.join(ROOT, "instances", "fidelity-llm", "measured")
+    refs = {"llm-8b": "../../../benchmarks/fidelity/llm/tables-v3/llm-8b.json"}
+    tp2 = os.path.join(script.LLM, script.tables_of(os.path.join(script.LLM, "results-v3-tp2"), gen))
+    assert script.cost_table_paths(refs, inst_dir, tp2) == {"llm-8b": os.path.join(FIDELITY, "tables-v3", "llm-8b.json")}
+    os.makedirs(tp2)
+    shutil.copy(os.path.join(FIDELITY, "tables-v3", "llm-8b.json"), os.path.join(tp2, "llm-8b.json"))
+    assert script.cost_table_paths(refs, inst_dir, tp2) == {"llm-8b": os.path.join(tp2, "llm-8b.json")}
