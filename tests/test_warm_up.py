@@ -147,3 +147,46 @@ def test_replay_heat_matches_the_kernel_rule():
     start = np.array([0.0, 0.01, 0.05])
     end = np.array([0.01, 0.02, 0.06])
     np.testing.assert_allclose(replay_heat(start, end, 0.1, 0.02), [0.0, 0.1, max(0.0, 0.2 - 0.03 / 0.02)])
+
+
+GAP = {"stage_gap_s": [0.001]}
+
+
+def _gap_instance(warm: dict | None, dispatch: str = "earliest", rate: float = 80.0):
+    """:func:`_instance` with stage gaps of 1 ms (0.5 and 0.7 ms on the pipeline's stages)."""
+    inst = _instance(warm, dispatch, rate)
+    profile = inst.model_profiles[0].to_dict()
+    for c in profile["configs"]:
+        c["stage_gap_s"] = [0.001] if c["pp"] == 1 else [0.0005, 0.0007]
+    return dataclasses.replace(inst, profiles={"p": Profile.from_dict("p", profile, "p")})
+
+
+def test_gap_occupies_the_stage_but_does_not_delay_the_request():
+    """A lone request pays its stages' latencies only; the next one waits for the gap too."""
+    inst = _gap_instance(None)
+    req = Requests(np.array([0.0, 0.0]), np.zeros(2, dtype=np.int32), np.full(2, np.inf), 1.0)
+    alone = run_groups(inst, GROUPS[:1], req)  # the one-GPU group: 10 ms latency, 1 ms gap
+    assert alone.finish[0] - 0.0005 == pytest.approx(0.01)  # no gap in its latency
+    assert alone.finish[1] - 0.0005 == pytest.approx(0.011 + 0.01)  # waits until the stage's gap is over
+    assert alone.clocks[0] == pytest.approx(0.022)
+    pipe = run_groups(inst, GROUPS[2:], req)  # 6 + 5 ms, gaps 0.5 and 0.7 ms
+    assert pipe.finish[0] - 0.0005 == pytest.approx(0.011)  # neither gap paid
+    assert pipe.finish[1] - 0.0005 == pytest.approx(0.0065 + 0.006 + 0.005)  # second starts after stage 0's gap
+    np.testing.assert_allclose(pipe.clocks, [0.013, 0.0182])
+
+
+@pytest.mark.parametrize("dispatch", ["earliest", "shortest_queue"])
+@pytest.mark.parametrize("warm", [None, WARM])
+def test_dispatcher_follows_the_gaps_of_the_simulator(dispatch, warm):
+    inst = _gap_instance(warm, dispatch)
+    req = inst.requests()
+    res = run_groups(inst, GROUPS, req)
+    d = Dispatcher(inst, GROUPS)
+    decisions = [d.decide(int(req.model[i]), float(req.arrival[i]), float(req.deadline[i])) for i in range(len(req))]
+    assert 0 < res.accepted < len(req)
+    np.testing.assert_array_equal(res.group, [x.group for x in decisions])
+    np.testing.assert_allclose(res.finish, [x.finish for x in decisions], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.clocks, d.clocks, rtol=0, atol=1e-12)
+    # the gaps change the admission (without them the same requests get other outcomes)
+    plain = run_groups(_instance(warm, dispatch, 80.0), GROUPS, req)
+    assert not np.array_equal(plain.finish, res.finish)

@@ -6,7 +6,8 @@ Usage: python benchmarks/fidelity/reeval.py RUNS_ROOT --instance ARRIVALS=INSTAN
 RUNS_ROOT holds trial folders as `placeopt execute --slo-scale` wrote them (trials.json and one
 slo-* folder per SLO scale, each with requests.csv). A folder's name ends in -ARRIVALS-PLACEMENT
 (e.g. cal-four-gamma-tp4); the placement file is --placement NAME=FILE, or
-instances/fidelity/placement[4]-NAME.json, or RUNS_ROOT/placement-NAME-ARRIVALS.json.
+RUNS_ROOT/placement-NAME-ARRIVALS.json, or instances/fidelity/placement[4]-NAME.json (placement4 for
+4-GPU folders: a name part "four", or a first part ending in 4 such as warm4).
 
 For every trial it prints, beside the measurement and the executor's own simulation (the "old"
 model it admitted with):
@@ -79,8 +80,11 @@ def evaluate(root: str, instances: Dict[str, str], placements: Dict[str, str], o
             continue
         name = "-".join(parts[parts.index(arrivals) + 1:])
         base = load_instance(instances[arrivals])
-        placement = load_placement(placement_file(name, arrivals, root, placements, "four" in parts))
+        four = "four" in parts or parts[0].endswith("4")
+        placement = load_placement(placement_file(name, arrivals, root, placements, four))
         for t in json.load(open(trials_json)):
+            if t.get("status", "complete") != "complete":  # a trial the run's budget cut short
+                continue
             wl = dataclasses.replace(base.workload, slo=SLOSpec(scale=t["slo_scale"]))
             inst = dataclasses.replace(base, workload=wl)
             requests, admitted = trial_requests(os.path.join(root, folder, t["trial"], "requests.csv"), inst)

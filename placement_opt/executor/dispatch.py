@@ -8,8 +8,10 @@ clock, or ``shortest_queue`` of admitted unfinished requests) and admits the req
 when its predicted finish meets the deadline, exactly as
 :func:`placement_opt.simulate.kernels.run_flow_shop` does. So the executor admits the same
 requests the simulator does, and the measured run shows whether they really met their SLO.
-When the profile has warm-up terms (a stage serves faster after idle time), the predicted stage
-times follow every stage's heat as :func:`placement_opt.simulate.kernels.run_flow_shop_warm` does.
+When the profile has fitted terms (warm-up: a stage serves faster after idle time; stage gaps:
+host work that keeps a stage busy after the request left it), the predicted stage times follow
+every stage's heat, and a request moves on a gap before its stage is free, as
+:func:`placement_opt.simulate.kernels.run_flow_shop_warm` does.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from placement_opt.simulate.tables import build_tables, warm_tables
 
 @dataclass(frozen=True)
 class Decision:
-    """Where a request goes (``group`` -1: rejected) and the predicted stage end times."""
+    """Where a request goes (``group`` -1: rejected) and when it is predicted to leave each stage."""
 
     group: int
     stage_ends: tuple
@@ -79,22 +81,25 @@ class Dispatcher:
             return Decision(-1, (), -1.0)
         g = int(t.host_group[best])
         s0, ns, base = int(t.stage_ptr[g]), int(t.stage_ptr[g + 1] - t.stage_ptr[g]), int(t.host_lat_ptr[best])
-        ends, heats = self._stage_ends(arrival, s0, ns, base)
+        ends, clocks, heats = self._stage_ends(arrival, s0, ns, base)
         now = ends[-1]
         finish = now + self.config.overhead_s
         if finish > deadline:
             return Decision(-1, (), -1.0)
-        self.clocks[s0:s0 + ns] = ends
+        self.clocks[s0:s0 + ns] = clocks
         self.heat[s0:s0 + ns] = heats
         if self.config.dispatch == "shortest_queue":
             self._queues[g].append(now)
         return Decision(g, tuple(ends), finish)
 
-    def _stage_ends(self, ready: float, s0: int, n_stages: int, base: int) -> tuple[list[float], list[float]]:
-        """When a request ready at ``ready`` would leave each stage of the group whose first clock
-        is ``s0`` (latencies from ``lat[base:]``), and every stage's heat after it."""
+    def _stage_ends(self, ready: float, s0: int, n_stages: int, base: int
+                    ) -> tuple[list[float], list[float], list[float]]:
+        """For a request ready at ``ready`` on the group whose first clock is ``s0`` (latencies
+        from ``lat[base:]``): when it would leave each stage, when each stage would be free again
+        (a gap later with the fitted terms) and every stage's heat after it."""
         t = self.tables
         ends: list[float] = []
+        clocks: list[float] = []
         heats: list[float] = []
         now = ready
         for s in range(n_stages):
@@ -102,16 +107,18 @@ class Dispatcher:
             if self.warm is None:
                 now = max(now, clock) + t.lat[base + s]
                 ends.append(now)
+                clocks.append(now)
                 heats.append(0.0)
                 continue
-            cold, heat_rate, cool_rate = (a[base + s] for a in self.warm)
+            cold, heat_rate, cool_rate, gap = (a[base + s] for a in self.warm)
             warmth = self.heat[s0 + s]
             if clock < now:
                 warmth = max(0.0, warmth - (now - clock) * cool_rate)
             else:
                 now = clock
             d = cold + (t.lat[base + s] - cold) * warmth
-            now += d
+            clocks.append(now + d)
+            now += d - gap
             ends.append(now)
-            heats.append(min(1.0, warmth + d * heat_rate))
-        return ends, heats
+            heats.append(min(1.0, warmth + (d - gap) * heat_rate))
+        return ends, clocks, heats

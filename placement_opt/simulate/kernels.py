@@ -300,34 +300,40 @@ def accept_flow_shop(requests: tuple, hosts: tuple, busy: np.ndarray, clocks: np
     return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, False, max_rejected)
 
 
-# --- one request at a time, stage time following the GPU's heat (issue 13) ---------------------
+# --- one request at a time, the fitted stage clock (issue 13) ----------------------------------
 
 
 class WarmTables(NamedTuple):
-    """The warm-up terms of :class:`HostTables`' stage latencies, in the same layout as ``lat``:
-    ``cold`` is the stage time after a long idle time (``lat`` is the back-to-back one),
-    ``heat_rate`` and ``cool_rate`` how fast the stage's heat (0..1) grows per busy second and
-    falls per idle second. Built by :func:`placement_opt.simulate.tables.warm_tables`."""
+    """The fitted terms of :class:`HostTables`' stage times, in the same layout as ``lat`` (which
+    is a stage's back-to-back occupancy: latency plus gap). ``cold`` is the occupancy after a long
+    idle time, ``heat_rate`` and ``cool_rate`` how fast the stage's heat (0..1) grows per busy
+    second and falls per idle second, and ``gap`` the part of the occupancy that is host work
+    after the request has left the stage (it keeps the stage busy but does not delay the
+    request). Built by :func:`placement_opt.simulate.tables.warm_tables`."""
 
     cold: np.ndarray
     heat_rate: np.ndarray
     cool_rate: np.ndarray
+    gap: np.ndarray
 
 
 @njit(cache=True)
 def run_flow_shop_warm(requests: tuple, hosts: tuple, warm: tuple, out: tuple, heat: np.ndarray, overhead: float,
                        policy: int) -> int:
-    """:func:`run_flow_shop` with a stage time that depends on how long the stage has been busy.
+    """:func:`run_flow_shop` with the fitted stage clock: warm-up and gaps as occupancy.
 
     A stage's ``heat`` (per clock, written in place) falls by idle time x ``cool_rate`` before a
-    request (never below 0), the request occupies the stage for ``cold + (lat - cold) x heat``,
-    and the heat grows by that time x ``heat_rate`` (never above 1). A rejected request changes
-    neither clocks nor heat. Dispatch and admission are :func:`run_flow_shop`'s.
+    request (never below 0); the stage is then occupied for ``cold + (lat - cold) x heat``, of
+    which the request spends all but the ``gap`` there: it moves on to the next stage (or
+    finishes) ``gap`` before the stage is free again. The heat grows by the request's time x
+    ``heat_rate`` (never above 1). A rejected request changes neither clocks nor heat. Dispatch
+    and admission are :func:`run_flow_shop`'s (the shortest-queue policy counts a request until it
+    leaves the last stage).
     """
     arrival, model, deadline = requests
     finish, group_out, _, busy, clocks = out
     tables = HostTables(*hosts)
-    cold, heat_rate, cool_rate = warm
+    cold, heat_rate, cool_rate, gap = warm
     host_group = tables.host_group
     host_lat_ptr = tables.host_lat_ptr
     host_ptr = tables.host_ptr
@@ -370,9 +376,9 @@ def run_flow_shop_warm(requests: tuple, hosts: tuple, warm: tuple, out: tuple, h
             else:
                 t = c
             d = cold[off + s] + (lat[off + s] - cold[off + s]) * warmth
-            t += d
-            clocks[s0 + s] = t
-            heat[s0 + s] = min(1.0, warmth + d * heat_rate[off + s])
+            clocks[s0 + s] = t + d
+            t += d - gap[off + s]
+            heat[s0 + s] = min(1.0, warmth + (d - gap[off + s]) * heat_rate[off + s])
             spent += d
         if t + overhead <= deadline[i]:
             busy[g] = spent
