@@ -152,12 +152,15 @@ def test_replay_heat_matches_the_kernel_rule():
 GAP = {"stage_gap_s": [0.001]}
 
 
-def _gap_instance(warm: dict | None, dispatch: str = "earliest", rate: float = 80.0):
-    """:func:`_instance` with stage gaps of 1 ms (0.5 and 0.7 ms on the pipeline's stages)."""
+def _gap_instance(warm: dict | None, dispatch: str = "earliest", rate: float = 80.0, tail: float = 0.0):
+    """:func:`_instance` with stage gaps of 1 ms (0.5 and 0.7 ms on the pipeline's stages) and
+    the admission margin ``tail``."""
     inst = _instance(warm, dispatch, rate)
     profile = inst.model_profiles[0].to_dict()
     for c in profile["configs"]:
         c["stage_gap_s"] = [0.001] if c["pp"] == 1 else [0.0005, 0.0007]
+        if tail:
+            c["tail_margin"] = tail
     return dataclasses.replace(inst, profiles={"p": Profile.from_dict("p", profile, "p")})
 
 
@@ -177,8 +180,9 @@ def test_gap_occupies_the_stage_but_does_not_delay_the_request():
 
 @pytest.mark.parametrize("dispatch", ["earliest", "shortest_queue"])
 @pytest.mark.parametrize("warm", [None, WARM])
-def test_dispatcher_follows_the_gaps_of_the_simulator(dispatch, warm):
-    inst = _gap_instance(warm, dispatch)
+@pytest.mark.parametrize("tail", [0.0, 0.05])
+def test_dispatcher_follows_the_gaps_of_the_simulator(dispatch, warm, tail):
+    inst = _gap_instance(warm, dispatch, tail=tail)
     req = inst.requests()
     res = run_groups(inst, GROUPS, req)
     d = Dispatcher(inst, GROUPS)
@@ -190,3 +194,15 @@ def test_dispatcher_follows_the_gaps_of_the_simulator(dispatch, warm):
     # the gaps change the admission (without them the same requests get other outcomes)
     plain = run_groups(_instance(warm, dispatch, 80.0), GROUPS, req)
     assert not np.array_equal(plain.finish, res.finish)
+
+
+def test_tail_margin_rejects_requests_behind_long_busy_periods():
+    """The margin grows with the busy period (the request's own time included): it rejects more."""
+    plain, margin = _gap_instance(WARM), _gap_instance(WARM, tail=0.05)
+    a, b = run_groups(plain, GROUPS, plain.requests()), run_groups(margin, GROUPS, margin.requests())
+    assert b.accepted < a.accepted
+    for deadline, accepted in ((0.00891, 1), (0.00889, 0)):  # alone: cold 8 ms + 0.5 ms overhead + 5% of 8 ms
+        req = Requests(np.array([0.0]), np.zeros(1, dtype=np.int32), np.array([deadline]), 1.0)
+        assert run_groups(margin, GROUPS[:1], req).accepted == accepted
+    with pytest.raises(InputError, match="tail_margin"):
+        _config({"tail_margin": 0.9})
