@@ -13,7 +13,7 @@ import pytest
 from placement_opt import instance_from_dict
 from placement_opt.errors import InputError
 from placement_opt.executor.dispatch import Dispatcher
-from placement_opt.offline.serving_calibration import replay_heat, warm_up
+from placement_opt.offline.serving_calibration import replay_heat, tail_margins, warm_up
 from placement_opt.placement import Group, Placement
 from placement_opt.profile import ConfigProfile, Profile
 from placement_opt.simulate.flowshop import run_groups
@@ -206,3 +206,26 @@ def test_tail_margin_rejects_requests_behind_long_busy_periods():
         assert run_groups(margin, GROUPS[:1], req).accepted == accepted
     with pytest.raises(InputError, match="tail_margin"):
         _config({"tail_margin": 0.9})
+
+
+def test_tail_margin_fit_measures_the_drift_of_a_slow_saturated_stage(tmp_path):
+    """A stage that really takes 2% longer than the clock, queued for its whole run: the fitted
+    margin is about 2% of the busy time (the drift grows with it), and the fit of a stage that
+    keeps its clock is 0."""
+    inst = _instance(None)
+    placement = Placement(groups=GROUPS[:1])
+    arrivals = np.arange(200) * 0.009  # 10 ms stage at 9 ms spacing: the queue never drains
+    for slowdown, expected in ((1.02, 0.02), (1.0, 0.0)):
+        rows, free = [], 0.0
+        for i, a in enumerate(arrivals):
+            start = max(a, free)
+            free = start + 0.01 * slowdown
+            rows.append({"request": i, "model": "a", "arrival_s": a, "group": 0, "admitted": 1, "dispatch_s": a,
+                         "stage0_start_s": start, "stage0_end_s": free, "finish_s": free})
+        path = tmp_path / f"requests-{slowdown}.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        fit = tail_margins(inst, [(str(path), placement)])[(1, 1)]
+        assert fit["requests"] > 150 and fit["tail_margin"] == pytest.approx(expected, abs=2e-3)
