@@ -55,6 +55,7 @@ class ConfigProfile:
     stage_idle_factor: Tuple[float, ...] = ()
     heat_time_s: float = 0.0
     cool_time_s: float = 0.0
+    tail_margin: float = 0.0
 
     @property
     def warms_up(self) -> bool:
@@ -88,11 +89,14 @@ class ConfigProfile:
             d["stage_idle_factor"] = [float(f) for f in self.stage_idle_factor]
             d["heat_time_s"] = float(self.heat_time_s)
             d["cool_time_s"] = float(self.cool_time_s)
+        if self.tail_margin:
+            d["tail_margin"] = float(self.tail_margin)
         return d
 
     @classmethod
     def from_dict(cls, d: dict, field: str) -> "ConfigProfile":
-        check_keys(d, field, ["pp", "tp", "stage_latency_s", "stage_weight_gb"], ["stage_layers", "stage_gap_s", *_WARM_KEYS])
+        check_keys(d, field, ["pp", "tp", "stage_latency_s", "stage_weight_gb"], ["stage_layers", "stage_gap_s", "tail_margin",
+                                                                               *_WARM_KEYS])
         pp = get_int(d, "pp", field, minimum=1, maximum=1024)
         tp = get_int(d, "tp", field, minimum=1, maximum=1024)
         lat = d["stage_latency_s"]
@@ -127,6 +131,7 @@ class ConfigProfile:
             stage_weight_bytes=tuple(as_number(w, f"{field}.stage_weight_gb", minimum=0) * GB for w in weights),
             stage_layers=stage_layers,
             stage_gap_s=tuple(as_number(g, f"{field}.stage_gap_s", minimum=0, maximum=1.0) for g in gaps),
+            tail_margin=get_number(d, "tail_margin", field, 0.0, minimum=0, maximum=0.5),
             **_parse_warm_up(d, pp, field),
         )
 

@@ -13,7 +13,7 @@ import pytest
 from placement_opt import instance_from_dict
 from placement_opt.errors import InputError
 from placement_opt.executor.dispatch import Dispatcher
-from placement_opt.offline.serving_calibration import replay_heat, warm_up
+from placement_opt.offline.serving_calibration import replay_heat, tail_margins, warm_up
 from placement_opt.placement import Group, Placement
 from placement_opt.profile import ConfigProfile, Profile
 from placement_opt.simulate.flowshop import run_groups
@@ -147,3 +147,85 @@ def test_replay_heat_matches_the_kernel_rule():
     start = np.array([0.0, 0.01, 0.05])
     end = np.array([0.01, 0.02, 0.06])
     np.testing.assert_allclose(replay_heat(start, end, 0.1, 0.02), [0.0, 0.1, max(0.0, 0.2 - 0.03 / 0.02)])
+
+
+GAP = {"stage_gap_s": [0.001]}
+
+
+def _gap_instance(warm: dict | None, dispatch: str = "earliest", rate: float = 80.0, tail: float = 0.0):
+    """:func:`_instance` with stage gaps of 1 ms (0.5 and 0.7 ms on the pipeline's stages) and
+    the admission margin ``tail``."""
+    inst = _instance(warm, dispatch, rate)
+    profile = inst.model_profiles[0].to_dict()
+    for c in profile["configs"]:
+        c["stage_gap_s"] = [0.001] if c["pp"] == 1 else [0.0005, 0.0007]
+        if tail:
+            c["tail_margin"] = tail
+    return dataclasses.replace(inst, profiles={"p": Profile.from_dict("p", profile, "p")})
+
+
+def test_gap_occupies_the_stage_but_does_not_delay_the_request():
+    """A lone request pays its stages' latencies only; the next one waits for the gap too."""
+    inst = _gap_instance(None)
+    req = Requests(np.array([0.0, 0.0]), np.zeros(2, dtype=np.int32), np.full(2, np.inf), 1.0)
+    alone = run_groups(inst, GROUPS[:1], req)  # the one-GPU group: 10 ms latency, 1 ms gap
+    assert alone.finish[0] - 0.0005 == pytest.approx(0.01)  # no gap in its latency
+    assert alone.finish[1] - 0.0005 == pytest.approx(0.011 + 0.01)  # waits until the stage's gap is over
+    assert alone.clocks[0] == pytest.approx(0.022)
+    pipe = run_groups(inst, GROUPS[2:], req)  # 6 + 5 ms, gaps 0.5 and 0.7 ms
+    assert pipe.finish[0] - 0.0005 == pytest.approx(0.011)  # neither gap paid
+    assert pipe.finish[1] - 0.0005 == pytest.approx(0.0065 + 0.006 + 0.005)  # second starts after stage 0's gap
+    np.testing.assert_allclose(pipe.clocks, [0.013, 0.0182])
+
+
+@pytest.mark.parametrize("dispatch", ["earliest", "shortest_queue"])
+@pytest.mark.parametrize("warm", [None, WARM])
+@pytest.mark.parametrize("tail", [0.0, 0.05])
+def test_dispatcher_follows_the_gaps_of_the_simulator(dispatch, warm, tail):
+    inst = _gap_instance(warm, dispatch, tail=tail)
+    req = inst.requests()
+    res = run_groups(inst, GROUPS, req)
+    d = Dispatcher(inst, GROUPS)
+    decisions = [d.decide(int(req.model[i]), float(req.arrival[i]), float(req.deadline[i])) for i in range(len(req))]
+    assert 0 < res.accepted < len(req)
+    np.testing.assert_array_equal(res.group, [x.group for x in decisions])
+    np.testing.assert_allclose(res.finish, [x.finish for x in decisions], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.clocks, d.clocks, rtol=0, atol=1e-12)
+    # the gaps change the admission (without them the same requests get other outcomes)
+    plain = run_groups(_instance(warm, dispatch, 80.0), GROUPS, req)
+    assert not np.array_equal(plain.finish, res.finish)
+
+
+def test_tail_margin_rejects_requests_behind_long_busy_periods():
+    """The margin grows with the busy period (the request's own time included): it rejects more."""
+    plain, margin = _gap_instance(WARM), _gap_instance(WARM, tail=0.05)
+    a, b = run_groups(plain, GROUPS, plain.requests()), run_groups(margin, GROUPS, margin.requests())
+    assert b.accepted < a.accepted
+    for deadline, accepted in ((0.00891, 1), (0.00889, 0)):  # alone: cold 8 ms + 0.5 ms overhead + 5% of 8 ms
+        req = Requests(np.array([0.0]), np.zeros(1, dtype=np.int32), np.array([deadline]), 1.0)
+        assert run_groups(margin, GROUPS[:1], req).accepted == accepted
+    with pytest.raises(InputError, match="tail_margin"):
+        _config({"tail_margin": 0.9})
+
+
+def test_tail_margin_fit_measures_the_drift_of_a_slow_saturated_stage(tmp_path):
+    """A stage that really takes 2% longer than the clock, queued for its whole run: the fitted
+    margin is about 2% of the busy time (the drift grows with it), and the fit of a stage that
+    keeps its clock is 0."""
+    inst = _instance(None)
+    placement = Placement(groups=GROUPS[:1])
+    arrivals = np.arange(200) * 0.009  # 10 ms stage at 9 ms spacing: the queue never drains
+    for slowdown, expected in ((1.02, 0.02), (1.0, 0.0)):
+        rows, free = [], 0.0
+        for i, a in enumerate(arrivals):
+            start = max(a, free)
+            free = start + 0.01 * slowdown
+            rows.append({"request": i, "model": "a", "arrival_s": a, "group": 0, "admitted": 1, "dispatch_s": a,
+                         "stage0_start_s": start, "stage0_end_s": free, "finish_s": free})
+        path = tmp_path / f"requests-{slowdown}.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        fit = tail_margins(inst, [(str(path), placement)])[(1, 1)]
+        assert fit["requests"] > 150 and fit["tail_margin"] == pytest.approx(expected, abs=2e-3)

@@ -6,7 +6,8 @@ Usage: python benchmarks/fidelity/reeval.py RUNS_ROOT --instance ARRIVALS=INSTAN
 RUNS_ROOT holds trial folders as `placeopt execute --slo-scale` wrote them (trials.json and one
 slo-* folder per SLO scale, each with requests.csv). A folder's name ends in -ARRIVALS-PLACEMENT
 (e.g. cal-four-gamma-tp4); the placement file is --placement NAME=FILE, or
-instances/fidelity/placement[4]-NAME.json, or RUNS_ROOT/placement-NAME-ARRIVALS.json.
+RUNS_ROOT/placement-NAME-ARRIVALS.json, or instances/fidelity/placement[4]-NAME.json (placement4 for
+4-GPU folders: a name part "four", or a first part ending in 4 such as warm4).
 
 For every trial it prints, beside the measurement and the executor's own simulation (the "old"
 model it admitted with):
@@ -14,7 +15,10 @@ model it admitted with):
   attainment and mean latency; the executor admitted with the old model, so the measured
   attainment is that of the old admission;
 * the mean latency the new instance predicts for exactly the requests the executor admitted
-  (no admission: deadlines lifted), which tests the stage clock alone.
+  (no admission: deadlines lifted), which tests the stage clock alone;
+* how many of those admitted requests finished late (measured), and how many of them the new
+  instance flags (replayed through its clock, in the measured groups: predicted finish plus the
+  tail margin, if it has one, past the deadline), with how many of the flagged were late.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from placement_opt import load_instance, load_placement
+from placement_opt.executor.dispatch import Dispatcher
 from placement_opt.instance import Instance
 from placement_opt.placement import Placement
 from placement_opt.simulate.flowshop import run_groups, simulate_dnn
@@ -37,8 +42,9 @@ from placement_opt.workload import Requests, SLOSpec
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def trial_requests(csv_path: str, instance: Instance) -> tuple[Requests, np.ndarray]:
-    """The trial's requests (as replayed) and which of them the executor admitted."""
+def trial_requests(csv_path: str, instance: Instance) -> tuple[Requests, np.ndarray, np.ndarray, np.ndarray]:
+    """The trial's requests (as replayed), which of them the executor admitted, their measured
+    groups (-1: rejected) and whether they finished late."""
     with open(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
     index = {name: i for i, name in enumerate(instance.model_names)}
@@ -46,8 +52,10 @@ def trial_requests(csv_path: str, instance: Instance) -> tuple[Requests, np.ndar
     model = np.array([index[r["model"]] for r in rows], dtype=np.int32)
     deadline = np.array([float(r["deadline_s"]) for r in rows])
     admitted = np.array([r["admitted"] == "1" and r["finish_s"] != "" for r in rows])
+    group = np.array([int(r["group"]) if a else -1 for r, a in zip(rows, admitted)])
+    late = np.array([a and float(r["finish_s"]) > float(r["deadline_s"]) for r, a in zip(rows, admitted)])
     duration = float(np.ceil(arrival.max())) if len(arrival) else 0.0
-    return Requests(arrival, model, deadline, duration), admitted
+    return Requests(arrival, model, deadline, duration), admitted, group, late
 
 
 def admitted_latency(instance: Instance, placement: Placement, requests: Requests, admitted: np.ndarray) -> float:
@@ -56,6 +64,30 @@ def admitted_latency(instance: Instance, placement: Placement, requests: Request
     free = Requests(sub.arrival, sub.model, np.full(len(sub), np.inf), sub.duration_s)
     res = run_groups(instance, placement.groups, free)
     return float(np.mean(res.finish - free.arrival))
+
+
+def flagged(instance: Instance, placement: Placement, requests: Requests, group: np.ndarray) -> np.ndarray:
+    """Which admitted requests (``group`` >= 0) the instance's clock, replayed in the measured
+    groups without admission, predicts to finish (plus its tail margin) after their deadline."""
+    dispatcher = Dispatcher(instance, placement.groups)
+    out = np.zeros(len(requests), dtype=bool)
+    for i in np.argsort(requests.arrival, kind="stable"):
+        if group[i] < 0:
+            continue
+        g = int(group[i])
+        d = dispatcher.place(g, int(requests.model[i]), float(requests.arrival[i]))
+        last = int(dispatcher.tables.stage_ptr[g + 1]) - 1
+        tail = 0.0 if dispatcher.warm is None else float(dispatcher.warm.tail[_host_offset(dispatcher, g, i, requests)])
+        out[i] = d.finish + tail * (d.stage_ends[-1] - dispatcher.since[last]) > requests.deadline[i]
+    return out
+
+
+def _host_offset(dispatcher: Dispatcher, g: int, i: int, requests: Requests) -> int:
+    """Index in the tables' latency layout of the last stage of request ``i``'s host on group ``g``."""
+    t = dispatcher.tables
+    m = int(requests.model[i])
+    h = next(h for h in range(t.host_ptr[m], t.host_ptr[m + 1]) if t.host_group[h] == g)
+    return int(t.host_lat_ptr[h] + t.stage_ptr[g + 1] - t.stage_ptr[g] - 1)
 
 
 def placement_file(name: str, arrivals: str, root: str, explicit: Dict[str, str], four: bool) -> str:
@@ -79,17 +111,23 @@ def evaluate(root: str, instances: Dict[str, str], placements: Dict[str, str], o
             continue
         name = "-".join(parts[parts.index(arrivals) + 1:])
         base = load_instance(instances[arrivals])
-        placement = load_placement(placement_file(name, arrivals, root, placements, "four" in parts))
+        four = "four" in parts or parts[0].endswith("4")
+        placement = load_placement(placement_file(name, arrivals, root, placements, four))
         for t in json.load(open(trials_json)):
+            if t.get("status", "complete") != "complete":  # a trial the run's budget cut short
+                continue
             wl = dataclasses.replace(base.workload, slo=SLOSpec(scale=t["slo_scale"]))
             inst = dataclasses.replace(base, workload=wl)
-            requests, admitted = trial_requests(os.path.join(root, folder, t["trial"], "requests.csv"), inst)
+            requests, admitted, group, late = trial_requests(os.path.join(root, folder, t["trial"], "requests.csv"),
+                                                             inst)
             new = simulate_dnn(inst, placement, requests)
+            flags = flagged(inst, placement, requests, group)
             rows.append({"folder": folder, "arrivals": arrivals, "placement": name, "slo_scale": t["slo_scale"],
                          "measured": t["measured_slo_attainment"], "old": t["simulated_slo_attainment"],
                          "new": new["slo_attainment"], "lat_measured": t["measured_latency_mean_s"],
                          "lat_old": t["simulated_latency_mean_s"], "lat_new": new["latency_mean_s"],
-                         "lat_new_same": admitted_latency(inst, placement, requests, admitted)})
+                         "lat_new_same": admitted_latency(inst, placement, requests, admitted),
+                         "late": int(late.sum()), "flagged": int(flags.sum()), "caught": int((flags & late).sum())})
     return rows
 
 
@@ -100,14 +138,16 @@ def _err(sim: Optional[float], measured: Optional[float]) -> float:
 def print_table(rows: List[dict]) -> None:
     """Markdown table of every trial, then the largest differences."""
     print("| arrivals | placement | SLO scale | measured | old sim | diff (pp) | new sim | diff (pp) | "
-          "latency measured (ms) | old sim | diff | new sim | diff | new sim, same admitted | diff |")
-    print("|" + "---|" * 15)
+          "latency measured (ms) | old sim | diff | new sim | diff | new sim, same admitted | diff | "
+          "late | flagged (late) |")
+    print("|" + "---|" * 17)
     for r in rows:
         print(f"| {r['arrivals']} | {r['placement']} | {r['slo_scale']:g} | {r['measured']:.4f} | {r['old']:.4f} | "
               f"{100 * (r['measured'] - r['old']):+.2f} | {r['new']:.4f} | {100 * (r['measured'] - r['new']):+.2f} | "
               f"{1e3 * r['lat_measured']:.2f} | {1e3 * r['lat_old']:.2f} | {100 * _err(r['lat_old'], r['lat_measured']):+.1f}% | "
               f"{1e3 * r['lat_new']:.2f} | {100 * _err(r['lat_new'], r['lat_measured']):+.1f}% | "
-              f"{1e3 * r['lat_new_same']:.2f} | {100 * _err(r['lat_new_same'], r['lat_measured']):+.1f}% |")
+              f"{1e3 * r['lat_new_same']:.2f} | {100 * _err(r['lat_new_same'], r['lat_measured']):+.1f}% | "
+              f"{r['late']} | {r['flagged']} ({r['caught']}) |")
     print()
     print(json.dumps(summary(rows)))
 

@@ -5,6 +5,7 @@
 # The warm* phases (issue 13, the warm-up stage clock) stop starting runs once BUDGET_S seconds (default 540) have
 # passed since the script started, bound every run by what is left (SIGINT: the executor saves what it measured),
 # and pack $OUT/runs.tar.gz on exit whatever happened, so a call's results always come back.
+# TAIL_MARGIN=PPxTP (e.g. 1x4) makes the warm calibration fit and write that configuration's admission tail margin.
 # Since issue 13 the executor and the profiler run every stage as one CUDA graph on GPUs; the *eager phases
 # (--no-cuda-graphs, with profile-gpu-eager.json) reproduce the earlier eager runs on the same machine. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
@@ -37,7 +38,7 @@ calibrate_warm() {
     done
   done
   python3 -m placement_opt.offline.serving_calibration $F/$inst-poisson.json transformer-5b "${runs[@]}" \
-    --profile-out $F/profile-gpu$n-warm.json --report "$OUT/calibration$n-warm.json" \
+    ${TAIL_MARGIN:+--tail-margin $TAIL_MARGIN} --profile-out $F/profile-gpu$n-warm.json --report "$OUT/calibration$n-warm.json" \
     --instance-out $F/$inst-poisson.json=$F/$inst-poisson-warm.json \
     --instance-out $F/$inst-gamma.json=$F/$inst-gamma-warm.json
   cp $F/profile-gpu$n-warm.json "$OUT/"
@@ -48,6 +49,11 @@ trials_warm() {
   local n=$1 inst=$2 pfx=$3 p a pl
   for a in poisson gamma; do for p in $4; do
     pl=$F/$pfx-$p.json
+    if [ "$p" = alpaserve ] && ! python3 -c 'import ortools' 2>/dev/null; then
+      # the alpaserve solver needs ortools; solve it offline instead (docs/fidelity.md: on the warm
+      # 2-GPU instances it chooses placement-pipeline.json, whose trial is then alpaserve's)
+      echo "skipped alpaserve $a: ortools is not installed here; solve it offline"; continue
+    fi
     if [ "$p" = alpaserve ]; then pl=$R/placement$n-alpaserve-$a.json
       bounded python3 -c "
 from placement_opt import load_instance

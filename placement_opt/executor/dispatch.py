@@ -8,8 +8,10 @@ clock, or ``shortest_queue`` of admitted unfinished requests) and admits the req
 when its predicted finish meets the deadline, exactly as
 :func:`placement_opt.simulate.kernels.run_flow_shop` does. So the executor admits the same
 requests the simulator does, and the measured run shows whether they really met their SLO.
-When the profile has warm-up terms (a stage serves faster after idle time), the predicted stage
-times follow every stage's heat as :func:`placement_opt.simulate.kernels.run_flow_shop_warm` does.
+When the profile has fitted terms (warm-up: a stage serves faster after idle time; stage gaps:
+host work that keeps a stage busy after the request left it), the predicted stage times follow
+every stage's heat, and a request moves on a gap before its stage is free, as
+:func:`placement_opt.simulate.kernels.run_flow_shop_warm` does.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from placement_opt.simulate.tables import build_tables, warm_tables
 
 @dataclass(frozen=True)
 class Decision:
-    """Where a request goes (``group`` -1: rejected) and the predicted stage end times."""
+    """Where a request goes (``group`` -1: rejected) and when it is predicted to leave each stage."""
 
     group: int
     stage_ends: tuple
@@ -52,6 +54,7 @@ class Dispatcher:
         self.clocks = np.zeros(int(self.tables.stage_ptr[-1]))
         self.warm = warm_tables(instance, groups, self.tables, self.config)
         self.heat = np.zeros(len(self.clocks))  # per stage, 0..1 (stays 0 without warm-up terms)
+        self.since = np.zeros(len(self.clocks))  # per stage, when its current busy period began
         # predicted finish of every admitted unfinished request, per group (shortest_queue)
         self._queues: List[Deque[float]] = [deque() for _ in range(self.tables.n_groups)]
 
@@ -77,24 +80,46 @@ class Dispatcher:
                     best_key, best_clock, best = key, last_clock, h
         if best < 0:
             return Decision(-1, (), -1.0)
-        g = int(t.host_group[best])
-        s0, ns, base = int(t.stage_ptr[g]), int(t.stage_ptr[g + 1] - t.stage_ptr[g]), int(t.host_lat_ptr[best])
-        ends, heats = self._stage_ends(arrival, s0, ns, base)
+        return self._admit(best, arrival, deadline)
+
+    def place(self, group: int, model: int, arrival: float) -> Decision:
+        """Serve a request on ``group`` whatever its deadline (replaying what a run did, e.g. for
+        calibration); the clocks move as for an admitted request."""
+        t = self.tables
+        hosts = [h for h in range(t.host_ptr[model], t.host_ptr[model + 1]) if t.host_group[h] == group]
+        if not hosts:
+            raise ValueError(f"group {group} does not host model {model}")
+        return self._admit(hosts[0], arrival, np.inf)
+
+    def _admit(self, host: int, arrival: float, deadline: float) -> Decision:
+        """Admit a request on ``host`` when its predicted finish (plus the tail margin) meets the
+        deadline, moving the clocks, heat and busy periods of its group's stages."""
+        t = self.tables
+        g = int(t.host_group[host])
+        s0, ns, base = int(t.stage_ptr[g]), int(t.stage_ptr[g + 1] - t.stage_ptr[g]), int(t.host_lat_ptr[host])
+        ends, clocks, heats = self._stage_ends(arrival, s0, ns, base)
+        since = [ready if self.clocks[s0 + s] < ready else self.since[s0 + s]
+                 for s, ready in enumerate([arrival] + ends[:-1])]
         now = ends[-1]
         finish = now + self.config.overhead_s
-        if finish > deadline:
+        margin = 0.0 if self.warm is None else self.warm.tail[base + ns - 1] * (now - since[-1])
+        if finish + margin > deadline:
             return Decision(-1, (), -1.0)
-        self.clocks[s0:s0 + ns] = ends
+        self.clocks[s0:s0 + ns] = clocks
         self.heat[s0:s0 + ns] = heats
+        self.since[s0:s0 + ns] = since
         if self.config.dispatch == "shortest_queue":
             self._queues[g].append(now)
         return Decision(g, tuple(ends), finish)
 
-    def _stage_ends(self, ready: float, s0: int, n_stages: int, base: int) -> tuple[list[float], list[float]]:
-        """When a request ready at ``ready`` would leave each stage of the group whose first clock
-        is ``s0`` (latencies from ``lat[base:]``), and every stage's heat after it."""
+    def _stage_ends(self, ready: float, s0: int, n_stages: int, base: int
+                    ) -> tuple[list[float], list[float], list[float]]:
+        """For a request ready at ``ready`` on the group whose first clock is ``s0`` (latencies
+        from ``lat[base:]``): when it would leave each stage, when each stage would be free again
+        (a gap later with the fitted terms) and every stage's heat after it."""
         t = self.tables
         ends: list[float] = []
+        clocks: list[float] = []
         heats: list[float] = []
         now = ready
         for s in range(n_stages):
@@ -102,16 +127,18 @@ class Dispatcher:
             if self.warm is None:
                 now = max(now, clock) + t.lat[base + s]
                 ends.append(now)
+                clocks.append(now)
                 heats.append(0.0)
                 continue
-            cold, heat_rate, cool_rate = (a[base + s] for a in self.warm)
+            cold, heat_rate, cool_rate, gap, _ = (a[base + s] for a in self.warm)
             warmth = self.heat[s0 + s]
             if clock < now:
                 warmth = max(0.0, warmth - (now - clock) * cool_rate)
             else:
                 now = clock
             d = cold + (t.lat[base + s] - cold) * warmth
-            now += d
+            clocks.append(now + d)
+            now += d - gap
             ends.append(now)
-            heats.append(min(1.0, warmth + d * heat_rate))
-        return ends, heats
+            heats.append(min(1.0, warmth + (d - gap) * heat_rate))
+        return ends, clocks, heats

@@ -22,9 +22,18 @@ measures, for every group and stage, requests that queued back to back:
   heat) of a one-GPU (pp = tp = 1) group on that device over the one on device 0 in the same run.
   (Medians over all requests compared heat, not devices: a busier device looked 8% slower.)
 
-It writes the gaps and warm-up terms into a copy of the profile (``stage_gap_s``,
-``stage_idle_factor``, ``heat_time_s``, ``cool_time_s``) and the scales into copies of the
-instances (``cluster.latency_scale``). Runs used here must not be the trials
+* with ``--tail-margin PPxTP``, that configuration's **admission margin** (``tail_margin``): the
+  dispatcher predicts stage clocks open loop, so when real stage times run slower than the fitted
+  clock for a while (host gaps of 0.05-0.26 ms in spells on issue 13's tp=4 group), the error of a
+  predicted finish grows with the busy period behind it. The calibration runs' admitted requests
+  are replayed through the fitted clock (deadlines lifted); the margin is the ``TAIL_QUANTILE``
+  quantile of (measured - predicted finish) / (predicted busy time of the group's last stage), over
+  requests behind at least ``TAIL_MIN_BUSY_S`` of busy time. Reported for every configuration,
+  written only for those asked (0, off, otherwise).
+
+It writes the gaps, warm-up terms and margins into a copy of the profile (``stage_gap_s``,
+``stage_idle_factor``, ``heat_time_s``, ``cool_time_s``, ``tail_margin``) and the scales into
+copies of the instances (``cluster.latency_scale``). Runs used here must not be the trials
 the calibrated instances are then tested on (use another workload seed).
 
 Run ``python -m placement_opt.offline.serving_calibration INSTANCE PROFILE_NAME --run DIR PLACEMENT
@@ -43,6 +52,8 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from placement_opt.cluster import Cluster
+from placement_opt.executor.dispatch import Dispatcher
 from placement_opt.instance import Instance, load_instance
 from placement_opt.io import atomic_write_text
 from placement_opt.placement import Group, Placement
@@ -54,6 +65,8 @@ HEAT_TIMES_S = (0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
 COOL_TIMES_S = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.3)
 MIN_WARM_GAIN = 0.10  # warm-up terms must cut the latency's RMS error by this fraction
 COLD_IDLE_S = 0.02  # a request after this much idle time on its stage starts cold
+TAIL_QUANTILE = 0.99  # the admission margin covers this share of the calibration runs' drift
+TAIL_MIN_BUSY_S = 0.05  # drift ratios of requests behind shorter busy periods are noise
 
 
 def stage_samples(csv_path: str, groups: Sequence[Group]) -> Dict[Tuple[int, int], Dict[str, List[float]]]:
@@ -198,6 +211,48 @@ def stage_gaps(instance: Instance, profile_name: str, runs: Sequence[Tuple[str, 
             for key, v in sorted(pooled.items()) if v}
 
 
+def finish_drift(instance: Instance, csv_path: str, groups: Sequence[Group]) -> List[Tuple[int, float, float]]:
+    """Per admitted request of a run, replayed in arrival order through ``instance``'s stage clock
+    (the executor's dispatcher, deadlines lifted): (group, measured - predicted finish, predicted
+    time the group's last stage has been busy without a break when the request leaves it). Records
+    without arrival or finish times (not written by ``placeopt execute``) give nothing."""
+    with open(csv_path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["admitted"] == "1" and r.get("finish_s") and r.get("arrival_s")]
+    rows.sort(key=lambda r: float(r["arrival_s"]))
+    index = {name: i for i, name in enumerate(instance.model_names)}
+    dispatcher = Dispatcher(instance, groups)
+    out = []
+    for r in rows:
+        g = int(r["group"])
+        decision = dispatcher.place(g, index[r["model"]], float(r["arrival_s"]))
+        last = int(dispatcher.tables.stage_ptr[g + 1]) - 1
+        out.append((g, float(r["finish_s"]) - decision.finish, decision.stage_ends[-1] - dispatcher.since[last]))
+    return out
+
+
+def tail_margins(instance: Instance, runs: Sequence[Tuple[str, Placement]]) -> Dict[Config, dict]:
+    """Per (pp, tp) seen in the runs: the admission margin (see the module's docstring) with the
+    evidence (requests behind ``TAIL_MIN_BUSY_S`` or more of busy time, and how many of all
+    replayed requests finished later than predicted by more than 1 ms)."""
+    ratios: Dict[Config, List[float]] = defaultdict(list)
+    late: Dict[Config, int] = defaultdict(int)
+    for csv_path, placement in runs:
+        for g, drift, busy in finish_drift(instance, csv_path, placement.groups):
+            grp = placement.groups[g]
+            late[(grp.pp, grp.tp)] += int(drift > 1e-3)
+            if busy >= TAIL_MIN_BUSY_S:
+                ratios[(grp.pp, grp.tp)].append(drift / busy)
+    return {cfg: {"tail_margin": max(0.0, float(np.quantile(ratios[cfg], TAIL_QUANTILE))) if ratios[cfg] else 0.0,
+                  "requests": len(ratios[cfg]), "later_than_predicted_by_1ms": late[cfg]}
+            for cfg in sorted(late)}
+
+
+def calibrated_instance(instance: Instance, profile_name: str, profile: Profile, scales: Sequence[float]) -> Instance:
+    """``instance`` with the calibrated ``profile`` and device ``scales`` (what --instance-out writes)."""
+    cluster: Cluster = replace(instance.cluster, latency_scale=tuple(round(x, 4) for x in scales))
+    return replace(instance, cluster=cluster, profiles={**instance.profiles, profile_name: profile})
+
+
 def _profile(instance: Instance, profile_name: str) -> Profile:
     for spec, profile in zip(instance.models, instance.model_profiles):
         if spec.profile == profile_name:
@@ -222,6 +277,16 @@ def with_gaps(profile: Profile, gaps: Dict[StageKey, dict], warm: Dict[Config, d
     return replace(profile, configs=configs, source=profile.source + note)
 
 
+def with_margins(profile: Profile, margins: Dict[Config, float]) -> Profile:
+    """``profile`` with the admission ``margins`` (``tail_margin``) set on those configurations."""
+    if not margins:
+        return profile
+    configs = {key: replace(cfg, tail_margin=round(margins[key], 5)) if key in margins else cfg
+               for key, cfg in profile.configs.items()}
+    note = " Admission tail margin of " + ", ".join(f"{pp}x{tp}" for pp, tp in sorted(margins)) + " calibrated."
+    return replace(profile, configs=configs, source=profile.source + note)
+
+
 def _main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("instance", help="instance the calibration runs executed")
@@ -232,6 +297,9 @@ def _main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--instance-out", action="append", default=[], metavar="IN=OUT",
                     help="copy instance IN to OUT with the calibrated profile and latency scales")
     ap.add_argument("--report", help="write the measurements (JSON) here")
+    ap.add_argument("--tail-margin", action="append", default=[], metavar="PPxTP",
+                    help="fit and write the admission margin of this configuration (e.g. 1x4; repeatable; "
+                         "off for the others)")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="fit only stage gaps and device scales (the stage clock of before issue 13's warm-up model)")
     args = ap.parse_args(argv)
@@ -241,16 +309,28 @@ def _main(argv: Sequence[str] | None = None) -> None:
     warm = {} if args.no_warm_up else warm_up(runs, scales)
     gaps = stage_gaps(instance, args.profile_name, runs, scales, warm)
     profile = with_gaps(_profile(instance, args.profile_name), gaps, warm)
+    tails = tail_margins(calibrated_instance(instance, args.profile_name, profile, scales), runs)
+    wanted = {_config_arg(c) for c in args.tail_margin}
+    profile = with_margins(profile, {c: v["tail_margin"] for c, v in tails.items() if c in wanted})
     atomic_write_text(args.profile_out, json.dumps(profile.to_dict(), indent=2) + "\n")
     for pair in args.instance_out:
         src, dst = pair.split("=", 1)
         _write_instance(src, dst, args.profile_name, args.profile_out, scales)
     report = {"latency_scale": scales,
               "gaps": [{"pp": k[0], "tp": k[1], "stage": k[2], **v} for k, v in gaps.items()],
-              "warm_up": [{"pp": k[0], "tp": k[1], **v} for k, v in warm.items()]}
+              "warm_up": [{"pp": k[0], "tp": k[1], **v} for k, v in warm.items()],
+              "tail_margin": [{"pp": k[0], "tp": k[1], "written": k in wanted, **v} for k, v in tails.items()]}
     if args.report:
         atomic_write_text(args.report, json.dumps(report, indent=2) + "\n")
     print(json.dumps(report))
+
+
+def _config_arg(text: str) -> Config:
+    """(pp, tp) of a ``PPxTP`` argument."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise SystemExit(f"--tail-margin {text!r}: expected PPxTP, e.g. 1x4")
+    return int(parts[0]), int(parts[1])
 
 
 def _requests_csv(folder: str) -> str:

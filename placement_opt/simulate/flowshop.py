@@ -37,8 +37,9 @@ def run_tables(tables: HostTables, requests: Requests, n_models: int, config: Si
                clocks: Optional[np.ndarray] = None, warm: Optional[WarmTables] = None) -> FlowShopResult:
     """Run the kernel selected by ``config`` on prebuilt tables (``clocks``: every stage's
     initial clock, all 0 by default; the result holds a copy, updated). With ``warm`` (the
-    profile's warm-up terms) the one-request kernel follows every stage's heat from cold; the
-    batching kernel always uses the back-to-back stage times."""
+    profile's fitted terms) the one-request kernel follows every stage's heat from cold, lets a
+    request move on a gap before its stage is free and admits with the tail margin; the batching
+    kernel always uses the back-to-back stage times."""
     n = len(requests)
     finish = np.empty(n, dtype=np.float64)
     group = np.empty(n, dtype=np.int64)
@@ -55,8 +56,9 @@ def run_tables(tables: HostTables, requests: Requests, n_models: int, config: Si
         if warm is None:
             run_flow_shop(request_arrays, tuple(tables), out, config.overhead_s, policy)
         else:
-            heat = np.zeros(clocks.shape[0])
-            run_flow_shop_warm(request_arrays, tuple(tables), tuple(warm), out, heat, config.overhead_s, policy)
+            heat, since = np.zeros(clocks.shape[0]), np.zeros(clocks.shape[0])
+            run_flow_shop_warm(request_arrays, tuple(tables), tuple(warm), out, heat, since, config.overhead_s,
+                               policy)
     return FlowShopResult(finish, group, batch, busy, clocks)
 
 

@@ -300,34 +300,45 @@ def accept_flow_shop(requests: tuple, hosts: tuple, busy: np.ndarray, clocks: np
     return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, False, max_rejected)
 
 
-# --- one request at a time, stage time following the GPU's heat (issue 13) ---------------------
+# --- one request at a time, the fitted stage clock (issue 13) ----------------------------------
 
 
 class WarmTables(NamedTuple):
-    """The warm-up terms of :class:`HostTables`' stage latencies, in the same layout as ``lat``:
-    ``cold`` is the stage time after a long idle time (``lat`` is the back-to-back one),
-    ``heat_rate`` and ``cool_rate`` how fast the stage's heat (0..1) grows per busy second and
-    falls per idle second. Built by :func:`placement_opt.simulate.tables.warm_tables`."""
+    """The fitted terms of :class:`HostTables`' stage times, in the same layout as ``lat`` (which
+    is a stage's back-to-back occupancy: latency plus gap). ``cold`` is the occupancy after a long
+    idle time, ``heat_rate`` and ``cool_rate`` how fast the stage's heat (0..1) grows per busy
+    second and falls per idle second, and ``gap`` the part of the occupancy that is host work
+    after the request has left the stage (it keeps the stage busy but does not delay the
+    request), and ``tail`` the admission margin per busy second of the group's last stage (read
+    at the last stage's entry; 0: none). Built by :func:`placement_opt.simulate.tables.warm_tables`."""
 
     cold: np.ndarray
     heat_rate: np.ndarray
     cool_rate: np.ndarray
+    gap: np.ndarray
+    tail: np.ndarray
 
 
 @njit(cache=True)
-def run_flow_shop_warm(requests: tuple, hosts: tuple, warm: tuple, out: tuple, heat: np.ndarray, overhead: float,
-                       policy: int) -> int:
-    """:func:`run_flow_shop` with a stage time that depends on how long the stage has been busy.
+def run_flow_shop_warm(requests: tuple, hosts: tuple, warm: tuple, out: tuple, heat: np.ndarray, since: np.ndarray,
+                       overhead: float, policy: int) -> int:
+    """:func:`run_flow_shop` with the fitted stage clock: warm-up, gaps as occupancy, tail margin.
 
     A stage's ``heat`` (per clock, written in place) falls by idle time x ``cool_rate`` before a
-    request (never below 0), the request occupies the stage for ``cold + (lat - cold) x heat``,
-    and the heat grows by that time x ``heat_rate`` (never above 1). A rejected request changes
-    neither clocks nor heat. Dispatch and admission are :func:`run_flow_shop`'s.
+    request (never below 0); the stage is then occupied for ``cold + (lat - cold) x heat``, of
+    which the request spends all but the ``gap`` there: it moves on to the next stage (or
+    finishes) ``gap`` before the stage is free again. The heat grows by the request's time x
+    ``heat_rate`` (never above 1). ``since`` (per clock, written in place) is when the stage's
+    current busy period began (a request that finds the stage free starts one). A request is
+    admitted when its finish plus ``tail`` x (its end at the last stage - that stage's ``since``)
+    meets its deadline; a rejected one changes neither clocks, heat nor ``since``. Dispatch is
+    :func:`run_flow_shop`'s (the shortest-queue policy counts a request until it leaves the last
+    stage).
     """
     arrival, model, deadline = requests
     finish, group_out, _, busy, clocks = out
     tables = HostTables(*hosts)
-    cold, heat_rate, cool_rate = warm
+    cold, heat_rate, cool_rate, gap, tail = warm
     host_group = tables.host_group
     host_lat_ptr = tables.host_lat_ptr
     host_ptr = tables.host_ptr
@@ -336,9 +347,10 @@ def run_flow_shop_warm(requests: tuple, hosts: tuple, warm: tuple, out: tuple, h
     width = max(int(count.max()), 1) if count.shape[0] else 1
     old = np.empty(width, dtype=np.float64)
     old_heat = np.empty(width, dtype=np.float64)
+    old_since = np.empty(width, dtype=np.float64)
     n = arrival.shape[0]
     queues = _group_queues(n if policy == SHORTEST_QUEUE else 0, tables.stage_ptr.shape[0] - 1)
-    successor, head, tail, length, done = queues
+    successor, head, queue_tail, length, done = queues
     accepted = 0
     for i in range(n):
         m = model[i]
@@ -364,33 +376,37 @@ def run_flow_shop_warm(requests: tuple, hosts: tuple, warm: tuple, out: tuple, h
             c = clocks[s0 + s]
             old[s] = c
             old_heat[s] = heat[s0 + s]
+            old_since[s] = since[s0 + s]
             warmth = heat[s0 + s]
             if c < t:
                 warmth = max(0.0, warmth - (t - c) * cool_rate[off + s])
+                since[s0 + s] = t
             else:
                 t = c
             d = cold[off + s] + (lat[off + s] - cold[off + s]) * warmth
-            t += d
-            clocks[s0 + s] = t
-            heat[s0 + s] = min(1.0, warmth + d * heat_rate[off + s])
+            clocks[s0 + s] = t + d
+            t += d - gap[off + s]
+            heat[s0 + s] = min(1.0, warmth + (d - gap[off + s]) * heat_rate[off + s])
             spent += d
-        if t + overhead <= deadline[i]:
+        final = s0 + count[h] - 1
+        if t + overhead + tail[off + count[h] - 1] * (t - since[final]) <= deadline[i]:
             busy[g] = spent
             accepted += 1
             finish[i] = t + overhead
             group_out[i] = g
             if policy == SHORTEST_QUEUE:  # request i joins group g's queue
                 done[i] = t
-                if tail[g] >= 0 and head[g] >= 0:
-                    successor[tail[g]] = i
+                if queue_tail[g] >= 0 and head[g] >= 0:
+                    successor[queue_tail[g]] = i
                 else:
                     head[g] = i
-                tail[g] = i
+                queue_tail[g] = i
                 length[g] += 1
         else:
             for s in range(count[h]):
                 clocks[s0 + s] = old[s]
                 heat[s0 + s] = old_heat[s]
+                since[s0 + s] = old_since[s]
     return accepted
 
 

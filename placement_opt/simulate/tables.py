@@ -109,36 +109,39 @@ def build_tables(instance: Instance, groups: Sequence[Group], config: SimulatorC
 
 
 def stage_warm_terms(profile: Profile, pp: int, tp: int, batch_sizes: np.ndarray, config: SimulatorConfig,
-                     scales: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """[len(batch_sizes), pp] arrays of the stage clock's warm-up terms (see :class:`WarmTables`):
-    the stage time after a long idle time (:func:`stage_latencies` with the latency part x the
-    config's ``stage_idle_factor``, the gap unchanged), and the heat and cool rates (1 / time).
-    A config without warm-up terms gets its back-to-back time and rates 0: heat stays 0."""
+                     scales: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """[len(batch_sizes), pp] arrays of the fitted stage clock's terms (see :class:`WarmTables`):
+    the occupancy after a long idle time (:func:`stage_latencies` with the latency part x the
+    config's ``stage_idle_factor``, the gap unchanged), the heat and cool rates (1 / time), the
+    gap and the tail margin. A config without warm-up terms gets its back-to-back time and rates 0
+    (heat stays 0), without gaps a gap of 0, without a margin 0."""
     hot = stage_latencies(profile, pp, tp, batch_sizes, config, scales)
     cfg = profile.config(pp, tp)
     assert cfg is not None  # stage_latencies checked it
+    gap = np.broadcast_to(np.asarray(cfg.stage_gap_s) if cfg.stage_gap_s else np.zeros(pp), hot.shape).copy()
+    tail = np.full_like(hot, cfg.tail_margin)
     if not cfg.warms_up:
-        return hot, np.zeros_like(hot), np.zeros_like(hot)
-    gap = np.asarray(cfg.stage_gap_s) if cfg.stage_gap_s else np.zeros(pp)
+        return hot, np.zeros_like(hot), np.zeros_like(hot), gap, tail
     cold = gap + (hot - gap) * np.asarray(cfg.stage_idle_factor)
-    return (cold, np.full_like(hot, 1.0 / cfg.heat_time_s), np.full_like(hot, 1.0 / cfg.cool_time_s))
+    return (cold, np.full_like(hot, 1.0 / cfg.heat_time_s), np.full_like(hot, 1.0 / cfg.cool_time_s), gap, tail)
 
 
 def warm_tables(instance: Instance, groups: Sequence[Group], tables: HostTables,
                 config: SimulatorConfig | None = None) -> WarmTables | None:
-    """The warm-up terms of ``tables`` (built by :func:`build_tables` for ``groups``), host by
-    host in ``lat``'s layout; None when no hosted model's config has them (the stage clock is
-    then the back-to-back one, and the kernels without heat run)."""
+    """The fitted stage clock's terms of ``tables`` (built by :func:`build_tables` for ``groups``),
+    host by host in ``lat``'s layout; None when no hosted model's config has warm-up terms, stage
+    gaps or a tail margin (the stage clock is then the back-to-back one, and the kernels without
+    them run)."""
     config = config or instance.simulator
     profiles = instance.model_profiles
     used = [profiles[int(m)].config(groups[int(g)].pp, groups[int(g)].tp)
             for m, g in zip(tables.host_model, tables.host_group)]
-    if not any(c is not None and c.warms_up for c in used):
+    if not any(c is not None and (c.warms_up or c.stage_gap_s or c.tail_margin) for c in used):
         return None
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    parts: list[tuple[np.ndarray, ...]] = []
     for m, g in zip(tables.host_model, tables.host_group):
         grp = groups[int(g)]
         terms = stage_warm_terms(profiles[int(m)], grp.pp, grp.tp, tables.batch_sizes, config,
                                  device_scales(instance, grp))
-        parts.append(tuple(a.ravel() for a in terms))  # type: ignore[arg-type]
-    return WarmTables(*(np.concatenate([p[k] for p in parts]) for k in range(3)))
+        parts.append(tuple(a.ravel() for a in terms))
+    return WarmTables(*(np.concatenate([p[k] for p in parts]) for k in range(5)))
