@@ -315,6 +315,8 @@ def test_a_signal_during_startup_gives_the_one_line_message(sig, delay):
     _, err = proc.communicate(timeout=30)
     if proc.returncode == 0:  # finished first on a fast machine
         return
+    if proc.returncode == 1 and "init_import_site" in err:
+        pytest.skip("the signal came while Python was still initialising, before placeopt's code runs (loaded machine)")
     assert proc.returncode == 128 + sig, (proc.returncode, err)
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"placeopt: interrupted ({signal.Signals(sig).name}) nothing written"
