@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os as _os
 import sys as _sys
-from typing import Any
-
 
 
 def _started_as_the_cli() -> bool:
@@ -26,9 +24,11 @@ def _started_as_the_cli() -> bool:
 
 
 if _started_as_the_cli():
-    from placement_opt.limits import exit_on_stop_signal_during_startup
+    from placement_opt.startup import exit_on_stop_signal_during_startup
 
     exit_on_stop_signal_during_startup()
+
+from typing import Any  # noqa: E402  (after the start-up handlers: importing typing takes time)
 
 from .version import __version__
 

@@ -22,7 +22,6 @@ request that Ctrl-C or SIGTERM leaves for the searches.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from typing import BinaryIO, Optional
 
@@ -158,16 +157,3 @@ def search_seconds(time_limit: float, counted_from: float, simulation_s: float) 
     reserve = min(simulation_s, MAX_SIMULATION_SHARE * time_limit)
     return max(left - reserve, MIN_SEARCH_SHARE * time_limit)
 
-
-def exit_on_stop_signal_during_startup() -> None:
-    """Until the ``placeopt`` command installs its own stop handlers (its imports take a second
-    or more on a loaded machine), a SIGINT or SIGTERM ends the process at once with the
-    documented one-line message and exit status 128 + the signal, not a ``KeyboardInterrupt``
-    traceback from inside an import. Nothing has been written yet, so nothing is lost."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _exit_during_startup)
-
-
-def _exit_during_startup(signum: int, _frame: object) -> None:
-    os.write(2, f"placeopt: interrupted ({signal.Signals(signum).name}) nothing written\n".encode())
-    os._exit(128 + signum)

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = {"placement_opt": "placement_opt", "solvers": "placement_opt.solvers", "cli": "placement_opt.cli"}
 #: bottom to top, as in docs/architecture.md; a module may import its own layer and lower ones
 LAYERS = (
-    ("foundation", ("errors", "io", "limits", "progress", "validation", "version")),
+    ("foundation", ("errors", "io", "limits", "progress", "startup", "validation", "version")),
     ("descriptions", ("catalog", "cluster", "hf_config", "model", "profile", "settings", "workload")),
     ("costs", ("costs",)),
     ("parallel", ("parallel",)),
