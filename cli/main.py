@@ -33,11 +33,21 @@ def _on_stop_signal(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _quiet_stop_in_finalizers(unraisable: Any) -> None:
+    """A stop signal that lands inside a finalizer (``__del__``, e.g. llvmlite's while Numba
+    compiles) cannot propagate; Python would print it as "Exception ignored" with a traceback.
+    The stop is already recorded and handled by the command, so only that case is silenced."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and stop_requested() is not None:
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def install_stop_handlers() -> None:
     """Let SIGINT and SIGTERM stop a command the same way (SIGTERM would otherwise end the
     process at once, without the best-so-far placement or a message)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_stop_signal)
+    sys.unraisablehook = _quiet_stop_in_finalizers
 
 
 class _Group(click.Group):
