@@ -79,6 +79,12 @@ class LLMConfig:
       another and ended jobs are noticed only when the thread is free (0: off). A decode step's
       GPU work starts after its launch; a prefill's overlaps it. Measured H100 values of the
       executor's engine: see ``docs/fidelity-llm.md``.
+    * ``prefill_eager_host_s`` / ``prefill_eager_host_full_s``: host seconds a prefill run
+      eagerly (its padded size, the engine's CUDA-graph buckets, over ``prefill_graph_tokens``
+      tokens) adds to its launch on an SM partition / on the whole GPU: the thread is busy that
+      much longer and the prefill ends that much later (0: off).
+    * ``decode_host_tp_s``: host seconds a decode step's launch and collect take more per
+      tensor-parallel rank beyond the first (added to ``decode_host_s`` and ``decode_host_full_s``).
     """
 
     policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")
@@ -105,6 +111,16 @@ class LLMConfig:
                                        help="host seconds per decode step of an LLM holding the whole GPU")
     prefill_host_full_s: float = option(0.0, minimum=0,
                                         help="host seconds per prefill launch of an LLM holding the whole GPU")
+    prefill_eager_host_s: float = option(0.0, minimum=0,
+                                         help="host seconds an eager prefill (over prefill_graph_tokens) adds "
+                                              "on an SM partition (0: off)")
+    prefill_eager_host_full_s: float = option(0.0, minimum=0,
+                                              help="host seconds an eager prefill adds for an LLM holding the whole "
+                                                   "GPU (0: off)")
+    decode_host_tp_s: float = option(0.0, minimum=0,
+                                     help="host seconds per decode step more for each tensor-parallel rank beyond one")
+    prefill_graph_tokens: int = option(1024, minimum=1,
+                                       help="padded prefill tokens above which the engine runs a prefill eagerly")
 
     @classmethod
     def from_dict(cls, d: dict, field: str = "llm") -> "LLMConfig":

@@ -14,9 +14,12 @@ the runtime reserves (the rule set's memory plan) is split in proportion to rate
 sum, the batches are found by a few rounds of fixed-point iteration.
 
 With the simulator's host and contention models (``llm.decode_host_s``, ``prefill_host_s``,
-their ``_full_s`` twins for LLMs holding the whole GPU, ``contention_hbm_gbps``; off by
-default) the estimate sees what the simulator does: a decode step takes its host seconds
-longer (its launch on the mesh's one scheduling thread), a prefill at least its host seconds, and colocated decode steps, which overlap, stretch each other:
+their ``_full_s`` twins for LLMs holding the whole GPU, ``decode_host_tp_s`` per extra TP rank,
+``prefill_eager_host_s`` and its twin for prefills over the CUDA-graph limit,
+``contention_hbm_gbps``; off by default) the estimate sees what the simulator does: a decode
+step takes its host seconds longer (its launch on the mesh's one scheduling thread), a prefill
+at least its host seconds (plus the eager seconds where its padded size at the mean prompt
+exceeds ``prefill_graph_tokens``), and colocated decode steps, which overlap, stretch each other:
 member ``m``'s step by ``1 + sum over the other members j of demand_j / (hbm x mesh GPUs)``,
 ``demand_j = (weights_j + b_j x context_j x KV bytes per token_j) / decode_j(b_j)`` (GB/s;
 context = prompt + output / 2). The stretch depends on the others' batches, so it is
@@ -46,6 +49,7 @@ from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, 
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import host_seconds
+from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
 FIXED_POINT_ROUNDS = 4
@@ -181,20 +185,27 @@ class EstimatorTables:
 
 
 def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
-                    host_s: Tuple[float, float] = (0.0, 0.0)) -> Tuple[np.ndarray, np.ndarray]:
+                    llm: Optional[LLMConfig] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Prefill and decode-step seconds for batches 0..max_batch at the spec's mean lengths;
-    ``host_s`` = (decode, prefill) host seconds of the scheduling thread: a decode step takes
-    its launch longer, a prefill at least its launch (the simulator's host model)."""
+    with ``llm``'s host model (:func:`host_seconds` at this share and TP degree) a decode step
+    takes its launch longer, a prefill at least its launch, and a prefill whose padded size at
+    the mean prompt exceeds ``llm.prefill_graph_tokens`` (it runs eagerly) its eager host
+    seconds longer (the simulator's host model)."""
     bgrid, lgrid, p2, d2 = spec.table.at_share(tp, share)
     b = np.arange(max_batch + 1, dtype=np.float64)
     b[0] = 1.0
     pre = lookup_batches(p2, bgrid, lgrid, b, spec.prompt_tokens)
     dec = lookup_batches(d2, bgrid, lgrid, b, spec.prompt_tokens + spec.output_tokens / 2.0)
-    decode_host, prefill_host = host_s
+    if llm is None:
+        return pre, dec
+    decode_host, prefill_host, eager_host = host_seconds(llm, share, tp)
     if decode_host > 0:
         dec = dec + decode_host
     if prefill_host > 0:
         pre = np.maximum(pre, prefill_host)
+    if eager_host > 0:
+        eager = [prefill_runs_eagerly(int(x), int(np.ceil(spec.prompt_tokens)), llm.prefill_graph_tokens) for x in b]
+        pre = pre + eager_host * np.asarray(eager, dtype=np.float64)
     return pre, dec
 
 
@@ -249,8 +260,7 @@ def _candidate_share(tables: EstimatorTables, spec: LLMSpec, i: int, t: int, ful
     tp = int(tables.tps[t])
     chosen = 1.0
     for sh in ([1.0] if full_share else SM_SHARES):
-        tables.P[row], tables.D[row] = latency_vectors(spec, tp, float(sh), tables.max_batch,
-                                                       host_seconds(tables.host, float(sh)))
+        tables.P[row], tables.D[row] = latency_vectors(spec, tp, float(sh), tables.max_batch, tables.host)
         chosen = float(sh)
         if tables.estimate([i], t)[0] >= tables.rate[i] * (1 - 1e-9):
             break
@@ -290,7 +300,7 @@ class Headroom:
         shares = tb.share[members, t]
         if self.fit_shares and shares.sum() > 1.0 + 1e-9:
             tp = int(tb.tps[t])
-            fitted = [latency_vectors(self.specs[m], tp, float(sh), tb.max_batch, host_seconds(tb.host, float(sh)))
+            fitted = [latency_vectors(self.specs[m], tp, float(sh), tb.max_batch, tb.host)
                       for m, sh in zip(members, shares / shares.sum())]
             P = np.stack([f[0] for f in fitted])
             D = np.stack([f[1] for f in fitted])
@@ -323,7 +333,7 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         P = np.empty((k, cfg.max_batch + 1))
         D = np.empty_like(P)
         for j, (i, sh) in enumerate(zip(members, shares)):
-            P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch, host_seconds(cfg, float(sh)))
+            P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch, cfg)
         tpt = np.zeros(k)
         batch = np.zeros(k, dtype=np.int64)
         unit_throughput(np.arange(k, dtype=np.int64), np.asarray(members, dtype=np.int64), P, D,

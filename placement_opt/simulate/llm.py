@@ -231,8 +231,9 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
                     rate=np.array([s.rate for s in mesh_specs]),
                     weight_bytes=np.array([s.weight_bytes / g.tp for s in mesh_specs], dtype=np.float64),
                     kv_bytes=np.array([s.kv_bytes_per_token / g.tp for s in mesh_specs], dtype=np.float64),
-                    decode_host_s=np.array([host_seconds(cfg, sh)[0] for sh in shares], dtype=np.float64),
-                    prefill_host_s=np.array([host_seconds(cfg, sh)[1] for sh in shares], dtype=np.float64))
+                    decode_host_s=np.array([host_seconds(cfg, sh, g.tp)[0] for sh in shares], dtype=np.float64),
+                    prefill_host_s=np.array([host_seconds(cfg, sh, g.tp)[1] for sh in shares], dtype=np.float64),
+                    prefill_eager_host_s=np.array([host_seconds(cfg, sh, g.tp)[2] for sh in shares], dtype=np.float64))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
     settings = mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon)
     out = mesh_outputs(len(requests.arrival), len(mesh_specs), UTILISATION_BINS)
@@ -240,19 +241,23 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
 
 
 def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: float) -> MeshSettings:
-    """The kernel's settings of a mesh under ``cfg``: scheduling, KV pool and the contention
-    model (``llm.contention_hbm_gbps``)."""
+    """The kernel's settings of a mesh under ``cfg``: scheduling, KV pool, the contention
+    model (``llm.contention_hbm_gbps``) and the eager-prefill limit (when its cost is on)."""
     return MeshSettings(policy=policy_code, pool=pool_kib, block=cfg.kv_block_tokens, max_batch=cfg.max_batch,
                         token_budget=cfg.prefill_token_budget, period=cfg.rebalance_period_s,
-                        frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=cfg.contention_hbm_gbps)
+                        frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=cfg.contention_hbm_gbps,
+                        graph_tokens=cfg.prefill_graph_tokens if max(cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s) > 0
+                        else 0)
 
 
-def host_seconds(cfg: LLMConfig, share: float) -> tuple[float, float]:
-    """(decode, prefill) host seconds of the scheduling thread per job of an LLM at SM
-    ``share``: the partition values below the whole GPU, the plain-stream ones at it."""
+def host_seconds(cfg: LLMConfig, share: float, tp: int = 1) -> tuple[float, float, float]:
+    """(decode, prefill, eager prefill) host seconds of the scheduling thread per job of an LLM
+    at SM ``share`` on a mesh of TP degree ``tp``: the partition values below the whole GPU, the
+    plain-stream ones at it; decode adds ``decode_host_tp_s`` per rank beyond the first."""
+    extra = cfg.decode_host_tp_s * (tp - 1)
     if share >= 1.0 - 1e-9:
-        return cfg.decode_host_full_s, cfg.prefill_host_full_s
-    return cfg.decode_host_s, cfg.prefill_host_s
+        return cfg.decode_host_full_s + extra, cfg.prefill_host_full_s, cfg.prefill_eager_host_full_s
+    return cfg.decode_host_s + extra, cfg.prefill_host_s, cfg.prefill_eager_host_s
 
 
 def _group_metrics(g: Group, shares: list, pool_bytes: float, out: MeshOutputs, t_stop: float,

@@ -35,7 +35,10 @@ time): **host** (``MeshLLMs.decode_host_s``/``prefill_host_s``): the mesh has on
 thread; the jobs started at one moment are launched on it one after another, a decode step's
 GPU work starting when its launch ends, a prefill's running during its launch (it lasts at
 least that long); while the thread is busy nothing is scheduled and ended jobs wait for it
-(their tokens and SMs come when it is free). **Contention** (``MeshSettings.hbm_gbps``): a
+(their tokens and SMs come when it is free). **Eager prefills** (``MeshSettings.graph_tokens``,
+``MeshLLMs.prefill_eager_host_s``): a prefill whose padded size (the engine's CUDA-graph
+buckets) exceeds ``graph_tokens`` runs without a graph; its launch holds the thread that many
+host seconds more and its job lasts that much longer. **Contention** (``MeshSettings.hbm_gbps``): a
 running job demands ``bytes / table time`` of HBM bandwidth (``MeshLLMs.weight_bytes`` plus
 the KV bytes of its tokens); each running job's remaining work is stretched by ``1 + (the
 other running jobs' demand) / hbm_gbps``, re-timed at every event where the set of running
@@ -84,6 +87,7 @@ class MeshLLMs(NamedTuple):
     kv_bytes: np.ndarray = np.zeros(0)      # float64 KV bytes per token per GPU a job reads (decode) or writes (prefill)
     decode_host_s: np.ndarray = np.zeros(0)   # float64 host seconds of the scheduling thread per decode step (launch, collect)
     prefill_host_s: np.ndarray = np.zeros(0)  # float64 host seconds per prefill launch (overlaps its GPU work)
+    prefill_eager_host_s: np.ndarray = np.zeros(0)  # float64 host seconds an eager prefill adds (MeshSettings.graph_tokens)
 
 
 class LatencyTables(NamedTuple):
@@ -106,6 +110,7 @@ class MeshSettings(NamedTuple):
     frac: float        # ADBS: part of the donor's unused quota moved
     horizon: float     # seconds simulated at most
     hbm_gbps: float = 0.0  # contention: a job's time stretches by 1 + (others' HBM demand) / this (GB/s); 0 off
+    graph_tokens: int = 0  # eager prefills: padded prefills of more tokens run without a CUDA graph; 0 none
 
 
 class MeshOutputs(NamedTuple):
@@ -174,6 +179,8 @@ LLM_STATE = np.dtype([
     ("decode_bytes", np.float64),   # HBM bytes per GPU its decode step moves (weights, KV read)
     ("decode_host", np.float64),    # host seconds of the scheduling thread per decode step
     ("prefill_host", np.float64),   # host seconds per prefill launch
+    ("eager_host", np.float64),     # host seconds an eager prefill adds to its launch
+    ("prefill_eager", np.bool_),    # its prefill in flight runs eagerly (over the graph limit)
 ], align=True)
 
 #: One record per job slot (``jobs[2k]``: LLM k's prefill, ``jobs[2k + 1]``: its decode step),
@@ -330,6 +337,8 @@ def _llm_state(requests, mesh_llms, cfg, out):
         if mesh_llms.decode_host_s.shape[0] == K:
             llms[k].decode_host = mesh_llms.decode_host_s[k]
             llms[k].prefill_host = mesh_llms.prefill_host_s[k]
+        if mesh_llms.prefill_eager_host_s.shape[0] == K:
+            llms[k].eager_host = mesh_llms.prefill_eager_host_s[k]
     _initial_quotas(llms, mesh_llms, cfg)
     return llms
 
@@ -404,6 +413,32 @@ def _blocks(tokens, block):
 def _blocks_for_next_token(r, reqs, cfg):
     """Blocks request r needs for its context (prompt and generated tokens) plus one token."""
     return _blocks(reqs[r].prompt + reqs[r].generated + 1, cfg.block)
+
+
+@njit(cache=True)
+def _padded_length(n):
+    """The engine's padded prefill length of a longest prompt of ``n`` tokens: the smallest of
+    16, 24, 32, 48, 64, 96, ... (16 x 2^k and 24 x 2^k) at least ``n``."""
+    size = 16
+    while True:
+        if size >= n:
+            return size
+        if size * 3 // 2 >= n:
+            return size * 3 // 2
+        size *= 2
+
+
+@njit(cache=True)
+def prefill_runs_eagerly(batch, longest, graph_tokens):
+    """Whether the engine runs a prefill of ``batch`` prompts, the longest ``longest`` tokens,
+    eagerly: its padded size (batch rounded up to a power of two x :func:`_padded_length`)
+    exceeds ``graph_tokens`` (0: every prefill replays a graph)."""
+    if graph_tokens <= 0:
+        return False
+    b = 1
+    while b < batch:
+        b *= 2
+    return b * _padded_length(longest) > graph_tokens
 
 
 @njit(cache=True, inline="always")
@@ -700,6 +735,7 @@ def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
     unit = llm.block_kib
     total = _kv_in_use(llms)
     tokens = 0
+    longest = 0
     b = 0
     while llm.n_running + b < cfg.max_batch:
         r = _head(k, t, reqs, llms, slots)
@@ -720,6 +756,7 @@ def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
         slots[llm.first_slot + b].prefill = r
         b += 1
         tokens += ctx
+        longest = max(longest, ctx)
     llm.n_prefill = b
     if b == 0:
         return False
@@ -727,6 +764,7 @@ def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
     llm.prefill_end = t + llm.prefill_dur
     llm.prefill_bytes = llm.weight_bytes + tokens * llm.kv_bytes
     llm.prefill_seq = _next_seq(llms)
+    llm.prefill_eager = prefill_runs_eagerly(b, longest, cfg.graph_tokens)
     return True
 
 
@@ -803,7 +841,7 @@ def _drop_unfittable(t, reqs, llms, slots, cfg):
 def _host_costs(llms):
     """Whether any LLM's jobs cost the scheduling thread time (the host model is on)."""
     for k in range(llms.shape[0]):
-        if llms[k].decode_host > 0 or llms[k].prefill_host > 0:
+        if llms[k].decode_host > 0 or llms[k].prefill_host > 0 or llms[k].eager_host > 0:
             return True
     return False
 
@@ -822,8 +860,10 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
     """Launch the jobs started at ``t`` (start order after ``launched``) one after another
     on the mesh's scheduling thread, free from ``host_free``: a decode step's GPU work starts
     when its launch (its LLM's ``decode_host``) ends; a prefill's runs while the thread launches
-    it (``prefill_host``), so it takes at least that long. Sets each job's record and end;
-    returns when the thread is free again and the last start order launched."""
+    it (``prefill_host``), so it takes at least that long; an eager prefill (over the graph
+    limit) holds the thread ``eager_host`` longer and its job lasts that much longer (its
+    kernels come one by one from the thread). Sets each job's record and end; returns when
+    the thread is free again and the last start order launched."""
     while True:
         best, best_seq = -1, np.iinfo(np.int64).max
         for k in range(llms.shape[0]):
@@ -837,8 +877,9 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
         llm, job = llms[best // 2], jobs[best]
         begin = max(t, host_free)
         if best % 2 == 0:
-            host_free = begin + llm.prefill_host
-            job.start, job.work, moved = begin, max(llm.prefill_dur, llm.prefill_host), llm.prefill_bytes
+            eager = llm.eager_host if llm.prefill_eager else 0.0
+            host_free = begin + llm.prefill_host + eager
+            job.start, job.work, moved = begin, eager + max(llm.prefill_dur, llm.prefill_host), llm.prefill_bytes
         else:
             host_free = begin + llm.decode_host
             job.start, job.work, moved = host_free, llm.decode_dur, llm.decode_bytes

@@ -176,3 +176,58 @@ def test_plain_stream_host_time_predicts_the_temporal_run():
     assert worst_llm(after) < 0.05
     scaled = simulate_llm(_with(inst, decode_host_full_s=0.000788, prefill_host_full_s=0.012471), placement)
     assert worst_llm(scaled) > 0.20
+
+
+def test_eager_prefill_rule_is_the_engines():
+    """The kernel runs a prefill eagerly exactly where the executor's engine has no CUDA-graph
+    bucket for it (``llm_engine.prefill_bucket`` returns None)."""
+    pytest.importorskip("torch")
+    from placement_opt.executor.llm_engine import PREFILL_GRAPH_TOKENS, prefill_bucket
+    from placement_opt.simulate.meshsim import prefill_runs_eagerly
+
+    for batch in range(1, 33):
+        for longest in range(1, 2200, 13):
+            assert prefill_runs_eagerly(batch, longest, PREFILL_GRAPH_TOKENS) == (
+                prefill_bucket(batch, longest, 32) is None), (batch, longest)
+    assert not prefill_runs_eagerly(32, 2000, 0)  # no limit: every prefill replays a graph
+
+
+def _one_prefill_finish(prompt: int, eager_host_s: float, graph_tokens: int) -> float:
+    """Finish of a lone one-token request of ``prompt`` tokens (prefill 0.1 s) on a one-LLM mesh."""
+    requests = MeshRequests(arrival=np.zeros(1), llm=np.zeros(1, dtype=np.int64),
+                            prompt=np.array([prompt], dtype=np.int64), output=np.ones(1, dtype=np.int64))
+    llms = MeshLLMs(share=np.ones(1), kv_kib=np.ones(1, dtype=np.int64), rate=np.ones(1),
+                    decode_host_s=np.zeros(1), prefill_host_s=np.zeros(1), prefill_eager_host_s=np.full(1, eager_host_s))
+    tables = LatencyTables(prefill=np.full((1, 5, 2), 0.1), decode=np.full((1, 5, 2), 0.01), lgrid=np.array([1.0, 4096.0]))
+    cfg = MeshSettings(policy=_POLICY_CODE["fcfs"], pool=10000, block=16, max_batch=4, token_budget=4096, period=5.0,
+                       frac=0.5, horizon=100.0, graph_tokens=graph_tokens)
+    out = mesh_outputs(1, 1, 10)
+    simulate_mesh(requests, llms, tables, cfg, out)
+    return float(out.finish[0])
+
+
+def test_an_eager_prefill_costs_its_host_seconds_more():
+    """A prompt over the graph limit (2000 tokens pad to 2048 > 1024) ends 50 ms later with a
+    50 ms eager host time; one within it (1000 pads to 1024) does not; no limit: no eager cost."""
+    assert _one_prefill_finish(2000, 0.05, 1024) == pytest.approx(0.15)
+    assert _one_prefill_finish(1000, 0.05, 1024) == pytest.approx(0.1)
+    assert _one_prefill_finish(2000, 0.05, 0) == pytest.approx(0.1)
+
+
+def test_calibrated_eager_prefill_cost_predicts_the_held_out_code_trace():
+    """``results-v3c/code-temporal`` (held out: the eager costs are fitted on the conv runs):
+    with the calibrated eager-prefill host time the mean TTFT and TPOT are within 25% (without
+    it, TTFT 2.8x the prediction); the default settings leave it off."""
+    with open(os.path.join(RESULTS, "calibration.json")) as f:
+        cal = json.load(f)
+    fields = {k: float(cal[k]) for k in list(OFF) + ["prefill_eager_host_s", "prefill_eager_host_full_s"]}
+    inst = _with(load_instance(os.path.join(FIDELITY, "measured", "code.json")), **fields)
+    placement = load_placement(os.path.join(FIDELITY, "code-temporal.placement.json"))
+    with open(os.path.join(RESULTS, "results-v3c", "code-temporal", "summary.json")) as f:
+        measured = json.load(f)["measured"]
+    after = simulate_llm(inst, placement)
+    assert abs(measured["ttft_mean_s"] / after["ttft_mean_s"] - 1) < 0.25
+    assert abs(measured["tpot_mean_s"] / after["tpot_mean_s"] - 1) < 0.25
+    before = simulate_llm(_with(inst, prefill_eager_host_s=0.0, prefill_eager_host_full_s=0.0), placement)
+    assert measured["ttft_mean_s"] / before["ttft_mean_s"] > 2.0
+    assert load_instance(os.path.join(ROOT, "instances", "fidelity-llm", "code.json")).llm_settings.prefill_eager_host_s == 0

@@ -5,7 +5,9 @@ generation that a run has not written yet are skipped, and the last line covers 
 of the newest generation that has any. Here the fidelity folder is a temporary copy: the
 committed tables and calibration, ``results-v3`` with only its benchmark files,
 ``results-v3b``'s temporal run as itself and again as ``results-v3c`` (a later run of the
-same engine), and a ``results-v3-tp2`` run (``tp2-poisson-spatial``) whose measured instance is not in the repository.
+same engine), and a ``results-v3-tp2`` run (``tp2-poisson-spatial``). The first test also points the script at a
+temporary instances folder whose 2-GPU set has its placements but no measured instance, so the run whose inputs are
+missing is made missing here, whatever the repository holds.
 """
 
 from __future__ import annotations
@@ -52,13 +54,28 @@ def fidelity_copy(tmp_path, monkeypatch) -> ModuleType:
     return script
 
 
-def test_every_run_of_the_newest_generation_counts_and_missing_inputs_are_skipped(fidelity_copy, capsys):
+def _instances_without_tp2_measured(script: ModuleType, tmp_path) -> None:
+    """Point ``script`` at a copy of the instances the copied runs replay (the Poisson measured
+    instance and its placements) plus a ``tp2`` set with its placements but no measured instance."""
+    src = os.path.join(ROOT, "instances", "fidelity-llm")
+    dst = tmp_path / "instances"
+    (dst / "measured").mkdir(parents=True)
+    (dst / "tp2").mkdir()
+    shutil.copy(os.path.join(src, "measured", "poisson.json"), dst / "measured" / "poisson.json")
+    shutil.copy(os.path.join(src, "poisson-temporal.placement.json"), dst / "poisson-temporal.placement.json")
+    shutil.copy(os.path.join(src, "tp2", "poisson-spatial.placement.json"), dst / "tp2" / "poisson-spatial.placement.json")
+    script.INSTANCES = str(dst)
+
+
+def test_every_run_of_the_newest_generation_counts_and_missing_inputs_are_skipped(fidelity_copy, capsys, tmp_path):
     script = fidelity_copy
+    _instances_without_tp2_measured(script, tmp_path)
+    assert not os.path.exists(os.path.join(script.INSTANCES, "tp2", "measured", "poisson.json"))
     folders = script.results_folders()
     assert [os.path.basename(f) for f in folders] == ["results-v3", "results-v3b", "results-v3c", "results-v3-tp2"]
     reported = {f: script.report(f) for f in folders}
     out = capsys.readouterr().out
-    assert "tp2-poisson-spatial: not re-predicted, instances/fidelity-llm/tp2/measured/poisson.json is missing" in out
+    assert "tp2-poisson-spatial: not re-predicted, " in out and "tp2/measured/poisson.json is missing" in out
     assert "poisson-temporal                 after" in out and "streams (fit run)" in out
     scope = script.summary_scope(folders, reported)
     assert [os.path.basename(f) for f in scope] == ["results-v3b", "results-v3c", "results-v3-tp2"]  # v3: no run
