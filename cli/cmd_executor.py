@@ -47,6 +47,12 @@ def _floats(text: str, field: str) -> list[float]:
 @click.option("--cpu-threads", type=int, default=1, show_default=True, help="Torch threads per CPU worker.")
 @click.option("--cuda-graphs/--no-cuda-graphs", default=True, show_default=True,
               help="On GPUs, run each stage as one CUDA graph replay (its all-reduces included).")
+@click.option("--admission", type=click.Choice(["open-loop", "closed-loop"]), default="open-loop",
+              show_default=True,
+              help="DNN instances: open-loop admits on the profile-predicted stage clocks alone, as the "
+                   "simulator does; closed-loop also corrects a group's clocks to at least what the measured "
+                   "stage ends imply, so requests that would finish late behind a slower-than-profiled queue "
+                   "are rejected.")
 @click.option("--policy", default=None,
               help="LLM instances: comma-separated mesh scheduling policies (adbs, round-robin, fcfs, temporal), "
                    "one trial each on the same workers (subfolders <policy> when several); default: the "
@@ -54,7 +60,7 @@ def _floats(text: str, field: str) -> list[float]:
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summaries as JSON.")
 def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, slo_scales: Optional[str],
                 duration: Optional[float], hang_timeout: float, start_timeout: float, warmup: int, cpu_threads: int,
-                cuda_graphs: bool, policy: Optional[str], as_json: bool) -> None:
+                cuda_graphs: bool, admission: str, policy: Optional[str], as_json: bool) -> None:
     """Run PLACEMENT on INSTANCE's workload on real devices and compare with the simulator.
 
     DNN instances replay requests through pipelines of transformer stages; LLM instances run
@@ -82,10 +88,13 @@ def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, sl
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise InputError("exists and is not a folder", "--output-dir", output_dir)
     config = ExecutorConfig(backend=backend, hang_timeout_s=hang_timeout, start_timeout_s=start_timeout,
-                            warmup=warmup, cpu_threads=cpu_threads, duration_s=duration, cuda_graphs=cuda_graphs)
+                            warmup=warmup, cpu_threads=cpu_threads, duration_s=duration, cuda_graphs=cuda_graphs,
+                            admission=admission)
     if inst.is_llm:
         if scales:
             raise InputError("SLO-scale trials are for DNN instances", "--slo-scale")
+        if admission != "open-loop":
+            raise InputError("closed-loop admission is for DNN instances", "--admission")
         _execute_llm(inst, plc, output_dir, config, policy, as_json)
         return
     if policy is not None:

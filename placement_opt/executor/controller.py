@@ -4,7 +4,8 @@ For every trial (one per SLO scale, or one), the controller walks the requests i
 order, sleeps until each arrival, asks the :class:`~.dispatch.Dispatcher` (the simulator's
 policy and admission rule on profile-predicted clocks) where it goes, and sends the command
 to every rank of that group. Workers report every stage's start and end; the controller
-compares the measured finish with the deadline. It watches the workers throughout: a worker
+compares the measured finish with the deadline (and, with ``admission="closed-loop"``, feeds
+every measured stage end back to the dispatcher, which corrects its clocks to at least them). It watches the workers throughout: a worker
 that exits, reports an error, or leaves a request unfinished ``hang_timeout_s`` past its
 predicted finish stops the run; so does Ctrl-C. Then every worker is killed, what was
 measured so far is written, and :class:`ExecutorError` (or ``KeyboardInterrupt``) is raised.
@@ -32,7 +33,7 @@ from placement_opt.instance import Instance
 from placement_opt.placement import Placement
 from placement_opt.simulate.flowshop import simulate_dnn
 from placement_opt.workload import Requests, SLOSpec
-from placement_opt.executor.dispatch import Dispatcher
+from placement_opt.executor.dispatch import ADMISSION_MODES, Dispatcher
 from placement_opt.executor.records import TrialRecord, write_trial
 from placement_opt.executor.topology import model_layer_range, rank_plans, tp_groups
 from placement_opt.executor.worker import ModelBuild, WorkerSpec, worker_main
@@ -57,6 +58,7 @@ class ExecutorConfig:
     lead_s: float = 0.5  # pause between "all ready" and the first arrival
     pause_s: float = 1.0  # idle time between trials
     cuda_graphs: bool = True  # on GPUs, replay each stage as one CUDA graph (see executor.graphs)
+    admission: str = "open-loop"  # or "closed-loop": correct the dispatcher's clocks with measured stage ends
 
     def resolved_backend(self) -> str:
         if self.backend == "auto":
@@ -83,7 +85,8 @@ def host_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_executable(instance: Instance, placement: Placement, backend: str) -> None:
+def check_executable(instance: Instance, placement: Placement, backend: str,
+                     config: ExecutorConfig = ExecutorConfig()) -> None:
     """Everything the executor needs, reported as input errors before any process starts."""
     from placement_opt.executor.network import check_supported
 
@@ -92,6 +95,9 @@ def check_executable(instance: Instance, placement: Placement, backend: str) -> 
     if placement.windows:
         raise InputError("the executor runs static placements; this one has time windows", "windows")
     check_placement(placement, instance)
+    if config.admission not in ADMISSION_MODES:
+        raise InputError(f"unknown admission {config.admission!r} (known: {', '.join(ADMISSION_MODES)})",
+                         "--admission")
     Dispatcher(instance, placement.groups)  # the simulator settings and profile tables the controller needs
     fp32_weight_bytes = 0  # what CPU workers hold: every group's models in fp32
     for g, grp in enumerate(placement.groups):
@@ -288,6 +294,7 @@ class _Trial:
         for spec in workers.specs:
             self.group_ranks.setdefault(spec.plan.group, []).append(spec.plan.rank)
         self.outstanding: Dict[int, float] = {}  # request -> predicted finish (relative)
+        self.dispatcher = Dispatcher(instance, placement.groups, closed_loop=config.admission == "closed-loop")
         self.t0 = 0.0
         self.index = 0
 
@@ -298,6 +305,7 @@ class _Trial:
             raise ExecutorError(f"a report of trial {trial} arrived during trial {self.index}")
         times = self.rec.stage_times.setdefault(i, {})
         times[stage] = (start - self.t0, end - self.t0)
+        self.dispatcher.observe(i, stage, end - self.t0)  # closed loop: correct the clocks (else a no-op)
         if len(times) == self.n_stages[self.rec.group[i]]:  # every stage reported (pipes may reorder)
             self.outstanding.pop(i, None)
 
@@ -315,7 +323,7 @@ class _Trial:
 
     def run(self, trial_index: int) -> None:
         self.index = trial_index
-        dispatcher = Dispatcher(self.instance, self.placement.groups)
+        dispatcher = self.dispatcher
         req = self.requests
         self.t0 = time.monotonic() + self.config.lead_s
         bar = ProgressBar(f"execute trial {trial_index + 1}", total=len(req), unit="requests")
@@ -327,7 +335,9 @@ class _Trial:
                 if left <= 0:
                     break
                 self._watch(max(0.0, min(left - 0.001, 0.05)) if left > 0.001 else 0.0)
-            d = dispatcher.decide(int(req.model[i]), float(req.arrival[i]), float(req.deadline[i]))
+            if dispatcher.closed_loop:  # read the stage ends reported so far, even when dispatch lags
+                self._watch(0.0)
+            d = dispatcher.decide(int(req.model[i]), float(req.arrival[i]), float(req.deadline[i]), request=i)
             if not d.admitted:
                 continue
             self.rec.group[i] = d.group
@@ -351,7 +361,7 @@ def execute(instance: Instance, placement: Placement, out_dir: str, config: Exec
     results if a worker fails or hangs, and re-raises ``KeyboardInterrupt`` likewise.
     """
     backend = config.resolved_backend()
-    check_executable(instance, placement, backend)
+    check_executable(instance, placement, backend, config)
     trials = _trial_instances(instance, slo_scales)
     specs = _worker_specs(instance, placement, backend, config)
     os.makedirs(out_dir, exist_ok=True)
@@ -406,6 +416,8 @@ def _save(trial: _Trial, out_dir: str, per_trial_dir: bool, backend: str, status
     facts = {"status": status, "backend": backend, "workers": len(trial.workers.specs),
              "cuda_graphs": any(s.cuda_graphs for s in trial.workers.specs),
              "worker_info": {str(k): v for k, v in sorted(trial.workers.ready.items())},
+             "admission": trial.config.admission, "clock_corrections": trial.dispatcher.corrections,
+             "clock_correction_max_s": trial.dispatcher.correction_max_s,
              "startup_s": startup, "slo_scale": inst.workload.slo.scale,
              "dispatch_lag_max_s": float(np.nanmax(trial.rec.dispatch - trial.rec.arrival))
              if np.any(~np.isnan(trial.rec.dispatch)) else None,

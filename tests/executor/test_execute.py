@@ -164,3 +164,33 @@ def test_non_finite_numbers_are_input_errors(tmp_path, flag, value):
                                  "-o", str(tmp_path / "o")])
     assert r.exit_code == 2, r.output
     assert flag in r.output and "Traceback" not in r.output
+
+
+def test_closed_loop_admission_end_to_end(tmp_path):
+    """`--admission closed-loop` on the 2-stage pipeline: recorded in the summary, and no admitted
+    request is predicted to leave stage 0 before the request ahead of it that had already been
+    measured leaving it (10 ms before the dispatch, so its report was read)."""
+    placement = tmp_path / "pipeline.json"
+    placement.write_text(json.dumps({"groups": [{"devices": [0, 1], "pp": 2, "tp": 1,
+                                                 "models": ["tiny-a", "tiny-b"]}]}))
+    out = tmp_path / "run"
+    r = CliRunner().invoke(cli, ["execute", TINY, str(placement), "--backend", "gloo", "--duration", "4",
+                                 "--slo-scale", "5", "--warmup", "1", "--admission", "closed-loop", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["unfinished"] == 0
+    assert summary["admission"] == "closed-loop" and summary["admitted"] > 20
+    assert summary["clock_corrections"] >= 0 and summary["clock_correction_max_s"] >= 0.0
+    with open(out / "requests.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["admitted"] == "1"]
+    checked = 0
+    for ahead, row in zip(rows, rows[1:]):
+        if float(ahead["stage0_end_s"]) < float(row["dispatch_s"]) - 0.01:
+            assert float(row["stage0_predicted_end_s"]) > float(ahead["stage0_end_s"])
+            checked += 1
+    assert checked > 10
+    late_ends = sum(float(x["stage0_end_s"]) > float(x["stage0_predicted_end_s"]) for x in rows)
+    if late_ends:  # the CPU ran slower than the profile somewhere: the clocks were corrected
+        assert summary["clock_corrections"] > 0 and summary["clock_correction_max_s"] > 0.0
+    r = CliRunner().invoke(cli, ["execute", TINY, str(placement), "--backend", "gloo", "--admission", "sideways"])
+    assert r.exit_code == 2 and "--admission" in r.output
