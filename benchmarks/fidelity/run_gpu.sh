@@ -6,6 +6,8 @@
 # passed since the script started, bound every run by what is left (SIGINT: the executor saves what it measured),
 # and pack $OUT/runs.tar.gz on exit whatever happened, so a call's results always come back.
 # TAIL_MARGIN=PPxTP (e.g. 1x4) makes the warm calibration fit and write that configuration's admission tail margin.
+# ADMISSION="open-loop closed-loop" (default open-loop) runs the warm trials once per admission mode (`execute
+# --admission`); closed-loop trials go to warmN-ARRIVALS-PLACEMENT-closed (open-loop keep the old folder names).
 # Since issue 13 the executor and the profiler run every stage as one CUDA graph on GPUs; the *eager phases
 # (--no-cuda-graphs, with profile-gpu-eager.json) reproduce the earlier eager runs on the same machine. Results go to $OUT (or ./fidelity-out).
 set -uo pipefail
@@ -19,6 +21,7 @@ T_END=$(( $(date +%s) + ${BUDGET_S:-540} ))
 PLACEMENTS4W=${PLACEMENTS4W:-simple pipeline4 tp2x2 tp4 pp2tp2 alpaserve}
 PLACEMENTS2W=${PLACEMENTS2W:-simple pipeline tp2 alpaserve}
 TRIAL_S=${TRIAL_S:-4}
+ADMISSION=${ADMISSION:-open-loop}
 
 # bounded COMMAND...: run it with the time left before T_END (less a 25 s reserve to pack); skip it if under 20 s
 bounded() {
@@ -45,6 +48,7 @@ calibrate_warm() {
 }
 # trials_warm N INSTANCE_PREFIX PLACEMENT_PREFIX PLACEMENTS: every placement (alpaserve solved on the warm
 # instance first), Poisson and Gamma, every SLO scale, TRIAL_S seconds each, admitted by the warm-up clock
+# (once per mode in ADMISSION)
 trials_warm() {
   local n=$1 inst=$2 pfx=$3 p a pl
   for a in poisson gamma; do for p in $4; do
@@ -63,7 +67,10 @@ p = run_solver(load_instance('$F/$inst-$a-warm.json'), 'alpaserve', seed=0)
 atomic_write_text('$pl', p.to_json() + '\\n')
 print('alpaserve $a:', [(g.devices, g.pp, g.tp, g.models) for g in p.groups])" 2>"$R/solve$n-$a.log" || continue
     fi
-    bounded placeopt execute $F/$inst-$a-warm.json "$pl" --slo-scale "$SCALES" --duration "$TRIAL_S" -o "$R/warm$n-$a-$p"
+    for adm in $ADMISSION; do
+      bounded placeopt execute $F/$inst-$a-warm.json "$pl" --slo-scale "$SCALES" --duration "$TRIAL_S" \
+        --admission "$adm" -o "$R/warm$n-$a-$p$([ "$adm" = closed-loop ] && echo -closed)"
+    done
   done; done
 }
 case " $* " in *" warm"*) trap 'tar czf "$OUT/runs.tar.gz" -C "$R" . && rm -rf "$R"; echo "packed $OUT/runs.tar.gz"' EXIT ;; esac
