@@ -6,6 +6,7 @@ predictions it admits exactly what the open-loop dispatcher (and the simulator) 
 machine slower than the profile it rejects the requests that would finish late.
 """
 
+import dataclasses
 import heapq
 
 import numpy as np
@@ -15,6 +16,7 @@ from placement_opt import instance_from_dict
 from placement_opt.executor.dispatch import Decision, Dispatcher
 from placement_opt.placement import Group
 from placement_opt.simulate.flowshop import run_groups
+from placement_opt.workload import SLOSpec
 
 WARM = {"stage_idle_factor": [0.8], "heat_time_s": 0.1, "cool_time_s": 0.02}
 GROUPS = (Group(devices=(0,), models=("a",)), Group(devices=(1,), models=("b",)),
@@ -148,3 +150,34 @@ def test_on_a_machine_slower_than_the_profile_closed_loop_rejects_what_would_be_
     assert admitted_closed < admitted_open
     assert admitted_open - late_open < admitted_closed - late_closed  # and it serves more on time
     assert _serve_on_a_slow_machine(inst, 1.0, closed_loop=True) == _serve_on_a_slow_machine(inst, 1.0, False)
+
+
+def test_replay_of_the_measured_tp4_trial(tmp_path):
+    """benchmarks/fidelity/closed_loop_replay.py on the committed 4 x H100 tp=4 trial (Poisson,
+    SLO 5: 38 admitted requests late): the virtual stage that runs as the measured one did
+    reproduces the open-loop late count within 3, and the closed loop leaves at most a quarter."""
+    import importlib.util
+    import os
+    import tarfile
+
+    from placement_opt import load_instance, load_placement
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    fidelity = os.path.join(root, "benchmarks", "fidelity")
+    spec = importlib.util.spec_from_file_location("closed_loop_replay", os.path.join(fidelity, "closed_loop_replay.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with tarfile.open(os.path.join(fidelity, "results", "runs-h100x4-warm.tar.gz")) as tar:
+        member = tar.getmember("./warm4-poisson-tp4/slo-5/requests.csv")
+        (tmp_path / "requests.csv").write_bytes(tar.extractfile(member).read())
+    inst = load_instance(os.path.join(root, "instances", "fidelity", "four-models-poisson-warm.json"))
+    inst = dataclasses.replace(inst, workload=dataclasses.replace(inst.workload, slo=SLOSpec(scale=5.0)))
+    groups = load_placement(os.path.join(root, "instances", "fidelity", "placement4-tp4.json")).groups
+    rows = mod._read(str(tmp_path / "requests.csv"))
+    measured_late = sum(r["admitted"] == "1" and r["met_slo"] == "0" for r in rows)
+    assert measured_late == 38
+    stage = mod.measured_stage(rows, 0)
+    _, late_open, on_time_open = mod.replay(inst, groups, rows, stage, 0, closed_loop=False)
+    _, late_closed, on_time_closed = mod.replay(inst, groups, rows, stage, 0, closed_loop=True)
+    assert abs(late_open - measured_late) <= 3
+    assert late_closed <= measured_late / 4 and on_time_closed > on_time_open
