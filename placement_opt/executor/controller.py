@@ -5,8 +5,8 @@ order, sleeps until each arrival, asks the :class:`~.dispatch.Dispatcher` (the s
 policy and admission rule on profile-predicted clocks) where it goes, and sends the command
 to every rank of that group. Workers report every stage's start and end; the controller
 compares the measured finish with the deadline (and, with ``admission="closed-loop"``, feeds
-every measured stage end back to the dispatcher, which corrects its clocks to at least them). It watches the workers throughout: a worker
-that exits, reports an error, or leaves a request unfinished ``hang_timeout_s`` past its
+every measured stage end back to the dispatcher, which corrects its clocks to at least them).
+It watches the workers throughout: a worker that exits, reports an error, or leaves a request unfinished ``hang_timeout_s`` past its
 predicted finish stops the run; so does Ctrl-C. Then every worker is killed, what was
 measured so far is written, and :class:`ExecutorError` (or ``KeyboardInterrupt``) is raised.
 """
