@@ -493,11 +493,11 @@ def _accept_earliest(requests: tuple, hosts: HostTables, busy: np.ndarray, clock
     work[:n_clocks] = clocks
     rec, block_ptr = _dispatch_records(hosts, n_clocks)
     comp, n_comps = _component_of_model(hosts)
-    order = np.empty(_CHUNK, dtype=np.int64)
+    n = arrival.shape[0]
+    order = np.empty(min(_CHUNK, n) if n_comps > 1 else 0, dtype=np.int64)
     partial = np.zeros((4, max(n_comps, 1)), dtype=np.int64)
     old = np.empty(max(int(rec[_STAGES::_RECORD].max()), 1), dtype=np.float64)
     taken = np.empty(_BLOCK, dtype=np.float64)
-    n = arrival.shape[0]
     accepted = 0
     rejected = 0
     j = lo = hi = 0
