@@ -94,6 +94,17 @@ def test_attainment_kernel_loop_counts_no_references(policy):
     assert _refcounts_on_loops(run, "accept_flow_shop") == {}
 
 
+def test_earliest_attainment_loop_counts_no_references():
+    """The earliest-dispatch path of accept_flow_shop is a function of its own (its loop is not
+    in accept_flow_shop's IR)."""
+    run = njit(kernels._accept_earliest.py_func)
+    requests, hosts, out = _inputs()
+    counts = np.zeros(1, dtype=np.int64)
+    assert run(requests, hosts, out[3], out[4], counts, 0.0, 3) == 3
+    assert counts.tolist() == [3]
+    assert _refcounts_on_loops(run, "_accept_earliest") == {}
+
+
 def test_batching_loop_counts_no_references():
     serve = njit(kernels._serve_batches.py_func)
     requests, hosts, out = _inputs()

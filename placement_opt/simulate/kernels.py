@@ -291,13 +291,267 @@ def accept_flow_shop(requests: tuple, hosts: tuple, busy: np.ndarray, clocks: np
     """:func:`run_flow_shop` for searches: the same decisions, but only the accepted requests
     of every model (added to ``accepted_of``), the busy seconds and the clocks are kept;
     nothing per request is written. Returns the number of accepted requests, or -1 (the other
-    outputs then partial) as soon as more than ``max_rejected`` are rejected (-1: no limit)."""
+    outputs then partial) as soon as more than ``max_rejected`` are rejected (-1: no limit).
+
+    Under ``EARLIEST`` dispatch it runs :func:`_accept_earliest` (see there why it is faster)."""
     if max_rejected < 0:
         max_rejected = requests[0].shape[0]
+    tables = HostTables(*hosts)
+    if policy == EARLIEST:
+        return _accept_earliest(requests, tables, busy, clocks, accepted_of, overhead, max_rejected)
     empty_f = np.empty(0, dtype=np.float64)
     empty_i = np.empty(0, dtype=np.int64)
     out = (empty_f, empty_i, empty_i, busy, clocks)
-    return _flow_shop_loop(requests, HostTables(*hosts), out, accepted_of, overhead, policy, False, max_rejected)
+    return _flow_shop_loop(requests, tables, out, accepted_of, overhead, policy, False, max_rejected)
+
+
+# --- attainment only, earliest dispatch (what the searches run) ---------------------------------
+#
+# Measured on 64 x BERT-1.3B on 16 groups of 4 stages (benchmarks/kernel_vs_artifact.py), the
+# cost of the one-request-at-a-time loop is the dispatch, not the arithmetic:
+#
+# * with the choice made by conditional moves, every request's clock loads wait for the
+#   previous request's stage chain (stored, then loaded back): 2x slower than branches,
+#   which the processor predicts and runs ahead of. A store inside each branch keeps LLVM
+#   from turning them into conditional moves;
+# * every other branch on the way dilutes the history the predictor reads: a model's hosts
+#   are compared in blocks of four, straight-line, padded with hosts whose last clock is
+#   ``inf`` (never chosen: the comparison is strict), and 4-stage groups keep their new
+#   clocks in registers until the request is admitted (no loop, nothing to put back);
+# * interleaved requests of independent components (groups that share no model) make the
+#   choices half as predictable: within every chunk of requests, components run one after
+#   another (the same results, as they share no clock), through an order array built in one
+#   counting pass and one scatter.
+#
+# Indices are unsigned (``_u``): Numba adds a negative-index test to every signed one.
+
+#: fields of a host's dispatch record (int32): its group's last clock, first clock, stages,
+#: the group, and the offset of its batch-size-1 stage latencies in ``lat``
+_LAST, _FIRST, _STAGES, _GROUP, _LAT = 0, 1, 2, 3, 4
+_RECORD = 5
+#: hosts compared straight-line per block (a model's hosts are padded to a multiple)
+_BLOCK = 4
+#: requests grouped by component at a time (their indices and arrays stay in cache)
+_CHUNK = 8192
+
+
+@njit(cache=True, inline="always")
+def _u(x: int) -> int:
+    """``x`` as an unsigned index: Numba indexes without the negative-index test."""
+    return np.uint64(x)
+
+
+@njit(cache=True)
+def _dispatch_records(hosts: HostTables, never: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per model its hosts' :data:`_RECORD` int32 fields in blocks of :data:`_BLOCK` (at least
+    one), padded with records whose last clock is ``never`` (a clock that stays ``inf``),
+    and the first block of every model (``n_models + 1``). A latency offset fits in int32: ``lat`` would
+    otherwise hold more than 16 GiB."""
+    host_ptr = hosts.host_ptr
+    host_group = hosts.host_group
+    stage_ptr = hosts.stage_ptr
+    n_models = host_ptr.shape[0] - 1
+    block_ptr = np.zeros(n_models + 1, dtype=np.int64)
+    for m in range(n_models):
+        block_ptr[m + 1] = block_ptr[m] + max((host_ptr[m + 1] - host_ptr[m] + _BLOCK - 1) // _BLOCK, 1)
+    rec = np.zeros(block_ptr[n_models] * _BLOCK * _RECORD, dtype=np.int32)
+    rec[_LAST::_RECORD] = never
+    for m in range(n_models):
+        for j in range(host_ptr[m + 1] - host_ptr[m]):
+            h = host_ptr[m] + j
+            g = host_group[h]
+            r = (block_ptr[m] * _BLOCK + j) * _RECORD
+            rec[r + _LAST] = stage_ptr[g + 1] - 1
+            rec[r + _FIRST] = stage_ptr[g]
+            rec[r + _STAGES] = stage_ptr[g + 1] - stage_ptr[g]
+            rec[r + _GROUP] = g
+            rec[r + _LAT] = hosts.host_lat_ptr[h]
+    return rec, block_ptr
+
+
+@njit(cache=True, inline="always")
+def _root(parent: np.ndarray, x: int) -> int:
+    """The representative of group ``x``'s component (union-find with path halving)."""
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
+@njit(cache=True)
+def _component_of_model(hosts: HostTables) -> tuple[np.ndarray, int]:
+    """Per model the component of the model-group graph its groups belong to, numbered in
+    order of first model, and the number of components (models without hosts: 0; their
+    requests are rejected whatever the order)."""
+    host_ptr = hosts.host_ptr
+    host_group = hosts.host_group
+    n_models = host_ptr.shape[0] - 1
+    parent = np.arange(hosts.stage_ptr.shape[0] - 1)
+    for m in range(n_models):
+        for k in range(host_ptr[m] + 1, host_ptr[m + 1]):
+            a = _root(parent, host_group[host_ptr[m]])
+            b = _root(parent, host_group[k])
+            parent[max(a, b)] = min(a, b)
+    number = np.full(parent.shape[0], -1, dtype=np.int64)
+    comp = np.zeros(n_models, dtype=np.int64)
+    n_comps = 0
+    for m in range(n_models):
+        if host_ptr[m + 1] > host_ptr[m]:
+            root = _root(parent, host_group[host_ptr[m]])
+            if number[root] < 0:
+                number[root] = n_comps
+                n_comps += 1
+            comp[m] = number[root]
+    return comp, n_comps
+
+
+@njit(cache=True)
+def _group_by_component(model: np.ndarray, comp: np.ndarray, lo: int, hi: int, order: np.ndarray,
+                        partial: np.ndarray) -> bool:
+    """Write into ``order[:hi - lo]`` the requests ``lo..hi-1`` grouped by component (in
+    arrival order within one); False, with nothing written, when they all belong to one.
+    Counted in four interleaved histograms (``partial``, 4 x components), so that consecutive
+    requests of one component do not wait on one counter."""
+    partial[:] = 0
+    for i in range(lo, hi):
+        partial[_u(i & 3), _u(comp[_u(model[_u(i)])])] += 1
+    counts = partial.sum(axis=0)
+    if np.count_nonzero(counts) <= 1:
+        return False
+    fill = np.zeros(counts.shape[0], dtype=np.int64)
+    fill[1:] = np.cumsum(counts)[:-1]
+    for i in range(lo, hi):
+        r = _u(comp[_u(model[_u(i)])])
+        f = fill[r]
+        order[_u(f)] = i
+        fill[r] = f + 1
+    return True
+
+
+@njit(cache=True, inline="always")
+def _four_stages(clocks: np.ndarray, lat: np.ndarray, s0: int, off: int, start: float) -> tuple:
+    """A request ready at ``start`` on a 4-stage group whose first clock is ``s0``: when it
+    would leave each stage (nothing is written)."""
+    t0 = max(start, clocks[s0]) + lat[off]
+    t1 = max(t0, clocks[_u(s0 + 1)]) + lat[_u(off + 1)]
+    t2 = max(t1, clocks[_u(s0 + 2)]) + lat[_u(off + 2)]
+    t3 = max(t2, clocks[_u(s0 + 3)]) + lat[_u(off + 3)]
+    return t0, t1, t2, t3
+
+
+@njit(cache=True, inline="always")
+def _last_clock(clocks: np.ndarray, rec: np.ndarray, slot: int) -> float:
+    """The last-stage clock of the group of the host record in ``slot``."""
+    return clocks[_u(rec[_u(slot * _RECORD + _LAST)])]
+
+
+@njit(cache=True, inline="always")
+def _earliest_slot(clocks: np.ndarray, rec: np.ndarray, taken: np.ndarray, b: int, end: int) -> tuple:
+    """The record among ``b..end-1`` (whole blocks) whose group's last stage frees first, the
+    lower one on a tie, and that clock. Each block is compared straight-line; the stores
+    into ``taken`` keep the comparisons branches (see the notes above)."""
+    best = _last_clock(clocks, rec, b)
+    h = b
+    while True:
+        c = _last_clock(clocks, rec, b + 1)
+        if c < best:
+            best = c
+            h = b + 1
+            taken[1] = c
+        c = _last_clock(clocks, rec, b + 2)
+        if c < best:
+            best = c
+            h = b + 2
+            taken[2] = c
+        c = _last_clock(clocks, rec, b + 3)
+        if c < best:
+            best = c
+            h = b + 3
+            taken[3] = c
+        b += _BLOCK
+        if b >= end:
+            return h, best
+        c = _last_clock(clocks, rec, b)
+        if c < best:
+            best = c
+            h = b
+            taken[0] = c
+
+
+@njit(cache=True)
+def _accept_earliest(requests: tuple, hosts: HostTables, busy: np.ndarray, clocks: np.ndarray,
+                     accepted_of: np.ndarray, overhead: float, max_rejected: int) -> int:
+    """:func:`accept_flow_shop` under ``EARLIEST`` dispatch (see the notes above).
+
+    Same sums and comparisons as :func:`_flow_shop_loop`, so bit for bit the same results.
+    Runs on a copy of the clocks with one more that stays ``inf`` (the padding hosts' last
+    clock); requests are taken :data:`_CHUNK` at a time, grouped by component."""
+    arrival, model, deadline = requests
+    lat = hosts.lat
+    n_clocks = clocks.shape[0]
+    work = np.full(n_clocks + 1, np.inf)
+    work[:n_clocks] = clocks
+    rec, block_ptr = _dispatch_records(hosts, n_clocks)
+    comp, n_comps = _component_of_model(hosts)
+    n = arrival.shape[0]
+    order = np.empty(min(_CHUNK, n) if n_comps > 1 else 0, dtype=np.int64)
+    partial = np.zeros((4, max(n_comps, 1)), dtype=np.int64)
+    old = np.empty(max(int(rec[_STAGES::_RECORD].max()), 1), dtype=np.float64)
+    taken = np.empty(_BLOCK, dtype=np.float64)
+    accepted = 0
+    rejected = 0
+    j = lo = hi = 0
+    indirect = False
+    while j < n and rejected <= max_rejected:
+        if j == hi:  # the next chunk
+            lo = j
+            hi = min(j + _CHUNK, n)
+            indirect = n_comps > 1 and _group_by_component(model, comp, lo, hi, order, partial)
+        i = _u(order[_u(j - lo)]) if indirect else _u(j)
+        j += 1
+        m = _u(model[i])
+        h, best = _earliest_slot(work, rec, taken, block_ptr[m] * _BLOCK, block_ptr[_u(m + 1)] * _BLOCK)
+        if not best < np.inf:  # no host, or none whose group ever frees
+            rejected += 1
+            continue
+        r = _u(h * _RECORD)
+        s0 = _u(rec[_u(r + _FIRST)])
+        cnt = _u(rec[_u(r + _STAGES)])
+        g = _u(rec[_u(r + _GROUP)])
+        off = _u(rec[_u(r + _LAT)])
+        spent = busy[g]
+        if cnt == 4:
+            t0, t1, t2, t3 = _four_stages(work, lat, s0, off, arrival[i])
+            if t3 + overhead <= deadline[i]:
+                work[s0] = t0
+                work[_u(s0 + 1)] = t1
+                work[_u(s0 + 2)] = t2
+                work[_u(s0 + 3)] = t3
+                busy[g] = spent + lat[off] + lat[_u(off + 1)] + lat[_u(off + 2)] + lat[_u(off + 3)]
+                accepted += 1
+                accepted_of[m] += 1
+            else:
+                rejected += 1
+            continue
+        t = arrival[i]
+        for s in range(cnt):
+            c = work[_u(s0 + s)]
+            old[s] = c
+            if c > t:
+                t = c
+            t += lat[_u(off + s)]
+            work[_u(s0 + s)] = t
+            spent += lat[_u(off + s)]
+        if t + overhead <= deadline[i]:
+            busy[g] = spent
+            accepted += 1
+            accepted_of[m] += 1
+        else:
+            rejected += 1
+            for s in range(cnt):
+                work[_u(s0 + s)] = old[s]
+    clocks[:] = work[:n_clocks]
+    return accepted if rejected <= max_rejected else -1
 
 
 # --- one request at a time, the fitted stage clock (issue 13) ----------------------------------
