@@ -18,16 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from placement_opt.simulate.kernels import HostTables, _flow_shop_loop
-
-
-@njit(cache=True)
-def _root(parent: np.ndarray, x: int) -> int:
-    """The representative of group ``x``'s component (union-find with path halving)."""
-    while parent[x] != x:
-        parent[x] = parent[parent[x]]
-        x = parent[x]
-    return x
+from placement_opt.simulate.kernels import HostTables, _flow_shop_loop, _root
 
 
 @njit(cache=True)

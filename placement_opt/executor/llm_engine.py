@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 from placement_opt.model import Architecture
+from placement_opt.simulate.meshsim import padded_prefill_length
 from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
 from placement_opt.executor.llm_model import DecoderShard
 from placement_opt.executor.llm_sched import DECODE, PREFILL, Job
@@ -113,15 +114,9 @@ def buckets(limit: int) -> List[int]:
 
 
 def prefill_length_bucket(n: int) -> int:
-    """The padded length of a prefill whose longest prompt has ``n`` tokens: the smallest of
-    16, 24, 32, 48, 64, 96, ... (16 x 2^k and 24 x 2^k) at least ``n`` (at most a third padding)."""
-    size = 16
-    while True:
-        if size >= n:
-            return size
-        if size * 3 // 2 >= n:
-            return size * 3 // 2
-        size *= 2
+    """The padded length of a prefill whose longest prompt has ``n`` tokens (the simulator's
+    rule, :func:`placement_opt.simulate.meshsim.padded_prefill_length`, so the two cannot drift)."""
+    return int(padded_prefill_length(n))
 
 
 def prefill_bucket(batch: int, longest: int, max_batch: int) -> Optional[Tuple[int, int]]:

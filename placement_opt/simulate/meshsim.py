@@ -416,9 +416,10 @@ def _blocks_for_next_token(r, reqs, cfg):
 
 
 @njit(cache=True)
-def _padded_length(n):
-    """The engine's padded prefill length of a longest prompt of ``n`` tokens: the smallest of
-    16, 24, 32, 48, 64, 96, ... (16 x 2^k and 24 x 2^k) at least ``n``."""
+def padded_prefill_length(n):
+    """The padded prefill length of a longest prompt of ``n`` tokens: the smallest of 16, 24,
+    32, 48, 64, 96, ... (16 x 2^k and 24 x 2^k) at least ``n`` (at most a third padding). The
+    LLM engine pads its prefills (and buckets their CUDA graphs) by this same rule."""
     size = 16
     while True:
         if size >= n:
@@ -431,14 +432,14 @@ def _padded_length(n):
 @njit(cache=True)
 def prefill_runs_eagerly(batch, longest, graph_tokens):
     """Whether the engine runs a prefill of ``batch`` prompts, the longest ``longest`` tokens,
-    eagerly: its padded size (batch rounded up to a power of two x :func:`_padded_length`)
+    eagerly: its padded size (batch rounded up to a power of two x :func:`padded_prefill_length`)
     exceeds ``graph_tokens`` (0: every prefill replays a graph)."""
     if graph_tokens <= 0:
         return False
     b = 1
     while b < batch:
         b *= 2
-    return b * _padded_length(longest) > graph_tokens
+    return b * padded_prefill_length(longest) > graph_tokens
 
 
 @njit(cache=True, inline="always")
