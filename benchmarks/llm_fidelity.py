@@ -65,12 +65,12 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import functools
 import glob
 import json
 import math
 import os
 import statistics
-import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -310,10 +310,12 @@ def cost_table_paths(refs: Dict[str, str], inst_dir: str, tables: str) -> Dict[s
                 else os.path.normpath(os.path.join(inst_dir, ref))) for m, ref in refs.items()}
 
 
+@functools.lru_cache(maxsize=None)
 def generation_instance(inst_path: str, gen: Optional[Generation], folder: str = "") -> Any:
     """The measured instance with the cost tables of ``gen`` for the runs of ``folder`` (a
-    model without a table there keeps the instance's own; as committed without a generation)."""
-    from placement_opt.instance import load_instance
+    model without a table there keeps the instance's own; as committed without a generation).
+    Cached: the fits predict the same run many times, and callers only ``replace`` it."""
+    from placement_opt.instance import instance_from_dict, load_instance
 
     if gen is None:
         return load_instance(inst_path)
@@ -321,14 +323,8 @@ def generation_instance(inst_path: str, gen: Optional[Generation], folder: str =
         data = json.load(f)
     data["cost_tables"] = cost_table_paths(data["cost_tables"], os.path.dirname(inst_path),
                                            os.path.join(LLM, tables_of(folder, gen)))
-    # beside the original: the instance's other relative paths (traces) must still resolve
-    fd, path = tempfile.mkstemp(suffix=".json", dir=os.path.dirname(inst_path))
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        return load_instance(path)
-    finally:
-        os.unlink(path)
+    # paths (traces, the new tables) resolve against the original's folder
+    return instance_from_dict(data, base_dir=os.path.dirname(os.path.abspath(inst_path)), path=inst_path)
 
 
 def predict(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, float]:
@@ -520,7 +516,7 @@ def streams_host(gen: Generation, engine: dict, ratios: Tuple[float, float], par
         return {"decode_host_full_s": partition[0] * ratios[0], "prefill_host_full_s": partition[1] * ratios[1],
                 "source": "partition values x streams / green-context host ratios"}
     folder, name = gen.fit_streams
-    run = next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
+    run = _find_run((folder, name))
     decode, pairs = plain_stream_decode_extra(run)
     streams = next(r for r in engine["runs"] if r["mechanism"] == "streams")["per_llm"]
     prefill = statistics.median(p["prefill_host_ms"] for p in streams) / 1e3
@@ -583,7 +579,7 @@ def calibrate(gen: Generation) -> dict:
     floor = round(statistics.median((p["launch_us"] + p["finish_us"]) for p in per) / 1e6, 4)
     ratios = _host_ratios(engine)
     folder, name = gen.fit
-    run = next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
+    run = _find_run((folder, name))
     decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios)
     full = streams_host(gen, engine, ratios, (decode_host, prefill_host))
     out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
