@@ -149,9 +149,6 @@ def test_replay_heat_matches_the_kernel_rule():
     np.testing.assert_allclose(replay_heat(start, end, 0.1, 0.02), [0.0, 0.1, max(0.0, 0.2 - 0.03 / 0.02)])
 
 
-GAP = {"stage_gap_s": [0.001]}
-
-
 def _gap_instance(warm: dict | None, dispatch: str = "earliest", rate: float = 80.0, tail: float = 0.0):
     """:func:`_instance` with stage gaps of 1 ms (0.5 and 0.7 ms on the pipeline's stages) and
     the admission margin ``tail``."""

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from inputs import GOOD
-from hostile.test_hostile_cli import ROOT, placeopt, start
+from hostile.test_hostile_cli import ROOT, llm_instance, placeopt, start
 
 #: seconds a run may take beyond its limit: the final simulation (short on these instances),
 #: writing the output, and the noise of a loaded 2-core test machine
@@ -41,16 +41,11 @@ def _dnn_instance(tmp_path) -> str:
 
 def _llm_instance(tmp_path) -> str:
     """32 7B LLMs on 16 nodes of 8 A100s: the mesh-group enumeration runs for many seconds."""
-    d = {"name": "llm-many", "cluster": {"nodes": 16, "gpus_per_node": 8,
-                                         "gpu": {"name": "A100", "memory_gb": 80, "peak_fp16_tflops": 312,
-                                                 "memory_bandwidth_gbps": 2039}},
-         "models": [{"name": "llama", "count": 32, "family": "llm",
-                     "architecture": {"layers": 32, "hidden": 4096, "heads": 32, "vocab": 32000}}],
-         "workload": {"duration_s": 20, "arrival": {"process": "poisson", "rate": 2.0}, "slo": {"scale": 8}},
-         "solver": {"name": "muxserve"}, "objective": "throughput"}
-    path = tmp_path / "llm.json"
-    path.write_text(json.dumps(d))
-    return str(path)
+    def many(d):
+        d["name"] = "llm-many"
+        d["cluster"].update(nodes=16, gpus_per_node=8)
+        d["models"][0]["count"] = 32
+    return llm_instance(tmp_path, many)
 
 
 def _solvers(family: str) -> list[str]:

@@ -82,6 +82,7 @@ def main() -> None:
     kv_token = arch.kv_bytes_per_token()
     paths = ["paged", "gather"] if bench.model.attention == "paged" else ["gather"]
     errors = {} if "paged" in paths else {"paged": bench.attention_fallback or "Triton unavailable on this machine"}
+    primary = paths[0]  # its times are the unprefixed keys; if it fails mid-run those keys stay absent
 
     def fractions(moved: int, seconds: float) -> dict:
         gbps = moved / seconds / 1e9
@@ -103,7 +104,7 @@ def main() -> None:
                     paths.remove(path)
                     torch.cuda.synchronize()
                     continue
-                row.update(fractions(moved, seconds) if path == paths[0] else
+                row.update(fractions(moved, seconds) if path == primary else
                            {f"{path}_{k}": v for k, v in fractions(moved, seconds).items()})
                 row.setdefault("attention", path)
             if "step_ms" in row and "gather_step_ms" in row:
