@@ -297,6 +297,11 @@ def best_addition_chunk(requests: tuple, problem: tuple, current: tuple, candida
     in_groups = np.zeros(n_groups, dtype=np.bool_)
     in_models = np.zeros(n_models, dtype=np.bool_)
     counts = np.zeros(n_models, dtype=np.int64)
+    # the round's index, built once; a candidate adds its (group, model) to a copy of the
+    # parents and one row entry, taken back after its simulation (candidates are never hosted)
+    round_parent, group_models, n_group_models = _index_hosting(hosted)
+    parent = np.empty_like(round_parent)
+    index = (parent, group_models, n_group_models)
     i = scan[0]
     while i < stop:
         have_best = scan[1] >= 0
@@ -305,10 +310,13 @@ def best_addition_chunk(requests: tuple, problem: tuple, current: tuple, candida
             scan[0] = cand_model.shape[0]
             return True
         m, g = cand_model[i], cand_group[i]
+        parent[:] = round_parent
+        group_models[g, n_group_models[g]] = m
+        n_group_models[g] += 1
         hosted[g, m] = True
-        index = _index_hosting(hosted)
+        _join(hosted, parent, g, m)
         hosted[g, m] = False
-        _mark_component(index[0], index[1], index[2], g, in_groups, in_models)
+        _mark_component(parent, group_models, n_group_models, g, in_groups, in_models)
         rest = total
         for x in range(n_models):
             if in_models[x]:
@@ -316,6 +324,7 @@ def best_addition_chunk(requests: tuple, problem: tuple, current: tuple, candida
         floor = scan[2] - rest if prune and have_best else 0
         acc = _component_at_least(requests, index, group_pp, group_cfg, lat, in_groups, in_models, overhead, policy,
                                   counts, floor)
+        n_group_models[g] -= 1
         scan[3] += 1
         if acc >= 0:
             new_total = rest + acc
