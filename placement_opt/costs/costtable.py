@@ -13,7 +13,9 @@ one decoding step of ``batch[i]`` requests whose context is ``seq_len[j]`` token
 
 Unmeasured points are filled when loading (:func:`fill_missing`): linearly between
 measured neighbours along the batch axis, extrapolated along the last measured segment
-beyond them, then along the length axis, then from the nearest SM share. Lookups between
+beyond them (below the first measured point along the first segment, but never below
+proportional to batch or length: a decode step at batch 1 costs about what it costs at
+batch 2, not half), then along the length axis, then from the nearest SM share. Lookups between
 SM shares interpolate linearly; below the smallest measured share the latency grows as
 ``share_min / share`` (compute-bound scaling, an upper bound).
 """
@@ -198,6 +200,9 @@ def _fill_1d(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     for i in np.flatnonzero(~known):
         if x[i] < xs[0]:
             out[i] = ys[0] * x[i] / xs[0]
+            if len(xs) > 1:  # the first measured segment, never below proportional to x
+                slope = max((ys[1] - ys[0]) / (xs[1] - xs[0]), 0.0)
+                out[i] = max(out[i], ys[0] - slope * (xs[0] - x[i]))
         elif x[i] > xs[-1]:
             if len(xs) == 1:
                 out[i] = ys[-1] * x[i] / xs[-1]

@@ -15,6 +15,8 @@ from placement_opt.model import Architecture
 
 from .helpers import TABLES
 
+SHIPPED = os.path.join(os.path.dirname(__file__), "..", "..", "placement_opt", "data", "llm_tables")
+
 # An excerpt of MuxServe's llama-a100-cost.json (llama-7b, 1 GPU, SM 100 % and 50 %), values in ms.
 EXCERPT = {"llama-7b": {"1": {
     "100": {"1": {"32": {"prefill": 14.082, "decoding": 11.264}, "64": {"prefill": 14.129, "decoding": 11.224}},
@@ -53,6 +55,28 @@ def test_fill_missing_extends_last_segment():
     arr = np.array([[[1.0], [2.0], [np.nan]]])
     out = fill_missing(arr, np.array([1.0, 2.0, 4.0]), np.array([32.0]))
     assert out[0, 2, 0] == pytest.approx(4.0)
+
+
+def test_fill_missing_below_the_first_point_follows_the_first_segment():
+    # a launch-bound decode step (measured 2.07 / 2.09 ms at batch 2 / 4) costs about as much at
+    # batch 1, not half; a compute-bound prefill never falls below proportional to the batch
+    batch, seq = np.array([1.0, 2.0, 4.0]), np.array([512.0])
+    decode = fill_missing(np.array([[[np.nan], [2.07], [2.09]]]), batch, seq)
+    assert decode[0, 0, 0] == pytest.approx(2.06)
+    prefill = fill_missing(np.array([[[np.nan], [4.0], [12.0]]]), batch, seq)
+    assert prefill[0, 0, 0] == pytest.approx(2.0)
+
+
+def test_shipped_h100_tables_load_and_are_monotone_in_the_batch():
+    for name in ("llama-3.2-1b", "llama-3.2-3b", "llama-2-7b", "llama-3-8b", "llama-2-13b"):
+        with open(os.path.join(SHIPPED, f"{name}-h100.json")) as f:
+            table = CostTable.from_dict(name, json.load(f), "table")
+        assert set(table.tp_degrees) == ({1} if "3.2" in name else {1, 2})
+        for tp in table.tp_degrees:
+            t = table.tables[tp]
+            # measured dips reach 6% (13B, share 0.5: batch 16 a little faster than 8 at 64 tokens)
+            assert (np.diff(t.decode_s, axis=1) > -0.1 * t.decode_s[:, 1:]).all(), (name, tp)
+            assert (np.diff(t.prefill_s, axis=2) > 0).all(), (name, tp)
 
 
 @pytest.mark.parametrize("mutate, field", [
