@@ -7,9 +7,8 @@ per run and policy: ``placeopt execute`` of an LLM instance, the simulator's pre
 the measurement), ``roofline.json`` and ``engine.json`` (the engine micro-benchmark). Prints,
 per folder, the engine benchmark's summary, one row per run, the placement and policy
 rankings per workload; and as its last line, over every run of the newest engine generation
-that has any (all the folders of ``GENERATIONS``' newest entry that exist: fit and held-out,
-warm and cold trials alike; without a generation, e.g. ``--results DIR``, the newest folder
-that has any result),
+that has any (all the folders of ``GENERATIONS``' newest entry that exist: fit and held-out
+alike; without a generation, e.g. ``--results DIR``, the newest folder that has any result),
 
     max_throughput_err=<x> max_llm_err=<y> max_ttft_err=<t> max_attain_pp=<z> ranking_ok=<0|1> decode_roofline=<r>
 
@@ -38,6 +37,13 @@ A folder may use its own tables (``Generation.folder_tables``: ``results-v3-tp2`
 instance's. Run folders are named ``<workload>-<placement>`` (the workload may contain ``-``);
 :func:`run_inputs` finds the instance and placement (``tp2-poisson-spatial``: the 2-GPU set's
 ``instances/fidelity-llm/tp2/measured/poisson.json`` and ``tp2/poisson-spatial.placement.json``).
+
+Engine generations (``GENERATIONS``): ``v2``; ``v3`` (``results-v3``, ``results-v3b``: each
+CUDA-graph bucket captured the first time a trial met it, so the workers' first trial ran
+cold); ``v3w`` (``results-v3c``, ``results-v3-tp2``: the same kernels with every bucket captured
+at start-up, so every trial is warm). The start-up capture changed what a first trial measures,
+so v3w is a generation of its own, calibrated only on its own runs; v3 stays as history with
+``calibration-v3.json``.
 
 ``--calibrate [GENERATION]`` fits one generation's parameters (default: the newest) and writes
 its calibration file (the newest generation's is ``fidelity/llm/calibration.json``, which
@@ -104,19 +110,26 @@ class Generation:
 
 
 # v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
-# attention, prefill CUDA graphs (docs/fidelity-llm.md). The newest is the engine in use.
-# results-v3c (warm Poisson policies, temporal, traces) and results-v3-tp2 (2 GPUs, TP 2: runs
-# tp2-poisson-<placement>, tables profiled in the same call into tables-tp2, run_gpu.sh's
-# TABLES2) are read when they exist.
+# attention, prefill CUDA graphs, each graph bucket captured the first time a trial meets it
+# (the workers' first trial runs cold); v3w: the same kernels, every CUDA-graph bucket captured
+# at start-up (``warmup`` in summary.json's worker_info, ``cold_buckets`` empty), so the first
+# trial measures what the later ones do (docs/fidelity-llm.md). A different engine: its own
+# runs, its own calibration. Its kernels are v3's, so it keeps v3's tables and engine
+# micro-benchmark (``results-v3/engine.json``). The newest is the engine in use.
+# results-v3-tp2: 2 GPUs, TP 2 (runs tp2-poisson-<placement>, tables profiled in the same call
+# into tables-tp2, run_gpu.sh's TABLES2).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
-    "v3": Generation(("results-v3", "results-v3b", "results-v3c", "results-v3-tp2"), "tables-v3", "results-v3",
-                     ("results-v3b", "poisson-muxserve/round-robin"), "calibration.json",
-                     fit_streams=("results-v3b", "poisson-temporal"),
-                     folder_tables=(("results-v3-tp2", "tables-tp2"),),
-                     fit_eager=(("results-v3c", "conv-muxserve"), ("results-v3c", "conv-temporal")),
-                     fit_tp=("results-v3-tp2", "tp2-poisson-temporal")),
+    "v3": Generation(("results-v3", "results-v3b"), "tables-v3", "results-v3",
+                     ("results-v3b", "poisson-muxserve/round-robin"), "calibration-v3.json",
+                     fit_streams=("results-v3b", "poisson-temporal")),
+    "v3w": Generation(("results-v3c", "results-v3-tp2"), "tables-v3", "results-v3",
+                      ("results-v3c", "poisson-muxserve/round-robin"), "calibration.json",
+                      fit_streams=("results-v3c", "poisson-temporal"),
+                      folder_tables=(("results-v3-tp2", "tables-tp2"),),
+                      fit_eager=(("results-v3c", "conv-muxserve"), ("results-v3c", "conv-temporal")),
+                      fit_tp=("results-v3-tp2", "tp2-poisson-temporal")),
 }
 
 

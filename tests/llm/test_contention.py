@@ -153,11 +153,11 @@ def test_estimator_unit_stretch_and_host_costs():
 
 def test_plain_stream_host_time_predicts_the_temporal_run():
     """The temporal placement (plain streams, one job at a time) of ``results-v3b``: with the
-    decode host time measured on its back-to-back steps (``calibration.json``, 0.46 ms) the
-    simulator predicts the total throughput within 2%, every LLM's within 5% and the mean
+    decode host time measured on its back-to-back steps (``calibration-v3.json``, its engine
+    generation's, 0.46 ms) the simulator predicts the total throughput within 2%, every LLM's within 5% and the mean
     TPOT within 5%; with the old value (the partition fit scaled by the engine's host ratio,
     0.79 ms) the backlog grows and llm-8b's last request is served 10 s later (over 20%)."""
-    with open(os.path.join(RESULTS, "calibration.json")) as f:
+    with open(os.path.join(RESULTS, "calibration-v3.json")) as f:
         cal = json.load(f)
     inst = _with(load_instance(os.path.join(FIDELITY, "measured", "poisson.json")),
                  **{k: float(cal[k]) for k in OFF})

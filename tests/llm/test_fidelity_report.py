@@ -3,9 +3,10 @@
 The script reads every ``results*`` folder beside the cost tables; the folders of a
 generation that a run has not written yet are skipped, and the last line covers every run
 of the newest generation that has any. Here the fidelity folder is a temporary copy: the
-committed tables and calibration, ``results-v3`` with only its benchmark files,
-``results-v3b``'s temporal run as itself and again as ``results-v3c`` (a later run of the
-same engine), and a ``results-v3-tp2`` run (``tp2-poisson-spatial``). The first test also points the script at a
+committed tables and both generations' calibrations, ``results-v3`` with only its benchmark
+files, ``results-v3b``'s temporal run as itself and again as ``results-v3c`` (there a run of the
+next engine generation, v3w, which captures every CUDA-graph bucket at start-up), and a
+``results-v3-tp2`` run (``tp2-poisson-spatial``, also v3w). The first test also points the script at a
 temporary instances folder whose 2-GPU set has its placements but no measured instance, so the run whose inputs are
 missing is made missing here, whatever the repository holds.
 """
@@ -42,7 +43,8 @@ def fidelity_copy(tmp_path, monkeypatch) -> ModuleType:
     root = tmp_path / "llm"
     root.mkdir()
     (root / "tables-v3").symlink_to(os.path.join(FIDELITY, "tables-v3"))
-    shutil.copy(os.path.join(FIDELITY, "calibration.json"), root / "calibration.json")
+    for name in ("calibration.json", "calibration-v3.json"):
+        shutil.copy(os.path.join(FIDELITY, name), root / name)
     (root / "results-v3").mkdir()
     for name in ("engine.json", "roofline.json"):
         shutil.copy(os.path.join(FIDELITY, "results-v3", name), root / "results-v3" / name)
@@ -78,15 +80,22 @@ def test_every_run_of_the_newest_generation_counts_and_missing_inputs_are_skippe
     assert "tp2-poisson-spatial: not re-predicted, " in out and "tp2/measured/poisson.json is missing" in out
     assert "poisson-temporal                 after" in out and "streams (fit run)" in out
     scope = script.summary_scope(folders, reported)
-    assert [os.path.basename(f) for f in scope] == ["results-v3b", "results-v3c", "results-v3-tp2"]  # v3: no run
+    # the newest generation (v3w: start-up capture) only; v3 and v3b are history
+    assert [os.path.basename(f) for f in scope] == ["results-v3c", "results-v3-tp2"]
     runs = [r for f in scope for r in reported[f][0]]
-    # the two re-predicted copies of one run give the same errors; the tp2 one counts as committed
+    # one run's two copies: each re-predicted with its own generation's calibration (both are
+    # their generation's plain-stream fit run); the tp2 one counts as committed
     v3b, v3c = (next(r for r in reported[f][0]) for f in folders[1:3])
-    assert v3b["after"]["errors"] == v3c["after"]["errors"]
-    assert script.is_fit_run(v3b) and not script.is_fit_run(v3c)
+    assert script.is_fit_run(v3b) and script.is_fit_run(v3c)
+    v3_model, v3w_model = (script.generation_model(script.GENERATIONS[g]) for g in ("v3", "v3w"))
+    assert v3_model["decode_host_full_s"] != v3w_model["decode_host_full_s"]
+    for run, model in ((v3b, v3_model), (v3c, v3w_model)):
+        sim, attain = script.predict(run, model)
+        assert run["after"]["errors"] == script.errors(run["summary"]["measured"], sim, attain)
+    assert v3b["after"]["errors"] != v3c["after"]["errors"]
     line = script.last_line(runs, True, script.roofline(folders[0]))
     fields = dict(item.split("=") for item in line.split())
-    assert float(fields["max_llm_err"]) == pytest.approx(max(abs(v3b["after"]["errors"]["max_llm_err"]),
+    assert float(fields["max_llm_err"]) == pytest.approx(max(abs(v3c["after"]["errors"]["max_llm_err"]),
                                                              json.load(open(os.path.join(
                                                                  FIDELITY, "results-v3b", "poisson-temporal",
                                                                  "summary.json")))["errors"]["max_llm_err"]), abs=1e-4)
@@ -95,7 +104,7 @@ def test_every_run_of_the_newest_generation_counts_and_missing_inputs_are_skippe
 
 def test_tp2_runs_use_their_own_tables_where_they_exist(fidelity_copy):
     script = fidelity_copy
-    gen = script.GENERATIONS["v3"]
+    gen = script.GENERATIONS["v3w"]
     assert script.tables_of(os.path.join(script.LLM, "results-v3-tp2"), gen) == "tables-tp2"
     tp2_run = {"workload": "tp2-poisson", "placement": "spatial"}
     assert script.run_inputs(tp2_run) == (os.path.join(ROOT, "instances", "fidelity-llm", "tp2", "measured", "poisson.json"),
@@ -110,3 +119,21 @@ def test_tp2_runs_use_their_own_tables_where_they_exist(fidelity_copy):
     os.makedirs(tp2)
     shutil.copy(os.path.join(FIDELITY, "tables-v3", "llm-8b.json"), os.path.join(tp2, "llm-8b.json"))
     assert script.cost_table_paths(refs, inst_dir, tp2) == {"llm-8b": os.path.join(tp2, "llm-8b.json")}
+
+
+def test_each_generation_is_calibrated_on_its_own_runs():
+    """A generation's calibration is fitted only on runs of its own engine: every fit run lies in
+    one of its results folders, the warm-start engine (v3w) is the newest and writes
+    ``calibration.json`` (what ``measured_instances.py`` copies), and the cold-capture v3 runs
+    keep their own file."""
+    script = _load_script()
+    for gen in script.GENERATIONS.values():
+        assert all(folder in gen.results for folder, _ in script.fit_runs(gen)), gen
+    assert list(script.GENERATIONS)[-1] == "v3w"
+    assert script.GENERATIONS["v3w"].calibration == "calibration.json"
+    assert script.GENERATIONS["v3"].calibration == "calibration-v3.json"
+    assert not set(script.GENERATIONS["v3"].results) & set(script.GENERATIONS["v3w"].results)
+    for gen in script.GENERATIONS.values():
+        with open(os.path.join(FIDELITY, gen.calibration)) as f:
+            fitted_on = json.load(f)["fit"]["host_fit_run"].split("/")[0]
+        assert fitted_on in gen.results

@@ -4,8 +4,8 @@ For every instance of ``instances/fidelity-llm/`` writes ``instances/fidelity-ll
 a copy whose models reference ``benchmarks/fidelity/llm/tables/<model>.json`` (written by
 ``placeopt profile --llm`` in ``run_gpu.sh``), and whose cluster GPU is the profiled one
 (name from the tables). The simulator's predictions of the fidelity runs use these tables,
-and the host and contention parameters of ``calibration.json`` (written by
-``benchmarks/llm_fidelity.py --calibrate``) when it exists, in their ``llm`` section.
+and the host and contention parameters of ``calibration.json`` (the newest engine generation's,
+written by ``benchmarks/llm_fidelity.py --calibrate``) when it exists, in their ``llm`` section.
 
 Usage: python benchmarks/fidelity/llm/measured_instances.py [TABLES_DIR [INSTANCES_DIR]]
 (default ``benchmarks/fidelity/llm/tables``; ``run_gpu.sh`` passes its ``$TABLES``;
@@ -25,16 +25,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 SRC = os.path.join(ROOT, "instances", "fidelity-llm")
 TABLES = os.path.join(HERE, "tables")
 CALIBRATION = os.path.join(HERE, "calibration.json")
-MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s")
+MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
+                "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s")
 
 
 def calibrated_llm_fields() -> dict:
-    """The simulator's host and contention parameters fitted on the GPU runs (none without a fit)."""
+    """The simulator's host and contention parameters fitted on the GPU runs of the newest
+    engine generation (``calibration.json``; none without a fit, and a field it lacks stays
+    the instance's)."""
     if not os.path.exists(CALIBRATION):
         return {}
     with open(CALIBRATION) as f:
         cal = json.load(f)
-    return {k: cal[k] for k in MODEL_FIELDS}
+    return {k: cal[k] for k in MODEL_FIELDS if k in cal}
 SPECS = {"H100": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 3350},
          "H200": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 4800}}
 
