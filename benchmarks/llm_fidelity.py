@@ -56,8 +56,11 @@ re-prediction has the smallest worst of |TPOT error| and |TTFT error|); their ``
 twins (an LLM on the whole GPU, plain streams) measured on the generation's plain-stream fit
 run (``fit_streams``, a temporal run: decode, the median time a decode step takes beyond its
 table between back-to-back steps; prefill, ``engine.json``'s streams launch time), or where
-it has none scaled by ``engine.json``'s streams / green context host-time ratios. Every other
-run is held out; the report marks the fit runs.
+it has none scaled by ``engine.json``'s streams / green context host-time ratios;
+``decode_kv_gbps`` (the rate at which the KV bytes a decode step reads add to its time, one
+for every model) on the back-to-back decode steps of the plain-stream fit runs, TP 1 and TP > 1
+(``fit_streams``, ``fit_tp``; off for a generation without both), before the host times, which
+are then measured beyond it. Every other run is held out; the report marks the fit runs.
 
 ``--policy-load SCALE[:RESERVE]`` simulates the Poisson muxserve placement under the three
 policies with the rates times SCALE (and ``llm.kv_reserve_fraction`` RESERVE): the load at
@@ -85,7 +88,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LLM = os.path.join(HERE, "fidelity", "llm")
 INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
-                "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s")
+                "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -456,16 +459,18 @@ def _host_ratios(engine: dict) -> Tuple[float, float]:
     return statistics.median(decode), statistics.median(prefill)
 
 
-def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float]) -> Tuple[float, float, float]:
+def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
+             kv_gbps: float = 0.0) -> Tuple[float, float, float]:
     """(decode, prefill) host seconds on SM partitions, on a grid (decode from ``floor`` in
-    0.2 ms steps to 4 ms, prefill 0-80 ms in 4 ms steps), whose re-prediction of ``run`` has
-    the smallest worst of |TPOT error| and |TTFT error|; returns them and that error."""
+    0.2 ms steps to 4 ms, prefill 0-80 ms in 4 ms steps), whose re-prediction of ``run`` (with
+    the KV term ``kv_gbps``) has the smallest worst of |TPOT error| and |TTFT error|; returns
+    them and that error."""
     best = (floor, 0.0, math.inf)
     for decode_host in np.arange(floor, 0.004 + 1e-12, 0.0002):
         for prefill_host in np.arange(0.0, 0.080 + 1e-12, 0.004):
             model = {"contention_hbm_gbps": hbm, "decode_host_s": float(decode_host),
                      "prefill_host_s": float(prefill_host), "decode_host_full_s": float(decode_host) * ratios[0],
-                     "prefill_host_full_s": float(prefill_host) * ratios[1]}
+                     "prefill_host_full_s": float(prefill_host) * ratios[1], "decode_kv_gbps": kv_gbps}
             e = errors(run["summary"]["measured"], predict(run, model)[0])
             worst = max(abs(e["tpot_err"] or math.inf), abs(e["ttft_err"] or math.inf))
             if worst < best[2]:
@@ -473,9 +478,10 @@ def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float]) -
     return best
 
 
-def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int]]:
+def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int, float]]:
     """Per model of ``run``'s placement: its mesh's latency tables at share 1 (as the simulator
-    resamples them, :class:`LatencyTables`) and its index on the mesh."""
+    resamples them, :class:`LatencyTables`), its index on the mesh and its KV bytes per token per
+    GPU (the simulator's ``MeshLLMs.kv_bytes``)."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import _mesh_tables
@@ -489,16 +495,16 @@ def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int]]:
         mesh = [specs[m] for m in g.models]
         prefill, decode, lgrid = _mesh_tables(mesh, g.tp, [1.0] * len(mesh), inst.llm_settings.max_batch)
         for k, m in enumerate(g.models):
-            out[m] = (LatencyTables(prefill=prefill, decode=decode, lgrid=lgrid.astype(np.float64)), k)
+            out[m] = (LatencyTables(prefill=prefill, decode=decode, lgrid=lgrid.astype(np.float64)), k,
+                      specs[m].kv_bytes_per_token / g.tp)
     return out
 
 
-def plain_stream_decode_extra(run: dict) -> Tuple[float, int]:
-    """Seconds a decode step takes beyond its table time on plain streams, one job at a time
-    (a temporal run): over every pair of consecutive token events of one mesh that are decode
-    steps of the same LLM (nothing ran between them), the median of (gap - the table time of
-    the second step at its batch and mean context). Returns it and the number of pairs. The
-    median ignores the few steps that wait for a cold prefill's capture."""
+def plain_stream_steps(run: dict) -> np.ndarray:
+    """The back-to-back decode steps of a plain-stream run (one job at a time: a temporal run):
+    over every pair of consecutive token events of one mesh that are decode steps of the same
+    LLM (nothing ran between them), (gap - the table time of the second step at its batch and
+    mean context, the GB of KV cache per GPU that step reads), one row per pair."""
     from placement_opt.executor.llm_sched import len_interp
 
     tables = _mesh_step_tables(run)
@@ -508,33 +514,63 @@ def plain_stream_decode_extra(run: dict) -> Tuple[float, int]:
     for r in rows:
         for j, t in enumerate(r["token_times_s"].split()):
             events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j))
-    extra = []
+    steps = []
     ordered = sorted(events)
     for (t0, m0), (t1, m1) in zip(ordered, ordered[1:]):
         step, before = events[(t1, m1)], events[(t0, m0)]
         if m0 != m1 or any(j == 0 for _, j in step + before):
             continue
-        table, k = tables[m1]
-        context = sum(p + j for p, j in step) / len(step)
-        extra.append(t1 - t0 - len_interp(table.decode[k, len(step)], table.lgrid, context))
-    return (float(np.median(extra)) if extra else math.nan), len(extra)
+        table, k, kv_bytes = tables[m1]
+        context = sum(p + j for p, j in step)
+        steps.append((t1 - t0 - len_interp(table.decode[k, len(step)], table.lgrid, context / len(step)),
+                      context * kv_bytes / 1e9))
+    return np.array(steps, dtype=np.float64).reshape(-1, 2)
 
 
-def streams_host(gen: Generation, engine: dict, ratios: Tuple[float, float], partition: Tuple[float, float]) -> dict:
+def plain_stream_decode_extra(run: dict, kv_gbps: float = 0.0) -> Tuple[float, int]:
+    """Seconds a decode step takes beyond its table time (and, with ``kv_gbps``, beyond its KV
+    bytes / ``kv_gbps``: the ``llm.decode_kv_gbps`` term) on plain streams: the median over
+    :func:`plain_stream_steps`. Returns it and the number of steps. The median ignores the few
+    steps that wait for a cold prefill's capture."""
+    steps = plain_stream_steps(run)
+    if not len(steps):
+        return math.nan, 0
+    return float(np.median(steps[:, 0] - (steps[:, 1] / kv_gbps if kv_gbps > 0 else 0.0))), len(steps)
+
+
+def fit_kv_gbps(runs: List[dict]) -> Tuple[float, float]:
+    """``decode_kv_gbps``: the one rate, shared by every model and run, at which the KV bytes a
+    decode step reads add to its time, fitted on the back-to-back steps of the plain-stream runs
+    ``runs`` (least absolute deviations, each run with its own constant host time: the median
+    of its residuals; grid of 1/rate in 0.01 ms/GB steps up to 2 ms/GB, 0 = off). Returns the
+    rate (0: off fits best) and the mean absolute deviation (s)."""
+    steps = [plain_stream_steps(r) for r in runs]
+    best = (0.0, math.inf)
+    for ms_per_gb in np.arange(0.0, 2.0 + 1e-9, 0.01):
+        dev = np.concatenate([np.abs(r - np.median(r)) for r in (s[:, 0] - s[:, 1] * ms_per_gb / 1e3 for s in steps)])
+        if dev.mean() < best[1]:
+            best = (1e3 / ms_per_gb if ms_per_gb > 0 else 0.0, float(dev.mean()))
+    return best
+
+
+def streams_host(gen: Generation, engine: dict, ratios: Tuple[float, float], partition: Tuple[float, float],
+                 kv_gbps: float = 0.0) -> dict:
     """``decode_host_full_s`` and ``prefill_host_full_s`` (an LLM on the whole GPU, plain
-    streams): measured on ``gen.fit_streams`` (decode: :func:`plain_stream_decode_extra`;
-    prefill: ``engine.json``'s median host time of a prefill launch on streams) where the
-    generation has such a run, else the partition values ``partition`` scaled by ``ratios``."""
+    streams): measured on ``gen.fit_streams`` (decode: :func:`plain_stream_decode_extra` beyond
+    the KV term at ``kv_gbps``; prefill: ``engine.json``'s median host time of a prefill launch
+    on streams) where the generation has such a run, else the partition values ``partition``
+    scaled by ``ratios``."""
     if gen.fit_streams is None:
         return {"decode_host_full_s": partition[0] * ratios[0], "prefill_host_full_s": partition[1] * ratios[1],
                 "source": "partition values x streams / green-context host ratios"}
     folder, name = gen.fit_streams
     run = _find_run((folder, name))
-    decode, pairs = plain_stream_decode_extra(run)
+    decode, pairs = plain_stream_decode_extra(run, kv_gbps)
     streams = next(r for r in engine["runs"] if r["mechanism"] == "streams")["per_llm"]
     prefill = statistics.median(p["prefill_host_ms"] for p in streams) / 1e3
     return {"decode_host_full_s": decode, "prefill_host_full_s": prefill,
-            "source": f"{folder}/{name}: median decode-step time beyond the table over {pairs} back-to-back steps; "
+            "source": f"{folder}/{name}: median decode-step time beyond the table"
+                      f"{' and the KV term' if kv_gbps > 0 else ''} over {pairs} back-to-back steps; "
                       f"prefill launch: engine.json streams"}
 
 
@@ -556,20 +592,33 @@ def fit_eager_host(run: dict, model: Dict[str, float], field: str) -> Tuple[floa
     return best
 
 
-def tp_decode_host(gen: Generation, decode_host_full: float) -> Tuple[float, str]:
+def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.0) -> Tuple[float, str]:
     """``decode_host_tp_s``: on ``gen.fit_tp`` (plain streams, one job at a time, TP > 1) the
-    median decode-step time beyond the table (:func:`plain_stream_decode_extra`) less the TP-1
-    value ``decode_host_full``, per rank beyond the first (0 without such a run)."""
+    median decode-step time beyond the table and the KV term at ``kv_gbps``
+    (:func:`plain_stream_decode_extra`) less the TP-1 value ``decode_host_full``, per rank
+    beyond the first (0 without such a run)."""
     if gen.fit_tp is None:
         return 0.0, "no TP > 1 plain-stream run"
     from placement_opt.placement import load_placement
 
     run = _find_run(gen.fit_tp)
     tp = max(g.tp for g in load_placement(run_inputs(run)[1]).groups)
-    extra, pairs = plain_stream_decode_extra(run)
+    extra, pairs = plain_stream_decode_extra(run, kv_gbps)
     return max(0.0, (extra - decode_host_full) / (tp - 1)), (
-        f"{gen.fit_tp[0]}/{gen.fit_tp[1]}: median decode-step time beyond the TP-{tp} table {1e3 * extra:.3f} ms "
-        f"over {pairs} back-to-back steps, less decode_host_full_s")
+        f"{gen.fit_tp[0]}/{gen.fit_tp[1]}: median decode-step time beyond the TP-{tp} table"
+        f"{' and the KV term' if kv_gbps > 0 else ''} {1e3 * extra:.3f} ms over {pairs} back-to-back steps, "
+        f"less decode_host_full_s")
+
+
+def kv_fields(gen: Generation) -> Tuple[float, str]:
+    """``decode_kv_gbps`` of ``gen``: fitted (:func:`fit_kv_gbps`) on its plain-stream runs, the
+    ``fit_streams`` and ``fit_tp`` ones (0 without a ``fit_tp`` run: one TP degree cannot
+    separate the KV term from the host time as well; kept off for older generations)."""
+    if gen.fit_streams is None or gen.fit_tp is None:
+        return 0.0, "off (no TP-1 and TP > 1 plain-stream runs to fit on)"
+    gbps, mad = fit_kv_gbps([_find_run(gen.fit_streams), _find_run(gen.fit_tp)])
+    return round(gbps, 1), (f"{'/'.join(gen.fit_streams)} and {'/'.join(gen.fit_tp)}: back-to-back decode steps, "
+                            f"least absolute deviations, mean |deviation| {1e3 * mad:.3f} ms")
 
 
 def eager_fields(gen: Generation, model: Dict[str, float]) -> Dict[str, Any]:
@@ -593,8 +642,9 @@ def calibrate(gen: Generation) -> dict:
     ratios = _host_ratios(engine)
     folder, name = gen.fit
     run = _find_run((folder, name))
-    decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios)
-    full = streams_host(gen, engine, ratios, (decode_host, prefill_host))
+    kv_gbps, kv_source = kv_fields(gen)
+    decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps)
+    full = streams_host(gen, engine, ratios, (decode_host, prefill_host), kv_gbps)
     out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
            "decode_host_full_s": round(full["decode_host_full_s"], 6),
            "prefill_host_full_s": round(full["prefill_host_full_s"], 6),
@@ -604,9 +654,11 @@ def calibrate(gen: Generation) -> dict:
                    "decode_host_floor_s": floor, "streams_over_green_host": [round(x, 4) for x in ratios],
                    "host_fit_run": f"{folder}/{name}", "host_fit_worst_tpot_ttft_err": round(worst, 4),
                    "full_host_fit": full["source"]}}
-    tp_host, tp_source = tp_decode_host(gen, out["decode_host_full_s"])
+    tp_host, tp_source = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps)
     out["decode_host_tp_s"] = round(tp_host, 6)
     out["fit"]["tp_host_fit"] = tp_source
+    out["decode_kv_gbps"] = kv_gbps
+    out["fit"]["decode_kv_fit"] = kv_source
     eager = eager_fields(gen, {k: v for k, v in out.items() if k in MODEL_FIELDS})
     for field in ("prefill_eager_host_s", "prefill_eager_host_full_s"):
         if field in eager:

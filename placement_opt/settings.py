@@ -85,6 +85,10 @@ class LLMConfig:
       much longer and the prefill ends that much later (0: off).
     * ``decode_host_tp_s``: host seconds a decode step's launch and collect take more per
       tensor-parallel rank beyond the first (added to ``decode_host_s`` and ``decode_host_full_s``).
+    * ``decode_kv_gbps``: a decode step lasts the KV-cache bytes it reads (per GPU) / this (GB/s)
+      longer than its cost-table time: the engine's steps over requests of mixed context lengths
+      take longer than the profiled steps at the mean context, by an amount that follows the KV
+      bytes read, not the model (0: off).
     """
 
     policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")
@@ -119,6 +123,8 @@ class LLMConfig:
                                                    "GPU (0: off)")
     decode_host_tp_s: float = option(0.0, minimum=0,
                                      help="host seconds per decode step more for each tensor-parallel rank beyond one")
+    decode_kv_gbps: float = option(0.0, minimum=0,
+                                   help="GB/s at which a decode step's KV-cache bytes add to its table time (0: off)")
     prefill_graph_tokens: int = option(1024, minimum=1,
                                        help="padded prefill tokens above which the engine runs a prefill eagerly")
 

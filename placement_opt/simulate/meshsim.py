@@ -38,7 +38,10 @@ least that long); while the thread is busy nothing is scheduled and ended jobs w
 (their tokens and SMs come when it is free). **Eager prefills** (``MeshSettings.graph_tokens``,
 ``MeshLLMs.prefill_eager_host_s``): a prefill whose padded size (the engine's CUDA-graph
 buckets) exceeds ``graph_tokens`` runs without a graph; its launch holds the thread that many
-host seconds more and its job lasts that much longer. **Contention** (``MeshSettings.hbm_gbps``): a
+host seconds more and its job lasts that much longer. **KV read** (``MeshSettings.decode_kv_gbps``):
+a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.kv_bytes``) /
+``decode_kv_gbps`` longer than its table time (the engine's steps over mixed context lengths
+exceed the profiled ones, which hold every request at the mean context). **Contention** (``MeshSettings.hbm_gbps``): a
 running job demands ``bytes / table time`` of HBM bandwidth (``MeshLLMs.weight_bytes`` plus
 the KV bytes of its tokens); each running job's remaining work is stretched by ``1 + (the
 other running jobs' demand) / hbm_gbps``, re-timed at every event where the set of running
@@ -111,6 +114,7 @@ class MeshSettings(NamedTuple):
     horizon: float     # seconds simulated at most
     hbm_gbps: float = 0.0  # contention: a job's time stretches by 1 + (others' HBM demand) / this (GB/s); 0 off
     graph_tokens: int = 0  # eager prefills: padded prefills of more tokens run without a CUDA graph; 0 none
+    decode_kv_gbps: float = 0.0  # a decode step lasts (KV bytes it reads per GPU) / this (GB/s) beyond its table time; 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -787,6 +791,8 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
         ctx += reqs[r].prompt + reqs[r].generated
     llm.n_decode = llm.n_running
     llm.decode_dur = _len_interp(tables.decode[k, llm.n_running], tables.lgrid, ctx / llm.n_running)
+    if cfg.decode_kv_gbps > 0:
+        llm.decode_dur += ctx * llm.kv_bytes / (cfg.decode_kv_gbps * 1e9)
     llm.decode_end = t + llm.decode_dur
     llm.decode_bytes = llm.weight_bytes + ctx * llm.kv_bytes
     llm.decode_seq = _next_seq(llms)
