@@ -88,7 +88,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LLM = os.path.join(HERE, "fidelity", "llm")
 INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
-                "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps")
+                "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps",
+                "own_prefill_decode_share")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +111,9 @@ class Generation:
     folder_tables: Tuple[Tuple[str, str], ...] = ()
     fit_eager: Tuple[Tuple[str, str], ...] = ()  # (partition run, whole-GPU run) the eager-prefill host seconds fit on
     fit_tp: Optional[Tuple[str, str]] = None  # a TP > 1 plain-stream run: decode host seconds per extra rank
+    # speed a decode step keeps while its LLM's prefill runs on the same SM partition (measured on
+    # the eager fit run, docs/fidelity-llm.md "What fcfs does in the stalls"); 0: not modelled
+    own_prefill_decode_share: float = 0.0
 
 
 # v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
@@ -132,7 +136,7 @@ GENERATIONS = {
                       fit_streams=("results-v3c", "poisson-temporal"),
                       folder_tables=(("results-v3-tp2", "tables-tp2"),),
                       fit_eager=(("results-v3c", "conv-muxserve"), ("results-v3c", "conv-temporal")),
-                      fit_tp=("results-v3-tp2", "tp2-poisson-temporal")),
+                      fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25),
 }
 
 
@@ -460,7 +464,7 @@ def _host_ratios(engine: dict) -> Tuple[float, float]:
 
 
 def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
-             kv_gbps: float = 0.0) -> Tuple[float, float, float]:
+             kv_gbps: float = 0.0, shared: float = 0.0) -> Tuple[float, float, float]:
     """(decode, prefill) host seconds on SM partitions, on a grid (decode from ``floor`` in
     0.2 ms steps to 4 ms, prefill 0-80 ms in 4 ms steps), whose re-prediction of ``run`` (with
     the KV term ``kv_gbps``) has the smallest worst of |TPOT error| and |TTFT error|; returns
@@ -470,7 +474,8 @@ def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
         for prefill_host in np.arange(0.0, 0.080 + 1e-12, 0.004):
             model = {"contention_hbm_gbps": hbm, "decode_host_s": float(decode_host),
                      "prefill_host_s": float(prefill_host), "decode_host_full_s": float(decode_host) * ratios[0],
-                     "prefill_host_full_s": float(prefill_host) * ratios[1], "decode_kv_gbps": kv_gbps}
+                     "prefill_host_full_s": float(prefill_host) * ratios[1], "decode_kv_gbps": kv_gbps,
+                     "own_prefill_decode_share": shared}
             e = errors(run["summary"]["measured"], predict(run, model)[0])
             worst = max(abs(e["tpot_err"] or math.inf), abs(e["ttft_err"] or math.inf))
             if worst < best[2]:
@@ -643,11 +648,12 @@ def calibrate(gen: Generation) -> dict:
     folder, name = gen.fit
     run = _find_run((folder, name))
     kv_gbps, kv_source = kv_fields(gen)
-    decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps)
+    decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps, gen.own_prefill_decode_share)
     full = streams_host(gen, engine, ratios, (decode_host, prefill_host), kv_gbps)
     out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
            "decode_host_full_s": round(full["decode_host_full_s"], 6),
            "prefill_host_full_s": round(full["prefill_host_full_s"], 6),
+           "own_prefill_decode_share": gen.own_prefill_decode_share,
            "fit": {"engine": os.path.join(gen.engine, "engine.json"), "tables": gen.tables, "hbm_rms_log_error": round(rms, 4),
                    "replayed_ms": [round(x, 3) for x in replay_round(hbm, per)],
                    "measured_ms": [round(p["together_gpu_ms"], 3) for p in per],

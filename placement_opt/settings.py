@@ -127,6 +127,9 @@ class LLMConfig:
                                    help="GB/s at which a decode step's KV-cache bytes add to its table time (0: off)")
     prefill_graph_tokens: int = option(1024, minimum=1,
                                        help="padded prefill tokens above which the engine runs a prefill eagerly")
+    own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,
+                                             help="while an LLM's prefill runs on its SM partition, the part of "
+                                                  "its speed its decode step keeps (0: off)")
 
     @classmethod
     def from_dict(cls, d: dict, field: str = "llm") -> "LLMConfig":

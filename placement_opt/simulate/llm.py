@@ -247,7 +247,7 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         token_budget=cfg.prefill_token_budget, period=cfg.rebalance_period_s,
                         frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=cfg.contention_hbm_gbps,
                         graph_tokens=cfg.prefill_graph_tokens if max(cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s) > 0
-                        else 0, decode_kv_gbps=cfg.decode_kv_gbps)
+                        else 0, decode_kv_gbps=cfg.decode_kv_gbps, own_prefill_decode=cfg.own_prefill_decode_share)
 
 
 def host_seconds(cfg: LLMConfig, share: float, tp: int = 1) -> tuple[float, float, float]:

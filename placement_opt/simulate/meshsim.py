@@ -115,6 +115,7 @@ class MeshSettings(NamedTuple):
     hbm_gbps: float = 0.0  # contention: a job's time stretches by 1 + (others' HBM demand) / this (GB/s); 0 off
     graph_tokens: int = 0  # eager prefills: padded prefills of more tokens run without a CUDA graph; 0 none
     decode_kv_gbps: float = 0.0  # a decode step lasts (KV bytes it reads per GPU) / this (GB/s) beyond its table time; 0 off
+    own_prefill_decode: float = 0.0  # shared partition: an LLM's decode step runs at this part of its speed while its own prefill runs; 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -263,7 +264,8 @@ def _run(reqs, llms, slots, jobs, usage, peak, tables, cfg):
     t = 0.0
     host_free = 0.0  # when the scheduling thread has launched every job started so far
     launched = 0  # start order of the last job launched
-    timed = cfg.hbm_gbps > 0 or _host_costs(llms)
+    retimed = cfg.hbm_gbps > 0 or cfg.own_prefill_decode > 0
+    timed = retimed or _host_costs(llms)
     next_rebalance = cfg.period if cfg.policy == ADBS else np.inf
     while True:
         while arrived < n and reqs[arrived].arrival <= t:
@@ -285,8 +287,8 @@ def _run(reqs, llms, slots, jobs, usage, peak, tables, cfg):
                 if dropped > 0:
                     done += dropped
                     continue  # schedule again at the same time
-        if cfg.hbm_gbps > 0:
-            _retime(t, llms, jobs, cfg.hbm_gbps)
+        if retimed:
+            _retime(t, llms, jobs, cfg)
         t_next = _next_event(t, host_free, arrived, reqs, llms, jobs, cfg)
         if t_next == np.inf:
             return t
@@ -899,22 +901,27 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
 
 
 @njit(cache=True)
-def _retime(t, llms, jobs, hbm_gbps):
+def _retime(t, llms, jobs, cfg):
     """Contention: bring every running job's work left up to ``t`` at its old stretch, then
-    stretch it by 1 + (the HBM demand of the other jobs running on the GPU) / ``hbm_gbps``
-    and re-time its end where the stretch changed. Jobs launched but not started yet and
-    jobs ended (waiting for the scheduling thread) take no part."""
+    stretch it by 1 + (the HBM demand of the other jobs running on the GPU) / ``cfg.hbm_gbps``
+    (when on), and a decode step, while its LLM's prefill runs too (the engine runs both on
+    the LLM's one SM partition), by 1 / ``cfg.own_prefill_decode`` (when on); then re-time its end
+    where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
+    the scheduling thread) take no part."""
     total = 0.0
+    running = np.zeros(jobs.shape[0], dtype=np.bool_)
     for j in range(jobs.shape[0]):
         end = llms[j // 2].prefill_end if j % 2 == 0 else llms[j // 2].decode_end
         if end < np.inf and jobs[j].start <= t < end:
             jobs[j].work -= (t - jobs[j].mark) / jobs[j].factor
             jobs[j].mark = t
             total += jobs[j].demand
+            running[j] = True
     for j in range(jobs.shape[0]):
-        end = llms[j // 2].prefill_end if j % 2 == 0 else llms[j // 2].decode_end
-        if end < np.inf and jobs[j].start <= t < end:
-            factor = 1.0 + (total - jobs[j].demand) / hbm_gbps
+        if running[j]:
+            factor = 1.0 + (total - jobs[j].demand) / cfg.hbm_gbps if cfg.hbm_gbps > 0 else 1.0
+            if j % 2 == 1 and running[j - 1] and cfg.own_prefill_decode > 0:
+                factor /= cfg.own_prefill_decode
             if factor != jobs[j].factor:
                 jobs[j].factor = factor
                 if j % 2 == 0:
@@ -937,7 +944,7 @@ def _next_event(t, host_free, arrived, reqs, llms, jobs, cfg):
         for end in (llms[k].prefill_end, llms[k].decode_end):
             if free or end > t:
                 t_next = min(t_next, end)
-        if cfg.hbm_gbps > 0:
+        if cfg.hbm_gbps > 0 or cfg.own_prefill_decode > 0:
             for j in (2 * k, 2 * k + 1):
                 end = llms[k].prefill_end if j == 2 * k else llms[k].decode_end
                 if end < np.inf and jobs[j].start > t:
