@@ -52,11 +52,12 @@ def test_a_decode_step_slows_while_its_own_prefill_runs():
 def test_calibrated_shared_partition_predicts_the_held_out_x3_load():
     """``results-v3c/poisson-x3-muxserve`` (held out: the host times are fitted on the base
     Poisson load and the conv trace): with the calibrated model the fcfs throughput error is
-    below 15% and the round-robin TTFT error below 40% (without the shared partition and with
-    the previous fit, 17.8% and 79%); the instance defaults leave the model off."""
+    below 15% and the round-robin TTFT error below 35% (without the shared partition and with
+    the previous fit, 16.2% and 44%); the instance defaults leave the model off."""
     with open(os.path.join(RESULTS, "calibration.json")) as f:
         cal = json.load(f)
-    fields = {k: float(cal[k]) for k in list(OFF) + ["prefill_eager_host_s", "own_prefill_decode_share"]}
+    fields = {k: float(cal[k]) for k in list(OFF) + ["prefill_eager_host_s", "decode_kv_gbps",
+                                                  "own_prefill_decode_share"]}
     inst = _with(load_instance(os.path.join(FIDELITY, "measured", "poisson-x3.json")), **fields)
     placement = load_placement(os.path.join(FIDELITY, "poisson-x3-muxserve.placement.json"))
     errs = {}
@@ -67,5 +68,5 @@ def test_calibrated_shared_partition_predicts_the_held_out_x3_load():
         errs[policy] = (measured["throughput_rps"] / sim["throughput_rps"] - 1,
                         measured["ttft_mean_s"] / sim["ttft_mean_s"] - 1)
     assert abs(errs["fcfs"][0]) < 0.15
-    assert abs(errs["round-robin"][1]) < 0.40
+    assert abs(errs["round-robin"][1]) < 0.35
     assert load_instance(os.path.join(FIDELITY, "poisson-x3.json")).llm_settings.own_prefill_decode_share == 0
