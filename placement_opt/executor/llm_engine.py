@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from placement_opt.model import Architecture
-from placement_opt.simulate.meshsim import padded_prefill_length
+from placement_opt.simulate.meshsim import padded_prefill_length, prefill_runs_eagerly
 from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
 from placement_opt.executor.llm_model import DecoderShard
 from placement_opt.executor.llm_sched import DECODE, PREFILL, Job
@@ -119,12 +119,15 @@ def prefill_length_bucket(n: int) -> int:
     return int(padded_prefill_length(n))
 
 
-def prefill_bucket(batch: int, longest: int, max_batch: int) -> Optional[Tuple[int, int]]:
-    """(batch, length) bucket of a prefill of ``batch`` prompts, the longest ``longest`` tokens,
-    or None when the padded prefill exceeds ``PREFILL_GRAPH_TOKENS`` (it then runs eagerly)."""
-    b = next((x for x in buckets(max_batch) if x >= batch), batch)
-    n = prefill_length_bucket(longest)
-    return (b, n) if b * n <= PREFILL_GRAPH_TOKENS else None
+def prefill_bucket(batch: int, longest: int) -> Optional[Tuple[int, int]]:
+    """(batch, length) bucket of a prefill of ``batch`` prompts, the longest ``longest`` tokens:
+    the batch rounded up to a power of two (also past the engine's ``max_batch``: one bucket
+    rule everywhere) and :func:`prefill_length_bucket`; None where it runs eagerly, by the
+    simulator's rule (:func:`placement_opt.simulate.meshsim.prefill_runs_eagerly` with
+    ``PREFILL_GRAPH_TOKENS``), so the simulator's eager prefills are exactly the engine's."""
+    if prefill_runs_eagerly(batch, longest, PREFILL_GRAPH_TOKENS):
+        return None
+    return buckets(batch)[-1], prefill_length_bucket(longest)
 
 
 def scratch_requests(n: int) -> List[int]:
@@ -132,13 +135,13 @@ def scratch_requests(n: int) -> List[int]:
     return [-1_000_000 - i for i in range(n)]
 
 
-def prefill_buckets(max_batch: int, longest: int, batch_limit: int) -> List[Tuple[int, int]]:
+def prefill_buckets(max_batch: int, longest: int) -> List[Tuple[int, int]]:
     """Every bucket :func:`prefill_bucket` gives a prefill of at most ``max_batch`` prompts
-    whose longest has at most ``longest`` tokens (``batch_limit``: the engine's batch bound),
-    sorted: every TP rank captures them in this order, so their collectives pair up."""
+    whose longest has at most ``longest`` tokens, sorted: every TP rank captures them in this
+    order, so their collectives pair up."""
     top = prefill_length_bucket(max(1, longest))
     lengths = [n for n in range(1, top + 1) if prefill_length_bucket(n) == n] or [top]
-    out = {prefill_bucket(b, n, batch_limit) for b in range(1, max(1, max_batch) + 1) for n in lengths}
+    out = {prefill_bucket(b, n) for b in range(1, max(1, max_batch) + 1) for n in lengths}
     return sorted(x for x in out if x is not None)
 
 
@@ -328,7 +331,7 @@ class MeshEngine:
         to the scratch page."""
         rt = self.llms[k]
         max_batch, longest = self._bounds(rt)
-        planned = prefill_buckets(max_batch, longest, self.spec.max_batch)
+        planned = prefill_buckets(max_batch, longest)
         rt.prepared = set(planned)
         run = self.spec.warm_prefills if self.spec.warm_prefills is not None else self.prefill_graphs_on
         if not run:
@@ -347,7 +350,7 @@ class MeshEngine:
                 except Exception as e:  # every rank fails alike: prefills stay eager from now on
                     self.prefill_graphs_on = False
                     self.prefill_graph_fallback = f"prefill capture failed: {type(e).__name__}: {e}"
-        if self.device.type == "cuda" and prefill_bucket(1, longest, self.spec.max_batch) is None:
+        if self.device.type == "cuda" and prefill_bucket(1, longest) is None:
             inputs = PrefillInputs(rt.cache, 1, longest)
             inputs.fill(scratch_requests(1), [longest], None)
             self._on(stream, lambda: rt.model.prefill(inputs.tokens, inputs.lengths, inputs))
@@ -392,7 +395,7 @@ class MeshEngine:
         rt.model.group = rt.groups[0]  # prefill all-reduces on the prefill communicator
         n, lengths = len(job.requests), list(job.contexts)
         ids = [self.tokens[r] for r in job.requests]
-        bucket = prefill_bucket(n, max(lengths), self.spec.max_batch)
+        bucket = prefill_bucket(n, max(lengths))
         if bucket is None:
             self.eager_prefills += 1
         elif bucket not in rt.prepared:  # start-up did not prepare it: met cold, during the replay

@@ -139,7 +139,7 @@ class LLMBench:
 
         ids = np.random.default_rng(batch * 100_003 + length).integers(0, self.arch.vocab, size=(batch, length))
         graphs = self.device.type == "cuda" and self.settings.cuda_graphs
-        bucket = prefill_bucket(batch, length, self.max_batch) if graphs else None
+        bucket = prefill_bucket(batch, length) if graphs else None
         inputs = PrefillInputs(self.cache, *(bucket or (batch, length)))
         inputs.fill(list(range(batch)), [length] * batch, ids.tolist())
         step = lambda: self.model.prefill(inputs.tokens, inputs.lengths, inputs).argmax(-1)  # noqa: E731

@@ -209,6 +209,6 @@ def test_prefill_buckets_pad_at_most_a_third():
     for n in range(17, 4097):
         padded = prefill_length_bucket(n)
         assert n <= padded and 3 * (padded - n) <= padded  # padding is at most a third of the bucket
-    assert prefill_bucket(3, 100, 32) == (4, 128)
-    assert prefill_bucket(1, PREFILL_GRAPH_TOKENS, 32) == (1, PREFILL_GRAPH_TOKENS)
-    assert prefill_bucket(4, 1000, 32) is None and 4 * 1024 > PREFILL_GRAPH_TOKENS
+    assert prefill_bucket(3, 100) == (4, 128)
+    assert prefill_bucket(1, PREFILL_GRAPH_TOKENS) == (1, PREFILL_GRAPH_TOKENS)
+    assert prefill_bucket(4, 1000) is None and 4 * 1024 > PREFILL_GRAPH_TOKENS

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import replace
 
 import pytest
 
@@ -39,14 +40,14 @@ OTHER = Architecture(layers=3, hidden=64, heads=4, kv_heads=4, vocab=61, ffn_rat
 def test_prefill_buckets_hold_every_prefill_within_the_bounds():
     from placement_opt.executor.llm_engine import prefill_bucket, prefill_buckets
 
-    for max_batch, longest, limit in ((32, 1024, 32), (5, 300, 8), (1, 20, 4), (24, 4500, 32)):
-        planned = prefill_buckets(max_batch, longest, limit)
+    for max_batch, longest in ((32, 1024), (5, 300), (1, 20), (24, 4500)):
+        planned = prefill_buckets(max_batch, longest)
         assert planned == sorted(set(planned))
-        met = {prefill_bucket(b, n, limit) for b in range(1, max_batch + 1) for n in range(1, longest + 1)}
+        met = {prefill_bucket(b, n) for b in range(1, max_batch + 1) for n in range(1, longest + 1)}
         assert met - {None} == set(planned)
     # batch 1: 16 ... 1024 (13 lengths), 2: up to 512 (11), 4: 9, 8: 7, 16: 5, 32: 3
-    assert len(prefill_buckets(32, 1024, 32)) == 48
-    assert prefill_buckets(3, 40, 32) == [(1, 16), (1, 24), (1, 32), (1, 48), (2, 16), (2, 24), (2, 32), (2, 48),
+    assert len(prefill_buckets(32, 1024)) == 48
+    assert prefill_buckets(3, 40) == [(1, 16), (1, 24), (1, 32), (1, 48), (2, 16), (2, 24), (2, 32), (2, 48),
                                           (4, 16), (4, 24), (4, 32), (4, 48)]
 
 
@@ -82,7 +83,7 @@ def test_warm_up_prepares_every_bucket_and_the_replay_meets_none_cold():
     engine = MeshEngine(_spec(), CPU, [(None, None), (None, None)])
     engine.warm_up()
     w = engine.warmup
-    assert w["prefill_buckets"] == len(prefill_buckets(3, 40, 4)) + len(prefill_buckets(2, 20, 4)) == 16
+    assert w["prefill_buckets"] == len(prefill_buckets(3, 40)) + len(prefill_buckets(2, 20)) == 16
     assert w["prefill_graphs"] == w["decode_graphs"] == 0  # no graphs on CPUs
     assert w["warm_up_s"] >= w["prefill_capture_s"] > 0
     assert engine.pool.used_pages == 0 and not engine.tokens and not engine.running
@@ -95,6 +96,37 @@ def test_warm_up_prepares_every_bucket_and_the_replay_meets_none_cold():
         engine.release(0 if r in (0, 1, 2, 5) else 1, r, True)
     engine.reset()
     assert engine.cold_buckets == [] and engine.pool.used_pages == 0
+
+
+def test_the_engine_runs_eagerly_exactly_the_prefills_the_simulator_does():
+    """One rule: over a grid of batches up to twice the engine's ``max_batch`` (past it too) and
+    prompt lengths, the engine's bucket is the simulator's padded size (the batch rounded up to
+    a power of two x the padded length) and it has none exactly where
+    :func:`~placement_opt.simulate.meshsim.prefill_runs_eagerly` says eager. Then the engine
+    itself, past its ``max_batch`` of 4: a prefill of 5 prompts of 150 tokens pads to 8 x 192
+    tokens and runs eagerly (the old rule padded it to 5 x 192 = 960 and replayed a graph);
+    5 x 100 tokens pads to the bucket (8, 128)."""
+    from placement_opt.executor.llm_engine import PREFILL_GRAPH_TOKENS, MeshEngine, prefill_bucket
+    from placement_opt.executor.llm_sched import PREFILL, Job
+    from placement_opt.simulate.meshsim import padded_prefill_length, prefill_runs_eagerly
+
+    for batch in range(1, 65):
+        for longest in range(1, 2200, 7):
+            bucket = prefill_bucket(batch, longest)
+            eager = prefill_runs_eagerly(batch, longest, PREFILL_GRAPH_TOKENS)
+            assert (bucket is None) == eager, (batch, longest)
+            if bucket is not None:
+                assert bucket[0] >= batch > bucket[0] // 2 and bucket[1] == padded_prefill_length(longest)
+                assert bucket[0] * bucket[1] <= PREFILL_GRAPH_TOKENS
+    spec = replace(_spec(), block=16, max_blocks=12, pool_pages=2000)
+    engine = MeshEngine(spec, CPU, [(None, None), (None, None)])
+    assert spec.max_batch == 4
+    engine.launch(Job(PREFILL, 0, [0, 1, 2, 3, 4], [150, 9, 30, 150, 2]))
+    engine.finish(PREFILL, 0)
+    assert prefill_runs_eagerly(5, 150, PREFILL_GRAPH_TOKENS) and engine.eager_prefills == 1
+    engine.launch(Job(PREFILL, 0, [5, 6, 7, 8, 9], [100] * 5))
+    engine.finish(PREFILL, 0)
+    assert engine.eager_prefills == 1 and engine.cold_buckets == [("a", 8, 128)]
 
 
 def test_without_warm_prefills_the_engine_only_plans_them():

@@ -179,20 +179,6 @@ def test_plain_stream_host_time_predicts_the_temporal_run():
     assert worst_llm(scaled) > 0.20
 
 
-def test_eager_prefill_rule_is_the_engines():
-    """The kernel runs a prefill eagerly exactly where the executor's engine has no CUDA-graph
-    bucket for it (``llm_engine.prefill_bucket`` returns None)."""
-    pytest.importorskip("torch")
-    from placement_opt.executor.llm_engine import PREFILL_GRAPH_TOKENS, prefill_bucket
-    from placement_opt.simulate.meshsim import prefill_runs_eagerly
-
-    for batch in range(1, 33):
-        for longest in range(1, 2200, 13):
-            assert prefill_runs_eagerly(batch, longest, PREFILL_GRAPH_TOKENS) == (
-                prefill_bucket(batch, longest, 32) is None), (batch, longest)
-    assert not prefill_runs_eagerly(32, 2000, 0)  # no limit: every prefill replays a graph
-
-
 def _one_prefill_finish(prompt: int, eager_host_s: float, graph_tokens: int) -> float:
     """Finish of a lone one-token request of ``prompt`` tokens (prefill 0.1 s) on a one-LLM mesh."""
     requests = MeshRequests(arrival=np.zeros(1), llm=np.zeros(1, dtype=np.int64),
