@@ -21,7 +21,11 @@ keeping its predicted durations) and raises every stage clock (and the ``shortes
 finishes) to the replayed one when that is later. It never lowers a clock, so when every
 measured end equals its prediction the decisions are exactly the open-loop ones; when the
 stages run late (host time drifting above the profile in a queue that never drains), later
-requests see the real backlog and those that would finish late are rejected.
+requests see the real backlog and those that would finish late are rejected. The replay is
+incremental: every queued request keeps the stage free times replayed after it, so a report
+replays from the reported request on (earlier ones cannot depend on it) and stops where a
+request's replayed free times come out as before (later ones then do too), continuing only
+with the requests admitted since the last report.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class _Queued:
     frees: List[float]  # predicted free time of the stage after it (end plus the stage's gap)
     measured: List[Optional[float]]  # measured stage ends as they are reported
     finish: List[float]  # its entry of the shortest_queue queue (one mutable float), corrected in place
+    index: int  # its place in its group's backlog, counted from the group's first admitted request
+    after: List[float]  # the stage free times replayed after it (valid below the group's _replayed mark)
 
 
 class Dispatcher:
@@ -88,6 +94,8 @@ class Dispatcher:
         self._queues: List[Deque[List[float]]] = [deque() for _ in range(self.tables.n_groups)]
         self.closed_loop = closed_loop
         self._backlog: List[Deque[_Queued]] = [deque() for _ in range(self.tables.n_groups)]
+        self._replayed = [0] * self.tables.n_groups  # per group: backlog indices below it hold a valid ``after``
+        self._admitted = [0] * self.tables.n_groups  # per group: closed-loop requests admitted so far
         self._queued: Dict[int, _Queued] = {}  # request -> its backlog entry
         self._floor = self.clocks.copy()  # per stage: measured free time after the requests that left the backlog
         self.corrections = 0  # observations that raised a clock
@@ -148,7 +156,8 @@ class Dispatcher:
         if self.config.dispatch == "shortest_queue":
             self._queues[g].append(entry)
         if self.closed_loop and request >= 0:
-            queued = _Queued(request, g, arrival, starts, ends, clocks, [None] * ns, entry)
+            queued = _Queued(request, g, arrival, starts, ends, clocks, [None] * ns, entry, self._admitted[g], [])
+            self._admitted[g] += 1
             self._backlog[g].append(queued)
             self._queued[request] = queued
         return Decision(g, tuple(ends), finish)
@@ -162,35 +171,71 @@ class Dispatcher:
         queued.measured[stage] = end
         g = queued.group
         s0, ns = int(self.tables.stage_ptr[g]), len(queued.ends)
-        frees = self._replay(g)
+        frees = self._replay(g, queued.index)
         raise_s = max(0.0, float(np.max(np.asarray(frees) - self.clocks[s0:s0 + ns])))
         if raise_s > 0.0:
             self.corrections += 1
             self.correction_max_s = max(self.correction_max_s, raise_s)
             np.maximum(self.clocks[s0:s0 + ns], frees, out=self.clocks[s0:s0 + ns])
 
-    def _replay(self, g: int) -> List[float]:
+    def _replay(self, g: int, changed: int) -> List[float]:
         """Every stage's free time after group ``g``'s backlog, replayed from the measured ends:
         a measured stage moves its request by (measured - predicted end); an unmeasured one starts
-        when both the request and the stage are ready and keeps its predicted durations. Requests
-        with every stage measured leave the backlog into the floor. Corrects the shortest_queue
-        finishes in place (never earlier)."""
-        s0 = int(self.tables.stage_ptr[g])
+        when both the request and the stage are ready and keeps its predicted durations. Replays
+        from backlog index ``changed`` (or the first request not replayed yet) on, skipping the
+        run of requests whose inputs come out as before. Requests with every stage measured
+        leave the backlog into the floor. Corrects the shortest_queue finishes in place (never
+        earlier)."""
         backlog = self._backlog[g]
-        frees = [float(x) for x in self._floor[s0:s0 + int(self.tables.stage_ptr[g + 1]) - s0]]
-        for q in backlog:
-            ready = q.arrival
-            for s, (start, end, free) in enumerate(zip(q.starts, q.ends, q.frees)):
-                m = q.measured[s]
-                shift = m - end if m is not None else max(ready, frees[s]) - start
-                ready, frees[s] = end + shift, free + shift
-            q.finish[0] = max(q.finish[0], ready)
-        while backlog and all(m is not None for m in backlog[0].measured):
-            done = backlog.popleft()
-            del self._queued[done.request]
-            self._floor[s0:s0 + len(done.ends)] = np.maximum(self._floor[s0:s0 + len(done.ends)],
-                                                            self._frees_of(done))
+        head, replayed = backlog[0].index, self._replayed[g]
+        k = min(changed, replayed) - head
+        frees = backlog[k - 1].after if k > 0 else self._floor_of(g)
+        while k < len(backlog):
+            q = backlog[k]
+            frees = self._replay_one(q, frees)
+            unchanged = changed <= q.index < replayed - 1 and frees == q.after
+            q.after = frees
+            if unchanged:  # the requests up to the first not replayed yet come out as before
+                k = replayed - head
+                frees = backlog[k - 1].after
+            else:
+                k += 1
+        self._replayed[g] = head + len(backlog)
+        self._retire(g)
         return frees
+
+    @staticmethod
+    def _replay_one(q: _Queued, frees: List[float]) -> List[float]:
+        """Replay one queued request after stage free times ``frees``: the free times after it
+        (its shortest_queue finish raised to its replayed last end)."""
+        out = list(frees)
+        ready = q.arrival
+        for s, (start, end, free) in enumerate(zip(q.starts, q.ends, q.frees)):
+            m = q.measured[s]
+            shift = m - end if m is not None else max(ready, out[s]) - start
+            ready, out[s] = end + shift, free + shift
+        q.finish[0] = max(q.finish[0], ready)
+        return out
+
+    def _floor_of(self, g: int) -> List[float]:
+        """Group ``g``'s floor: its stages' measured free times after the requests that left."""
+        s0 = int(self.tables.stage_ptr[g])
+        return [float(x) for x in self._floor[s0:int(self.tables.stage_ptr[g + 1])]]
+
+    def _retire(self, g: int) -> None:
+        """Move the fully measured requests at the front of group ``g``'s backlog into its
+        floor; when the floor then differs from what the next request was replayed after, its
+        replay (and every later one) is due again."""
+        backlog = self._backlog[g]
+        s0 = int(self.tables.stage_ptr[g])
+        left = None
+        while backlog and all(m is not None for m in backlog[0].measured):
+            left = backlog.popleft()
+            del self._queued[left.request]
+            self._floor[s0:s0 + len(left.ends)] = np.maximum(self._floor[s0:s0 + len(left.ends)],
+                                                            self._frees_of(left))
+        if left is not None and backlog and self._floor_of(g) != left.after:
+            self._replayed[g] = backlog[0].index
 
     @staticmethod
     def _frees_of(q: _Queued) -> List[float]:
