@@ -267,7 +267,8 @@ class _Search:
         self.accepted_values: dict[tuple[int, Phase], list[int]] = {}  # (pair, phase) -> accepted of its tasks
         self.pair_best: dict[int, PairBest] = {}
         self.tasks: dict[int, list[Task]] = {}
-        self.fallback: dict[int, tuple[int, TaskResult]] = {}  # pair -> (task, fast result) under a time limit
+        # pair -> (task, fast result, its stats) under a time limit
+        self.fallback: dict[int, tuple[int, TaskResult, dict]] = {}
         self._lat_cache: dict = {}
         self.evaluated = 0
 
@@ -365,16 +366,34 @@ class _Search:
         k = self.o.refine_tasks
         return vals[k - 1] if len(vals) >= k else None
 
-    def _submit(self, backend: Backend, job: Job) -> Optional[Any]:
-        """Submit one job (None: skipped, its bound being below its pair's k-th best screen result)."""
-        task = self.tasks[job.pair][job.task]
+    def _pruned(self, job: Job) -> bool:
+        """Whether ``job`` is skipped, its bound being below its pair's k-th best screen result."""
         kth = self._kth_best(job.phase, job.pair)
-        if job.phase is Phase.SCREEN and kth is not None and task.bound < kth:
+        if job.phase is Phase.SCREEN and kth is not None and self.tasks[job.pair][job.task].bound < kth:
             self.stats["tasks_pruned_by_bound"] += 1
-            return None
+            return True
+        return False
+
+    def _job_args(self, job: Job) -> tuple[bool, int, float]:
+        """(fast heuristic, beam, workload fraction) of a job's Algorithm 1 run."""
         fast = job.phase is Phase.PRESCREEN or (job.phase is Phase.SCREEN and self.o.screen == "fast")
         beam = 1 if job.phase is Phase.PRESCREEN else self.o.beam
         fraction = self.o.prescreen if job.phase is Phase.PRESCREEN else 1.0
+        return fast, beam, fraction
+
+    def _already_run(self, job: Job) -> Optional[tuple[int, tuple, dict]]:
+        """The result of ``job`` when :meth:`_fallback_combo` already ran the same task with the
+        same arguments (the fast greedy, beam 1, the whole workload) to the end (not stopped by
+        its share of the time limit): the job would compute it again."""
+        kept = self.fallback.get(job.pair)
+        if kept is None or kept[0] != job.task or kept[2]["timed_out"] or self._job_args(job) != (True, 1, 1.0):
+            return None
+        return kept[1].accepted, kept[1].model_lists, kept[2]
+
+    def _submit(self, backend: Backend, job: Job) -> Any:
+        """Submit one job to the backend."""
+        task = self.tasks[job.pair][job.task]
+        fast, beam, fraction = self._job_args(job)
         return backend.submit(run_bucket_task, self.plan.pairs[job.pair][0], task.sizes, task.configs, fast, beam,
                               self.wall_deadline, fraction)
 
@@ -391,16 +410,20 @@ class _Search:
         limit = max(1, backend.workers) * 2
         try:
             while queue or pending:
-                while queue and len(pending) < limit and not self._stopped():
+                reused: list[tuple[Job, tuple]] = []  # jobs _fallback_combo already ran, with their results
+                while queue and len(pending) + len(reused) < limit and not self._stopped():
                     job = queue.pop(0)
-                    h = self._submit(backend, job)
-                    if h is not None:
-                        pending[h] = job
-                if not pending:
+                    if self._pruned(job):
+                        continue
+                    kept = self._already_run(job)
+                    if kept is not None:
+                        reused.append((job, kept))
+                    else:
+                        pending[self._submit(backend, job)] = job
+                if not pending and not reused:
                     break
-                for h in backend.wait_any(list(pending), timeout=0.5):
-                    job = pending.pop(h)
-                    acc, lists, st = backend.result(h)
+                ready = backend.wait_any(list(pending), timeout=0.5) if pending else []
+                for job, (acc, lists, st) in reused + [(pending.pop(h), backend.result(h)) for h in ready]:
                     self._record(job.phase, job.pair, job.task, TaskResult(acc, lists))
                     self.stats[job.phase.value] += 1
                     self.stats["simulations"] += st["simulations"]
@@ -483,9 +506,9 @@ class _Search:
             for p in self.first_combo.pairs if self.first_combo else ():
                 if self.tasks.get(p):
                     task = self.tasks[p][0]
-                    acc, lists, _ = run_bucket_task(self.plan.pairs[p][0], task.sizes, task.configs, True, 1,
-                                                    wall_deadline)
-                    self.fallback[p] = (task.number, TaskResult(acc, lists))
+                    acc, lists, st = run_bucket_task(self.plan.pairs[p][0], task.sizes, task.configs, True, 1,
+                                                     wall_deadline)
+                    self.fallback[p] = (task.number, TaskResult(acc, lists), st)
         finally:
             backend.close()
 
@@ -503,7 +526,7 @@ class _Search:
                 if p in self.pair_best:
                     continue
                 if p in self.fallback:
-                    self._record(Phase.SCREEN, p, *self.fallback[p])
+                    self._record(Phase.SCREEN, p, *self.fallback[p][:2])
                     continue
                 if self._time_up() or p not in self.tasks:
                     raise SearchStopped("time limit")

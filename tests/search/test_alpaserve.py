@@ -113,3 +113,28 @@ def test_exhaustive_interrupted_before_any_candidate(monkeypatch):
     monkeypatch.setattr(PlacementEvaluator, "accepted_of_component", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_solver(tiny("tiny-4gpu-bert"), "exhaustive", options={"progress": False})
+
+
+def test_a_time_limit_reuses_the_fallbacks_fast_greedy_in_the_screen(monkeypatch):
+    """Under a time limit the first combination's pairs run task 0's fast greedy before the search
+    (the fallback); the screen then takes those results instead of running the same jobs again.
+    A limit that does not bind: the same placement as no limit, and the same Algorithm 1 runs."""
+    from placement_opt.solvers import alpaserve
+
+    calls: list[tuple] = []
+    original = alpaserve.run_bucket_task
+
+    def counted(bucket, sizes, configs, fast, beam, wall_deadline, fraction=1.0):
+        calls.append((bucket, sizes, configs, fast, beam, fraction))
+        return original(bucket, sizes, configs, fast, beam, wall_deadline, fraction)
+
+    monkeypatch.setattr(alpaserve, "run_bucket_task", counted)
+    inst = tiny("tiny-4gpu-mixed")
+    options = {"backend": "serial", "progress": False, "prescreen": 0}  # the screen runs every task
+    unlimited = run_solver(inst, "alpaserve", options=options)
+    runs_unlimited = sorted(calls)
+    calls.clear()
+    limited = run_solver(inst, "alpaserve", time_limit=600.0, options=options)
+    assert limited.groups == unlimited.groups and limited.metrics == unlimited.metrics
+    assert not limited.provenance["search"]["timed_out"]
+    assert sorted(calls) == runs_unlimited  # the fallback's runs were the screen's: none ran twice
