@@ -74,20 +74,9 @@ def flagged(instance: Instance, placement: Placement, requests: Requests, group:
     for i in np.argsort(requests.arrival, kind="stable"):
         if group[i] < 0:
             continue
-        g = int(group[i])
-        d = dispatcher.place(g, int(requests.model[i]), float(requests.arrival[i]))
-        last = int(dispatcher.tables.stage_ptr[g + 1]) - 1
-        tail = 0.0 if dispatcher.warm is None else float(dispatcher.warm.tail[_host_offset(dispatcher, g, i, requests)])
-        out[i] = d.finish + tail * (d.stage_ends[-1] - dispatcher.since[last]) > requests.deadline[i]
+        d = dispatcher.place(int(group[i]), int(requests.model[i]), float(requests.arrival[i]))
+        out[i] = d.late(float(requests.deadline[i]))  # the dispatcher's own admission rule
     return out
-
-
-def _host_offset(dispatcher: Dispatcher, g: int, i: int, requests: Requests) -> int:
-    """Index in the tables' latency layout of the last stage of request ``i``'s host on group ``g``."""
-    t = dispatcher.tables
-    m = int(requests.model[i])
-    h = next(h for h in range(t.host_ptr[m], t.host_ptr[m + 1]) if t.host_group[h] == g)
-    return int(t.host_lat_ptr[h] + t.stage_ptr[g + 1] - t.stage_ptr[g] - 1)
 
 
 def placement_file(name: str, arrivals: str, root: str, explicit: Dict[str, str], four: bool) -> str:

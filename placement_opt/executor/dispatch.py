@@ -45,15 +45,22 @@ from placement_opt.simulate.tables import build_tables, warm_tables
 
 @dataclass(frozen=True)
 class Decision:
-    """Where a request goes (``group`` -1: rejected) and when it is predicted to leave each stage."""
+    """Where a request goes (``group`` -1: rejected), when it is predicted to leave each stage and
+    finish, and the tail margin its finish carries (the fitted tail share of the last stage's busy
+    period so far; 0 without one)."""
 
     group: int
     stage_ends: tuple
     finish: float
+    margin: float = 0.0
 
     @property
     def admitted(self) -> bool:
         return self.group >= 0
+
+    def late(self, deadline: float) -> bool:
+        """The admission rule: whether the predicted finish plus the tail margin misses ``deadline``."""
+        return self.finish + self.margin > deadline
 
 
 ADMISSION_MODES = ("open-loop", "closed-loop")
@@ -145,9 +152,9 @@ class Dispatcher:
         since = [ready if self.clocks[s0 + s] < ready else self.since[s0 + s]
                  for s, ready in enumerate([arrival] + ends[:-1])]
         now = ends[-1]
-        finish = now + self.config.overhead_s
-        margin = 0.0 if self.warm is None else self.warm.tail[base + ns - 1] * (now - since[-1])
-        if finish + margin > deadline:
+        margin = 0.0 if self.warm is None else float(self.warm.tail[base + ns - 1] * (now - since[-1]))
+        decision = Decision(g, tuple(ends), now + self.config.overhead_s, margin)
+        if decision.late(deadline):
             return Decision(-1, (), -1.0)
         self.clocks[s0:s0 + ns] = clocks
         self.heat[s0:s0 + ns] = heats
@@ -160,7 +167,7 @@ class Dispatcher:
             self._admitted[g] += 1
             self._backlog[g].append(queued)
             self._queued[request] = queued
-        return Decision(g, tuple(ends), finish)
+        return decision
 
     def observe(self, request: int, stage: int, end: float) -> None:
         """Closed loop: request ``request`` left ``stage`` at the measured time ``end`` (on the

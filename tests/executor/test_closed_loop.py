@@ -24,8 +24,9 @@ GROUPS = (Group(devices=(0,), models=("a",)), Group(devices=(1,), models=("b",))
 
 
 def _instance(dispatch: str = "earliest", warm: bool = False, gaps: bool = False, rate: float = 80.0,
-              slo_scale: float = 3.0):
-    """Two models on a one-GPU group each and a shared 2-stage pipeline (10 ms; 6 + 5 ms)."""
+              slo_scale: float = 3.0, tail: float = 0.0):
+    """Two models on a one-GPU group each and a shared 2-stage pipeline (10 ms; 6 + 5 ms);
+    ``tail``: the admission tail margin of both configs."""
     configs = [{"pp": 1, "tp": 1, "stage_latency_s": {"1": [0.01]}, "stage_weight_gb": [1]},
                {"pp": 2, "tp": 1, "stage_latency_s": {"1": [0.006, 0.005]}, "stage_weight_gb": [1, 1]}]
     if warm:
@@ -34,6 +35,9 @@ def _instance(dispatch: str = "earliest", warm: bool = False, gaps: bool = False
     if gaps:
         configs[0]["stage_gap_s"] = [0.001]
         configs[1]["stage_gap_s"] = [0.0005, 0.0007]
+    if tail:
+        for c in configs:
+            c["tail_margin"] = tail
     return instance_from_dict({
         "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu": {"name": "g", "memory_gb": 16}},
         "profiles": {"p": {"weight_gb": 2.0, "configs": configs}},
@@ -242,3 +246,39 @@ def test_replay_of_the_measured_tp4_trial(tmp_path):
     _, late_closed, on_time_closed = mod.replay(inst, groups, rows, stage, 0, closed_loop=True)
     assert abs(late_open - measured_late) <= 3
     assert late_closed <= measured_late / 4 and on_time_closed > on_time_open
+
+
+def test_reevals_flagged_column_is_the_dispatchers_admission_rule():
+    """``benchmarks/fidelity/reeval.py`` flags an admitted request whose replayed finish plus tail
+    margin misses its deadline, by the dispatcher's own rule (:meth:`Decision.late`): the requests
+    a dispatcher with a tail margin admitted, replayed in their groups, are never flagged, and the
+    margin is what rejected some of them (no margin: more admitted)."""
+    import importlib.util
+    import os
+
+    from placement_opt.placement import Placement
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("reeval", os.path.join(root, "benchmarks", "fidelity", "reeval.py"))
+    reeval = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reeval)
+
+    def admitted_groups(inst) -> np.ndarray:
+        d, req = Dispatcher(inst, GROUPS), inst.requests()
+        return np.array([d.decide(int(req.model[i]), float(req.arrival[i]), float(req.deadline[i])).group
+                         for i in range(len(req))])
+
+    inst = _instance(gaps=True, rate=300.0, slo_scale=3.0, tail=0.3)
+    group = admitted_groups(inst)
+    assert (group >= 0).sum() < (admitted_groups(_instance(gaps=True, rate=300.0, slo_scale=3.0)) >= 0).sum()
+    assert not reeval.flagged(inst, Placement(groups=GROUPS), inst.requests(), group).any()
+    everyone = np.array([int(g) for g in admitted_groups(dataclasses.replace(
+        inst, workload=dataclasses.replace(inst.workload, slo=SLOSpec(scale=1e6))))])
+    flags = reeval.flagged(inst, Placement(groups=GROUPS), inst.requests(), everyone)
+    assert 0 < flags.sum() < len(flags)  # served regardless of deadlines: some would miss
+    d = Dispatcher(inst, GROUPS).place(0, 0, 0.0)
+    busy = Dispatcher(inst, GROUPS)
+    for i in range(5):
+        late = busy.place(0, 0, 0.0)
+    assert late.margin > d.margin > 0  # the margin grows with the busy period
+    assert not late.late(late.finish + late.margin) and late.late(late.finish + late.margin - 1e-9)
