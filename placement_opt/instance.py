@@ -146,11 +146,12 @@ class Instance:
 
 
 def load_instance(path: str) -> Instance:
-    """Read, validate and expand an instance JSON file."""
+    """Read, validate and expand an instance JSON file (the reader already refused one over the
+    size limits, :func:`check_instance_size`, and non-finite numbers)."""
     data, raw = read_json_bytes(path, precheck=check_instance_size)
     try:
-        return instance_from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)),
-                                  sha256=hashlib.sha256(raw).hexdigest(), path=path)
+        check_keys(data, "", ["cluster", "models", "workload"], TOP_LEVEL_KEYS)
+        return _build_instance(data, os.path.dirname(os.path.abspath(path)), hashlib.sha256(raw).hexdigest(), path)
     except InputError as e:
         raise e.with_file(path) from None
 
@@ -160,6 +161,12 @@ def instance_from_dict(data: Any, base_dir: str = ".", sha256: str = "", path: O
     check_keys(data, "", ["cluster", "models", "workload"], TOP_LEVEL_KEYS)
     check_instance_size(data)
     reject_non_finite(data)
+    return _build_instance(data, base_dir, sha256, path)
+
+
+def _build_instance(data: dict, base_dir: str, sha256: str, path: Optional[str]) -> Instance:
+    """The :class:`Instance` of a parsed instance whose top-level keys, size limits and numbers
+    were checked (by :func:`load_instance` or :func:`instance_from_dict`, each once)."""
     if not sha256:
         sha256 = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
     cluster = Cluster.from_dict(data["cluster"])
@@ -250,7 +257,6 @@ def _load_models(items: Any, profiles: Dict[str, Profile], cost_tables: Dict[str
     (architecture paths such as ``hf_config`` resolve against ``base_dir``)."""
     if not isinstance(items, list) or not items:
         raise InputError("expected a non-empty list of models", "models")
-    _check_model_count(items)
     models: List[ModelSpec] = []
     overrides: Dict[str, SLOSpec] = {}
     names: Set[str] = set()

@@ -253,3 +253,29 @@ def test_placeopt_solvers_lists_the_declared_options():
     assert "one of placeopt, muxserve" in CliRunner().invoke(cli, ["solvers", "spatial"]).output
     unknown = CliRunner().invoke(cli, ["solvers", "nosuch"])
     assert unknown.exit_code == 2 and "unknown solver 'nosuch'" in unknown.stderr
+
+
+def test_an_instance_load_checks_the_model_count_once(monkeypatch):
+    """``load_instance`` checks the model count in the reader's precheck only (it ran three times:
+    the precheck, ``instance_from_dict`` and the models' loader); ``instance_from_dict`` once too;
+    and an instance over the limit is still refused."""
+    import json
+    import os
+
+    import placement_opt.instance as instance_module
+
+    calls = []
+    real = instance_module._check_model_count
+    monkeypatch.setattr(instance_module, "_check_model_count", lambda items: calls.append(1) or real(items))
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "instances", "tiny",
+                        "two-models.json")
+    inst = instance_module.load_instance(path)
+    assert len(calls) == 1 and len(inst.models) > 0
+    with open(path) as f:
+        data = json.load(f)
+    calls.clear()
+    instance_module.instance_from_dict(data, base_dir=os.path.dirname(path))
+    assert len(calls) == 1
+    data["models"] = [dict(data["models"][0], count=10001)]
+    with pytest.raises(InputError, match="10001 models after count expansion"):
+        instance_module.instance_from_dict(data, base_dir=os.path.dirname(path))
