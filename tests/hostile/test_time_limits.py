@@ -4,7 +4,13 @@ limit per solver and exits by docs/cli.md's policy when one was stopped.
 
 The instances are generated at test time and sized so that the searches outlast the small
 limits used here, while their final simulation stays short (well under the 1.5 s of slack the
-bounds allow for it, start-up noise and the machine's load).
+bounds allow for it and start-up noise). The machine's load is measured, not guessed: a run
+on a loaded machine gets less than a core, so everything it does after its limit (the final
+simulation, the output) takes that much longer in wall time. Each test measures the share of a
+core its own run got (its CPU seconds over its wall seconds, from the child's resource usage)
+and stretches the slack by the inverse; on a quiet machine (a core's worth, or more with worker
+processes) the bounds are exactly the fixed 1.5 s ones. The stop itself is asserted from the
+run's recorded stop reason.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import resource
 import signal
 import time
 
@@ -20,9 +27,21 @@ import pytest
 from inputs import GOOD
 from hostile.test_hostile_cli import ROOT, llm_instance, placeopt, start
 
-#: seconds a run may take beyond its limit: the final simulation (short on these instances),
-#: writing the output, and the noise of a loaded 2-core test machine
+#: seconds a run that had a whole core may take beyond its limit: the final simulation (short
+#: on these instances), writing the output and start-up noise (stretched by :func:`_load`)
 SLACK_S = 1.5
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished, waited-for children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _load(wall_s: float, cpu_s: float) -> float:
+    """How much longer than on a core of its own a run took: its wall seconds over its CPU
+    seconds, at least 1 (a run with worker processes may use more CPU than wall time)."""
+    return max(1.0, wall_s / max(cpu_s, 1e-3))
 
 
 def _dnn_instance(tmp_path) -> str:
@@ -64,9 +83,11 @@ def _compiled_kernels(tmp_path_factory):
 
 
 def _timed(args: list[str], timeout: float = 120.0):
-    began = time.perf_counter()
+    """Run ``placeopt ARGS``: (the process, its wall seconds, its :func:`_load`)."""
+    cpu, began = _children_cpu_s(), time.perf_counter()
     proc = placeopt(args, timeout=timeout)
-    return proc, time.perf_counter() - began
+    wall = time.perf_counter() - began
+    return proc, wall, _load(wall, _children_cpu_s() - cpu)
 
 
 @pytest.mark.parametrize("solver, make", [("clockwork++", _dnn_instance), ("selective-replication", _dnn_instance),
@@ -76,9 +97,9 @@ def test_solve_ends_within_the_limit_counted_from_the_start(tmp_path, solver, ma
     final simulation and output included, ends within the limit plus the slack."""
     limit = 3.0
     out = tmp_path / "p.json"
-    proc, wall = _timed(["solve", make(tmp_path), "--solver", solver, "--time-limit", str(limit), "-o", str(out)])
+    proc, wall, load = _timed(["solve", make(tmp_path), "--solver", solver, "--time-limit", str(limit), "-o", str(out)])
     assert "Traceback" not in proc.stderr
-    assert wall <= limit + SLACK_S, (solver, wall, proc.stderr[-500:])
+    assert wall <= limit + SLACK_S * load, (solver, wall, load, proc.stderr[-500:])
     assert proc.returncode in (3, 124), proc.stderr[-500:]  # these searches outlast 3 s
     if proc.returncode == 3:
         assert json.loads(out.read_text())["provenance"]["stopped"] == "time limit"
@@ -91,17 +112,17 @@ def test_compare_keeps_the_limit_for_every_solver_and_exits_3(tmp_path, family, 
     the command exits 3 (was 0)."""
     names = _solvers(family)
     limit = 1.5
-    proc, wall = _timed(["compare", make(tmp_path), "--solvers", ",".join(names), "--time-limit", str(limit),
+    proc, wall, load = _timed(["compare", make(tmp_path), "--solvers", ",".join(names), "--time-limit", str(limit),
                          "--json"])
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 3, proc.stderr[-800:]
     rows = json.loads(proc.stdout)["results"]
     assert [r["solver"] for r in rows] == names
     for r in rows:
-        assert r["solve_s"] <= limit + SLACK_S, r
+        assert r["solve_s"] <= limit + SLACK_S * load, (r, load)
     stopped = [r for r in rows if "stopped" in r]
     assert stopped and all(f"placeopt: {r['solver']} was stopped ({r['stopped']})" in proc.stderr for r in stopped)
-    assert wall <= len(names) * limit + 2 * SLACK_S, wall
+    assert wall <= len(names) * limit + 2 * SLACK_S * load, (wall, load)
 
 
 def test_exhaustive_counting_a_huge_space_stops_at_the_limit(tmp_path):
@@ -112,11 +133,11 @@ def test_exhaustive_counting_a_huge_space_stops_at_the_limit(tmp_path):
     d["cluster"]["nodes"] = 32  # 256 GPUs: very many partitions, each of whose configs takes time to list
     path = tmp_path / "s3-256.json"
     path.write_text(json.dumps(d))
-    proc, wall = _timed(["solve", str(path), "--solver", "exhaustive", "--time-limit", "2",
+    proc, wall, load = _timed(["solve", str(path), "--solver", "exhaustive", "--time-limit", "2",
                          "-o", str(tmp_path / "p.json")])
     assert proc.returncode == 124, proc.stderr[-500:]
     assert "time limit passed before any placement was found" in proc.stderr
-    assert wall <= 2 + SLACK_S, wall
+    assert wall <= 2 + SLACK_S * load, (wall, load)
 
 
 def test_round_robin_on_a_large_cluster_stops_at_the_limit(tmp_path):
@@ -129,10 +150,10 @@ def test_round_robin_on_a_large_cluster_stops_at_the_limit(tmp_path):
     edit(d)
     path = tmp_path / "rr.json"
     path.write_text(json.dumps(d))
-    proc, wall = _timed(["solve", str(path), "--solver", "round-robin", "--time-limit", "2",
+    proc, wall, load = _timed(["solve", str(path), "--solver", "round-robin", "--time-limit", "2",
                          "-o", str(tmp_path / "p.json")])
     assert proc.returncode == 3, proc.stderr[-500:]
-    assert wall <= 2 + SLACK_S + 1.0, wall  # 8192 groups: a longer final simulation and output
+    assert wall <= 2 + (SLACK_S + 1.0) * load, (wall, load)  # 8192 groups: a longer final simulation and output
 
 
 def test_compare_interrupted_prints_the_rows_so_far_and_exits_3(tmp_path):
@@ -161,7 +182,9 @@ def test_a_signal_stops_the_mesh_group_search_within_2_s(tmp_path, solver):
     out within 2 s more, plus one simulation, with the best placement so far (exit 3) or a
     clear 'nothing written' (130)."""
     out = tmp_path / "p.json"
-    proc = start(["solve", _llm_instance(tmp_path), "--solver", solver, "-o", str(out)])
+    path = _llm_instance(tmp_path)
+    cpu, began = _children_cpu_s(), time.perf_counter()
+    proc = start(["solve", path, "--solver", solver, "-o", str(out)])
     time.sleep(2.0)
     proc.send_signal(signal.SIGINT)
     sent = time.perf_counter()
@@ -169,8 +192,10 @@ def test_a_signal_stops_the_mesh_group_search_within_2_s(tmp_path, solver):
         _, err = proc.communicate(timeout=15)
     finally:
         proc.kill()
+    ended = time.perf_counter()
+    load = _load(ended - began, _children_cpu_s() - cpu)
     assert "Traceback" not in err
-    assert time.perf_counter() - sent < 2.0 + SLACK_S
+    assert ended - sent < 2.0 + SLACK_S * load, (ended - sent, load)
     if proc.returncode == 3:
         assert json.loads(out.read_text())["provenance"]["stopped"] == "interrupted"
     else:
