@@ -124,17 +124,18 @@ class Generation:
 # runs, its own calibration. Its kernels are v3's, so it keeps v3's tables and engine
 # micro-benchmark (``results-v3/engine.json``). The newest is the engine in use.
 # results-v3-tp2: 2 GPUs, TP 2 (runs tp2-poisson-<placement>, tables profiled in the same call
-# into tables-tp2, run_gpu.sh's TABLES2).
+# into tables-tp2, run_gpu.sh's TABLES2); results-v3-tp2b: the same placements and tables with the
+# arrivals re-drawn (instances/fidelity-llm/tp2s1, seed 1; runs tp2s1-poisson-<placement>).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
     "v3": Generation(("results-v3", "results-v3b"), "tables-v3", "results-v3",
                      ("results-v3b", "poisson-muxserve/round-robin"), "calibration-v3.json",
                      fit_streams=("results-v3b", "poisson-temporal")),
-    "v3w": Generation(("results-v3c", "results-v3-tp2"), "tables-v3", "results-v3",
+    "v3w": Generation(("results-v3c", "results-v3-tp2", "results-v3-tp2b"), "tables-v3", "results-v3",
                       ("results-v3c", "poisson-muxserve/round-robin"), "calibration.json",
                       fit_streams=("results-v3c", "poisson-temporal"),
-                      folder_tables=(("results-v3-tp2", "tables-tp2"),),
+                      folder_tables=(("results-v3-tp2", "tables-tp2"), ("results-v3-tp2b", "tables-tp2")),
                       fit_eager=(("results-v3c", "conv-muxserve"), ("results-v3c", "conv-temporal")),
                       fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25),
 }
