@@ -125,17 +125,19 @@ class Generation:
 # micro-benchmark (``results-v3/engine.json``). The newest is the engine in use.
 # results-v3-tp2: 2 GPUs, TP 2 (runs tp2-poisson-<placement>, tables profiled in the same call
 # into tables-tp2, run_gpu.sh's TABLES2); results-v3-tp2b: the same placements and tables with the
-# arrivals re-drawn (instances/fidelity-llm/tp2s1, seed 1; runs tp2s1-poisson-<placement>).
+# arrivals re-drawn (instances/fidelity-llm/tp2s1, seed 1; runs tp2s1-poisson-<placement>);
+# results-v3-tp2c: its temporal placement again on fresh workers (how far the GPU repeats itself).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
     "v3": Generation(("results-v3", "results-v3b"), "tables-v3", "results-v3",
                      ("results-v3b", "poisson-muxserve/round-robin"), "calibration-v3.json",
                      fit_streams=("results-v3b", "poisson-temporal")),
-    "v3w": Generation(("results-v3c", "results-v3-tp2", "results-v3-tp2b"), "tables-v3", "results-v3",
+    "v3w": Generation(("results-v3c", "results-v3-tp2", "results-v3-tp2b", "results-v3-tp2c"), "tables-v3", "results-v3",
                       ("results-v3c", "poisson-muxserve/round-robin"), "calibration.json",
                       fit_streams=("results-v3c", "poisson-temporal"),
-                      folder_tables=(("results-v3-tp2", "tables-tp2"), ("results-v3-tp2b", "tables-tp2")),
+                      folder_tables=(("results-v3-tp2", "tables-tp2"), ("results-v3-tp2b", "tables-tp2"),
+                                     ("results-v3-tp2c", "tables-tp2")),
                       fit_eager=(("results-v3c", "conv-muxserve"), ("results-v3c", "conv-temporal")),
                       fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25),
 }
@@ -227,16 +229,22 @@ def _same_ranking(items: Dict[str, Tuple[float, float]]) -> bool:
                for i, a in enumerate(names) for b in names[i + 1:])
 
 
-def repeat_spreads(runs: List[dict]) -> Dict[Tuple[str, str, str], float]:
+def repeat_spreads(runs: List[dict]) -> Dict[Tuple[str, str, str], Tuple[float, float]]:
     """Per (workload, placement, policy) measured complete in more than one folder: the relative
-    spread (max - min) / max of its measured throughput (the noise the tolerance must cover;
-    cold first trials included, so a spread may also hold the warm-up's effect)."""
-    seen: Dict[Tuple[str, str, str], List[float]] = {}
+    spreads (max - min) / max of its measured throughput and of its measured mean TTFT (the noise
+    the tolerance must cover, and how far the GPU repeats itself; cold first trials included, so
+    a spread may also hold the warm-up's effect)."""
+    seen: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = {}
     for r in runs:
         if r["summary"]["status"] == "complete":
             key = (r["workload"], r["placement"], r["policy"])
-            seen.setdefault(key, []).append(r["summary"]["measured"]["throughput_rps"])
-    return {k: (max(v) - min(v)) / max(v) for k, v in seen.items() if len(v) > 1}
+            measured = r["summary"]["measured"]
+            seen.setdefault(key, []).append((measured["throughput_rps"], measured["ttft_mean_s"]))
+
+    def spread(values: List[float]) -> float:
+        return (max(values) - min(values)) / max(values)
+
+    return {k: (spread([t for t, _ in v]), spread([f for _, f in v])) for k, v in seen.items() if len(v) > 1}
 
 
 def _simulated_tput(run: dict) -> float:
@@ -798,9 +806,9 @@ def main() -> None:
     runs = [r for f in scope for r in reported[f][0]]
     # every ranking of the scope agrees, and there is at least one
     ranking_ok = all(reported[f][1] for f in scope) and any(reported[f][2] for f in scope)
-    for (w, placement, policy), spread in sorted(repeat_spreads(runs).items()):
-        print(f"repeat spread {w}-{placement}/{policy}: {100 * spread:.2f}% of throughput "
-              f"(ranking tolerance {100 * NOISE_TOLERANCE:.1f}%)")
+    for (w, placement, policy), (tput, ttft) in sorted(repeat_spreads(runs).items()):
+        print(f"repeat spread {w}-{placement}/{policy}: {100 * tput:.2f}% of throughput "
+              f"(ranking tolerance {100 * NOISE_TOLERANCE:.1f}%), {100 * ttft:.1f}% of mean TTFT")
     roofs = [f for f in folders if os.path.exists(os.path.join(f, "roofline.json"))]
     roof = roofs[-1] if roofs else (folders[-1] if folders else LLM)
     print(f"(last line: {', '.join(os.path.relpath(f, HERE) for f in scope) or '-'}; "
