@@ -56,17 +56,36 @@ FIXED_POINT_ROUNDS = 4
 
 
 @njit(cache=True)
+def _cycle(prefills: float, decodes: float, own_prefill: float, own_decode: float, out: float, slow: float) -> float:
+    """Eq. 3's denominator, one round of an LLM: ``prefills`` (every member's prefill seconds)
+    + ``decodes`` (its decode-step seconds, with the other members' under ``serial_decode``) x
+    ``out`` steps. With the shared-partition slowdown ``slow`` (1 / ``own_prefill_decode_share``
+    - 1; 0: off) each of its own decode steps (``own_decode`` seconds) lasts ``1 + f x slow``
+    times longer, ``f = own_prefill / round``: the part of the round its own prefill runs (mean
+    value). That round solves ``round^2 - base x round - own_decode x out x slow x own_prefill
+    = 0``, ``base`` the round without the slowdown."""
+    base = prefills + decodes * out
+    if slow <= 0:
+        return base
+    extra = own_decode * out * slow * own_prefill
+    return (base + np.sqrt(base * base + 4.0 * extra)) / 2.0
+
+
+@njit(cache=True)
 def _smallest_batch(r: int, m: int, others_p: float, others_d: float, P: np.ndarray, D: np.ndarray,
-                    out_len: np.ndarray, rate: np.ndarray, hi: int, stretch: float) -> int:
+                    out_len: np.ndarray, rate: np.ndarray, hi: int, stretch: float, slow: float) -> int:
     """The smallest batch (at most ``hi``) whose Eq. 3 estimate meets the rate, given the other
-    members' prefill seconds ``others_p`` and decode-step seconds ``others_d`` per round and
-    the contention ``stretch`` of this member's decode steps."""
+    members' prefill seconds ``others_p`` and decode-step seconds ``others_d`` per round, the
+    contention ``stretch`` of this member's decode steps and its shared-partition ``slow``
+    (:func:`_cycle`)."""
     lo = 1
-    if hi / (others_p + P[r, hi] + (others_d + D[r, hi] * stretch) * out_len[m]) < rate[m]:
+    if hi / _cycle(others_p + P[r, hi], others_d + D[r, hi] * stretch, P[r, hi], D[r, hi] * stretch, out_len[m],
+                   slow) < rate[m]:
         return hi
     while lo < hi:
         mid = (lo + hi) // 2
-        if mid / (others_p + P[r, mid] + (others_d + D[r, mid] * stretch) * out_len[m]) >= rate[m]:
+        if mid / _cycle(others_p + P[r, mid], others_d + D[r, mid] * stretch, P[r, mid], D[r, mid] * stretch,
+                        out_len[m], slow) >= rate[m]:
             hi = mid
         else:
             lo = mid + 1
@@ -93,7 +112,7 @@ def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len:
 def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
                     rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
                     reserve: float, max_batch: int, serial_decode: bool, tpt: np.ndarray, batch: np.ndarray,
-                    hbm_mesh_gbps: float = 0.0) -> float:
+                    hbm_mesh_gbps: float, slow: np.ndarray) -> float:
     """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
     bytes where every LLM reserves ``reserve`` bytes; writes per-member throughput and batch
     into ``tpt``/``batch`` and returns their sum, or -1 when weights and reserves leave no
@@ -101,7 +120,8 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     another too (temporal multiplexing: one job at a time), so each decode step of an LLM
     waits for one step of every other member. ``hbm_mesh_gbps``: HBM bandwidth of the whole
     mesh for the contention stretch of overlapping decode steps (0: off; unused with
-    ``serial_decode``)."""
+    ``serial_decode``). ``slow[row]``: the shared-partition slowdown of the decode steps of that
+    latency row beside its own prefill (:func:`_cycle`; 0: off; unused with ``serial_decode``)."""
     k = rows.shape[0]
     pool = cap
     need = 0.0
@@ -132,8 +152,9 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
             others_p = total_p - P[r, batch[i]]
             others_d = total_d - D[r, batch[i]]
             stretch = _stretch(i, rows, llms, D, out_len, weights, kv, tokens, batch, hbm)
+            own = 0.0 if serial_decode else slow[r]
             b = _smallest_batch(r, llms[i], others_p, others_d if serial_decode else 0.0, P, D, out_len, rate, maxb[i],
-                                stretch)
+                                stretch, own)
             batch[i] = b
             total_p = others_p + P[r, b]
             total_d = others_d + D[r, b]
@@ -143,7 +164,8 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         r = rows[i]
         step = total_d if serial_decode else D[r, batch[i]] * _stretch(i, rows, llms, D, out_len, weights, kv, tokens,
                                                                        batch, hbm)
-        tpt[i] = min(batch[i] / (total_p + step * out_len[m]), rate[m])
+        own = 0.0 if serial_decode else slow[r]
+        tpt[i] = min(batch[i] / _cycle(total_p, step, P[r, batch[i]], step, out_len[m], own), rate[m])
         s += tpt[i]
     return s
 
@@ -157,6 +179,7 @@ class EstimatorTables:
     feasible: np.ndarray  # [llm, t] bool
     P: np.ndarray  # [row, b] prefill seconds of b prompts, b = 0..max_batch
     D: np.ndarray  # [row, b] decode-step seconds of b requests
+    slow: np.ndarray  # [row] shared-partition slowdown of the row's decode steps beside its own prefill (0: off)
     out_len: np.ndarray
     rate: np.ndarray
     weights: np.ndarray
@@ -180,7 +203,7 @@ class EstimatorTables:
         size = float(self.tps[t])
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
-                            self.serial_decode, tpt, batch, self.hbm_gbps * size)
+                            self.serial_decode, tpt, batch, self.hbm_gbps * size, self.slow)
         return s, tpt, batch
 
 
@@ -190,23 +213,50 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     with ``llm``'s host model (:func:`host_seconds` at this share and TP degree) a decode step
     takes its launch longer, a prefill at least its launch, and a prefill whose padded size at
     the mean prompt exceeds ``llm.prefill_graph_tokens`` (it runs eagerly) its eager host
-    seconds longer (the simulator's host model)."""
+    seconds longer (the simulator's host model); with ``llm.decode_kv_gbps`` a decode step of
+    ``b`` requests lasts their KV bytes per GPU at the mean context / that rate longer (the
+    simulator's KV-read term)."""
     bgrid, lgrid, p2, d2 = spec.table.at_share(tp, share)
     b = np.arange(max_batch + 1, dtype=np.float64)
     b[0] = 1.0
+    context = spec.prompt_tokens + spec.output_tokens / 2.0
     pre = lookup_batches(p2, bgrid, lgrid, b, spec.prompt_tokens)
-    dec = lookup_batches(d2, bgrid, lgrid, b, spec.prompt_tokens + spec.output_tokens / 2.0)
+    dec = lookup_batches(d2, bgrid, lgrid, b, context)
     if llm is None:
         return pre, dec
     decode_host, prefill_host, eager_host = host_seconds(llm, share, tp)
     if decode_host > 0:
         dec = dec + decode_host
+    if llm.decode_kv_gbps > 0:
+        dec = dec + b * context * (spec.kv_bytes_per_token / tp) / (llm.decode_kv_gbps * 1e9)
     if prefill_host > 0:
         pre = np.maximum(pre, prefill_host)
     if eager_host > 0:
-        eager = [prefill_runs_eagerly(int(x), int(np.ceil(spec.prompt_tokens)), llm.prefill_graph_tokens) for x in b]
-        pre = pre + eager_host * np.asarray(eager, dtype=np.float64)
+        eager = eager_batches(b.astype(np.int64), int(np.ceil(spec.prompt_tokens)), llm.prefill_graph_tokens)
+        pre = pre + eager_host * eager
     return pre, dec
+
+
+@njit(cache=True)
+def eager_batches(batches: np.ndarray, longest: int, graph_tokens: int) -> np.ndarray:
+    """1.0 where a prefill of that many prompts of ``longest`` tokens runs eagerly
+    (:func:`prefill_runs_eagerly`, the simulator's and the engine's one test), else 0.0: one
+    compiled call for a whole batch vector."""
+    out = np.zeros(batches.shape[0])
+    for i in range(batches.shape[0]):
+        if prefill_runs_eagerly(batches[i], longest, graph_tokens):
+            out[i] = 1.0
+    return out
+
+
+def own_prefill_slowdown(llm: Optional[LLMConfig], share: float, serial_decode: bool) -> float:
+    """The shared-partition slowdown of an LLM's decode steps at SM ``share`` (:func:`_cycle`):
+    ``1 / llm.own_prefill_decode_share - 1`` where the simulator can run the LLM's prefill and
+    decode together (two jobs of its share fit the mesh: share at most 0.5) and scheduling
+    overlaps jobs, else 0 (off, or never beside its own prefill)."""
+    if llm is None or llm.own_prefill_decode_share <= 0 or serial_decode or 2.0 * share > 1.0 + 1e-9:
+        return 0.0
+    return 1.0 / llm.own_prefill_decode_share - 1.0
 
 
 def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory: MeshMemory,
@@ -231,7 +281,7 @@ def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory:
     feasible = np.zeros((n, nt), dtype=bool)
     P = np.full((n * nt, max_batch + 1), np.inf)
     D = np.full((n * nt, max_batch + 1), np.inf)
-    tables = EstimatorTables(tps=tp_degrees, share=share, feasible=feasible, P=P, D=D,
+    tables = EstimatorTables(tps=tp_degrees, share=share, feasible=feasible, P=P, D=D, slow=np.zeros(n * nt),
                              out_len=np.array([s.output_tokens for s in specs]), rate=np.array([s.rate for s in specs]),
                              weights=np.array([s.weight_bytes for s in specs]),
                              kv=np.array([s.kv_bytes_per_token for s in specs]),
@@ -261,6 +311,7 @@ def _candidate_share(tables: EstimatorTables, spec: LLMSpec, i: int, t: int, ful
     chosen = 1.0
     for sh in ([1.0] if full_share else SM_SHARES):
         tables.P[row], tables.D[row] = latency_vectors(spec, tp, float(sh), tables.max_batch, tables.host)
+        tables.slow[row] = own_prefill_slowdown(tables.host, float(sh), tables.serial_decode)
         chosen = float(sh)
         if tables.estimate([i], t)[0] >= tables.rate[i] * (1 - 1e-9):
             break
@@ -296,21 +347,23 @@ class Headroom:
     def _ladder(self, members: np.ndarray, t: int) -> Tuple[float, ...]:
         tb = self.tables
         rows = members * len(tb.tps) + t
-        P, D = tb.P, tb.D
+        P, D, slow = tb.P, tb.D, tb.slow
         shares = tb.share[members, t]
         if self.fit_shares and shares.sum() > 1.0 + 1e-9:
             tp = int(tb.tps[t])
+            fitted_shares = shares / shares.sum()
             fitted = [latency_vectors(self.specs[m], tp, float(sh), tb.max_batch, tb.host)
-                      for m, sh in zip(members, shares / shares.sum())]
+                      for m, sh in zip(members, fitted_shares)]
             P = np.stack([f[0] for f in fitted])
             D = np.stack([f[1] for f in fitted])
+            slow = np.array([own_prefill_slowdown(tb.host, float(sh), tb.serial_decode) for sh in fitted_shares])
             rows = np.arange(len(members), dtype=np.int64)
         size = float(tb.tps[t])
         tpt = np.zeros(len(members))
         batch = np.zeros(len(members), dtype=np.int64)
         return tuple(unit_throughput(rows, members, P, D, tb.out_len, tb.rate * scale, tb.weights, tb.kv, tb.tokens,
                                      tb.memory.per_gpu * size, tb.memory.reserve * size, tb.max_batch,
-                                     tb.serial_decode, tpt, batch, tb.hbm_gbps * size)
+                                     tb.serial_decode, tpt, batch, tb.hbm_gbps * size, slow)
                      for scale in self.scales)
 
 
@@ -332,6 +385,8 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         k = len(members)
         P = np.empty((k, cfg.max_batch + 1))
         D = np.empty_like(P)
+        temporal = placement.scheduling == "temporal"
+        slow = np.array([own_prefill_slowdown(cfg, float(sh), temporal) for sh in shares])
         for j, (i, sh) in enumerate(zip(members, shares)):
             P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch, cfg)
         tpt = np.zeros(k)
@@ -339,8 +394,8 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         unit_throughput(np.arange(k, dtype=np.int64), np.asarray(members, dtype=np.int64), P, D,
                         columns["output_tokens"], columns["rate"], columns["weight_bytes"],
                         columns["kv_bytes_per_token"], columns["tokens_per_request"], memory.per_gpu * g.n_gpus,
-                        memory.reserve * g.n_gpus, cfg.max_batch, placement.scheduling == "temporal", tpt, batch,
-                        cfg.contention_hbm_gbps * g.n_gpus)
+                        memory.reserve * g.n_gpus, cfg.max_batch, temporal, tpt, batch,
+                        cfg.contention_hbm_gbps * g.n_gpus, slow)
         for j, i in enumerate(members):
             out[specs[i].name] = float(tpt[j])
     return out

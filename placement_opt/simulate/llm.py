@@ -226,14 +226,14 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
     and the scheduling settings. Returns the kernel's outputs and the time it stopped."""
     shares = _sm_shares(g, policy)
     P, D, lgrid = _mesh_tables(mesh_specs, g.tp, shares, cfg.max_batch)
+    decode_host, prefill_host, eager_host = (np.array(c, dtype=np.float64)
+                                             for c in zip(*[host_seconds(cfg, sh, g.tp) for sh in shares]))
     llms = MeshLLMs(share=np.asarray(shares, dtype=np.float64),
                     kv_kib=np.array([int(np.ceil(s.kv_bytes_per_token / KIB)) for s in mesh_specs], dtype=np.int64),
                     rate=np.array([s.rate for s in mesh_specs]),
                     weight_bytes=np.array([s.weight_bytes / g.tp for s in mesh_specs], dtype=np.float64),
                     kv_bytes=np.array([s.kv_bytes_per_token / g.tp for s in mesh_specs], dtype=np.float64),
-                    decode_host_s=np.array([host_seconds(cfg, sh, g.tp)[0] for sh in shares], dtype=np.float64),
-                    prefill_host_s=np.array([host_seconds(cfg, sh, g.tp)[1] for sh in shares], dtype=np.float64),
-                    prefill_eager_host_s=np.array([host_seconds(cfg, sh, g.tp)[2] for sh in shares], dtype=np.float64))
+                    decode_host_s=decode_host, prefill_host_s=prefill_host, prefill_eager_host_s=eager_host)
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
     settings = mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon)
     out = mesh_outputs(len(requests.arrival), len(mesh_specs), UTILISATION_BINS)
