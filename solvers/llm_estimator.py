@@ -27,6 +27,15 @@ re-evaluated in every round of the fixed-point iteration. Prefills are not stret
 compute-bound and Eq. 3 runs them one at a time); temporal units (``serial_decode``) have no
 overlap, so no stretch.
 
+The simulator's two decode models enter in mean-value form (off when their fields are 0):
+``llm.decode_kv_gbps``: a decode step of ``b`` requests lasts ``b x context x KV bytes per token
+per GPU / decode_kv_gbps`` longer (the simulator adds the KV bytes of the step's actual
+contexts); ``llm.own_prefill_decode_share`` = s: LLM ``m``'s decode steps last ``1 + f x (1/s - 1)``
+times longer, ``f = prefill_m(b_m) / round`` the part of its Eq. 3 round its own prefill runs
+(the simulator stretches a step by 1/s while that prefill runs), the round solved exactly
+(:func:`_cycle`); only where the simulator can run the two jobs together (share at most 0.5)
+and jobs overlap (not ``serial_decode``).
+
 Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
 decode step of ``b`` requests at the mean context) are precomputed per (LLM, TP degree) at
 the candidate SM share, so the kernels below touch only flat arrays. :class:`Headroom`
