@@ -89,7 +89,7 @@ LLM = os.path.join(HERE, "fidelity", "llm")
 INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps",
-                "own_prefill_decode_share")
+                "own_prefill_decode_share", "prefill_host_tp_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -624,6 +624,52 @@ def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.
         f"less decode_host_full_s")
 
 
+def plain_stream_prefills(run: dict) -> np.ndarray:
+    """The back-to-back prefills of a plain-stream run (one job at a time): every token event
+    of one mesh that is the first token of all its requests, each arrived before the mesh's
+    previous token event (so the prefill started when that event's job ended): the gap less
+    the prefill's table time at its batch and mean prompt, one value per prefill (s)."""
+    from placement_opt.executor.llm_sched import len_interp
+
+    tables = _mesh_step_tables(run)
+    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
+        rows = list(csv.DictReader(f))
+    events: Dict[Tuple[float, str], List[Tuple[int, int, float]]] = {}
+    for r in rows:
+        for j, t in enumerate(r["token_times_s"].split()):
+            events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j, float(r["arrival_s"])))
+    extra = []
+    ordered = sorted(events)
+    for (t0, _), (t1, m1) in zip(ordered, ordered[1:]):
+        batch = events[(t1, m1)]
+        if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
+            continue
+        table, k, _ = tables[m1]
+        prompt = sum(p for p, _, _ in batch) / len(batch)
+        extra.append(t1 - t0 - len_interp(table.prefill[k, len(batch)], table.lgrid, prompt))
+    return np.array(extra, dtype=np.float64)
+
+
+def tp_prefill_host(gen: Generation) -> Tuple[float, str]:
+    """``prefill_host_tp_s``: the median time a back-to-back prefill takes beyond its table
+    (:func:`plain_stream_prefills`) on ``gen.fit_tp`` (TP > 1) less the same on
+    ``gen.fit_streams`` (TP 1, where the launch model already stands for it), per rank beyond
+    the first (0 without both runs)."""
+    if gen.fit_tp is None or gen.fit_streams is None:
+        return 0.0, "no TP-1 and TP > 1 plain-stream runs"
+    from placement_opt.placement import load_placement
+
+    run = _find_run(gen.fit_tp)
+    tp = max(g.tp for g in load_placement(run_inputs(run)[1]).groups)
+    multi, single = plain_stream_prefills(run), plain_stream_prefills(_find_run(gen.fit_streams))
+    if not len(multi) or not len(single):
+        return 0.0, "no back-to-back prefills"
+    value = max(0.0, float(np.median(multi) - np.median(single)) / (tp - 1))
+    return value, (f"{'/'.join(gen.fit_tp)} and {'/'.join(gen.fit_streams)}: median prefill time beyond the table "
+                   f"{1e3 * float(np.median(multi)):.3f} ms (TP {tp}, {len(multi)} back-to-back prefills) less "
+                   f"{1e3 * float(np.median(single)):.3f} ms (TP 1, {len(single)})")
+
+
 def kv_fields(gen: Generation) -> Tuple[float, str]:
     """``decode_kv_gbps`` of ``gen``: fitted (:func:`fit_kv_gbps`) on its plain-stream runs, the
     ``fit_streams`` and ``fit_tp`` ones (0 without a ``fit_tp`` run: one TP degree cannot
@@ -674,6 +720,9 @@ def calibrate(gen: Generation) -> dict:
     out["fit"]["tp_host_fit"] = tp_source
     out["decode_kv_gbps"] = kv_gbps
     out["fit"]["decode_kv_fit"] = kv_source
+    prefill_tp, prefill_tp_source = tp_prefill_host(gen)
+    out["prefill_host_tp_s"] = round(prefill_tp, 6)
+    out["fit"]["prefill_tp_fit"] = prefill_tp_source
     eager = eager_fields(gen, {k: v for k, v in out.items() if k in MODEL_FIELDS})
     for field in ("prefill_eager_host_s", "prefill_eager_host_full_s"):
         if field in eager:

@@ -85,6 +85,9 @@ class LLMConfig:
       much longer and the prefill ends that much later (0: off).
     * ``decode_host_tp_s``: host seconds a decode step's launch and collect take more per
       tensor-parallel rank beyond the first (added to ``decode_host_s`` and ``decode_host_full_s``).
+    * ``prefill_host_tp_s``: seconds a prefill lasts beyond its cost-table time per
+      tensor-parallel rank beyond the first (the ranks collect its first tokens after its GPU
+      work, serially; 0: off).
     * ``decode_kv_gbps``: a decode step lasts the KV-cache bytes it reads (per GPU) / this (GB/s)
       longer than its cost-table time: the engine's steps over requests of mixed context lengths
       take longer than the profiled steps at the mean context, by an amount that follows the KV
@@ -123,6 +126,9 @@ class LLMConfig:
                                                    "GPU (0: off)")
     decode_host_tp_s: float = option(0.0, minimum=0,
                                      help="host seconds per decode step more for each tensor-parallel rank beyond one")
+    prefill_host_tp_s: float = option(0.0, minimum=0,
+                                      help="seconds a prefill lasts beyond its table time for each "
+                                           "tensor-parallel rank beyond one (0: off)")
     decode_kv_gbps: float = option(0.0, minimum=0,
                                    help="GB/s at which a decode step's KV-cache bytes add to its table time (0: off)")
     prefill_graph_tokens: int = option(1024, minimum=1,

@@ -41,7 +41,10 @@ buckets) exceeds ``graph_tokens`` runs without a graph; its launch holds the thr
 host seconds more and its job lasts that much longer. **KV read** (``MeshSettings.decode_kv_gbps``):
 a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.kv_bytes``) /
 ``decode_kv_gbps`` longer than its table time (the engine's steps over mixed context lengths
-exceed the profiled ones, which hold every request at the mean context). **Contention** (``MeshSettings.hbm_gbps``): a
+exceed the profiled ones, which hold every request at the mean context). **Prefill collect**
+(``MeshLLMs.prefill_collect_s``): a prefill lasts that much beyond its table time (on a
+tensor-parallel mesh the engine's ranks collect its first tokens after the GPU work, serially).
+**Contention** (``MeshSettings.hbm_gbps``): a
 running job demands ``bytes / table time`` of HBM bandwidth (``MeshLLMs.weight_bytes`` plus
 the KV bytes of its tokens); each running job's remaining work is stretched by ``1 + (the
 other running jobs' demand) / hbm_gbps``, re-timed at every event where the set of running
@@ -91,6 +94,7 @@ class MeshLLMs(NamedTuple):
     decode_host_s: np.ndarray = np.zeros(0)   # float64 host seconds of the scheduling thread per decode step (launch, collect)
     prefill_host_s: np.ndarray = np.zeros(0)  # float64 host seconds per prefill launch (overlaps its GPU work)
     prefill_eager_host_s: np.ndarray = np.zeros(0)  # float64 host seconds an eager prefill adds (MeshSettings.graph_tokens)
+    prefill_collect_s: np.ndarray = np.zeros(0)  # float64 seconds a prefill lasts beyond its table time (TP ranks' collect)
 
 
 class LatencyTables(NamedTuple):
@@ -186,6 +190,7 @@ LLM_STATE = np.dtype([
     ("prefill_host", np.float64),   # host seconds per prefill launch
     ("eager_host", np.float64),     # host seconds an eager prefill adds to its launch
     ("prefill_eager", np.bool_),    # its prefill in flight runs eagerly (over the graph limit)
+    ("prefill_collect", np.float64),  # seconds its prefill lasts beyond its table time (serial collect)
 ], align=True)
 
 #: One record per job slot (``jobs[2k]``: LLM k's prefill, ``jobs[2k + 1]``: its decode step),
@@ -345,6 +350,8 @@ def _llm_state(requests, mesh_llms, cfg, out):
             llms[k].prefill_host = mesh_llms.prefill_host_s[k]
         if mesh_llms.prefill_eager_host_s.shape[0] == K:
             llms[k].eager_host = mesh_llms.prefill_eager_host_s[k]
+        if mesh_llms.prefill_collect_s.shape[0] == K:
+            llms[k].prefill_collect = mesh_llms.prefill_collect_s[k]
     _initial_quotas(llms, mesh_llms, cfg)
     return llms
 
@@ -767,7 +774,7 @@ def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
     llm.n_prefill = b
     if b == 0:
         return False
-    llm.prefill_dur = _len_interp(tables.prefill[k, b], tables.lgrid, tokens / b)
+    llm.prefill_dur = _len_interp(tables.prefill[k, b], tables.lgrid, tokens / b) + llm.prefill_collect
     llm.prefill_end = t + llm.prefill_dur
     llm.prefill_bytes = llm.weight_bytes + tokens * llm.kv_bytes
     llm.prefill_seq = _next_seq(llms)
