@@ -60,7 +60,9 @@ it has none scaled by ``engine.json``'s streams / green context host-time ratios
 ``decode_kv_gbps`` (the rate at which the KV bytes a decode step reads add to its time, one
 for every model) on the back-to-back decode steps of the plain-stream fit runs, TP 1 and TP > 1
 (``fit_streams``, ``fit_tp``; off for a generation without both), before the host times, which
-are then measured beyond it. Every other run is held out; the report marks the fit runs.
+are then measured beyond it; ``prefill_host_tp_s`` (a prefill's serial collect per TP rank beyond
+the first) as the median back-to-back prefill time beyond the table on ``fit_tp`` less that on
+``fit_streams`` (:func:`tp_prefill_host`). Every other run is held out; the report marks the fit runs.
 
 ``--policy-load SCALE[:RESERVE]`` simulates the Poisson muxserve placement under the three
 policies with the rates times SCALE (and ``llm.kv_reserve_fraction`` RESERVE): the load at
