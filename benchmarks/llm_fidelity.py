@@ -91,7 +91,7 @@ LLM = os.path.join(HERE, "fidelity", "llm")
 INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps",
-                "own_prefill_decode_share", "prefill_host_tp_s")
+                "own_prefill_decode_share", "prefill_host_tp_s", "prefill_eager_hold_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +116,9 @@ class Generation:
     # speed a decode step keeps while its LLM's prefill runs on the same SM partition (measured on
     # the eager fit run, docs/fidelity-llm.md "What fcfs does in the stalls"); 0: not modelled
     own_prefill_decode_share: float = 0.0
+    # the eager launch's hold of the scheduling thread measured apart on the partition eager fit
+    # run (``prefill_eager_hold_s``, :func:`eager_launch_hold`); False: one fitted eager time
+    measure_eager_hold: bool = False
 
 
 # v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
@@ -141,7 +144,8 @@ GENERATIONS = {
                       folder_tables=(("results-v3-tp2", "tables-tp2"), ("results-v3-tp2b", "tables-tp2"),
                                      ("results-v3-tp2c", "tables-tp2")),
                       fit_eager=(("results-v3c", "conv-muxserve"), ("results-v3c", "conv-temporal")),
-                      fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25),
+                      fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25,
+                      measure_eager_hold=True),
 }
 
 
@@ -596,6 +600,46 @@ def _find_run(where: Tuple[str, str]) -> dict:
     return next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
 
 
+def prefill_launch_silences(run: dict, graph_tokens: int = 1024) -> Dict[bool, List[float]]:
+    """The mesh-wide silences after prefill ends, by whether the next prefill runs eagerly:
+    a prefill is the requests of one LLM whose first tokens come at one instant (0.5 ms), in
+    time order; after each, the seconds until the next token of any request of the run (the
+    scheduling thread launches the next prefill when it has collected one, so that silence is
+    the launch's hold of the thread, where the next prefill waited). Keyed by whether that next
+    prefill runs eagerly (the engine's rule, ``prefill_runs_eagerly`` at ``graph_tokens``)."""
+    from placement_opt.simulate.meshsim import prefill_runs_eagerly
+
+    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if r["token_times_s"]]
+    stamps = np.unique([float(t) for r in rows for t in r["token_times_s"].split()])
+    prefills: List[Tuple[float, str, List[int]]] = []
+    # the first token's time as ``token_times_s`` rounds it (the stamps compared with it)
+    for first, model, prompt in sorted((float(r["token_times_s"].split()[0]), r["model"], int(r["prompt_tokens"]))
+                                       for r in rows):
+        if prefills and prefills[-1][1] == model and first - prefills[-1][0] < 5e-4:
+            prefills[-1][2].append(prompt)
+        else:
+            prefills.append((first, model, [prompt]))
+    out: Dict[bool, List[float]] = {False: [], True: []}
+    for (end, _, _), (_, _, nxt) in zip(prefills, prefills[1:]):
+        i = int(np.searchsorted(stamps, end + 1e-6))
+        if i < len(stamps):
+            out[bool(prefill_runs_eagerly(len(nxt), max(nxt), graph_tokens))].append(float(stamps[i] - end))
+    return out
+
+
+def eager_launch_hold(run: dict) -> Tuple[float, str]:
+    """``prefill_eager_hold_s``: how much longer the scheduling thread is held by an eager
+    prefill's launch than by a CUDA-graph one on ``run`` (an SM-partition run with eager
+    prefills): the median silence after a prefill end when the next prefill runs eagerly less
+    that when it replays a graph (:func:`prefill_launch_silences`)."""
+    silences = prefill_launch_silences(run)
+    eager, graph = statistics.median(silences[True]), statistics.median(silences[False])
+    return eager - graph, (f"{os.path.basename(run['folder'])}/{run['name']}: median silence after a prefill end "
+                           f"{1e3 * eager:.1f} ms before an eager launch ({len(silences[True])}), "
+                           f"{1e3 * graph:.1f} ms before a graph one ({len(silences[False])})")
+
+
 def fit_eager_host(run: dict, model: Dict[str, float], field: str) -> Tuple[float, float]:
     """The ``field`` (an eager-prefill host time; 0-100 ms in 1 ms steps) whose re-prediction
     of ``run`` (the other parameters ``model``) has the smallest |mean TTFT error|; returns it
@@ -685,8 +729,16 @@ def kv_fields(gen: Generation) -> Tuple[float, str]:
 
 def eager_fields(gen: Generation, model: Dict[str, float]) -> Dict[str, Any]:
     """The eager-prefill host seconds of ``gen``: the partition value fitted on the first
-    ``fit_eager`` run, the whole-GPU value on the second (each: smallest |mean TTFT error|)."""
+    ``fit_eager`` run, the whole-GPU value on the second (each: smallest |mean TTFT error|).
+    With ``gen.measure_eager_hold`` the partition launch's hold of the thread is measured first
+    on the first run (``prefill_eager_hold_s``, :func:`eager_launch_hold`), and the fitted
+    partition value is then only how much later the eager prefill ends."""
     out: Dict[str, Any] = {}
+    model = dict(model)
+    if gen.measure_eager_hold and gen.fit_eager:
+        hold, source = eager_launch_hold(_find_run(gen.fit_eager[0]))
+        model["prefill_eager_hold_s"] = out["prefill_eager_hold_s"] = round(hold, 6)
+        out["prefill_eager_hold_s_fit"] = source
     for where, field in zip(gen.fit_eager, ("prefill_eager_host_s", "prefill_eager_host_full_s")):
         value, err = fit_eager_host(_find_run(where), model, field)
         out[field] = round(value, 6)
@@ -726,7 +778,7 @@ def calibrate(gen: Generation) -> dict:
     out["prefill_host_tp_s"] = round(prefill_tp, 6)
     out["fit"]["prefill_tp_fit"] = prefill_tp_source
     eager = eager_fields(gen, {k: v for k, v in out.items() if k in MODEL_FIELDS})
-    for field in ("prefill_eager_host_s", "prefill_eager_host_full_s"):
+    for field in ("prefill_eager_hold_s", "prefill_eager_host_s", "prefill_eager_host_full_s"):
         if field in eager:
             out[field] = eager[field]
             out["fit"][f"{field}_fit"] = eager[f"{field}_fit"]

@@ -83,6 +83,9 @@ class LLMConfig:
       eagerly (its padded size, the engine's CUDA-graph buckets, over ``prefill_graph_tokens``
       tokens) adds to its launch on an SM partition / on the whole GPU: the thread is busy that
       much longer and the prefill ends that much later (0: off).
+    * ``prefill_eager_hold_s``: where set, the host seconds an eager prefill's launch holds the
+      scheduling thread more on an SM partition, apart from ``prefill_eager_host_s``, which then
+      is only how much later the prefill ends (0: the thread is held ``prefill_eager_host_s``).
     * ``decode_host_tp_s``: host seconds a decode step's launch and collect take more per
       tensor-parallel rank beyond the first (added to ``decode_host_s`` and ``decode_host_full_s``).
     * ``prefill_host_tp_s``: seconds a prefill lasts beyond its cost-table time per
@@ -121,6 +124,9 @@ class LLMConfig:
     prefill_eager_host_s: float = option(0.0, minimum=0,
                                          help="host seconds an eager prefill (over prefill_graph_tokens) adds "
                                               "on an SM partition (0: off)")
+    prefill_eager_hold_s: float = option(0.0, minimum=0,
+                                         help="host seconds an eager prefill's launch holds the scheduling thread "
+                                              "more on an SM partition, apart from prefill_eager_host_s (0: the same)")
     prefill_eager_host_full_s: float = option(0.0, minimum=0,
                                               help="host seconds an eager prefill adds for an LLM holding the whole "
                                                    "GPU (0: off)")

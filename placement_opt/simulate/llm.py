@@ -234,7 +234,8 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
                     weight_bytes=np.array([s.weight_bytes / g.tp for s in mesh_specs], dtype=np.float64),
                     kv_bytes=np.array([s.kv_bytes_per_token / g.tp for s in mesh_specs], dtype=np.float64),
                     decode_host_s=decode_host, prefill_host_s=prefill_host, prefill_eager_host_s=eager_host,
-                    prefill_collect_s=np.full(len(shares), cfg.prefill_host_tp_s * (g.tp - 1), dtype=np.float64))
+                    prefill_collect_s=np.full(len(shares), cfg.prefill_host_tp_s * (g.tp - 1), dtype=np.float64),
+                    prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if sh < 1.0 - 1e-9 else 0.0 for sh in shares]))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
     settings = mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon)
     out = mesh_outputs(len(requests.arrival), len(mesh_specs), UTILISATION_BINS)
@@ -247,7 +248,8 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
     return MeshSettings(policy=policy_code, pool=pool_kib, block=cfg.kv_block_tokens, max_batch=cfg.max_batch,
                         token_budget=cfg.prefill_token_budget, period=cfg.rebalance_period_s,
                         frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=cfg.contention_hbm_gbps,
-                        graph_tokens=cfg.prefill_graph_tokens if max(cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s) > 0
+                        graph_tokens=cfg.prefill_graph_tokens if max(cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s,
+                                                                     cfg.prefill_eager_hold_s) > 0
                         else 0, decode_kv_gbps=cfg.decode_kv_gbps, own_prefill_decode=cfg.own_prefill_decode_share)
 
 

@@ -38,7 +38,9 @@ least that long); while the thread is busy nothing is scheduled and ended jobs w
 (their tokens and SMs come when it is free). **Eager prefills** (``MeshSettings.graph_tokens``,
 ``MeshLLMs.prefill_eager_host_s``): a prefill whose padded size (the engine's CUDA-graph
 buckets) exceeds ``graph_tokens`` runs without a graph; its launch holds the thread that many
-host seconds more and its job lasts that much longer. **KV read** (``MeshSettings.decode_kv_gbps``):
+host seconds more and its job lasts that much longer (``MeshLLMs.prefill_eager_hold_s``, where
+set, is the thread's hold apart from the job's delay: the engine's hold is measured directly,
+the part of it the job waits for is fitted). **KV read** (``MeshSettings.decode_kv_gbps``):
 a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.kv_bytes``) /
 ``decode_kv_gbps`` longer than its table time (the engine's steps over mixed context lengths
 exceed the profiled ones, which hold every request at the mean context). **Prefill collect**
@@ -93,7 +95,8 @@ class MeshLLMs(NamedTuple):
     kv_bytes: np.ndarray = np.zeros(0)      # float64 KV bytes per token per GPU a job reads (decode) or writes (prefill)
     decode_host_s: np.ndarray = np.zeros(0)   # float64 host seconds of the scheduling thread per decode step (launch, collect)
     prefill_host_s: np.ndarray = np.zeros(0)  # float64 host seconds per prefill launch (overlaps its GPU work)
-    prefill_eager_host_s: np.ndarray = np.zeros(0)  # float64 host seconds an eager prefill adds (MeshSettings.graph_tokens)
+    prefill_eager_host_s: np.ndarray = np.zeros(0)  # float64 seconds an eager prefill's GPU work starts later (MeshSettings.graph_tokens)
+    prefill_eager_hold_s: np.ndarray = np.zeros(0)  # float64 host seconds an eager launch holds the thread more (0 or empty: prefill_eager_host_s)
     prefill_collect_s: np.ndarray = np.zeros(0)  # float64 seconds a prefill lasts beyond its table time (TP ranks' collect)
 
 
@@ -188,7 +191,8 @@ LLM_STATE = np.dtype([
     ("decode_bytes", np.float64),   # HBM bytes per GPU its decode step moves (weights, KV read)
     ("decode_host", np.float64),    # host seconds of the scheduling thread per decode step
     ("prefill_host", np.float64),   # host seconds per prefill launch
-    ("eager_host", np.float64),     # host seconds an eager prefill adds to its launch
+    ("eager_host", np.float64),     # seconds an eager prefill's GPU work starts later (its launch)
+    ("eager_hold", np.float64),     # host seconds an eager prefill's launch holds the thread more
     ("prefill_eager", np.bool_),    # its prefill in flight runs eagerly (over the graph limit)
     ("prefill_collect", np.float64),  # seconds its prefill lasts beyond its table time (serial collect)
 ], align=True)
@@ -352,6 +356,9 @@ def _llm_state(requests, mesh_llms, cfg, out):
             llms[k].eager_host = mesh_llms.prefill_eager_host_s[k]
         if mesh_llms.prefill_collect_s.shape[0] == K:
             llms[k].prefill_collect = mesh_llms.prefill_collect_s[k]
+        llms[k].eager_hold = llms[k].eager_host
+        if mesh_llms.prefill_eager_hold_s.shape[0] == K and mesh_llms.prefill_eager_hold_s[k] > 0:
+            llms[k].eager_hold = mesh_llms.prefill_eager_hold_s[k]
     _initial_quotas(llms, mesh_llms, cfg)
     return llms
 
@@ -857,7 +864,7 @@ def _drop_unfittable(t, reqs, llms, slots, cfg):
 def _host_costs(llms):
     """Whether any LLM's jobs cost the scheduling thread time (the host model is on)."""
     for k in range(llms.shape[0]):
-        if llms[k].decode_host > 0 or llms[k].prefill_host > 0 or llms[k].eager_host > 0:
+        if llms[k].decode_host > 0 or llms[k].prefill_host > 0 or llms[k].eager_host > 0 or llms[k].eager_hold > 0:
             return True
     return False
 
@@ -877,8 +884,9 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
     on the mesh's scheduling thread, free from ``host_free``: a decode step's GPU work starts
     when its launch (its LLM's ``decode_host``) ends; a prefill's runs while the thread launches
     it (``prefill_host``), so it takes at least that long; an eager prefill (over the graph
-    limit) holds the thread ``eager_host`` longer and its job lasts that much longer (its
-    kernels come one by one from the thread). Sets each job's record and end; returns when
+    limit) holds the thread ``eager_hold`` longer (its kernels come one by one from the thread)
+    and its job lasts ``eager_host`` longer (the part of the launch its GPU work waits for; the
+    same unless ``MeshLLMs.prefill_eager_hold_s`` sets the hold apart). Sets each job's record and end; returns when
     the thread is free again and the last start order launched."""
     while True:
         best, best_seq = -1, np.iinfo(np.int64).max
@@ -894,7 +902,7 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
         begin = max(t, host_free)
         if best % 2 == 0:
             eager = llm.eager_host if llm.prefill_eager else 0.0
-            host_free = begin + llm.prefill_host + eager
+            host_free = begin + llm.prefill_host + (llm.eager_hold if llm.prefill_eager else 0.0)
             job.start, job.work, moved = begin, eager + max(llm.prefill_dur, llm.prefill_host), llm.prefill_bytes
         else:
             host_free = begin + llm.decode_host

@@ -27,7 +27,7 @@ TABLES = os.path.join(HERE, "tables")
 CALIBRATION = os.path.join(HERE, "calibration.json")
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps",
-                "prefill_host_tp_s")
+                "prefill_host_tp_s", "prefill_eager_hold_s")
 
 
 def calibrated_llm_fields() -> dict:
