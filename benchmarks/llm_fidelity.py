@@ -62,7 +62,11 @@ for every model) on the back-to-back decode steps of the plain-stream fit runs, 
 (``fit_streams``, ``fit_tp``; off for a generation without both), before the host times, which
 are then measured beyond it; ``prefill_host_tp_s`` (a prefill's serial collect per TP rank beyond
 the first) as the median back-to-back prefill time beyond the table on ``fit_tp`` less that on
-``fit_streams`` (:func:`tp_prefill_host`). Every other run is held out; the report marks the fit runs.
+``fit_streams`` (:func:`tp_prefill_host`); ``prefill_eager_hold_s`` (where the generation sets
+``measure_eager_hold``: how much longer an eager prefill's launch holds the scheduling thread than
+a graph one, from the silences after prefill ends in the partition eager fit run's
+``requests.csv``) before the eager-prefill times, which are fitted on TTFT with it in place.
+Every other run is held out; the report marks the fit runs.
 
 ``--policy-load SCALE[:RESERVE]`` simulates the Poisson muxserve placement under the three
 policies with the rates times SCALE (and ``llm.kv_reserve_fraction`` RESERVE): the load at
