@@ -100,14 +100,15 @@ def test_shared_partition_lowers_a_colocated_partition_estimate():
     LLM is estimated lower; the placement's TP-2 spatial twin (share 1) is unchanged."""
     inst = _scaled(os.path.join(FIDELITY, "measured", "poisson-x3.json"), 3.0)
     placement = load_placement(os.path.join(FIDELITY, "poisson-x3-muxserve.placement.json"))
-    off = placement_estimates(inst, placement)
+    off = placement_estimates(_with(inst, own_prefill_decode_share=0.0), placement)
     on = placement_estimates(_with(inst, own_prefill_decode_share=0.25), placement)
     rates = {s.name: s.rate for s in llm_specs(inst)}
     saturated = [m for m in off if off[m] < rates[m] * (1 - 1e-9)]
     assert saturated and all(on[m] < off[m] for m in saturated)
     spatial = load_placement(os.path.join(TP2, "poisson-spatial.placement.json"))
     tp2 = _scaled(os.path.join(TP2, "measured", "poisson.json"), 3.0)
-    assert placement_estimates(_with(tp2, own_prefill_decode_share=0.25), spatial) == placement_estimates(tp2, spatial)
+    assert (placement_estimates(_with(tp2, own_prefill_decode_share=0.25), spatial)
+            == placement_estimates(_with(tp2, own_prefill_decode_share=0.0), spatial))
 
 
 def _load_script() -> ModuleType:

@@ -25,20 +25,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 SRC = os.path.join(ROOT, "instances", "fidelity-llm")
 TABLES = os.path.join(HERE, "tables")
 CALIBRATION = os.path.join(HERE, "calibration.json")
-MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
-                "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps",
-                "prefill_host_tp_s", "prefill_eager_hold_s")
 
 
 def calibrated_llm_fields() -> dict:
-    """The simulator's host and contention parameters fitted on the GPU runs of the newest
-    engine generation (``calibration.json``; none without a fit, and a field it lacks stays
-    the instance's)."""
+    """The simulator's ``llm`` parameters fitted on the GPU runs of the newest engine generation:
+    every field of ``calibration.json`` but its ``fit`` record (none without a fit; a field it
+    lacks stays the instance's). The calibration file is the one list of calibrated fields."""
     if not os.path.exists(CALIBRATION):
         return {}
     with open(CALIBRATION) as f:
         cal = json.load(f)
-    return {k: cal[k] for k in MODEL_FIELDS if k in cal}
+    return {k: v for k, v in cal.items() if k != "fit"}
+
+
 SPECS = {"H100": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 3350},
          "H200": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 4800}}
 
