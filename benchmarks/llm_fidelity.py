@@ -700,6 +700,37 @@ def plain_stream_prefills(run: dict) -> np.ndarray:
     return np.array(extra, dtype=np.float64)
 
 
+def plain_stream_eager_prefills(run: dict, graph_tokens: int = 1024) -> Dict[str, List[Tuple[float, float]]]:
+    """The back-to-back eager prefills of a plain-stream run (one job at a time, as
+    :func:`plain_stream_prefills` finds them; eager by the engine's rule at ``graph_tokens``),
+    per model: (time beyond the table at the batch and mean prompt, the table time), seconds.
+    Tells whether the eager launch's cost on the whole GPU overlaps the GPU work (the excess
+    would shrink as the table time grows) or adds to it (docs/fidelity-llm.md, "The eager
+    launch on plain streams")."""
+    from placement_opt.executor.llm_sched import len_interp
+    from placement_opt.simulate.meshsim import prefill_runs_eagerly
+
+    tables = _mesh_step_tables(run)
+    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
+        rows = list(csv.DictReader(f))
+    events: Dict[Tuple[float, str], List[Tuple[int, int, float]]] = {}
+    for r in rows:
+        for j, t in enumerate(r["token_times_s"].split()):
+            events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j, float(r["arrival_s"])))
+    out: Dict[str, List[Tuple[float, float]]] = {}
+    ordered = sorted(events)
+    for (t0, _), (t1, m1) in zip(ordered, ordered[1:]):
+        batch = events[(t1, m1)]
+        if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
+            continue
+        if not prefill_runs_eagerly(len(batch), max(p for p, _, _ in batch), graph_tokens):
+            continue
+        table, k, _ = tables[m1]
+        time = len_interp(table.prefill[k, len(batch)], table.lgrid, sum(p for p, _, _ in batch) / len(batch))
+        out.setdefault(m1, []).append((t1 - t0 - time, time))
+    return out
+
+
 def tp_prefill_host(gen: Generation) -> Tuple[float, str]:
     """``prefill_host_tp_s``: the median time a back-to-back prefill takes beyond its table
     (:func:`plain_stream_prefills`) on ``gen.fit_tp`` (TP > 1) less the same on
