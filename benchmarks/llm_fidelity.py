@@ -95,7 +95,7 @@ LLM = os.path.join(HERE, "fidelity", "llm")
 INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps",
-                "own_prefill_decode_share", "prefill_host_tp_s", "prefill_eager_hold_s")
+                "own_prefill_decode_share", "prefill_host_tp_s", "prefill_eager_hold_s", "prefill_partition_stretch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +123,10 @@ class Generation:
     # the eager launch's hold of the scheduling thread measured apart on the partition eager fit
     # run (``prefill_eager_hold_s``, :func:`eager_launch_hold`); False: one fitted eager time
     measure_eager_hold: bool = False
+    # the graph prefill launch's hold of the thread (``prefill_host_s``) measured on the host fit
+    # run's silences and the partition prefill's stretch (``prefill_partition_stretch``) fitted
+    # with ``decode_host_s`` instead of a fitted ``prefill_host_s`` (:func:`fit_partition`)
+    measure_graph_hold: bool = False
 
 
 # v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
@@ -502,6 +506,28 @@ def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
     return best
 
 
+def fit_partition(run: dict, hbm: float, floor: float, ratios: Tuple[float, float], kv_gbps: float = 0.0,
+                  shared: float = 0.0) -> Tuple[float, float, float, float]:
+    """SM-partition host and prefill model with the graph launch's hold measured: ``prefill_host_s``
+    is the median silence before a graph prefill launch on ``run`` (:func:`prefill_launch_silences`),
+    then (``decode_host_s``, ``prefill_partition_stretch``) on a grid (decode from ``floor`` in
+    0.1 ms steps to 4 ms, stretch 1-3 in 0.05 steps) whose re-prediction of ``run`` has the
+    smallest worst of |TPOT error| and |TTFT error|; returns the three and that error."""
+    graph_hold = round(statistics.median(prefill_launch_silences(run)[False]), 6)
+    best = (floor, 1.0, math.inf)
+    for decode_host in np.arange(floor, 0.004 + 1e-12, 0.0001):
+        for stretch in np.arange(1.0, 3.0 + 1e-9, 0.05):
+            model = {"contention_hbm_gbps": hbm, "decode_host_s": float(decode_host), "prefill_host_s": graph_hold,
+                     "decode_host_full_s": float(decode_host) * ratios[0], "prefill_host_full_s": graph_hold * ratios[1],
+                     "decode_kv_gbps": kv_gbps, "own_prefill_decode_share": shared,
+                     "prefill_partition_stretch": round(float(stretch), 4)}
+            e = errors(run["summary"]["measured"], predict(run, model)[0])
+            worst = max(abs(e["tpot_err"] or math.inf), abs(e["ttft_err"] or math.inf))
+            if worst < best[2]:
+                best = (float(decode_host), round(float(stretch), 4), worst)
+    return round(best[0], 6), graph_hold, best[1], best[2]
+
+
 def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int, float]]:
     """Per model of ``run``'s placement: its mesh's latency tables at share 1 (as the simulator
     resamples them, :class:`LatencyTables`), its index on the mesh and its KV bytes per token per
@@ -792,18 +818,26 @@ def calibrate(gen: Generation) -> dict:
     folder, name = gen.fit
     run = _find_run((folder, name))
     kv_gbps, kv_source = kv_fields(gen)
-    decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps, gen.own_prefill_decode_share)
+    stretch = 0.0
+    if gen.measure_graph_hold:
+        decode_host, prefill_host, stretch, worst = fit_partition(run, hbm, floor, ratios, kv_gbps,
+                                                                  gen.own_prefill_decode_share)
+    else:
+        decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps, gen.own_prefill_decode_share)
     full = streams_host(gen, engine, ratios, (decode_host, prefill_host), kv_gbps)
     out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
            "decode_host_full_s": round(full["decode_host_full_s"], 6),
            "prefill_host_full_s": round(full["prefill_host_full_s"], 6),
-           "own_prefill_decode_share": gen.own_prefill_decode_share,
+           "own_prefill_decode_share": gen.own_prefill_decode_share, "prefill_partition_stretch": stretch,
            "fit": {"engine": os.path.join(gen.engine, "engine.json"), "tables": gen.tables, "hbm_rms_log_error": round(rms, 4),
                    "replayed_ms": [round(x, 3) for x in replay_round(hbm, per)],
                    "measured_ms": [round(p["together_gpu_ms"], 3) for p in per],
                    "decode_host_floor_s": floor, "streams_over_green_host": [round(x, 4) for x in ratios],
                    "host_fit_run": f"{folder}/{name}", "host_fit_worst_tpot_ttft_err": round(worst, 4),
                    "full_host_fit": full["source"]}}
+    if gen.measure_graph_hold:
+        out["fit"]["prefill_host_fit"] = (f"{folder}/{name}: median silence before a graph prefill launch; "
+                                          f"decode_host_s and prefill_partition_stretch fitted with it")
     tp_host, tp_source = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps)
     out["decode_host_tp_s"] = round(tp_host, 6)
     out["fit"]["tp_host_fit"] = tp_source

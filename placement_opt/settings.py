@@ -91,6 +91,9 @@ class LLMConfig:
     * ``prefill_host_tp_s``: seconds a prefill lasts beyond its cost-table time per
       tensor-parallel rank beyond the first (the ranks collect its first tokens after its GPU
       work, serially; 0: off).
+    * ``prefill_partition_stretch``: a prefill of an LLM on an SM partition (share below 1) lasts
+      this times its cost-table time (the engine's graph prefills beside the other LLMs' decode
+      steps take about 3x their profiled time; 0: off, the table time).
     * ``decode_kv_gbps``: a decode step lasts the KV-cache bytes it reads (per GPU) / this (GB/s)
       longer than its cost-table time: the engine's steps over requests of mixed context lengths
       take longer than the profiled steps at the mean context, by an amount that follows the KV
@@ -139,6 +142,9 @@ class LLMConfig:
                                    help="GB/s at which a decode step's KV-cache bytes add to its table time (0: off)")
     prefill_graph_tokens: int = option(1024, minimum=1,
                                        help="padded prefill tokens above which the engine runs a prefill eagerly")
+    prefill_partition_stretch: float = option(0.0, minimum=0, maximum=100,
+                                              help="factor on a prefill's table time on an SM partition (share "
+                                                   "below 1), beside the other LLMs' jobs (0: off)")
     own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,
                                              help="while an LLM's prefill runs on its SM partition, the part of "
                                                   "its speed its decode step keeps (0: off)")

@@ -235,7 +235,8 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
                     kv_bytes=np.array([s.kv_bytes_per_token / g.tp for s in mesh_specs], dtype=np.float64),
                     decode_host_s=decode_host, prefill_host_s=prefill_host, prefill_eager_host_s=eager_host,
                     prefill_collect_s=np.full(len(shares), cfg.prefill_host_tp_s * (g.tp - 1), dtype=np.float64),
-                    prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if sh < 1.0 - 1e-9 else 0.0 for sh in shares]))
+                    prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if sh < 1.0 - 1e-9 else 0.0 for sh in shares]),
+                    prefill_stretch=np.array([cfg.prefill_partition_stretch if sh < 1.0 - 1e-9 else 0.0 for sh in shares]))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
     settings = mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon)
     out = mesh_outputs(len(requests.arrival), len(mesh_specs), UTILISATION_BINS)

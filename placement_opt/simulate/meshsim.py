@@ -98,6 +98,7 @@ class MeshLLMs(NamedTuple):
     prefill_eager_host_s: np.ndarray = np.zeros(0)  # float64 seconds an eager prefill's GPU work starts later (MeshSettings.graph_tokens)
     prefill_eager_hold_s: np.ndarray = np.zeros(0)  # float64 host seconds an eager launch holds the thread more (0 or empty: prefill_eager_host_s)
     prefill_collect_s: np.ndarray = np.zeros(0)  # float64 seconds a prefill lasts beyond its table time (TP ranks' collect)
+    prefill_stretch: np.ndarray = np.zeros(0)  # float64 factor on a prefill's table time (0 or empty: 1; shared SM partition)
 
 
 class LatencyTables(NamedTuple):
@@ -195,6 +196,7 @@ LLM_STATE = np.dtype([
     ("eager_hold", np.float64),     # host seconds an eager prefill's launch holds the thread more
     ("prefill_eager", np.bool_),    # its prefill in flight runs eagerly (over the graph limit)
     ("prefill_collect", np.float64),  # seconds its prefill lasts beyond its table time (serial collect)
+    ("prefill_stretch", np.float64),  # factor on its prefill's table time (0: 1; a partition beside others)
 ], align=True)
 
 #: One record per job slot (``jobs[2k]``: LLM k's prefill, ``jobs[2k + 1]``: its decode step),
@@ -356,6 +358,8 @@ def _llm_state(requests, mesh_llms, cfg, out):
             llms[k].eager_host = mesh_llms.prefill_eager_host_s[k]
         if mesh_llms.prefill_collect_s.shape[0] == K:
             llms[k].prefill_collect = mesh_llms.prefill_collect_s[k]
+        if mesh_llms.prefill_stretch.shape[0] == K:
+            llms[k].prefill_stretch = mesh_llms.prefill_stretch[k]
         llms[k].eager_hold = llms[k].eager_host
         if mesh_llms.prefill_eager_hold_s.shape[0] == K and mesh_llms.prefill_eager_hold_s[k] > 0:
             llms[k].eager_hold = mesh_llms.prefill_eager_hold_s[k]
@@ -781,11 +785,13 @@ def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
     llm.n_prefill = b
     if b == 0:
         return False
-    llm.prefill_dur = _len_interp(tables.prefill[k, b], tables.lgrid, tokens / b) + llm.prefill_collect
+    llm.prefill_eager = prefill_runs_eagerly(b, longest, cfg.graph_tokens)
+    # the stretch of a graph prefill beside the other LLMs' jobs (an eager one: its table time)
+    stretch = llm.prefill_stretch if llm.prefill_stretch > 0 and not llm.prefill_eager else 1.0
+    llm.prefill_dur = stretch * _len_interp(tables.prefill[k, b], tables.lgrid, tokens / b) + llm.prefill_collect
     llm.prefill_end = t + llm.prefill_dur
     llm.prefill_bytes = llm.weight_bytes + tokens * llm.kv_bytes
     llm.prefill_seq = _next_seq(llms)
-    llm.prefill_eager = prefill_runs_eagerly(b, longest, cfg.graph_tokens)
     return True
 
 
