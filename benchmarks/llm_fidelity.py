@@ -139,14 +139,16 @@ class Generation:
 # results-v3-tp2: 2 GPUs, TP 2 (runs tp2-poisson-<placement>, tables profiled in the same call
 # into tables-tp2, run_gpu.sh's TABLES2); results-v3-tp2b: the same placements and tables with the
 # arrivals re-drawn (instances/fidelity-llm/tp2s1, seed 1; runs tp2s1-poisson-<placement>);
-# results-v3-tp2c: its temporal placement again on fresh workers (how far the GPU repeats itself).
+# results-v3-tp2c: its temporal placement again on fresh workers (how far the GPU repeats itself);
+# results-v3c2: the code trace's temporal and muxserve placements again (1 x H100, fresh workers).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
     "v3": Generation(("results-v3", "results-v3b"), "tables-v3", "results-v3",
                      ("results-v3b", "poisson-muxserve/round-robin"), "calibration-v3.json",
                      fit_streams=("results-v3b", "poisson-temporal")),
-    "v3w": Generation(("results-v3c", "results-v3-tp2", "results-v3-tp2b", "results-v3-tp2c"), "tables-v3", "results-v3",
+    "v3w": Generation(("results-v3c", "results-v3c2", "results-v3-tp2", "results-v3-tp2b", "results-v3-tp2c"),
+                      "tables-v3", "results-v3",
                       ("results-v3c", "poisson-muxserve/round-robin"), "calibration.json",
                       fit_streams=("results-v3c", "poisson-temporal"),
                       folder_tables=(("results-v3-tp2", "tables-tp2"), ("results-v3-tp2b", "tables-tp2"),
