@@ -7,9 +7,11 @@ estimator's (``placement_estimates``) with the estimator blind to the decode mod
 only: what the estimator computed before it had them) and with them. The simulator always
 runs with the instance's settings. ``--own-share F`` sets ``own_prefill_decode_share`` on the
 instances first (the measured instances leave it 0; ``benchmarks/fidelity/llm/calibration.json``
-holds the calibrated 0.25).
+holds the calibrated 0.25). ``--blind F1,F2`` names the ``llm`` fields set to 0 for the "before"
+estimate instead (e.g. ``prefill_eager_hold_s,prefill_host_tp_s``: the estimator before it had
+the eager thread hold and the TP prefill collect).
 
-Run: ``python benchmarks/estimator_vs_sim.py [--own-share 0.25] [--rate-scale 3]``. Last line:
+Run: ``python benchmarks/estimator_vs_sim.py [--own-share 0.25] [--rate-scale 3] [--blind F1,F2]``. Last line:
 ``mean_abs_err_before=<x> mean_abs_err_after=<y> pairs=<n>`` (relative per-LLM errors of
 the estimate against the simulation, over the LLMs with a non-zero simulated throughput). At the instances' rates
 most estimates are capped at the rate (Eq. 3's ``min(..., rate)``) and the decode models
@@ -32,6 +34,7 @@ from placement_opt.solvers.llm_estimator import placement_estimates
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "instances", "fidelity-llm")
 SETS = (("", ROOT), ("tp2", os.path.join(ROOT, "tp2")))
+DECODE_MODELS = ("decode_kv_gbps", "own_prefill_decode_share")
 
 
 def _with(instance: Instance, **fields: float) -> Instance:
@@ -63,11 +66,12 @@ def cases() -> List[Tuple[str, str, str]]:
     return out
 
 
-def compare(instance: Instance, placement_path: str) -> Dict[str, Tuple[float, float, float]]:
-    """Per LLM: (simulated, estimate blind to the two decode models, estimate with them)."""
+def compare(instance: Instance, placement_path: str,
+            blind_fields: Tuple[str, ...] = DECODE_MODELS) -> Dict[str, Tuple[float, float, float]]:
+    """Per LLM: (simulated, estimate blind to ``blind_fields`` (0), estimate with them)."""
     placement = load_placement(placement_path)
     sim = simulate_llm(instance, placement)["per_model"]
-    blind = placement_estimates(_with(instance, decode_kv_gbps=0.0, own_prefill_decode_share=0.0), placement)
+    blind = placement_estimates(_with(instance, **{f: 0.0 for f in blind_fields}), placement)
     seen = placement_estimates(instance, placement)
     return {m: (sim[m]["throughput_rps"], blind[m], seen[m]) for m in seen}
 
@@ -79,6 +83,9 @@ def main() -> None:
     ap.add_argument("--rate-scale", type=float, default=1.0,
                     help="multiply every workload rate (requests re-drawn): > 1 saturates the LLMs, so the "
                          "estimates are capacities rather than the rates they cap at")
+    ap.add_argument("--blind", default=",".join(DECODE_MODELS),
+                    help="comma-separated llm fields set to 0 for the 'before' estimate "
+                         "(default: the two decode models)")
     args = ap.parse_args()
     before: List[float] = []
     after: List[float] = []
@@ -87,7 +94,8 @@ def main() -> None:
         instance = load_scaled(inst_path, args.rate_scale)
         if args.own_share is not None:
             instance = _with(instance, own_prefill_decode_share=args.own_share)
-        for m, (sim, blind, seen) in compare(instance, placement_path).items():
+        blind_fields = tuple(f for f in args.blind.split(",") if f)
+        for m, (sim, blind, seen) in compare(instance, placement_path, blind_fields).items():
             if sim <= 0:
                 continue
             e0, e1 = blind / sim - 1, seen / sim - 1

@@ -36,6 +36,15 @@ times longer, ``f = prefill_m(b_m) / round`` the part of its Eq. 3 round its own
 (:func:`_cycle`); only where the simulator can run the two jobs together (share at most 0.5)
 and jobs overlap (not ``serial_decode``).
 
+Two prefill terms of the simulator enter the same way (off when 0): ``llm.prefill_host_tp_s``:
+a prefill on a mesh of TP degree ``t`` lasts ``(t - 1) x prefill_host_tp_s`` longer than its
+table time (added before the ``prefill_host_s`` floor, as the simulator does);
+``llm.prefill_eager_hold_s``: an eager prefill on an SM partition holds the mesh's one
+scheduling thread ``prefill_host_s + prefill_eager_hold_s``, during which no job of any member
+is launched, so its term in every member's Eq. 3 round is at least that hold (a per-round host
+cost; ``prefill_eager_host_s`` remains how much longer the prefill itself lasts). The hold's
+excess over the prefill also counts in ``f`` above (mean-value approximation).
+
 Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
 decode step of ``b`` requests at the mean context) are precomputed per (LLM, TP degree) at
 the candidate SM share, so the kernels below touch only flat arrays. :class:`Headroom`
@@ -222,9 +231,10 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     with ``llm``'s host model (:func:`host_seconds` at this share and TP degree) a decode step
     takes its launch longer, a prefill at least its launch, and a prefill whose padded size at
     the mean prompt exceeds ``llm.prefill_graph_tokens`` (it runs eagerly) its eager host
-    seconds longer (the simulator's host model); with ``llm.decode_kv_gbps`` a decode step of
-    ``b`` requests lasts their KV bytes per GPU at the mean context / that rate longer (the
-    simulator's KV-read term)."""
+    seconds longer (the simulator's host model; the TP collect and the eager thread hold too:
+    :func:`_prefill_with_host`); with ``llm.decode_kv_gbps`` a decode step of ``b`` requests
+    lasts their KV bytes per GPU at the mean context / that rate longer (the simulator's KV-read
+    term)."""
     bgrid, lgrid, p2, d2 = spec.table.at_share(tp, share)
     b = np.arange(max_batch + 1, dtype=np.float64)
     b[0] = 1.0
@@ -238,12 +248,31 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
         dec = dec + decode_host
     if llm.decode_kv_gbps > 0:
         dec = dec + b * context * (spec.kv_bytes_per_token / tp) / (llm.decode_kv_gbps * 1e9)
+    return _prefill_with_host(pre, b, spec, llm, share, tp, prefill_host, eager_host), dec
+
+
+def _prefill_with_host(pre: np.ndarray, b: np.ndarray, spec: LLMSpec, llm: LLMConfig, share: float, tp: int,
+                       prefill_host: float, eager_host: float) -> np.ndarray:
+    """The prefill seconds ``pre`` (batches ``b``) under the simulator's host model, in its
+    order: ``llm.prefill_host_tp_s`` per TP rank beyond the first added to the table time (the
+    ranks' serial collect), at least the launch's ``prefill_host``, an eager prefill (padded size
+    at the mean prompt over ``prefill_graph_tokens``) ``eager_host`` longer; and, on an SM
+    partition with ``llm.prefill_eager_hold_s``, an eager prefill's round share at least the
+    thread's hold ``prefill_host + prefill_eager_hold_s``: the mesh's one scheduling thread
+    launches nothing else that long, so every member's round waits for it as Eq. 3 waits for
+    a prefill (mean value; the hold only counts where it outlasts the prefill)."""
+    collect = llm.prefill_host_tp_s * (tp - 1)
+    if collect > 0:
+        pre = pre + collect
     if prefill_host > 0:
         pre = np.maximum(pre, prefill_host)
-    if eager_host > 0:
+    hold = llm.prefill_eager_hold_s if share < 1.0 - 1e-9 else 0.0
+    if eager_host > 0 or hold > 0:
         eager = eager_batches(b.astype(np.int64), int(np.ceil(spec.prompt_tokens)), llm.prefill_graph_tokens)
         pre = pre + eager_host * eager
-    return pre, dec
+        if hold > 0:
+            pre = np.where(eager > 0, np.maximum(pre, prefill_host + hold), pre)
+    return pre
 
 
 @njit(cache=True)
