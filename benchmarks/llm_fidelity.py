@@ -702,6 +702,18 @@ def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.
         f"less decode_host_full_s")
 
 
+def token_events(run: dict) -> Dict[Tuple[float, str], List[Tuple[int, int, float]]]:
+    """Every token event of ``run`` (time, model) -> the (prompt tokens, token index, arrival)
+    of each request that got a token then: one event per job end of a one-job-at-a-time mesh."""
+    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
+        rows = list(csv.DictReader(f))
+    events: Dict[Tuple[float, str], List[Tuple[int, int, float]]] = {}
+    for r in rows:
+        for j, t in enumerate(r["token_times_s"].split()):
+            events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j, float(r["arrival_s"])))
+    return events
+
+
 def plain_stream_prefills(run: dict) -> np.ndarray:
     """The back-to-back prefills of a plain-stream run (one job at a time): every token event
     of one mesh that is the first token of all its requests, each arrived before the mesh's
@@ -710,12 +722,7 @@ def plain_stream_prefills(run: dict) -> np.ndarray:
     from placement_opt.executor.llm_sched import len_interp
 
     tables = _mesh_step_tables(run)
-    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
-        rows = list(csv.DictReader(f))
-    events: Dict[Tuple[float, str], List[Tuple[int, int, float]]] = {}
-    for r in rows:
-        for j, t in enumerate(r["token_times_s"].split()):
-            events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j, float(r["arrival_s"])))
+    events = token_events(run)
     extra = []
     ordered = sorted(events)
     for (t0, _), (t1, m1) in zip(ordered, ordered[1:]):
@@ -739,12 +746,7 @@ def plain_stream_eager_prefills(run: dict, graph_tokens: int = 1024) -> Dict[str
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
     tables = _mesh_step_tables(run)
-    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
-        rows = list(csv.DictReader(f))
-    events: Dict[Tuple[float, str], List[Tuple[int, int, float]]] = {}
-    for r in rows:
-        for j, t in enumerate(r["token_times_s"].split()):
-            events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j, float(r["arrival_s"])))
+    events = token_events(run)
     out: Dict[str, List[Tuple[float, float]]] = {}
     ordered = sorted(events)
     for (t0, _), (t1, m1) in zip(ordered, ordered[1:]):

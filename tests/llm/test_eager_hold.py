@@ -5,11 +5,8 @@ the calibrated model on a held-out GPU run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
-from types import ModuleType
 from typing import Tuple
 
 import numpy as np
@@ -21,7 +18,7 @@ from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import _POLICY_CODE, simulate_llm
 from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs, simulate_mesh
 
-from .helpers import ROOT
+from .helpers import ROOT, load_benchmark
 from .test_contention import _with
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
@@ -59,20 +56,12 @@ def test_the_eager_launch_holds_the_thread_apart_from_the_prefills_delay():
     assert _two_llm_finishes(0.0, 0.05) == pytest.approx((0.162, 0.2))
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llm_fidelity", os.path.join(ROOT, "benchmarks", "llm_fidelity.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_the_hold_is_measured_from_the_silences_after_prefill_ends(tmp_path):
     """Prefills end (first tokens) at 1.0 (llm-a, graph), 1.3 (llm-b, 2000 tokens: eager) and
     2.0 (llm-a): the mesh is silent 0.2 s after the first (until 1.2), before the eager launch,
     and 5 ms after the second (until 1.305), before a graph one: the hold is 0.195 s."""
-    script = _load_script()
+    script = load_benchmark("llm_fidelity")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     rows = ["request,model,prompt_tokens,first_token_s,token_times_s",

@@ -5,10 +5,7 @@ estimator's mean-value form; and the vectorised eager-prefill test."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
-import sys
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -21,7 +18,7 @@ from placement_opt.simulate.meshsim import prefill_runs_eagerly
 from placement_opt.solvers.llm_estimator import (_cycle, build_tables, eager_batches, latency_vectors,
                                                  own_prefill_slowdown, placement_estimates)
 
-from .helpers import ROOT, SMALL
+from .helpers import ROOT, SMALL, load_benchmark
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 TP2 = os.path.join(FIDELITY, "tp2")
@@ -111,25 +108,16 @@ def test_shared_partition_lowers_a_colocated_partition_estimate():
             == placement_estimates(_with(tp2, own_prefill_decode_share=0.0), spatial))
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("estimator_vs_sim", os.path.join(ROOT, "benchmarks",
-                                                                                   "estimator_vs_sim.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 def _scaled(path: str, scale: float):
-    return _load_script().load_scaled(path, scale)
+    return load_benchmark("estimator_vs_sim").load_scaled(path, scale)
 
 
 def test_estimates_move_toward_the_simulator_on_the_tp2_placements():
     """``tp2/measured/poisson.json`` (calibrated KV rate) at 3 x its rates, every placement of
     ``tp2/``: with the KV term the estimator's per-LLM throughput is nearer the simulator's
     (mean |error| 48% -> 34%), for every LLM, never past it (the estimate stays optimistic)."""
-    script = _load_script()
+    script = load_benchmark("estimator_vs_sim")
     inst = script.load_scaled(os.path.join(TP2, "measured", "poisson.json"), 3.0)
     before, after = [], []
     for name in ("colocated", "muxserve", "spatial", "temporal"):

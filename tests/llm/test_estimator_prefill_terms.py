@@ -6,10 +6,7 @@ calculations, both off when 0, and estimates that move toward the simulator's.""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
-import sys
-from types import ModuleType
 
 import numpy as np
 
@@ -18,21 +15,12 @@ from placement_opt.llm_units import llm_specs
 from placement_opt.settings import LLMConfig
 from placement_opt.solvers.llm_estimator import eager_batches, latency_vectors
 
-from .helpers import ROOT
+from .helpers import ROOT, load_benchmark
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 TP2 = os.path.join(FIDELITY, "tp2")
 MAX_BATCH = 32
 
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("estimator_vs_sim", os.path.join(ROOT, "benchmarks",
-                                                                                   "estimator_vs_sim.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _spec():
@@ -104,7 +92,7 @@ def test_zero_fields_leave_the_estimates_as_they_were():
 def test_tp_collect_moves_the_tp2_estimates_toward_the_simulator():
     """``tp2/measured/poisson.json`` at 3 x its rates: on the colocated and temporal TP-2
     placements the collect lowers the saturated estimates, never past the simulation."""
-    script = _script()
+    script = load_benchmark("estimator_vs_sim")
     inst = script.load_scaled(os.path.join(TP2, "measured", "poisson.json"), 3.0)
     moved = 0
     for name in ("colocated", "temporal"):
@@ -120,7 +108,7 @@ def test_thread_hold_moves_the_estimates_toward_the_simulator():
     at 3 x its rates with a 0.2 s hold: every LLM's estimate is nearer the simulated throughput
     than the estimate blind to the hold (mean |error| 64% -> 46%). (At the
     measured 0.052 s the hold never outlasts an eager prefill at these batches: no change.)"""
-    script = _script()
+    script = load_benchmark("estimator_vs_sim")
     inst = script._with(script.load_scaled(os.path.join(FIDELITY, "measured", "poisson-x3.json"), 3.0),
                         prefill_eager_hold_s=0.2)
     got = script.compare(inst, os.path.join(FIDELITY, "poisson-x3-muxserve.placement.json"), ("prefill_eager_hold_s",))

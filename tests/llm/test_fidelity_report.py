@@ -13,33 +13,23 @@ missing is made missing here, whatever the repository holds.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
-import sys
 from types import ModuleType
 
 import pytest
 
-from .helpers import ROOT
+from .helpers import ROOT, load_benchmark
 
 FIDELITY = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
 
-
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llm_fidelity", os.path.join(ROOT, "benchmarks", "llm_fidelity.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture()
 def fidelity_copy(tmp_path, monkeypatch) -> ModuleType:
     """The script pointed at a temporary fidelity folder (see the module docstring)."""
-    script = _load_script()
+    script = load_benchmark("llm_fidelity")
     root = tmp_path / "llm"
     root.mkdir()
     (root / "tables-v3").symlink_to(os.path.join(FIDELITY, "tables-v3"))
@@ -126,7 +116,7 @@ def test_each_generation_is_calibrated_on_its_own_runs():
     one of its results folders, the warm-start engine (v3w) is the newest and writes
     ``calibration.json`` (what ``measured_instances.py`` copies), and the cold-capture v3 runs
     keep their own file."""
-    script = _load_script()
+    script = load_benchmark("llm_fidelity")
     for gen in script.GENERATIONS.values():
         assert all(folder in gen.results for folder, _ in script.fit_runs(gen)), gen
     assert list(script.GENERATIONS)[-1] == "v3w"

@@ -9,11 +9,8 @@ constant plus an amount that follows the KV bytes the step reads, at one rate fo
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
-import sys
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -24,7 +21,7 @@ from placement_opt.simulate.llm import simulate_llm
 from placement_opt.simulate.meshsim import (FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs,
                                             simulate_mesh)
 
-from .helpers import ROOT
+from .helpers import ROOT, load_benchmark
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 RESULTS = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
@@ -52,19 +49,11 @@ def test_a_decode_step_lasts_its_kv_bytes_over_the_rate_longer():
     assert _lone_request_finish(1000, 3, 1e6, 1000.0) == pytest.approx(0.12 + 1.001e-3 + 1.002e-3)
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llm_fidelity", os.path.join(ROOT, "benchmarks", "llm_fidelity.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_fit_recovers_a_shared_rate_with_one_host_constant_per_run(monkeypatch):
     """Two synthetic plain-stream runs, host constants 0.25 and 1.6 ms, one KV rate (0.35 ms/GB)
     and noise: the least-absolute-deviations fit finds the rate within the grid step."""
-    script = _load_script()
+    script = load_benchmark("llm_fidelity")
     rng = np.random.default_rng(0)
     runs = {}
     for name, host in (("tp1", 0.25e-3), ("tp2", 1.6e-3)):

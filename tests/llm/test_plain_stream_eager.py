@@ -7,26 +7,16 @@ streams")."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from types import ModuleType
 
 import numpy as np
 
-from .helpers import ROOT
+from .helpers import ROOT, load_benchmark
 
 RESULTS = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
 
-
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llm_fidelity", os.path.join(ROOT, "benchmarks", "llm_fidelity.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _excess(script: ModuleType, name: str) -> np.ndarray:
@@ -36,7 +26,7 @@ def _excess(script: ModuleType, name: str) -> np.ndarray:
 
 
 def test_plain_stream_eager_launch_adds_to_the_gpu_work_and_differs_by_run():
-    script = _load_script()
+    script = load_benchmark("llm_fidelity")
     conv, code = _excess(script, "conv-temporal"), _excess(script, "code-temporal")
     assert len(conv) >= 60 and len(code) >= 12
     # serial: an overlapping launch (end = max(launch, table)) would give a slope near -1

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
 import json
 import os
-import sys
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -27,7 +24,7 @@ from placement_opt.simulate.llm import simulate_llm
 from placement_opt.simulate.meshsim import (FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs,
                                             simulate_mesh)
 
-from .helpers import ROOT
+from .helpers import ROOT, load_benchmark
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 RESULTS = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
@@ -56,21 +53,13 @@ def test_a_prefill_lasts_its_collect_time_longer():
     assert _lone_request(0.002) == pytest.approx((0.102, 0.122))
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llm_fidelity", os.path.join(ROOT, "benchmarks", "llm_fidelity.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_back_to_back_prefills_are_timed_from_the_previous_event(tmp_path, monkeypatch):
     """Hand-timed tokens (prefill table 10 ms): request 1 arrived (15 ms) before the mesh's event
     at 26 ms and got its first token at 37.5 ms: 1.5 ms beyond the table. Request 0's prefill
     (no earlier event) and request 2's (arrived at 46 ms, after the last event at 45 ms: the mesh
     was idle) are not back to back."""
-    script = _load_script()
+    script = load_benchmark("llm_fidelity")
     rows = [("0", "0.0", "0.012 0.019 0.026"), ("1", "0.015", "0.0375 0.045"), ("2", "0.046", "0.058")]
     folder = tmp_path / "results-x"
     (folder / "run").mkdir(parents=True)
