@@ -6,8 +6,8 @@ estimator's (``placement_estimates``) with the estimator blind to the decode mod
 ``llm.decode_kv_gbps`` and ``llm.own_prefill_decode_share`` (both set to 0 for the estimate
 only: what the estimator computed before it had them) and with them. The simulator always
 runs with the instance's settings. ``--own-share F`` sets ``own_prefill_decode_share`` on the
-instances first (the measured instances leave it 0; ``benchmarks/fidelity/llm/calibration.json``
-holds the calibrated 0.25). ``--blind F1,F2`` names the ``llm`` fields set to 0 for the "before"
+instances first (the measured instances carry the calibrated value of
+``benchmarks/fidelity/llm/calibration.json``, 0.25: the option tries another). ``--blind F1,F2`` names the ``llm`` fields set to 0 for the "before"
 estimate instead (e.g. ``prefill_eager_hold_s,prefill_host_tp_s``: the estimator before it had
 the eager thread hold and the TP prefill collect).
 
@@ -90,11 +90,11 @@ def main() -> None:
     before: List[float] = []
     after: List[float] = []
     print(f"{'placement':<24} {'llm':<10} {'sim':>8} {'est before':>11} {'err':>7} {'est after':>10} {'err':>7}")
+    blind_fields = tuple(f for f in args.blind.split(",") if f)
     for label, inst_path, placement_path in cases():
         instance = load_scaled(inst_path, args.rate_scale)
         if args.own_share is not None:
             instance = _with(instance, own_prefill_decode_share=args.own_share)
-        blind_fields = tuple(f for f in args.blind.split(",") if f)
         for m, (sim, blind, seen) in compare(instance, placement_path, blind_fields).items():
             if sim <= 0:
                 continue
@@ -103,6 +103,8 @@ def main() -> None:
             after.append(abs(e1))
             print(f"{label:<24} {m:<10} {sim:8.3f} {blind:11.3f} {e0:+7.1%} {seen:10.3f} {e1:+7.1%}")
     n = len(before)
+    if n == 0:
+        raise SystemExit("estimator_vs_sim: no LLM with a non-zero simulated throughput to compare")
     print(f"mean_abs_err_before={sum(before) / n:.4f} mean_abs_err_after={sum(after) / n:.4f} pairs={n}")
 
 

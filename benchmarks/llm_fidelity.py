@@ -90,9 +90,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from placement_opt.settings import LLMConfig
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLM = os.path.join(HERE, "fidelity", "llm")
 INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
+#: the padded prefill size above which the engine of the fidelity runs prefills eagerly (the
+#: ``llm.prefill_graph_tokens`` default; the runs' instances leave it there)
+GRAPH_TOKENS = LLMConfig().prefill_graph_tokens
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps",
                 "own_prefill_decode_share", "prefill_host_tp_s", "prefill_eager_hold_s", "prefill_partition_stretch")
@@ -632,13 +637,13 @@ def _find_run(where: Tuple[str, str]) -> dict:
     return next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
 
 
-def prefill_launch_silences(run: dict, graph_tokens: int = 1024) -> Dict[bool, List[float]]:
+def prefill_launch_silences(run: dict) -> Dict[bool, List[float]]:
     """The mesh-wide silences after prefill ends, by whether the next prefill runs eagerly:
     a prefill is the requests of one LLM whose first tokens come at one instant (0.5 ms), in
     time order; after each, the seconds until the next token of any request of the run (the
     scheduling thread launches the next prefill when it has collected one, so that silence is
     the launch's hold of the thread, where the next prefill waited). Keyed by whether that next
-    prefill runs eagerly (the engine's rule, ``prefill_runs_eagerly`` at ``graph_tokens``)."""
+    prefill runs eagerly (the engine's rule, ``prefill_runs_eagerly`` at the default ``llm.prefill_graph_tokens``)."""
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
     with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
@@ -656,7 +661,7 @@ def prefill_launch_silences(run: dict, graph_tokens: int = 1024) -> Dict[bool, L
     for (end, _, _), (_, _, nxt) in zip(prefills, prefills[1:]):
         i = int(np.searchsorted(stamps, end + 1e-6))
         if i < len(stamps):
-            out[bool(prefill_runs_eagerly(len(nxt), max(nxt), graph_tokens))].append(float(stamps[i] - end))
+            out[bool(prefill_runs_eagerly(len(nxt), max(nxt), GRAPH_TOKENS))].append(float(stamps[i] - end))
     return out
 
 
@@ -735,9 +740,9 @@ def plain_stream_prefills(run: dict) -> np.ndarray:
     return np.array(extra, dtype=np.float64)
 
 
-def plain_stream_eager_prefills(run: dict, graph_tokens: int = 1024) -> Dict[str, List[Tuple[float, float]]]:
+def plain_stream_eager_prefills(run: dict) -> Dict[str, List[Tuple[float, float]]]:
     """The back-to-back eager prefills of a plain-stream run (one job at a time, as
-    :func:`plain_stream_prefills` finds them; eager by the engine's rule at ``graph_tokens``),
+    :func:`plain_stream_prefills` finds them; eager by the engine's rule at ``GRAPH_TOKENS``),
     per model: (time beyond the table at the batch and mean prompt, the table time), seconds.
     Tells whether the eager launch's cost on the whole GPU overlaps the GPU work (the excess
     would shrink as the table time grows) or adds to it (docs/fidelity-llm.md, "The eager
@@ -753,7 +758,7 @@ def plain_stream_eager_prefills(run: dict, graph_tokens: int = 1024) -> Dict[str
         batch = events[(t1, m1)]
         if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
             continue
-        if not prefill_runs_eagerly(len(batch), max(p for p, _, _ in batch), graph_tokens):
+        if not prefill_runs_eagerly(len(batch), max(p for p, _, _ in batch), GRAPH_TOKENS):
             continue
         table, k, _ = tables[m1]
         time = len_interp(table.prefill[k, len(batch)], table.lgrid, sum(p for p, _, _ in batch) / len(batch))

@@ -98,6 +98,9 @@ class LLMConfig:
       longer than its cost-table time: the engine's steps over requests of mixed context lengths
       take longer than the profiled steps at the mean context, by an amount that follows the KV
       bytes read, not the model (0: off).
+    * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
+      partition, so while its prefill runs its decode step keeps only this part of its speed
+      (applies on a partition, share below 1; 0: off, the step keeps its table time).
     """
 
     policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")

@@ -191,7 +191,8 @@ def _tp_table(tp: int, t: Any, where: str) -> TPTable:
 
 
 def _fill_1d(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Fill NaNs of y(x): interpolate inside, extend the last measured segment outside."""
+    """Fill NaNs of y(x): interpolate inside, extend the last measured segment above and the
+    first segment below (never below proportional to x there)."""
     known = ~np.isnan(y)
     if known.all() or not known.any():
         return y
