@@ -930,25 +930,34 @@ def _retime(t, llms, jobs, cfg):
     where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
     the scheduling thread) take no part."""
     total = 0.0
-    running = np.zeros(jobs.shape[0], dtype=np.bool_)
     for j in range(jobs.shape[0]):
         end = llms[j // 2].prefill_end if j % 2 == 0 else llms[j // 2].decode_end
         if end < np.inf and jobs[j].start <= t < end:
             jobs[j].work -= (t - jobs[j].mark) / jobs[j].factor
             jobs[j].mark = t
             total += jobs[j].demand
-            running[j] = True
-    for j in range(jobs.shape[0]):
-        if running[j]:
-            factor = 1.0 + (total - jobs[j].demand) / cfg.hbm_gbps if cfg.hbm_gbps > 0 else 1.0
-            if j % 2 == 1 and running[j - 1] and cfg.own_prefill_decode > 0:
-                factor /= cfg.own_prefill_decode
-            if factor != jobs[j].factor:
-                jobs[j].factor = factor
-                if j % 2 == 0:
-                    llms[j // 2].prefill_end = t + jobs[j].work * factor
-                else:
-                    llms[j // 2].decode_end = t + jobs[j].work * factor
+    for k in range(llms.shape[0]):  # both of an LLM's flags before either end is re-timed
+        prefill_running = llms[k].prefill_end < np.inf and jobs[2 * k].start <= t < llms[k].prefill_end
+        decode_running = llms[k].decode_end < np.inf and jobs[2 * k + 1].start <= t < llms[k].decode_end
+        if prefill_running:
+            _restretch(t, llms, jobs, 2 * k, total, cfg.hbm_gbps, 1.0)
+        if decode_running:
+            slow = cfg.own_prefill_decode if prefill_running and cfg.own_prefill_decode > 0 else 1.0
+            _restretch(t, llms, jobs, 2 * k + 1, total, cfg.hbm_gbps, slow)
+
+
+@njit(cache=True, inline="always")
+def _restretch(t, llms, jobs, j, total, hbm_gbps, speed):
+    """Running job ``j``'s stretch: 1 + (the other running jobs' HBM demand ``total`` less its
+    own) / ``hbm_gbps`` (1 when off), over ``speed`` (the part of its speed it keeps); where
+    it changed, its end is re-timed from ``t``."""
+    factor = (1.0 + (total - jobs[j].demand) / hbm_gbps if hbm_gbps > 0 else 1.0) / speed
+    if factor != jobs[j].factor:
+        jobs[j].factor = factor
+        if j % 2 == 0:
+            llms[j // 2].prefill_end = t + jobs[j].work * factor
+        else:
+            llms[j // 2].decode_end = t + jobs[j].work * factor
 
 
 # ---------------------------------------------------------------- time
