@@ -66,7 +66,7 @@ from placement_opt.llm_rules import tp_violations
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
-from placement_opt.simulate.llm import host_seconds
+from placement_opt.simulate.llm import host_seconds, on_partition
 from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
@@ -266,7 +266,7 @@ def _prefill_with_host(pre: np.ndarray, b: np.ndarray, spec: LLMSpec, llm: LLMCo
         pre = pre + collect
     if prefill_host > 0:
         pre = np.maximum(pre, prefill_host)
-    hold = llm.prefill_eager_hold_s if share < 1.0 - 1e-9 else 0.0
+    hold = llm.prefill_eager_hold_s if on_partition(share) else 0.0
     if eager_host > 0 or hold > 0:
         eager = eager_batches(b.astype(np.int64), int(np.ceil(spec.prompt_tokens)), llm.prefill_graph_tokens)
         pre = pre + eager_host * eager

@@ -235,8 +235,8 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
                     kv_bytes=np.array([s.kv_bytes_per_token / g.tp for s in mesh_specs], dtype=np.float64),
                     decode_host_s=decode_host, prefill_host_s=prefill_host, prefill_eager_host_s=eager_host,
                     prefill_collect_s=np.full(len(shares), cfg.prefill_host_tp_s * (g.tp - 1), dtype=np.float64),
-                    prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if sh < 1.0 - 1e-9 else 0.0 for sh in shares]),
-                    prefill_stretch=np.array([cfg.prefill_partition_stretch if sh < 1.0 - 1e-9 else 0.0 for sh in shares]))
+                    prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if on_partition(sh) else 0.0 for sh in shares]),
+                    prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
     settings = mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon)
     out = mesh_outputs(len(requests.arrival), len(mesh_specs), UTILISATION_BINS)
@@ -254,12 +254,18 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         else 0, decode_kv_gbps=cfg.decode_kv_gbps, own_prefill_decode=cfg.own_prefill_decode_share)
 
 
+def on_partition(share: float) -> bool:
+    """Whether an LLM at SM ``share`` runs on a partition of the GPU (green context), not on
+    the whole GPU (plain streams): the rule that picks the partition or whole-GPU host values."""
+    return share < 1.0 - 1e-9
+
+
 def host_seconds(cfg: LLMConfig, share: float, tp: int = 1) -> tuple[float, float, float]:
     """(decode, prefill, eager prefill) host seconds of the scheduling thread per job of an LLM
     at SM ``share`` on a mesh of TP degree ``tp``: the partition values below the whole GPU, the
     plain-stream ones at it; decode adds ``decode_host_tp_s`` per rank beyond the first."""
     extra = cfg.decode_host_tp_s * (tp - 1)
-    if share >= 1.0 - 1e-9:
+    if not on_partition(share):
         return cfg.decode_host_full_s + extra, cfg.prefill_host_full_s, cfg.prefill_eager_host_full_s
     return cfg.decode_host_s + extra, cfg.prefill_host_s, cfg.prefill_eager_host_s
 
