@@ -5,11 +5,14 @@ its policy decisions (:class:`placement_opt.executor.llm_sched.MeshScheduler`). 
 virtual clock with the kernel's own job times (``run_virtual``), it must give every request
 the kernel's first-token time, finish time (or drop / unfinished) and preemption count, on
 the same random meshes the kernel's oracle test draws (tied arrivals, small pools with
-preemption and drops, quota moves), for every policy, with the kernel's host-thread and
-HBM-contention models off and on. If either side changes a rule, this test fails.
+preemption and drops, quota moves), for every policy, with each of the kernel's duration
+terms (host thread, eager prefills, prefill collect and stretch, decode KV read, HBM and
+own-prefill contention) off and on. If either side changes a rule, this test fails.
 """
 
 from __future__ import annotations
+
+from typing import List, NamedTuple
 
 import numpy as np
 import pytest
@@ -24,24 +27,51 @@ from placement_opt.simulate.meshsim import (LatencyTables, MeshLLMs, MeshRequest
                                             simulate_mesh)
 
 
+class Timing(NamedTuple):
+    """The kernel's duration-model settings of a case: every optional ``MeshSettings`` timing
+    term and every optional per-LLM ``MeshLLMs`` array (lists over the LLMs)."""
+
+    hbm_gbps: float
+    decode_kv_gbps: float
+    own_prefill_decode: float
+    graph_tokens: int
+    decode_host: List[float]
+    prefill_host: List[float]
+    eager_host: List[float]
+    eager_hold: List[float]
+    collect: List[float]
+    stretch: List[float]
+    weights: List[float]
+    kv: List[float]
+
+
+NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [])
+
+
+def _f64(values):
+    return np.array(values, dtype=np.float64)
+
+
 def mesh_inputs(case, timing=None):
-    """The kernel's inputs of a case of the oracle test (its argument tuple); ``timing``:
-    (hbm_gbps, decode and prefill host seconds per LLM, weight bytes per LLM, KV bytes per token per LLM)."""
+    """The kernel's inputs of a case of the oracle test (its argument tuple) with the duration
+    models set by ``timing`` (a :class:`Timing`; None: all off, the per-LLM arrays empty)."""
     (arrival, llm, prompt, output, shares, P, D, lgrid, kvu, rate, pool, block, max_batch, token_budget,
      policy, period, frac, horizon, _n_bins) = case
     K = len(shares)
-    hbm, decode_host, prefill_host, weights, kv = timing or (0.0, [], [], [], [])
-    requests = MeshRequests(arrival=np.array(arrival, dtype=np.float64), llm=np.array(llm, dtype=np.int64),
+    tm = timing or NO_TIMING
+    requests = MeshRequests(arrival=_f64(arrival), llm=np.array(llm, dtype=np.int64),
                             prompt=np.array(prompt, dtype=np.int64), output=np.array(output, dtype=np.int64))
-    llms = MeshLLMs(share=np.array([1.0] * K if policy == "temporal" else shares, dtype=np.float64),
-                    kv_kib=np.array(kvu, dtype=np.int64), rate=np.array(rate, dtype=np.float64),
-                    weight_bytes=np.array(weights, dtype=np.float64), kv_bytes=np.array(kv, dtype=np.float64),
-                    decode_host_s=np.array(decode_host, dtype=np.float64),
-                    prefill_host_s=np.array(prefill_host, dtype=np.float64))
-    tables = LatencyTables(prefill=np.array(P, dtype=np.float64), decode=np.array(D, dtype=np.float64),
-                           lgrid=np.array(lgrid, dtype=np.float64))
+    llms = MeshLLMs(share=_f64([1.0] * K if policy == "temporal" else shares),
+                    kv_kib=np.array(kvu, dtype=np.int64), rate=_f64(rate),
+                    weight_bytes=_f64(tm.weights), kv_bytes=_f64(tm.kv), decode_host_s=_f64(tm.decode_host),
+                    prefill_host_s=_f64(tm.prefill_host), prefill_eager_host_s=_f64(tm.eager_host),
+                    prefill_eager_hold_s=_f64(tm.eager_hold), prefill_collect_s=_f64(tm.collect),
+                    prefill_stretch=_f64(tm.stretch))
+    tables = LatencyTables(prefill=_f64(P), decode=_f64(D), lgrid=_f64(lgrid))
     cfg = MeshSettings(policy=POLICY_CODE[policy], pool=pool, block=block, max_batch=max_batch,
-                       token_budget=token_budget, period=period, frac=frac, horizon=horizon, hbm_gbps=hbm)
+                       token_budget=token_budget, period=period, frac=frac, horizon=horizon, hbm_gbps=tm.hbm_gbps,
+                       graph_tokens=tm.graph_tokens, decode_kv_gbps=tm.decode_kv_gbps,
+                       own_prefill_decode=tm.own_prefill_decode)
     return requests, llms, tables, cfg
 
 
@@ -51,7 +81,7 @@ def run_scheduler(case, timing=None):
 
 
 def run_timed_kernel(case, timing):
-    """``simulate_mesh`` on a case with the host and contention models set by ``timing``."""
+    """``simulate_mesh`` on a case with the duration models set by ``timing``."""
     requests, llms, tables, cfg = mesh_inputs(case, timing)
     out = mesh_outputs(len(requests.arrival), len(llms.share), 4)
     simulate_mesh(requests, llms, tables, cfg, out)
@@ -60,15 +90,32 @@ def run_timed_kernel(case, timing):
 
 @st.composite
 def timings(draw, n_llms):
-    """Host and contention settings that matter at the oracle cases' job times (5-300 ms):
-    demands of 3-200 GB/s against 5-100 GB/s of HBM (stretches up to tens), launches of
-    0-20 ms per decode step and 0-300 ms per prefill, per LLM; sometimes one model alone."""
+    """Duration-model settings that matter at the oracle cases' job times (5-300 ms) and sizes
+    (prompts of 1-80 tokens, batches of 1-8), each term off (0) or on: HBM demands of 3-200 GB/s
+    against 5-100 GB/s (stretches up to tens); decode KV reads of up to ~9 GB at 20-200 GB/s;
+    a decode beside its own prefill at a quarter or half speed; eager prefills over 64 or 256
+    padded tokens with their launch delay and (apart, or 0: the same) thread hold; launches of
+    0-20 ms per decode step and 0-300 ms per prefill; prefill collects of 0-50 ms and graph
+    prefill stretches of 1-3x, per LLM. Sometimes the per-LLM arrays are empty (the kernel's
+    zeros)."""
+    def per_llm(values):
+        return draw(st.lists(st.sampled_from(values), min_size=n_llms, max_size=n_llms))
+
+    def optional(values):
+        return per_llm(values) if draw(st.booleans()) else []
+
     hbm = draw(st.sampled_from([0.0, 5.0, 20.0, 100.0]))
-    decode_host = draw(st.lists(st.sampled_from([0.0, 0.001, 0.02]), min_size=n_llms, max_size=n_llms))
-    prefill_host = draw(st.lists(st.sampled_from([0.0, 0.05, 0.3]), min_size=n_llms, max_size=n_llms))
-    weights = draw(st.lists(st.sampled_from([1e8, 1e9, 5e9]), min_size=n_llms, max_size=n_llms))
-    kv = draw(st.lists(st.sampled_from([0.0, 1e5, 1e7]), min_size=n_llms, max_size=n_llms))
-    return hbm, decode_host, prefill_host, weights, kv
+    decode_kv_gbps = draw(st.sampled_from([0.0, 20.0, 200.0]))
+    own = draw(st.sampled_from([0.0, 0.25, 0.5]))
+    graph_tokens = draw(st.sampled_from([0, 64, 256]))
+    decode_host = optional([0.0, 0.001, 0.02])
+    prefill_host = per_llm([0.0, 0.05, 0.3]) if decode_host else []
+    weights = optional([1e8, 1e9, 5e9])
+    kv = per_llm([0.0, 1e5, 1e7]) if weights else []
+    return Timing(hbm, decode_kv_gbps, own, graph_tokens, decode_host, prefill_host,
+                  eager_host=optional([0.0, 0.013, 0.1]), eager_hold=optional([0.0, 0.05, 0.2]),
+                  collect=optional([0.0, 0.001, 0.05]), stretch=optional([0.0, 1.0, 1.5, 3.0]), weights=weights,
+                  kv=kv)
 
 
 @st.composite
@@ -95,12 +142,28 @@ def test_scheduler_matches_kernel(policy):
     check()
 
 
+#: Each duration term of :class:`Timing` switched off (its effect on the kernel is counted).
+TERMS_OFF = {
+    "hbm_gbps": dict(hbm_gbps=0.0),
+    "decode_kv_gbps": dict(decode_kv_gbps=0.0),
+    "own_prefill_decode": dict(own_prefill_decode=0.0),
+    "graph_tokens": dict(graph_tokens=0),
+    "host": dict(decode_host=[], prefill_host=[]),
+    "eager_hold": dict(eager_hold=[]),
+    "collect": dict(collect=[]),
+    "stretch": dict(stretch=[]),
+}
+
+
 @pytest.mark.parametrize("policy", POLICIES)
-def test_scheduler_matches_kernel_with_host_and_contention_models(policy):
-    """The port's virtual clock applies the kernel's duration model: jobs launched one after
-    another on the scheduling thread, ended jobs noticed when it is free, running jobs
-    re-timed by HBM contention. Same first tokens, finishes and preemptions, bit for bit."""
-    seen = {"stretched": 0, "host_delayed": 0}
+def test_scheduler_matches_kernel_with_duration_models(policy):
+    """The port's virtual clock applies every one of the kernel's duration terms: jobs
+    launched one after another on the scheduling thread (eager prefills holding it longer),
+    ended jobs noticed when it is free, prefills stretched and collected, decode steps reading
+    their KV, running jobs re-timed by HBM contention and by their own LLM's prefill. Same
+    first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
+    changes the kernel's outcome in some cases (so the equality covers it)."""
+    seen = {name: 0 for name in TERMS_OFF}
 
     @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
               database=None)
@@ -112,12 +175,12 @@ def test_scheduler_matches_kernel_with_host_and_contention_models(policy):
         assert np.array_equal(np.asarray(sched.finish), kernel["finish"]), "finish times differ"
         assert np.array_equal(np.asarray(sched.first), kernel["first"]), "first-token times differ"
         assert sched.preemptions == kernel["preempts"].tolist(), "preemption counts differ"
-        plain = run_timed_kernel(case, None)
-        if not np.array_equal(plain["finish"], kernel["finish"]):
-            seen["stretched" if timing[0] > 0 else "host_delayed"] += 1
+        for name, off in TERMS_OFF.items():
+            if not np.array_equal(run_timed_kernel(case, timing._replace(**off))["finish"], kernel["finish"]):
+                seen[name] += 1
 
     check()
-    assert seen["stretched"] >= 5 and seen["host_delayed"] >= 5, seen  # both models changed outcomes
+    assert min(seen.values()) >= 3, seen  # every term changed outcomes
 
 
 def test_scheduler_preempts_and_finishes_like_kernel():

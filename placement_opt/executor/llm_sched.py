@@ -27,7 +27,8 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
-from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings)
+from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
+                                            prefill_runs_eagerly)
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -391,30 +392,46 @@ class MeshScheduler:
 
 
 def job_seconds(job: Job, tables: LatencyTables) -> float:
-    """The kernel's time of ``job``: its table row at the batch size, at the mean context."""
+    """The kernel's table time of ``job``: its table row at the batch size, at the mean context."""
     b = len(job.requests)
     mean = sum(job.contexts) / b
     rows = tables.prefill if job.kind == PREFILL else tables.decode
     return len_interp(rows[job.llm, b], tables.lgrid, mean)
 
 
+def _per_llm(values: np.ndarray, K: int) -> List[float]:
+    """The kernel's reading of an optional per-LLM array: its values if it has K, else zeros."""
+    return [float(values[k]) for k in range(K)] if len(values) == K else [0.0] * K
+
+
 class VirtualJobs:
     """The kernel's job timing on a virtual clock: the jobs in flight (slot ``2k``: LLM k's
-    prefill, ``2k + 1``: its decode step) with their ends and, under the host and contention
-    models (``MeshLLMs.decode_host_s``, ``prefill_host_s``, ``MeshSettings.hbm_gbps``), their launch on the
-    one scheduling thread and their re-timing as the set of running jobs changes. The same
-    arithmetic in the same order as ``meshsim._launch_started``, ``_retime`` and ``_next_event``."""
+    prefill, ``2k + 1``: its decode step) with their durations (table time, a graph prefill's
+    ``MeshLLMs.prefill_stretch``, ``prefill_collect_s``, a decode step's KV read at
+    ``MeshSettings.decode_kv_gbps``), their launch on the one scheduling thread under the host
+    model (``MeshLLMs.decode_host_s``, ``prefill_host_s``; an eager prefill over
+    ``MeshSettings.graph_tokens``: ``prefill_eager_host_s``, ``prefill_eager_hold_s``) and their
+    re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``,
+    ``own_prefill_decode``). The same arithmetic in the same order as ``meshsim._llm_state``,
+    ``_start_prefill``, ``_start_decode``, ``_launch_started``, ``_retime`` and ``_next_event``."""
 
     def __init__(self, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings):
         K = len(llms.share)
         self.tables, self.cfg = tables, cfg
         sized = len(llms.weight_bytes) == K
-        self.weight_bytes = [float(llms.weight_bytes[k]) if sized else 0.0 for k in range(K)]
-        self.kv_bytes = [float(llms.kv_bytes[k]) if sized else 0.0 for k in range(K)]
+        self.weight_bytes = _per_llm(llms.weight_bytes, K)
+        self.kv_bytes = _per_llm(llms.kv_bytes, K) if sized else [0.0] * K
         hosted = len(llms.decode_host_s) == K
-        self.decode_host = [float(llms.decode_host_s[k]) if hosted else 0.0 for k in range(K)]
-        self.prefill_host = [float(llms.prefill_host_s[k]) if hosted else 0.0 for k in range(K)]
-        self.timed = cfg.hbm_gbps > 0 or any(h > 0 for h in self.decode_host + self.prefill_host)
+        self.decode_host = _per_llm(llms.decode_host_s, K)
+        self.prefill_host = _per_llm(llms.prefill_host_s, K) if hosted else [0.0] * K
+        self.eager_host = _per_llm(llms.prefill_eager_host_s, K)
+        hold = _per_llm(llms.prefill_eager_hold_s, K)
+        self.eager_hold = [hold[k] if hold[k] > 0 else self.eager_host[k] for k in range(K)]
+        self.collect = _per_llm(llms.prefill_collect_s, K)
+        self.stretch = _per_llm(llms.prefill_stretch, K)
+        self.retimed = cfg.hbm_gbps > 0 or cfg.own_prefill_decode > 0
+        host_costs = self.decode_host + self.prefill_host + self.eager_host + self.eager_hold
+        self.timed = self.retimed or any(h > 0 for h in host_costs)
         self.end = [np.inf] * (2 * K)
         self.start = [0.0] * (2 * K)
         self.work = [0.0] * (2 * K)
@@ -426,40 +443,62 @@ class VirtualJobs:
     def slot(kind: str, k: int) -> int:
         return 2 * k + (1 if kind == DECODE else 0)
 
+    def eager(self, job: Job) -> bool:
+        """Whether a prefill runs without a CUDA graph (the kernel's ``prefill_runs_eagerly``)."""
+        return job.kind == PREFILL and bool(prefill_runs_eagerly(len(job.requests), max(job.contexts),
+                                                                 self.cfg.graph_tokens))
+
+    def duration(self, job: Job) -> float:
+        """The job's time alone (``_start_prefill``'s ``prefill_dur``, ``_start_decode``'s
+        ``decode_dur``): a graph prefill's table time stretched, plus the collect; a decode
+        step's table time plus its KV read."""
+        k, ctx = job.llm, sum(job.contexts)
+        if job.kind == PREFILL:
+            stretch = self.stretch[k] if self.stretch[k] > 0 and not self.eager(job) else 1.0
+            return stretch * job_seconds(job, self.tables) + self.collect[k]
+        dur = job_seconds(job, self.tables)
+        if self.cfg.decode_kv_gbps > 0:
+            dur += float(ctx) * self.kv_bytes[k] / (self.cfg.decode_kv_gbps * 1e9)
+        return dur
+
     def launch(self, jobs: List[Job], t: float, host_free: float) -> float:
         """Time the jobs started at t (in start order); returns when the thread is free again."""
         for job in jobs:
-            j, dur = self.slot(job.kind, job.llm), job_seconds(job, self.tables)
+            j, dur, k = self.slot(job.kind, job.llm), self.duration(job), job.llm
             if not self.timed:
                 self.end[j] = t + dur
                 continue
-            moved = self.weight_bytes[job.llm] + float(sum(job.contexts)) * self.kv_bytes[job.llm]
+            moved = self.weight_bytes[k] + float(sum(job.contexts)) * self.kv_bytes[k]
             begin = max(t, host_free)
             if job.kind == PREFILL:
-                host_free = begin + self.prefill_host[job.llm]
-                self.start[j], self.work[j] = begin, max(dur, self.prefill_host[job.llm])
+                eager = self.eager(job)
+                delay = self.eager_host[k] if eager else 0.0
+                host_free = begin + self.prefill_host[k] + (self.eager_hold[k] if eager else 0.0)
+                self.start[j], self.work[j] = begin, delay + max(dur, self.prefill_host[k])
             else:
-                host_free = begin + self.decode_host[job.llm]
+                host_free = begin + self.decode_host[k]
                 self.start[j], self.work[j] = host_free, dur
             self.mark[j], self.factor[j] = self.start[j], 1.0
             self.demand[j] = moved / self.work[j] / 1e9 if self.work[j] > 0 else 0.0
             self.end[j] = self.start[j] + self.work[j]
         return host_free
 
-    def _running(self, j: int, t: float) -> bool:
-        return self.end[j] < np.inf and self.start[j] <= t < self.end[j]
-
     def retime(self, t: float) -> None:
-        """Contention: work left brought up to t, then each running job re-stretched."""
+        """Work left brought up to t, then each running job re-stretched: HBM contention (when
+        on) and a decode step beside its own LLM's running prefill (``own_prefill_decode``)."""
         total = 0.0
+        running = [self.end[j] < np.inf and self.start[j] <= t < self.end[j] for j in range(len(self.end))]
         for j in range(len(self.end)):
-            if self._running(j, t):
+            if running[j]:
                 self.work[j] -= (t - self.mark[j]) / self.factor[j]
                 self.mark[j] = t
                 total += self.demand[j]
+        cfg = self.cfg
         for j in range(len(self.end)):
-            if self._running(j, t):
-                factor = 1.0 + (total - self.demand[j]) / self.cfg.hbm_gbps
+            if running[j]:
+                factor = 1.0 + (total - self.demand[j]) / cfg.hbm_gbps if cfg.hbm_gbps > 0 else 1.0
+                if j % 2 == 1 and running[j - 1] and cfg.own_prefill_decode > 0:
+                    factor /= cfg.own_prefill_decode
                 if factor != self.factor[j]:
                     self.factor[j] = factor
                     self.end[j] = t + self.work[j] * factor
@@ -471,7 +510,7 @@ class VirtualJobs:
         for j in range(len(self.end)):
             if free or self.end[j] > t:
                 t_next = min(t_next, self.end[j])
-        if self.cfg.hbm_gbps > 0:
+        if self.retimed:
             for j in range(len(self.end)):
                 if self.end[j] < np.inf and self.start[j] > t:
                     t_next = min(t_next, self.start[j])
@@ -508,7 +547,7 @@ def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, c
                 if dropped:
                     done += len(dropped)
                     continue
-        if cfg.hbm_gbps > 0:
+        if clock.retimed:
             clock.retime(t)
         t_next = clock.next_event(t, host_free)
         if arrived < n and s.arrival[arrived] < t_next:
