@@ -93,7 +93,7 @@ def timings(draw, n_llms):
     """Duration-model settings that matter at the oracle cases' job times (5-300 ms) and sizes
     (prompts of 1-80 tokens, batches of 1-8), each term off (0) or on: HBM demands of 3-200 GB/s
     against 5-100 GB/s (stretches up to tens); decode KV reads of up to ~9 GB at 20-200 GB/s;
-    a decode beside its own prefill at a quarter or half speed; eager prefills over 64 or 256
+    a decode beside its own prefill at a quarter or half speed; eager prefills over 16 or 64
     padded tokens with their launch delay and (apart, or 0: the same) thread hold; launches of
     0-20 ms per decode step and 0-300 ms per prefill; prefill collects of 0-50 ms and graph
     prefill stretches of 1-3x, per LLM. Sometimes the per-LLM arrays are empty (the kernel's
@@ -107,7 +107,7 @@ def timings(draw, n_llms):
     hbm = draw(st.sampled_from([0.0, 5.0, 20.0, 100.0]))
     decode_kv_gbps = draw(st.sampled_from([0.0, 20.0, 200.0]))
     own = draw(st.sampled_from([0.0, 0.25, 0.5]))
-    graph_tokens = draw(st.sampled_from([0, 64, 256]))
+    graph_tokens = draw(st.sampled_from([0, 16, 64]))
     decode_host = optional([0.0, 0.001, 0.02])
     prefill_host = per_llm([0.0, 0.05, 0.3]) if decode_host else []
     weights = optional([1e8, 1e9, 5e9])
@@ -162,7 +162,8 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     ended jobs noticed when it is free, prefills stretched and collected, decode steps reading
     their KV, running jobs re-timed by HBM contention and by their own LLM's prefill. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
-    changes the kernel's outcome in some cases (so the equality covers it)."""
+    changes the kernel's outcome in some cases (so the equality covers it; under the temporal
+    baseline, whose jobs never overlap, the two contention terms change nothing)."""
     seen = {name: 0 for name in TERMS_OFF}
 
     @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
@@ -180,7 +181,11 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
                 seen[name] += 1
 
     check()
-    assert min(seen.values()) >= 3, seen  # every term changed outcomes
+    overlap = ("hbm_gbps", "own_prefill_decode")  # they act only between jobs running at once
+    if policy == "temporal":  # one job at a time
+        assert all(seen[name] == 0 for name in overlap), seen
+        seen = {name: count for name, count in seen.items() if name not in overlap}
+    assert min(seen.values()) >= 3, seen  # every other term changed outcomes
 
 
 def test_scheduler_preempts_and_finishes_like_kernel():
