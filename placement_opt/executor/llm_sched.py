@@ -8,8 +8,9 @@ clocks: :meth:`MeshScheduler.complete` ends a job when the GPU says it ended,
 step by step (it owns its event loop and its clock), so equality is proved instead:
 :func:`run_virtual` drives this scheduler with the kernel's latency tables on a virtual
 clock, and ``tests/test_llm_sched.py`` checks that every request's first token, finish and
-preemptions equal the kernel's on random workloads for every policy, with the kernel's host
-and contention duration models off and on (:class:`VirtualJobs` applies them: they decide
+preemptions equal the kernel's on random workloads for every policy, with each of the
+kernel's duration terms off and on (host thread, eager prefills, prefill collect and stretch,
+decode KV read, HBM and own-prefill contention; :class:`VirtualJobs` applies them: they decide
 *when* the scheduler is asked, so the proof covers the decisions they lead to; on the GPU the
 engine's real clock replaces them).
 
@@ -518,8 +519,8 @@ class VirtualJobs:
 
 
 def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings) -> MeshScheduler:
-    """Drive a :class:`MeshScheduler` on a virtual clock with the kernel's job times (its
-    host and contention models included, :class:`VirtualJobs`) and its event loop (end due
+    """Drive a :class:`MeshScheduler` on a virtual clock with the kernel's job times (all its
+    duration terms, :class:`VirtualJobs`) and its event loop (end due
     jobs, re-balance, schedule, drop, advance while the scheduling thread is free); returns
     it finished."""
     s = MeshScheduler(requests, llms, cfg)
