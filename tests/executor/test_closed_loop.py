@@ -47,6 +47,14 @@ def _instance(dispatch: str = "earliest", warm: bool = False, gaps: bool = False
     })
 
 
+def _deliver(d: Dispatcher, reports: list[tuple[float, int, int]], now: float) -> None:
+    """Report to ``d`` every stage end of the min-heap ``reports`` (end, request, stage) that
+    the virtual clock ``now`` has passed."""
+    while reports and reports[0][0] <= now:
+        end, r, s = heapq.heappop(reports)
+        d.observe(r, s, end)
+
+
 def _replay_predicted(inst, closed_loop: bool) -> tuple[list[Decision], Dispatcher]:
     """Dispatch every request; a closed-loop dispatcher learns each stage end, exactly as
     predicted, once the virtual clock (the next arrival) has passed it."""
@@ -56,9 +64,7 @@ def _replay_predicted(inst, closed_loop: bool) -> tuple[list[Decision], Dispatch
     out = []
     for i in range(len(req)):
         now = float(req.arrival[i])
-        while reports and reports[0][0] <= now:
-            end, r, s = heapq.heappop(reports)
-            d.observe(r, s, end)
+        _deliver(d, reports, now)
         dec = d.decide(int(req.model[i]), now, float(req.deadline[i]), request=i)
         out.append(dec)
         for s, end in enumerate(dec.stage_ends):
@@ -125,9 +131,7 @@ def _serve_on_a_slow_machine(inst, slowdown, closed_loop: bool, dispatcher=Dispa
     admitted = late = 0
     for i in range(len(req)):
         now = float(req.arrival[i])
-        while reports and reports[0][0] <= now:
-            end, r, s = heapq.heappop(reports)
-            d.observe(r, s, end)
+        _deliver(d, reports, now)
         dec = d.decide(int(req.model[i]), now, float(req.deadline[i]), request=i)
         if decisions is not None:
             decisions.append(dec)
