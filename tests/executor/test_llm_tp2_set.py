@@ -1,16 +1,18 @@
-"""The 2-GPU LLM fidelity set (instances/fidelity-llm/tp2) and run_gpu.sh's phases for it.
+"""The 2-GPU and 4-GPU LLM fidelity sets (instances/fidelity-llm/tp2, gpu4) and run_gpu.sh's phases for them.
 
-* the committed instance and its four placements are what make_instances.py says: spatial
-  (one LLM per GPU, TP 1), muxserve (the solver's choice), temporal and colocated (one TP-2
-  mesh of both GPUs, one job at a time / SM shares 0.5), and the simulator runs each;
-* a CPU dry run of ``run_gpu.sh profile2 measured2 tp2 pack`` on a tiny copy of the set
+* the committed instances and their placements are what make_instances.py says: on two GPUs
+  spatial (one LLM per GPU, TP 1), muxserve (the solver's choice), temporal and colocated (one
+  TP-2 mesh of both GPUs, one job at a time / SM shares 0.5); on four GPUs spatial, muxserve (a
+  TP-2 mesh of the two small LLMs at shares 0.5, the large ones on a GPU each) and temporal
+  (muxserve's meshes, one job at a time); the simulator runs each;
+* a CPU dry run of ``run_gpu.sh profile2 measured2 tp2 pack`` on a tiny copy of each set
   (the same names, meshes and placements; tiny architectures, short requests; gloo): the
   TP-1 and TP-2 tables are profiled and merged into one table per model, the measured
   instance points at them, every placement (TP-2 meshes, temporal scheduling included) runs
   every request to completion with no prefill bucket met cold, and the tarball holds it all.
 
 What only the GPUs can check: NCCL inside the captured graphs of a TP-2 mesh, green contexts
-on two GPUs, the two TP-1 profiles side by side, and the times.
+on two GPUs, the TP-1 (and on four GPUs the TP-2) profiles side by side, and the times.
 """
 
 from __future__ import annotations
@@ -24,38 +26,64 @@ import tarfile
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SET = os.path.join(ROOT, "instances", "fidelity-llm", "tp2")
-PLACEMENTS = ("spatial", "muxserve", "temporal", "colocated")
-TINY = {"llm-7b": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 128},
+SETS = {"tp2": ("spatial", "muxserve", "temporal", "colocated"), "gpu4": ("spatial", "muxserve", "temporal")}
+TINY = {"llm-1b": {"layers": 2, "hidden": 32, "heads": 2, "kv_heads": 2, "vocab": 96},
+        "llm-3b": {"layers": 3, "hidden": 96, "heads": 6, "kv_heads": 2, "vocab": 112},
+        "llm-7b": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 128},
         "llm-8b": {"layers": 2, "hidden": 96, "heads": 6, "kv_heads": 2, "vocab": 160}}
 
 
-def _placement(name):
+def _set(name):
+    return os.path.join(ROOT, "instances", "fidelity-llm", name)
+
+
+def _placement(set_name, name):
     from placement_opt.placement import load_placement
 
-    return load_placement(os.path.join(SET, f"poisson-{name}.placement.json"))
+    return load_placement(os.path.join(_set(set_name), f"poisson-{name}.placement.json"))
 
 
-def test_the_committed_set_is_what_make_instances_says():
+def _shapes(set_name):
+    return {n: [(g.devices, g.tp, g.models, g.sm_share) for g in _placement(set_name, n).groups] for n in SETS[set_name]}
+
+
+def _simulates_each(set_name, min_requests):
     from placement_opt import load_instance, simulate
 
-    inst = load_instance(os.path.join(SET, "poisson.json"))
+    inst = load_instance(os.path.join(_set(set_name), "poisson.json"))
+    for name in SETS[set_name]:
+        m = simulate(inst, _placement(set_name, name))
+        assert m["requests"] > min_requests and m["finished"] > 0
+    return inst
+
+
+def test_the_committed_2gpu_set_is_what_make_instances_says():
+    inst = _simulates_each("tp2", 150)
     assert inst.model_names == ["llm-7b", "llm-8b"] and inst.cluster.gpus_per_node == 2
-    shapes = {n: [(g.devices, g.tp, g.models, g.sm_share) for g in _placement(n).groups] for n in PLACEMENTS}
+    shapes = _shapes("tp2")
     assert shapes["spatial"] == [((0,), 1, ("llm-7b",), (1.0,)), ((1,), 1, ("llm-8b",), (1.0,))]
     assert shapes["temporal"] == [((0, 1), 2, ("llm-7b", "llm-8b"), (1.0, 1.0))]
-    assert _placement("temporal").scheduling == "temporal"
+    assert _placement("tp2", "temporal").scheduling == "temporal"
     assert shapes["colocated"] == [((0, 1), 2, ("llm-7b", "llm-8b"), (0.5, 0.5))]
-    assert _placement("muxserve").provenance["solver"] == "muxserve"
-    for name in PLACEMENTS:
-        m = simulate(inst, _placement(name))
-        assert m["requests"] > 150 and m["finished"] > 0
+    assert _placement("tp2", "muxserve").provenance["solver"] == "muxserve"
 
 
-def _tiny_copy(dst):
+def test_the_committed_4gpu_set_is_what_make_instances_says():
+    inst = _simulates_each("gpu4", 500)
+    assert inst.model_names == ["llm-1b", "llm-3b", "llm-7b", "llm-8b"] and inst.cluster.gpus_per_node == 4
+    shapes = _shapes("gpu4")
+    assert shapes["spatial"] == [((i,), 1, (m,), (1.0,)) for i, m in enumerate(inst.model_names)]
+    mux = [((0, 1), 2, ("llm-1b", "llm-3b"), (0.5, 0.5)), ((2,), 1, ("llm-7b",), (1.0,)), ((3,), 1, ("llm-8b",), (1.0,))]
+    assert shapes["muxserve"] == mux
+    assert _placement("gpu4", "muxserve").provenance["solver"] == "muxserve"
+    assert shapes["temporal"] == [(d, tp, ms, (1.0,) * len(ms)) for d, tp, ms, _ in mux]
+    assert _placement("gpu4", "temporal").scheduling == "temporal"
+
+
+def _tiny_copy(set_name, dst):
     """The set with tiny architectures and short requests (same names, meshes, placements)."""
     os.makedirs(dst)
-    with open(os.path.join(SET, "poisson.json")) as f:
+    with open(os.path.join(_set(set_name), "poisson.json")) as f:
         doc = json.load(f)
     for m in doc["models"]:
         m["architecture"].update(TINY[m["name"]], dtype="fp16")
@@ -65,36 +93,38 @@ def _tiny_copy(dst):
     doc["cluster"]["gpu"]["usable_memory_gb"] = 0.004
     with open(os.path.join(dst, "poisson.json"), "w") as f:
         json.dump(doc, f)
-    for name in PLACEMENTS:
-        with open(os.path.join(SET, f"poisson-{name}.placement.json")) as f:
+    for name in SETS[set_name]:
+        with open(os.path.join(_set(set_name), f"poisson-{name}.placement.json")) as f:
             p = json.load(f)
         p.pop("metrics", None)  # the real instance's numbers
         with open(os.path.join(dst, f"poisson-{name}.placement.json"), "w") as f:
             json.dump(p, f)
 
 
-def test_run_gpu_sh_tp2_phases_dry_run_on_cpu(tmp_path):
+@pytest.mark.parametrize("set_name", sorted(SETS))
+def test_run_gpu_sh_set_phases_dry_run_on_cpu(tmp_path, set_name):
     pytest.importorskip("torch")
-    tp2, tables, results, out = (tmp_path / x for x in ("tp2", "tables", "results", "out"))
-    _tiny_copy(str(tp2))
-    env = dict(os.environ, BACKEND="gloo", SHARES2="1", REPEATS="1", TP2=str(tp2), TABLES2=str(tables),
+    tp2, tables, results, out = (tmp_path / x for x in (set_name, "tables", "results", "out"))
+    _tiny_copy(set_name, str(tp2))
+    models = [m["name"] for m in json.loads((tp2 / "poisson.json").read_text())["models"]]
+    env = dict(os.environ, BACKEND="gloo", SHARES2="1", MODELS2=" ".join(models), REPEATS="1", TP2=str(tp2), TABLES2=str(tables),
                RESULTS=str(results), OUT=str(out), PROFILE_GRID="--batch-sizes 1,2 --seq-lens 16,64",
                DEADLINE_S="400", RUN_CAP_S="120", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     r = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "fidelity", "llm", "run_gpu.sh"), "profile2",
                         "measured2", "tp2", "pack"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    for model in TINY:
+    for model in models:
         table = json.loads((tables / f"{model}.json").read_text())
         assert sorted(table["tp"]) == ["1", "2"]  # the TP-1 and TP-2 profiles, merged
     measured = json.loads((tp2 / "measured" / "poisson.json").read_text())
-    assert measured["cost_tables"] == {m: os.path.relpath(tables / f"{m}.json", tp2 / "measured") for m in TINY}
-    for name in PLACEMENTS:
-        summary = json.loads((results / f"tp2-poisson-{name}" / "summary.json").read_text())
+    assert measured["cost_tables"] == {m: os.path.relpath(tables / f"{m}.json", tp2 / "measured") for m in models}
+    for name in SETS[set_name]:
+        summary = json.loads((results / f"{set_name}-poisson-{name}" / "summary.json").read_text())
         assert summary["status"] == "complete", (name, r.stdout)
         assert summary["measured"]["finished"] == summary["measured"]["requests"] > 0
         assert all(v == [] for v in summary["cold_buckets"].values())
-        assert summary["workers"] == sum(len(g.devices) for g in _placement(name).groups if g.models)
+        assert summary["workers"] == sum(len(g.devices) for g in _placement(set_name, name).groups if g.models)
     [tarball] = list(out.glob("llm-fidelity-*.tar.gz"))
     names = tarfile.open(tarball).getnames()
-    assert any(n.endswith("tp2-poisson-temporal/summary.json") for n in names)
+    assert any(n.endswith(f"{set_name}-poisson-temporal/summary.json") for n in names)
     assert any(n.endswith("measured/poisson.json") for n in names)

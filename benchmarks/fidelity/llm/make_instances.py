@@ -27,7 +27,15 @@ the temporal solver's own choice on two GPUs is the spatial placement) and ``col
 (the same TP-2 mesh with both LLMs colocated at SM shares 0.5 under ADBS; written here: the
 multi-GPU colocation MuxServe's search did not choose).
 
-Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2]
+The 4-GPU set (``--gpu4``, ``instances/fidelity-llm/gpu4/``): ``llm-1b``, ``llm-3b``, ``llm-7b``
+and ``llm-8b`` on four 80 GB GPUs, 30 s of Poisson arrivals at 2, 1.5, 10 and 8 req/s (the two
+large LLMs popular, as in MuxServe's skewed sets; 20 s drain), and three placements: ``spatial``
+(each LLM on a GPU of its own; solved), ``muxserve`` (solved: with the roofline costs the two small
+LLMs colocated on one TP-2 mesh of GPUs 0-1 at SM shares 0.5, the large ones on a GPU each) and
+``temporal`` (muxserve's meshes, one job at a time: the temporal solver's own choice on four GPUs
+is the spatial placement).
+
+Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2 | --gpu4]
 """
 
 from __future__ import annotations
@@ -141,24 +149,40 @@ TP2_OUT = os.path.join(OUT, "tp2")
 TP2_RATES = {"llm-7b": 4.0, "llm-8b": 3.0}  # req/s
 TP2_DURATION_S = 30
 TP2_DRAIN_S = 20  # the replay's horizon is 50 s: four placements and the profiles fit one 9-minute call
+GPU4_OUT = os.path.join(OUT, "gpu4")
+GPU4_RATES = {"llm-1b": 2.0, "llm-3b": 1.5, "llm-7b": 10.0, "llm-8b": 8.0}  # req/s
 
 
-def write_tp2_instance() -> str:
-    """The 2-GPU Poisson instance (module docstring); returns its path."""
-    doc = instance("tp2-poisson", {"duration_s": TP2_DURATION_S,
-                                   "per_model": {n: {"process": "poisson", "rate": r} for n, r in TP2_RATES.items()},
-                                   "lengths": dict(POISSON_LENGTHS), "slo": {"scale": 10}},
-                   "LLaMA-2-7B and LLaMA-3-8B shapes (random weights) on two 80 GB GPUs; Poisson arrivals at "
-                   "4 and 3 req/s, ShareGPT-like lengths (exponential, means 161 / 338).")
-    doc["cluster"] = dict(CLUSTER, gpus_per_node=2)
+def write_set_instance(folder: str, name: str, rates: dict, gpus: int, description: str) -> str:
+    """A multi-GPU Poisson instance of the LLMs in ``rates`` (30 s of arrivals, 20 s drain) as
+    ``folder/poisson.json``; returns its path."""
+    doc = instance(name, {"duration_s": TP2_DURATION_S,
+                          "per_model": {n: {"process": "poisson", "rate": r} for n, r in rates.items()},
+                          "lengths": dict(POISSON_LENGTHS), "slo": {"scale": 10}}, description)
+    doc["cluster"] = dict(CLUSTER, gpus_per_node=gpus)
     doc["llm"]["drain_s"] = TP2_DRAIN_S
-    doc["models"] = [m for m in doc["models"] if m["name"] in TP2_RATES]
-    os.makedirs(TP2_OUT, exist_ok=True)
-    path = os.path.join(TP2_OUT, "poisson.json")
+    doc["models"] = [m for m in doc["models"] if m["name"] in rates]
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "poisson.json")
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     return path
+
+
+def write_tp2_instance() -> str:
+    """The 2-GPU Poisson instance (module docstring); returns its path."""
+    return write_set_instance(TP2_OUT, "tp2-poisson", TP2_RATES, 2,
+                              "LLaMA-2-7B and LLaMA-3-8B shapes (random weights) on two 80 GB GPUs; Poisson "
+                              "arrivals at 4 and 3 req/s, ShareGPT-like lengths (exponential, means 161 / 338).")
+
+
+def write_gpu4_instance() -> str:
+    """The 4-GPU Poisson instance (module docstring); returns its path."""
+    return write_set_instance(GPU4_OUT, "gpu4-poisson", GPU4_RATES, 4,
+                              "LLaMA-shaped 1.1B, 3B, LLaMA-2-7B and LLaMA-3-8B shapes (random weights) on four "
+                              "80 GB GPUs; Poisson arrivals at 2, 1.5, 10 and 8 req/s, ShareGPT-like lengths "
+                              "(exponential, means 161 / 338).")
 
 
 def tp2_mesh(path: str, share: float, scheduling: Optional[str], why: str) -> Any:
@@ -172,19 +196,15 @@ def tp2_mesh(path: str, share: float, scheduling: Optional[str], why: str) -> An
                                                         "why": why})
 
 
-def tp2_placements(path: str) -> None:
-    """spatial and muxserve (solved) and temporal and colocated (one TP-2 mesh) beside ``path``."""
-    from placement_opt import load_instance, simulate, solve
+def write_placements(path: str, placements: dict, hand_made: tuple) -> None:
+    """Write ``placements`` beside ``path`` as ``poisson-<name>.placement.json`` (the hand-made
+    ones with their simulated metrics, as the solvers' carry theirs) and print each one's score."""
+    from placement_opt import load_instance, simulate
 
     inst = load_instance(path)
-    placements = {s: solve(inst, s, seed=0) for s in ("spatial", "muxserve")}
-    placements["temporal"] = tp2_mesh(path, 1.0, "temporal", "temporal multiplexing on one TP-2 mesh (the "
-                                      "temporal solver chooses the spatial placement on two GPUs)")
-    placements["colocated"] = tp2_mesh(path, 0.5, None, "both LLMs colocated on one TP-2 mesh at SM shares 0.5 "
-                                       "(MuxServe's search prefers GPU 0 alone)")
     for name, p in placements.items():
         m = simulate(inst, p)
-        p = p.with_metrics(m) if name in ("temporal", "colocated") else p
+        p = p.with_metrics(m) if name in hand_made else p
         out = path.replace(".json", f"-{name}.placement.json")
         with open(out, "w") as f:
             f.write(p.to_json() + "\n")
@@ -192,14 +212,47 @@ def tp2_placements(path: str) -> None:
               f"scheduling {p.scheduling} tput {m['throughput_rps']:.3f} attain {m['slo_attainment']:.3f}")
 
 
+def tp2_placements(path: str) -> None:
+    """spatial and muxserve (solved) and temporal and colocated (one TP-2 mesh) beside ``path``."""
+    from placement_opt import load_instance, solve
+
+    inst = load_instance(path)
+    placements = {s: solve(inst, s, seed=0) for s in ("spatial", "muxserve")}
+    placements["temporal"] = tp2_mesh(path, 1.0, "temporal", "temporal multiplexing on one TP-2 mesh (the "
+                                      "temporal solver chooses the spatial placement on two GPUs)")
+    placements["colocated"] = tp2_mesh(path, 0.5, None, "both LLMs colocated on one TP-2 mesh at SM shares 0.5 "
+                                       "(MuxServe's search prefers GPU 0 alone)")
+    write_placements(path, placements, ("temporal", "colocated"))
+
+
+def gpu4_placements(path: str) -> None:
+    """spatial and muxserve (solved) and temporal (muxserve's meshes, one job at a time) beside ``path``."""
+    from placement_opt import load_instance, solve
+    from placement_opt.placement import Group, Placement
+
+    inst = load_instance(path)
+    placements = {s: solve(inst, s, seed=0) for s in ("spatial", "muxserve")}
+    mux = placements["muxserve"]
+    placements["temporal"] = Placement(
+        groups=tuple(Group(devices=g.devices, tp=g.tp, models=g.models, sm_share=(1.0,) * len(g.models))
+                     for g in mux.groups),
+        scheduling="temporal", provenance={"made_by": "benchmarks/fidelity/llm/make_instances.py",
+                                           "why": "the muxserve placement's meshes with temporal multiplexing "
+                                                  "(the temporal solver chooses the spatial placement on four GPUs)"})
+    write_placements(path, placements, ("temporal",))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", default=os.path.join(ROOT, "..", "shared", "data", "traces"),
                     help="folder with splitwise_conv.csv and splitwise_code.csv")
     ap.add_argument("--tp2", action="store_true", help="write only the 2-GPU set (instances/fidelity-llm/tp2/)")
+    ap.add_argument("--gpu4", action="store_true", help="write only the 4-GPU set (instances/fidelity-llm/gpu4/)")
     args = ap.parse_args()
     if args.tp2:
         tp2_placements(write_tp2_instance())
+    elif args.gpu4:
+        gpu4_placements(write_gpu4_instance())
     else:
         solve_placements(write_instances(args.traces))
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LLM fidelity on one GPU, and on two for the 2-GPU set (docs/fidelity-llm.md). Usage: bash benchmarks/fidelity/llm/run_gpu.sh PHASE...
+# LLM fidelity on one GPU, and on two or four for the 2-GPU and 4-GPU sets (docs/fidelity-llm.md). Usage: bash benchmarks/fidelity/llm/run_gpu.sh PHASE...
 # Phases (in order; each fits a 10-minute command; times measured for an H100 are in the doc):
 #   setup     install the package (no deps: torch+CUDA is there; no ortools needed), print the GPU
 #   check     GPU self-check (green contexts, paged decode, the Triton paged attention against a torch
@@ -14,10 +14,12 @@
 #   traces    the muxserve placement on the $TRACES workloads (default conv code; adbs)
 #   temporal  the temporal placement on the $TEMPORAL workloads (default poisson conv code)
 #   profile2  2-GPU set ($TP2, instances/fidelity-llm/tp2): cost tables of $MODELS2 at TP 1 (one model per GPU
-#             at once) and TP 2, SM shares $SHARES2, merged per model into $TABLES2 (benchmarks/fidelity/llm/tables-tp2)
+#             at once) and TP 2 (with 4 GPUs two models at once), SM shares $SHARES2, merged per model into
+#             $TABLES2 (benchmarks/fidelity/llm/tables-tp2). The 4-GPU set: TP2=instances/fidelity-llm/gpu4
+#             MODELS2="llm-1b llm-3b llm-7b llm-8b" TABLES2=$B/tables-gpu4 PLACEMENTS2="spatial muxserve temporal"
 #   measured2 the 2-GPU set's instances that use those tables ($TP2/measured/)
-#   tp2       the 2-GPU set's placements $PLACEMENTS2 (default spatial muxserve temporal colocated), each on
-#             fresh workers, into $RESULTS/tp2-poisson-<placement>
+#   tp2       the set's placements $PLACEMENTS2 (default spatial muxserve temporal colocated), each on
+#             fresh workers, into $RESULTS/<set folder name>-poisson-<placement>
 #   pack      benchmarks/fidelity/llm/{tables,results}/ and instances/fidelity-llm/measured/ into
 #             $OUT/llm-fidelity-<time>.tar.gz: end every call with it and unpack the tarball at the
 #             repository root here (tar xzf), then later calls carry the tables.
@@ -126,28 +128,37 @@ for phase in "$@"; do
       NGPU=$(n_gpus)
       mkdir -p "$TABLES2/tp1" "$TABLES2/tp2"
       i=0
-      for m in $MODELS2; do  # TP 1: with two GPUs, the two models at once, one on each
+      for m in $MODELS2; do  # TP 1: with several GPUs, one model on each at once
         args=(placeopt profile $TP2/poisson.json --model $m --llm --tp 1 --backend "$BACKEND" --sm-shares "$SHARES2"
               "${GRID[@]}" --gpu-name "$GPU" -o "$TABLES2/tp1/$m.json" --details "$TABLES2/tp1/$m.details.json")
         if [ "$NGPU" -ge 2 ]; then
-          (export CUDA_VISIBLE_DEVICES=$((i % 2)); bounded "${args[@]}" 2>&1 | tail -3) &
+          (export CUDA_VISIBLE_DEVICES=$((i % NGPU)); bounded "${args[@]}" 2>&1 | tail -3) &
+          i=$((i + 1)); [ $((i % NGPU)) -eq 0 ] && wait
         else
           bounded "${args[@]}" 2>&1 | tail -3
         fi
-        i=$((i + 1))
       done
       wait
-      for m in $MODELS2; do
-        bounded placeopt profile $TP2/poisson.json --model $m --llm --tp 2 --backend "$BACKEND" --sm-shares "$SHARES2" \
-          "${GRID[@]}" --gpu-name "$GPU" -o "$TABLES2/tp2/$m.json" --details "$TABLES2/tp2/$m.details.json" 2>&1 | tail -3
+      i=0
+      for m in $MODELS2; do  # TP 2: with four GPUs or more, two models at once on GPUs 0-1 and 2-3, ...
+        args=(placeopt profile $TP2/poisson.json --model $m --llm --tp 2 --backend "$BACKEND" --sm-shares "$SHARES2"
+              "${GRID[@]}" --gpu-name "$GPU" -o "$TABLES2/tp2/$m.json" --details "$TABLES2/tp2/$m.details.json")
+        if [ "$NGPU" -ge 4 ]; then
+          pair=$((i % (NGPU / 2)))
+          (export CUDA_VISIBLE_DEVICES=$((2 * pair)),$((2 * pair + 1)); bounded "${args[@]}" 2>&1 | tail -3) &
+          i=$((i + 1)); [ $((i % (NGPU / 2))) -eq 0 ] && wait
+        else
+          bounded "${args[@]}" 2>&1 | tail -3
+        fi
       done
+      wait
       python3 $B/merge_tables.py "$TABLES2" "$TABLES2/tp1" "$TABLES2/tp2" ;;
     measured2)
       python3 $B/measured_instances.py "$TABLES2" $TP2 ;;
     tp2)
       for p in $PLACEMENTS2; do
         run_capped placeopt execute $TP2/measured/poisson.json $TP2/poisson-$p.placement.json --backend "$BACKEND" \
-          -o "$R/tp2-poisson-$p" 2>&1 | tail -20
+          -o "$R/$(basename "$TP2")-poisson-$p" 2>&1 | tail -20
       done ;;
     pack)
       tar czf "$OUT/llm-fidelity-$(date -u +%H%M%S).tar.gz" $B/tables "$TABLES" $R $(test -d $B/check && echo $B/check) \
