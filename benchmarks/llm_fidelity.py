@@ -122,6 +122,8 @@ class Generation:
     folder_tables: Tuple[Tuple[str, str], ...] = ()
     fit_eager: Tuple[Tuple[str, str], ...] = ()  # (partition run, whole-GPU run) the eager-prefill host seconds fit on
     fit_tp: Optional[Tuple[str, str]] = None  # a TP > 1 plain-stream run: decode host seconds per extra rank
+    # more plain-stream runs ``decode_kv_gbps`` is fitted on (beside ``fit_streams`` and ``fit_tp``)
+    fit_kv: Tuple[Tuple[str, str], ...] = ()
     # speed a decode step keeps while its LLM's prefill runs on the same SM partition (measured on
     # the eager fit run, docs/fidelity-llm.md "What fcfs does in the stalls"); 0: not modelled
     own_prefill_decode_share: float = 0.0
@@ -146,20 +148,26 @@ class Generation:
 # arrivals re-drawn (instances/fidelity-llm/tp2s1, seed 1; runs tp2s1-poisson-<placement>);
 # results-v3-tp2c: its temporal placement again on fresh workers (how far the GPU repeats itself);
 # results-v3c2: the code trace's temporal and muxserve placements again (1 x H100, fresh workers).
+# results-v3-gpu4: 4 GPUs (instances/fidelity-llm/gpu4: runs gpu4-poisson-<placement>, tables
+# profiled in the same call into tables-gpu4); results-v3-gpu4b: the same with the arrivals
+# re-drawn (instances/fidelity-llm/gpu4s1, seed 1).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
     "v3": Generation(("results-v3", "results-v3b"), "tables-v3", "results-v3",
                      ("results-v3b", "poisson-muxserve/round-robin"), "calibration-v3.json",
                      fit_streams=("results-v3b", "poisson-temporal")),
-    "v3w": Generation(("results-v3c", "results-v3c2", "results-v3-tp2", "results-v3-tp2b", "results-v3-tp2c"),
+    "v3w": Generation(("results-v3c", "results-v3c2", "results-v3-tp2", "results-v3-tp2b", "results-v3-tp2c",
+                       "results-v3-gpu4", "results-v3-gpu4b"),
                       "tables-v3", "results-v3",
                       ("results-v3c", "poisson-muxserve/round-robin"), "calibration.json",
                       fit_streams=("results-v3c", "poisson-temporal"),
                       folder_tables=(("results-v3-tp2", "tables-tp2"), ("results-v3-tp2b", "tables-tp2"),
-                                     ("results-v3-tp2c", "tables-tp2")),
+                                     ("results-v3-tp2c", "tables-tp2"), ("results-v3-gpu4", "tables-gpu4"),
+                                     ("results-v3-gpu4b", "tables-gpu4")),
                       fit_eager=(("results-v3c", "conv-muxserve"), ("results-v3c", "conv-temporal")),
                       fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25,
+                      fit_kv=(("results-v3-gpu4", "gpu4-poisson-spatial"),),
                       measure_eager_hold=True),
 }
 
@@ -167,7 +175,7 @@ GENERATIONS = {
 def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     """The runs ``gen``'s calibration was fitted on (folder, run name)."""
     return [gen.fit] + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
-        [gen.fit_tp] if gen.fit_tp else [])
+        [gen.fit_tp] if gen.fit_tp else []) + list(gen.fit_kv)
 
 
 def is_fit_run(run: dict) -> bool:
@@ -558,29 +566,33 @@ def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int, float]]:
 
 
 def plain_stream_steps(run: dict) -> np.ndarray:
-    """The back-to-back decode steps of a plain-stream run (one job at a time: a temporal run):
-    over every pair of consecutive token events of one mesh that are decode steps of the same
-    LLM (nothing ran between them), (gap - the table time of the second step at its batch and
-    mean context, the GB of KV cache per GPU that step reads), one row per pair."""
+    """The back-to-back decode steps of a plain-stream run (one job at a time per mesh: a temporal
+    run, or a spatial one): over every pair of consecutive token events of one mesh that are
+    decode steps of the same LLM (nothing ran on that mesh between them), (gap - the table time of
+    the second step at its batch and mean context, the GB of KV cache per GPU that step reads),
+    one row per pair."""
     from placement_opt.executor.llm_sched import len_interp
+    from placement_opt.placement import load_placement
 
     tables = _mesh_step_tables(run)
     with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
         rows = list(csv.DictReader(f))
-    events: Dict[Tuple[float, str], List[Tuple[int, int]]] = {}
-    for r in rows:
-        for j, t in enumerate(r["token_times_s"].split()):
-            events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j))
     steps = []
-    ordered = sorted(events)
-    for (t0, m0), (t1, m1) in zip(ordered, ordered[1:]):
-        step, before = events[(t1, m1)], events[(t0, m0)]
-        if m0 != m1 or any(j == 0 for _, j in step + before):
-            continue
-        table, k, kv_bytes = tables[m1]
-        context = sum(p + j for p, j in step)
-        steps.append((t1 - t0 - len_interp(table.decode[k, len(step)], table.lgrid, context / len(step)),
-                      context * kv_bytes / 1e9))
+    for group in load_placement(run_inputs(run)[1]).groups:
+        events: Dict[Tuple[float, str], List[Tuple[int, int]]] = {}
+        for r in rows:
+            if r["model"] in group.models:
+                for j, t in enumerate(r["token_times_s"].split()):
+                    events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j))
+        ordered = sorted(events)
+        for (t0, m0), (t1, m1) in zip(ordered, ordered[1:]):
+            step, before = events[(t1, m1)], events[(t0, m0)]
+            if m0 != m1 or any(j == 0 for _, j in step + before):
+                continue
+            table, k, kv_bytes = tables[m1]
+            context = sum(p + j for p, j in step)
+            steps.append((t1 - t0 - len_interp(table.decode[k, len(step)], table.lgrid, context / len(step)),
+                          context * kv_bytes / 1e9))
     return np.array(steps, dtype=np.float64).reshape(-1, 2)
 
 
@@ -792,8 +804,9 @@ def kv_fields(gen: Generation) -> Tuple[float, str]:
     separate the KV term from the host time as well; kept off for older generations)."""
     if gen.fit_streams is None or gen.fit_tp is None:
         return 0.0, "off (no TP-1 and TP > 1 plain-stream runs to fit on)"
-    gbps, mad = fit_kv_gbps([_find_run(gen.fit_streams), _find_run(gen.fit_tp)])
-    return round(gbps, 1), (f"{'/'.join(gen.fit_streams)} and {'/'.join(gen.fit_tp)}: back-to-back decode steps, "
+    where = [gen.fit_streams, gen.fit_tp, *gen.fit_kv]
+    gbps, mad = fit_kv_gbps([_find_run(w) for w in where])
+    return round(gbps, 1), (f"{', '.join('/'.join(w) for w in where)}: back-to-back decode steps, "
                             f"least absolute deviations, mean |deviation| {1e3 * mad:.3f} ms")
 
 
@@ -953,6 +966,19 @@ def summary_scope(folders: List[str], reported: Dict[str, Tuple[List[dict], bool
     return have[-1:] if have else folders[-1:]
 
 
+#: issue 11's targets: |error| bound per metric (fractions; attainment in points)
+TARGETS = (("throughput_err", 0.05, "throughput 5%"), ("max_llm_err", 0.10, "per-LLM 10%"),
+           ("ttft_err", 0.15, "TTFT 15%"), ("tpot_err", 0.15, "TPOT 15%"), ("slo_attainment_pp", 3.0, "attainment 3 pp"))
+
+
+def targets_line(runs: List[dict]) -> str:
+    """How many of ``runs`` meet each target (a run without the metric counts as missing it)."""
+    errs = _final_errors(runs)
+    met = [f"{label} {sum(1 for e in errs if e.get(key) is not None and abs(e[key]) <= bound)}/{len(errs)}"
+           for key, bound, label in TARGETS]
+    return "targets met: " + ", ".join(met)
+
+
 def last_line(runs: List[dict], ranking_ok: bool, roof: float) -> str:
     """The summary line over ``runs`` (module docstring)."""
     errs = _final_errors(runs)
@@ -994,6 +1020,7 @@ def main() -> None:
     roof = roofs[-1] if roofs else (folders[-1] if folders else LLM)
     print(f"(last line: {', '.join(os.path.relpath(f, HERE) for f in scope) or '-'}; "
           f"decode roofline: {os.path.relpath(roof, HERE)})")
+    print(targets_line(runs))
     print(last_line(runs, ranking_ok, roofline(roof)))
 
 

@@ -53,7 +53,7 @@ def test_kv_term_adds_the_kv_bytes_of_the_step_at_the_mean_context():
         extra = b * context * spec.kv_bytes_per_token / tp / (cfg.decode_kv_gbps * 1e9)
         assert np.array_equal(p0, p1)
         assert np.allclose(d1 - d0, extra, rtol=1e-12, atol=0)
-        assert extra[1] > 2e-5  # llm-7b, full multi-head attention: tens of microseconds per request
+        assert extra[1] > 1e-5  # llm-7b, full multi-head attention: over ten microseconds per request on each GPU
 
 
 def test_cycle_solves_the_shared_partition_fixed_point():

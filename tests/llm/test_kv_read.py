@@ -70,9 +70,9 @@ def _with(inst, **fields: float):
 
 
 def test_calibrated_kv_rate_splits_the_time_between_the_llms():
-    """``results-v3c/conv-temporal`` (the KV rate is fitted on the Poisson temporal runs; conv is
-    held out for it): with the calibrated rate the mean TPOT is within 3% and every LLM's mean
-    TPOT within 10% (off, the host times as calibrated: TPOT 16% low, llm-3b's 23%)."""
+    """``results-v3c/conv-temporal`` (the KV rate is fitted on the Poisson temporal and spatial
+    runs; conv is held out for it): with the calibrated rate the mean TPOT is within 6% and every
+    LLM's mean TPOT within 10% (off, the host times as calibrated: TPOT 13% low, llm-3b's 23%)."""
     with open(os.path.join(RESULTS, "calibration.json")) as f:
         cal = json.load(f)
     assert cal["decode_kv_gbps"] > 0
@@ -88,7 +88,7 @@ def test_calibrated_kv_rate_splits_the_time_between_the_llms():
         return max(abs(m["tpot_mean_s"] / sim["per_model"][n]["tpot_mean_s"] - 1) for n, m in measured["per_model"].items())
 
     after = simulate_llm(inst, placement)
-    assert abs(measured["tpot_mean_s"] / after["tpot_mean_s"] - 1) < 0.03
+    assert abs(measured["tpot_mean_s"] / after["tpot_mean_s"] - 1) < 0.06
     assert worst_tpot(after) < 0.10
     off = simulate_llm(_with(inst, decode_kv_gbps=0.0), placement)
     assert measured["tpot_mean_s"] / off["tpot_mean_s"] - 1 > 0.10
