@@ -150,7 +150,9 @@ class Generation:
 # results-v3c2: the code trace's temporal and muxserve placements again (1 x H100, fresh workers).
 # results-v3-gpu4: 4 GPUs (instances/fidelity-llm/gpu4: runs gpu4-poisson-<placement>, tables
 # profiled in the same call into tables-gpu4); results-v3-gpu4b: the same with the arrivals
-# re-drawn (instances/fidelity-llm/gpu4s1, seed 1).
+# re-drawn (instances/fidelity-llm/gpu4s1, seed 1); results-v3-gpu4c: gpu4b's muxserve and temporal
+# placements again, and results-v3-tp2d: the 2-GPU set's (seed 0) temporal and muxserve placements
+# again, both on the 4 x H100 machine (fresh workers: how far the GPU repeats itself).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -158,13 +160,14 @@ GENERATIONS = {
                      ("results-v3b", "poisson-muxserve/round-robin"), "calibration-v3.json",
                      fit_streams=("results-v3b", "poisson-temporal")),
     "v3w": Generation(("results-v3c", "results-v3c2", "results-v3-tp2", "results-v3-tp2b", "results-v3-tp2c",
-                       "results-v3-gpu4", "results-v3-gpu4b"),
+                       "results-v3-gpu4", "results-v3-gpu4b", "results-v3-gpu4c", "results-v3-tp2d"),
                       "tables-v3", "results-v3",
                       ("results-v3c", "poisson-muxserve/round-robin"), "calibration.json",
                       fit_streams=("results-v3c", "poisson-temporal"),
                       folder_tables=(("results-v3-tp2", "tables-tp2"), ("results-v3-tp2b", "tables-tp2"),
                                      ("results-v3-tp2c", "tables-tp2"), ("results-v3-gpu4", "tables-gpu4"),
-                                     ("results-v3-gpu4b", "tables-gpu4")),
+                                     ("results-v3-gpu4b", "tables-gpu4"), ("results-v3-gpu4c", "tables-gpu4"),
+                                     ("results-v3-tp2d", "tables-tp2")),
                       fit_eager=(("results-v3c", "conv-muxserve"), ("results-v3c", "conv-temporal")),
                       fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25,
                       fit_kv=(("results-v3-gpu4", "gpu4-poisson-spatial"),),
