@@ -94,3 +94,17 @@ def test_calibrated_kv_rate_splits_the_time_between_the_llms():
     assert measured["tpot_mean_s"] / off["tpot_mean_s"] - 1 > 0.10
     assert worst_tpot(off) > 0.20
     assert load_instance(os.path.join(FIDELITY, "conv.json")).llm_settings.decode_kv_gbps == 0
+
+
+def test_back_to_back_steps_are_paired_per_mesh():
+    """A spatial run's meshes step at once, so consecutive token events of the whole run rarely
+    belong to one LLM (5205 pairs on ``gpu4-poisson-spatial``, mostly the small LLMs); paired per
+    mesh, every mesh's steps count (22537 pairs, ``llm-7b``'s 3763 among them); a one-mesh
+    temporal run is unchanged (14191 pairs, as its calibration records)."""
+    script = load_benchmark("llm_fidelity")
+
+    def run(folder, name):
+        return next(r for r in script.load_runs(os.path.join(RESULTS, folder)) if r["name"] == name)
+
+    assert len(script.plain_stream_steps(run("results-v3-gpu4", "gpu4-poisson-spatial"))) == 22537
+    assert len(script.plain_stream_steps(run("results-v3c", "poisson-temporal"))) == 14191
