@@ -82,6 +82,7 @@ import csv
 import dataclasses
 import functools
 import glob
+import gzip
 import json
 import math
 import os
@@ -408,6 +409,14 @@ def predict(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, float]:
     return simulate_llm(inst, load_placement(placement_path), policy=policy), measured_attainment(inst, run)
 
 
+def request_rows(run: dict) -> List[Dict[str, str]]:
+    """The rows of ``run``'s ``requests.csv`` (every request, its token times), read from
+    ``requests.csv.gz`` where the run's folder is committed compressed (``gzip -n``)."""
+    path = os.path.join(run["folder"], run["name"], "requests.csv")
+    with (open(path, newline="") if os.path.exists(path) else gzip.open(path + ".gz", "rt", newline="")) as f:
+        return list(csv.DictReader(f))
+
+
 def measured_attainment(inst: Any, run: dict) -> float:
     """The measured requests (``requests.csv``) scored against ``inst``'s per-request SLOs."""
     from placement_opt.llm_units import llm_specs
@@ -416,8 +425,7 @@ def measured_attainment(inst: Any, run: dict) -> float:
     req = inst.requests()
     prompt, output = _with_lengths(inst, req)
     slo = request_slo_seconds(inst, llm_specs(inst), req, prompt, output)
-    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
-        rows = sorted(csv.DictReader(f), key=lambda r: int(r["request"]))
+    rows = sorted(request_rows(run), key=lambda r: int(r["request"]))
     if len(rows) != len(req) or not np.allclose([float(r["arrival_s"]) for r in rows], req.arrival, atol=1e-5):
         raise SystemExit(f"{run['name']}: requests.csv does not replay {run_inputs(run)[0]}'s workload")
     finish = np.array([float(r["finish_s"]) if r["finish_s"] not in ("", None) else -1.0 for r in rows])
@@ -578,8 +586,7 @@ def plain_stream_steps(run: dict) -> np.ndarray:
     from placement_opt.placement import load_placement
 
     tables = _mesh_step_tables(run)
-    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
-        rows = list(csv.DictReader(f))
+    rows = request_rows(run)
     steps = []
     for group in load_placement(run_inputs(run)[1]).groups:
         events: Dict[Tuple[float, str], List[Tuple[int, int]]] = {}
@@ -661,8 +668,7 @@ def prefill_launch_silences(run: dict) -> Dict[bool, List[float]]:
     prefill runs eagerly (the engine's rule, ``prefill_runs_eagerly`` at the default ``llm.prefill_graph_tokens``)."""
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
-    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
-        rows = [r for r in csv.DictReader(f) if r["token_times_s"]]
+    rows = [r for r in request_rows(run) if r["token_times_s"]]
     stamps = np.unique([float(t) for r in rows for t in r["token_times_s"].split()])
     prefills: List[Tuple[float, str, List[int]]] = []
     # the first token's time as ``token_times_s`` rounds it (the stamps compared with it)
@@ -725,8 +731,7 @@ def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.
 def token_events(run: dict) -> Dict[Tuple[float, str], List[Tuple[int, int, float]]]:
     """Every token event of ``run`` (time, model) -> the (prompt tokens, token index, arrival)
     of each request that got a token then: one event per job end of a one-job-at-a-time mesh."""
-    with open(os.path.join(run["folder"], run["name"], "requests.csv")) as f:
-        rows = list(csv.DictReader(f))
+    rows = request_rows(run)
     events: Dict[Tuple[float, str], List[Tuple[int, int, float]]] = {}
     for r in rows:
         for j, t in enumerate(r["token_times_s"].split()):
