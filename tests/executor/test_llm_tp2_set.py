@@ -3,9 +3,10 @@
 * the committed instances and their placements are what make_instances.py says: on two GPUs
   spatial (one LLM per GPU, TP 1), muxserve (the solver's choice), temporal and colocated (one
   TP-2 mesh of both GPUs, one job at a time / SM shares 0.5); on four GPUs spatial, muxserve (a
-  TP-2 mesh of the two small LLMs at shares 0.5, the large ones on a GPU each) and temporal
-  (muxserve's meshes, one job at a time); the simulator runs each;
-* a CPU dry run of ``run_gpu.sh profile2 measured2 tp2 pack`` on a tiny copy of each set
+  TP-2 mesh of the two small LLMs at shares 0.5, the large ones on a GPU each), temporal
+  (muxserve's meshes, one job at a time) and temporal4 (one TP-4 mesh of all four, one job at a
+  time); the simulator runs each;
+* a CPU dry run of ``run_gpu.sh profile2 [profile4] measured2 tp2 pack`` on a tiny copy of each set
   (the same names, meshes and placements; tiny architectures, short requests; gloo): the
   TP-1 and TP-2 tables are profiled and merged into one table per model, the measured
   instance points at them, every placement (TP-2 meshes, temporal scheduling included) runs
@@ -26,11 +27,12 @@ import tarfile
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SETS = {"tp2": ("spatial", "muxserve", "temporal", "colocated"), "gpu4": ("spatial", "muxserve", "temporal")}
-TINY = {"llm-1b": {"layers": 2, "hidden": 32, "heads": 2, "kv_heads": 2, "vocab": 96},
-        "llm-3b": {"layers": 3, "hidden": 96, "heads": 6, "kv_heads": 2, "vocab": 112},
-        "llm-7b": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 128},
-        "llm-8b": {"layers": 2, "hidden": 96, "heads": 6, "kv_heads": 2, "vocab": 160}}
+SETS = {"tp2": ("spatial", "muxserve", "temporal", "colocated"), "gpu4": ("spatial", "muxserve", "temporal", "temporal4")}
+#: head size 16 (one KV pool), heads, KV heads and FFN width divisible by 4 (a TP-4 mesh)
+TINY = {"llm-1b": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "vocab": 96},
+        "llm-3b": {"layers": 3, "hidden": 192, "heads": 12, "kv_heads": 4, "vocab": 112},
+        "llm-7b": {"layers": 2, "hidden": 128, "heads": 8, "kv_heads": 8, "vocab": 128},
+        "llm-8b": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "vocab": 160}}
 
 
 def _set(name):
@@ -77,7 +79,8 @@ def test_the_committed_4gpu_set_is_what_make_instances_says():
     assert shapes["muxserve"] == mux
     assert _placement("gpu4", "muxserve").provenance["solver"] == "muxserve"
     assert shapes["temporal"] == [(d, tp, ms, (1.0,) * len(ms)) for d, tp, ms, _ in mux]
-    assert _placement("gpu4", "temporal").scheduling == "temporal"
+    assert shapes["temporal4"] == [((0, 1, 2, 3), 4, tuple(inst.model_names), (1.0,) * 4)]
+    assert _placement("gpu4", "temporal").scheduling == _placement("gpu4", "temporal4").scheduling == "temporal"
 
 
 def _tiny_copy(set_name, dst):
@@ -107,15 +110,18 @@ def test_run_gpu_sh_set_phases_dry_run_on_cpu(tmp_path, set_name):
     tp2, tables, results, out = (tmp_path / x for x in (set_name, "tables", "results", "out"))
     _tiny_copy(set_name, str(tp2))
     models = [m["name"] for m in json.loads((tp2 / "poisson.json").read_text())["models"]]
-    env = dict(os.environ, BACKEND="gloo", SHARES2="1", MODELS2=" ".join(models), REPEATS="1", TP2=str(tp2), TABLES2=str(tables),
+    env = dict(os.environ, BACKEND="gloo", SHARES2="1", MODELS2=" ".join(models), PLACEMENTS2=" ".join(SETS[set_name]),
+               REPEATS="1", TP2=str(tp2), TABLES2=str(tables),
                RESULTS=str(results), OUT=str(out), PROFILE_GRID="--batch-sizes 1,2 --seq-lens 16,64",
                DEADLINE_S="400", RUN_CAP_S="120", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    r = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "fidelity", "llm", "run_gpu.sh"), "profile2",
-                        "measured2", "tp2", "pack"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    phases = ["profile2"] + (["profile4"] if set_name == "gpu4" else []) + ["measured2", "tp2", "pack"]
+    r = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "fidelity", "llm", "run_gpu.sh"), *phases],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     for model in models:
         table = json.loads((tables / f"{model}.json").read_text())
-        assert sorted(table["tp"]) == ["1", "2"]  # the TP-1 and TP-2 profiles, merged
+        # the TP-1, TP-2 (and on four GPUs TP-4) profiles, merged
+        assert sorted(table["tp"]) == (["1", "2", "4"] if set_name == "gpu4" else ["1", "2"])
     measured = json.loads((tp2 / "measured" / "poisson.json").read_text())
     assert measured["cost_tables"] == {m: os.path.relpath(tables / f"{m}.json", tp2 / "measured") for m in models}
     for name in SETS[set_name]:

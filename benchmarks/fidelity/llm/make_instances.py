@@ -33,7 +33,8 @@ large LLMs popular, as in MuxServe's skewed sets; 20 s drain), and three placeme
 (each LLM on a GPU of its own; solved), ``muxserve`` (solved: with the roofline costs the two small
 LLMs colocated on one TP-2 mesh of GPUs 0-1 at SM shares 0.5, the large ones on a GPU each) and
 ``temporal`` (muxserve's meshes, one job at a time: the temporal solver's own choice on four GPUs
-is the spatial placement).
+is the spatial placement); ``temporal4`` (one TP-4 mesh of the four GPUs serving all four LLMs
+one job at a time, as the 2-GPU set's temporal placement; added after the first 4-GPU runs).
 
 Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2 | --gpu4]
 """
@@ -226,7 +227,8 @@ def tp2_placements(path: str) -> None:
 
 
 def gpu4_placements(path: str) -> None:
-    """spatial and muxserve (solved) and temporal (muxserve's meshes, one job at a time) beside ``path``."""
+    """spatial and muxserve (solved), temporal (muxserve's meshes, one job at a time) and temporal4
+    (one TP-4 mesh of the four GPUs serving every LLM, one job at a time) beside ``path``."""
     from placement_opt import load_instance, solve
     from placement_opt.placement import Group, Placement
 
@@ -239,7 +241,13 @@ def gpu4_placements(path: str) -> None:
         scheduling="temporal", provenance={"made_by": "benchmarks/fidelity/llm/make_instances.py",
                                            "why": "the muxserve placement's meshes with temporal multiplexing "
                                                   "(the temporal solver chooses the spatial placement on four GPUs)"})
-    write_placements(path, placements, ("temporal",))
+    names = tuple(inst.model_names)
+    placements["temporal4"] = Placement(
+        groups=(Group(devices=(0, 1, 2, 3), tp=4, models=names, sm_share=(1.0,) * len(names)),),
+        scheduling="temporal", provenance={"made_by": "benchmarks/fidelity/llm/make_instances.py",
+                                           "why": "temporal multiplexing of every LLM on one TP-4 mesh of the "
+                                                  "four GPUs (the 2-GPU set's temporal placement, on four)"})
+    write_placements(path, placements, ("temporal", "temporal4"))
 
 
 def main() -> None:

@@ -17,6 +17,8 @@
 #             at once) and TP 2 (with 4 GPUs two models at once), SM shares $SHARES2, merged per model into
 #             $TABLES2 (benchmarks/fidelity/llm/tables-tp2). The 4-GPU set: TP2=instances/fidelity-llm/gpu4
 #             MODELS2="llm-1b llm-3b llm-7b llm-8b" TABLES2=$B/tables-gpu4 PLACEMENTS2="spatial muxserve temporal"
+#   profile4  the set's cost tables of $MODELS2 at TP 4 (four GPUs), SM shares $SHARES4 (default 1), merged into
+#             $TABLES2 with its tp1/ and tp2/ tables (the 4-GPU set's temporal4 placement: one TP-4 mesh)
 #   measured2 the 2-GPU set's instances that use those tables ($TP2/measured/)
 #   tp2       the set's placements $PLACEMENTS2 (default spatial muxserve temporal colocated), each on
 #             fresh workers, into $RESULTS/<set folder name>-poisson-<placement>
@@ -54,6 +56,7 @@ TEMPORAL=${TEMPORAL:-poisson conv code}
 TP2=${TP2:-$I/tp2}
 TABLES2=${TABLES2:-$B/tables-tp2}
 SHARES2=${SHARES2:-0.5,1}
+SHARES4=${SHARES4:-1}
 MODELS2=${MODELS2:-llm-7b llm-8b}
 PLACEMENTS2=${PLACEMENTS2:-spatial muxserve temporal colocated}
 RUN_CAP_S=${RUN_CAP_S:-0}
@@ -153,6 +156,14 @@ for phase in "$@"; do
       done
       wait
       python3 $B/merge_tables.py "$TABLES2" "$TABLES2/tp1" "$TABLES2/tp2" ;;
+    profile4)
+      GPU=$(gpu_name)
+      mkdir -p "$TABLES2/tp4"
+      for m in $MODELS2; do
+        bounded placeopt profile $TP2/poisson.json --model $m --llm --tp 4 --backend "$BACKEND" --sm-shares "$SHARES4" \
+          "${GRID[@]}" --gpu-name "$GPU" -o "$TABLES2/tp4/$m.json" --details "$TABLES2/tp4/$m.details.json" 2>&1 | tail -3
+      done
+      python3 $B/merge_tables.py "$TABLES2" "$TABLES2/tp1" "$TABLES2/tp2" "$TABLES2/tp4" ;;
     measured2)
       python3 $B/measured_instances.py "$TABLES2" $TP2 ;;
     tp2)
