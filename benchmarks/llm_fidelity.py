@@ -62,9 +62,11 @@ for every model) on the back-to-back decode steps of the plain-stream fit runs, 
 (``fit_streams``, ``fit_tp``; off for a generation without both), before the host times, which
 are then measured beyond it; ``prefill_host_tp_s`` (a prefill's serial collect per TP rank beyond
 the first) as the median back-to-back prefill time beyond the table on ``fit_tp`` less that on
-``fit_streams`` (:func:`tp_prefill_host`); ``prefill_eager_hold_s`` (where the generation sets
-``measure_eager_hold``: how much longer an eager prefill's launch holds the scheduling thread than
-a graph one, from the silences after prefill ends in the partition eager fit run's
+``fit_streams`` (:func:`tp_prefill_host`); with a run at a second TP degree (``fit_tp_wide``) the
+TP decode host time and the prefill collect each split into a per-rank and a per-mesh part
+(``decode_host_mesh_s``, ``prefill_host_mesh_s``, :func:`rank_and_mesh`); ``prefill_eager_hold_s``
+(where the generation sets ``measure_eager_hold``: how much longer an eager prefill's launch
+holds the scheduling thread than a graph one, from the silences after prefill ends in the partition eager fit run's
 ``requests.csv``) before the eager-prefill times, which are fitted on TTFT with it in place.
 Every other run is held out; the report marks the fit runs.
 
@@ -100,8 +102,9 @@ INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
 #: ``llm.prefill_graph_tokens`` default; the runs' instances leave it there)
 GRAPH_TOKENS = LLMConfig().prefill_graph_tokens
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
-                "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_kv_gbps",
-                "own_prefill_decode_share", "prefill_host_tp_s", "prefill_eager_hold_s", "prefill_partition_stretch")
+                "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s",
+                "decode_kv_gbps", "own_prefill_decode_share", "prefill_host_tp_s", "prefill_host_mesh_s",
+                "prefill_eager_hold_s", "prefill_partition_stretch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +126,9 @@ class Generation:
     folder_tables: Tuple[Tuple[str, str], ...] = ()
     fit_eager: Tuple[Tuple[str, str], ...] = ()  # (partition run, whole-GPU run) the eager-prefill host seconds fit on
     fit_tp: Optional[Tuple[str, str]] = None  # a TP > 1 plain-stream run: decode host seconds per extra rank
+    # a plain-stream run at a higher TP degree than ``fit_tp``'s: the TP host times split into a per-rank
+    # and a per-mesh part (None: all per rank)
+    fit_tp_wide: Optional[Tuple[str, str]] = None
     # more plain-stream runs ``decode_kv_gbps`` is fitted on (beside ``fit_streams`` and ``fit_tp``)
     fit_kv: Tuple[Tuple[str, str], ...] = ()
     # speed a decode step keeps while its LLM's prefill runs on the same SM partition (measured on
@@ -172,6 +178,7 @@ GENERATIONS = {
                       fit_eager=(("results-v3c", "conv-muxserve"), ("results-v3c", "conv-temporal")),
                       fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25,
                       fit_kv=(("results-v3-gpu4", "gpu4-poisson-spatial"),),
+                      fit_tp_wide=("results-v3-gpu4", "gpu4-poisson-temporal4"),
                       measure_eager_hold=True),
 }
 
@@ -179,7 +186,7 @@ GENERATIONS = {
 def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     """The runs ``gen``'s calibration was fitted on (folder, run name)."""
     return [gen.fit] + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
-        [gen.fit_tp] if gen.fit_tp else []) + list(gen.fit_kv)
+        [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv)
 
 
 def is_fit_run(run: dict) -> bool:
@@ -710,22 +717,49 @@ def fit_eager_host(run: dict, model: Dict[str, float], field: str) -> Tuple[floa
     return best
 
 
-def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.0) -> Tuple[float, str]:
-    """``decode_host_tp_s``: on ``gen.fit_tp`` (plain streams, one job at a time, TP > 1) the
-    median decode-step time beyond the table and the KV term at ``kv_gbps``
-    (:func:`plain_stream_decode_extra`) less the TP-1 value ``decode_host_full``, per rank
-    beyond the first (0 without such a run)."""
-    if gen.fit_tp is None:
-        return 0.0, "no TP > 1 plain-stream run"
+def _tp_degree(run: dict) -> int:
+    """The largest TP degree of ``run``'s placement."""
     from placement_opt.placement import load_placement
 
-    run = _find_run(gen.fit_tp)
-    tp = max(g.tp for g in load_placement(run_inputs(run)[1]).groups)
-    extra, pairs = plain_stream_decode_extra(run, kv_gbps)
-    return max(0.0, (extra - decode_host_full) / (tp - 1)), (
-        f"{gen.fit_tp[0]}/{gen.fit_tp[1]}: median decode-step time beyond the TP-{tp} table"
-        f"{' and the KV term' if kv_gbps > 0 else ''} {1e3 * extra:.3f} ms over {pairs} back-to-back steps, "
-        f"less decode_host_full_s")
+    return max(g.tp for g in load_placement(run_inputs(run)[1]).groups)
+
+
+def rank_and_mesh(points: List[Tuple[int, float]]) -> Tuple[float, float]:
+    """(per rank beyond the first, per mesh of several GPUs) seconds through the excess a job
+    takes on meshes of TP degree ``t`` > 1, ``points`` = [(t, excess)]: one degree, all of it per
+    rank (no mesh term); two or more, the line ``mesh + rank x (t - 1)`` through the lowest and
+    highest degrees; neither below 0."""
+    points = sorted(points)
+    (t0, e0), (t1, e1) = points[0], points[-1]
+    if t1 == t0:
+        return max(0.0, e0 / (t0 - 1)), 0.0
+    rank = max(0.0, (e1 - e0) / (t1 - t0))
+    return rank, max(0.0, e0 - rank * (t0 - 1))
+
+
+def _tp_runs(gen: Generation) -> List[Tuple[str, str]]:
+    """The plain-stream TP > 1 fit runs of ``gen``: ``fit_tp`` and ``fit_tp_wide``."""
+    return [w for w in (gen.fit_tp, gen.fit_tp_wide) if w is not None]
+
+
+def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.0) -> Tuple[float, float, str]:
+    """``decode_host_tp_s`` and ``decode_host_mesh_s``: on each TP > 1 plain-stream fit run
+    (``fit_tp``, and ``fit_tp_wide`` at a higher degree) the median decode-step time beyond the
+    table and the KV term at ``kv_gbps`` (:func:`plain_stream_decode_extra`) less the TP-1 value
+    ``decode_host_full``, split by :func:`rank_and_mesh` (0 without such a run)."""
+    if gen.fit_tp is None:
+        return 0.0, 0.0, "no TP > 1 plain-stream run"
+    points, notes = [], []
+    for where in _tp_runs(gen):
+        run = _find_run(where)
+        tp = _tp_degree(run)
+        extra, pairs = plain_stream_decode_extra(run, kv_gbps)
+        points.append((tp, extra - decode_host_full))
+        notes.append(f"{where[0]}/{where[1]}: median decode-step time beyond the TP-{tp} table"
+                     f"{' and the KV term' if kv_gbps > 0 else ''} {1e3 * extra:.3f} ms over {pairs} "
+                     f"back-to-back steps")
+    rank, mesh = rank_and_mesh(points)
+    return rank, mesh, "; ".join(notes) + ", less decode_host_full_s"
 
 
 def token_events(run: dict) -> Dict[Tuple[float, str], List[Tuple[int, int, float]]]:
@@ -786,24 +820,26 @@ def plain_stream_eager_prefills(run: dict) -> Dict[str, List[Tuple[float, float]
     return out
 
 
-def tp_prefill_host(gen: Generation) -> Tuple[float, str]:
-    """``prefill_host_tp_s``: the median time a back-to-back prefill takes beyond its table
-    (:func:`plain_stream_prefills`) on ``gen.fit_tp`` (TP > 1) less the same on
-    ``gen.fit_streams`` (TP 1, where the launch model already stands for it), per rank beyond
-    the first (0 without both runs)."""
+def tp_prefill_host(gen: Generation) -> Tuple[float, float, str]:
+    """``prefill_host_tp_s`` and ``prefill_host_mesh_s``: the median time a back-to-back prefill
+    takes beyond its table (:func:`plain_stream_prefills`) on each TP > 1 plain-stream fit run
+    (``fit_tp``, ``fit_tp_wide``) less the same on ``gen.fit_streams`` (TP 1, where the launch
+    model already stands for it), split by :func:`rank_and_mesh` (0 without both kinds of run)."""
     if gen.fit_tp is None or gen.fit_streams is None:
-        return 0.0, "no TP-1 and TP > 1 plain-stream runs"
-    from placement_opt.placement import load_placement
-
-    run = _find_run(gen.fit_tp)
-    tp = max(g.tp for g in load_placement(run_inputs(run)[1]).groups)
-    multi, single = plain_stream_prefills(run), plain_stream_prefills(_find_run(gen.fit_streams))
-    if not len(multi) or not len(single):
-        return 0.0, "no back-to-back prefills"
-    value = max(0.0, float(np.median(multi) - np.median(single)) / (tp - 1))
-    return value, (f"{'/'.join(gen.fit_tp)} and {'/'.join(gen.fit_streams)}: median prefill time beyond the table "
-                   f"{1e3 * float(np.median(multi)):.3f} ms (TP {tp}, {len(multi)} back-to-back prefills) less "
-                   f"{1e3 * float(np.median(single)):.3f} ms (TP 1, {len(single)})")
+        return 0.0, 0.0, "no TP-1 and TP > 1 plain-stream runs"
+    single = plain_stream_prefills(_find_run(gen.fit_streams))
+    points, notes = [], []
+    for where in _tp_runs(gen):
+        run = _find_run(where)
+        tp, multi = _tp_degree(run), plain_stream_prefills(run)
+        if not len(multi) or not len(single):
+            return 0.0, 0.0, "no back-to-back prefills"
+        points.append((tp, float(np.median(multi) - np.median(single))))
+        notes.append(f"{'/'.join(where)}: median prefill time beyond the table {1e3 * float(np.median(multi)):.3f} ms "
+                     f"(TP {tp}, {len(multi)} back-to-back prefills)")
+    rank, mesh = rank_and_mesh(points)
+    return rank, mesh, ("; ".join(notes) + f"; less {1e3 * float(np.median(single)):.3f} ms on "
+                        f"{'/'.join(gen.fit_streams)} (TP 1, {len(single)})")
 
 
 def kv_fields(gen: Generation) -> Tuple[float, str]:
@@ -868,13 +904,15 @@ def calibrate(gen: Generation) -> dict:
     if gen.measure_graph_hold:
         out["fit"]["prefill_host_fit"] = (f"{folder}/{name}: median silence before a graph prefill launch; "
                                           f"decode_host_s and prefill_partition_stretch fitted with it")
-    tp_host, tp_source = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps)
+    tp_host, mesh_host, tp_source = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps)
     out["decode_host_tp_s"] = round(tp_host, 6)
+    out["decode_host_mesh_s"] = round(mesh_host, 6)
     out["fit"]["tp_host_fit"] = tp_source
     out["decode_kv_gbps"] = kv_gbps
     out["fit"]["decode_kv_fit"] = kv_source
-    prefill_tp, prefill_tp_source = tp_prefill_host(gen)
+    prefill_tp, prefill_mesh, prefill_tp_source = tp_prefill_host(gen)
     out["prefill_host_tp_s"] = round(prefill_tp, 6)
+    out["prefill_host_mesh_s"] = round(prefill_mesh, 6)
     out["fit"]["prefill_tp_fit"] = prefill_tp_source
     eager = eager_fields(gen, {k: v for k, v in out.items() if k in MODEL_FIELDS})
     for field in ("prefill_eager_hold_s", "prefill_eager_host_s", "prefill_eager_host_full_s"):

@@ -91,6 +91,10 @@ class LLMConfig:
     * ``prefill_host_tp_s``: seconds a prefill lasts beyond its cost-table time per
       tensor-parallel rank beyond the first (the ranks collect its first tokens after its GPU
       work, serially; 0: off).
+    * ``decode_host_mesh_s`` / ``prefill_host_mesh_s``: seconds a decode step's host time / a
+      prefill takes more on any mesh of more than one GPU, beside the per-rank terms above (the
+      ranks' coordination costs once per job whatever their number; measured at TP 2 and 4; 0:
+      off, the per-rank terms alone).
     * ``prefill_partition_stretch``: a prefill of an LLM on an SM partition (share below 1) lasts
       this times its cost-table time (the engine's graph prefills beside the other LLMs' decode
       steps take about 3x their profiled time; 0: off, the table time).
@@ -141,6 +145,12 @@ class LLMConfig:
     prefill_host_tp_s: float = option(0.0, minimum=0,
                                       help="seconds a prefill lasts beyond its table time for each "
                                            "tensor-parallel rank beyond one (0: off)")
+    decode_host_mesh_s: float = option(0.0, minimum=0,
+                                       help="host seconds per decode step more on a mesh of more than one GPU, "
+                                            "beside decode_host_tp_s (0: off)")
+    prefill_host_mesh_s: float = option(0.0, minimum=0,
+                                        help="seconds a prefill lasts more on a mesh of more than one GPU, "
+                                             "beside prefill_host_tp_s (0: off)")
     decode_kv_gbps: float = option(0.0, minimum=0,
                                    help="GB/s at which a decode step's KV-cache bytes add to its table time (0: off)")
     prefill_graph_tokens: int = option(1024, minimum=1,

@@ -14,7 +14,8 @@ the runtime reserves (the rule set's memory plan) is split in proportion to rate
 sum, the batches are found by a few rounds of fixed-point iteration.
 
 With the simulator's host and contention models (``llm.decode_host_s``, ``prefill_host_s``,
-their ``_full_s`` twins for LLMs holding the whole GPU, ``decode_host_tp_s`` per extra TP rank,
+their ``_full_s`` twins for LLMs holding the whole GPU, ``decode_host_tp_s`` per extra TP rank
+and ``decode_host_mesh_s`` on a mesh of several,
 ``prefill_eager_host_s`` and its twin for prefills over the CUDA-graph limit,
 ``contention_hbm_gbps``; off by default) the estimate sees what the simulator does: a decode
 step takes its host seconds longer (its launch on the mesh's one scheduling thread), a prefill
@@ -37,8 +38,9 @@ times longer, ``f = prefill_m(b_m) / round`` the part of its Eq. 3 round its own
 and jobs overlap (not ``serial_decode``).
 
 Two prefill terms of the simulator enter the same way (off when 0): ``llm.prefill_host_tp_s``:
-a prefill on a mesh of TP degree ``t`` lasts ``(t - 1) x prefill_host_tp_s`` longer than its
-table time (added before the ``prefill_host_s`` floor, as the simulator does);
+a prefill on a mesh of TP degree ``t`` lasts ``(t - 1) x prefill_host_tp_s`` (and, for ``t`` > 1,
+``llm.prefill_host_mesh_s``) longer than its table time (added before the ``prefill_host_s``
+floor, as the simulator does);
 ``llm.prefill_eager_hold_s``: an eager prefill on an SM partition holds the mesh's one
 scheduling thread ``prefill_host_s + prefill_eager_hold_s``, during which no job of any member
 is launched, so its term in every member's Eq. 3 round is at least that hold (a per-round host
@@ -66,7 +68,7 @@ from placement_opt.llm_rules import tp_violations
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
-from placement_opt.simulate.llm import host_seconds, on_partition
+from placement_opt.simulate.llm import host_seconds, on_partition, prefill_collect_seconds
 from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
@@ -254,14 +256,15 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
 def _prefill_with_host(pre: np.ndarray, b: np.ndarray, spec: LLMSpec, llm: LLMConfig, share: float, tp: int,
                        prefill_host: float, eager_host: float) -> np.ndarray:
     """The prefill seconds ``pre`` (batches ``b``) under the simulator's host model, in its
-    order: ``llm.prefill_host_tp_s`` per TP rank beyond the first added to the table time (the
-    ranks' serial collect), at least the launch's ``prefill_host``, an eager prefill (padded size
+    order: the ranks' collect (:func:`prefill_collect_seconds`: ``llm.prefill_host_tp_s`` per TP
+    rank beyond the first, ``llm.prefill_host_mesh_s`` on any mesh of several) added to the
+    table time, at least the launch's ``prefill_host``, an eager prefill (padded size
     at the mean prompt over ``prefill_graph_tokens``) ``eager_host`` longer; and, on an SM
     partition with ``llm.prefill_eager_hold_s``, an eager prefill's round share at least the
     thread's hold ``prefill_host + prefill_eager_hold_s``: the mesh's one scheduling thread
     launches nothing else that long, so every member's round waits for it as Eq. 3 waits for
     a prefill (mean value; the hold only counts where it outlasts the prefill)."""
-    collect = llm.prefill_host_tp_s * (tp - 1)
+    collect = prefill_collect_seconds(llm, tp)
     if collect > 0:
         pre = pre + collect
     if prefill_host > 0:

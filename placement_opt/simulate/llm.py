@@ -234,7 +234,7 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
                     weight_bytes=np.array([s.weight_bytes / g.tp for s in mesh_specs], dtype=np.float64),
                     kv_bytes=np.array([s.kv_bytes_per_token / g.tp for s in mesh_specs], dtype=np.float64),
                     decode_host_s=decode_host, prefill_host_s=prefill_host, prefill_eager_host_s=eager_host,
-                    prefill_collect_s=np.full(len(shares), cfg.prefill_host_tp_s * (g.tp - 1), dtype=np.float64),
+                    prefill_collect_s=np.full(len(shares), prefill_collect_seconds(cfg, g.tp), dtype=np.float64),
                     prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if on_partition(sh) else 0.0 for sh in shares]),
                     prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
@@ -263,11 +263,19 @@ def on_partition(share: float) -> bool:
 def host_seconds(cfg: LLMConfig, share: float, tp: int = 1) -> tuple[float, float, float]:
     """(decode, prefill, eager prefill) host seconds of the scheduling thread per job of an LLM
     at SM ``share`` on a mesh of TP degree ``tp``: the partition values below the whole GPU, the
-    plain-stream ones at it; decode adds ``decode_host_tp_s`` per rank beyond the first."""
-    extra = cfg.decode_host_tp_s * (tp - 1)
+    plain-stream ones at it; decode adds ``decode_host_tp_s`` per rank beyond the first and,
+    on a mesh of more than one GPU, ``decode_host_mesh_s``."""
+    extra = cfg.decode_host_tp_s * (tp - 1) + (cfg.decode_host_mesh_s if tp > 1 else 0.0)
     if not on_partition(share):
         return cfg.decode_host_full_s + extra, cfg.prefill_host_full_s, cfg.prefill_eager_host_full_s
     return cfg.decode_host_s + extra, cfg.prefill_host_s, cfg.prefill_eager_host_s
+
+
+def prefill_collect_seconds(cfg: LLMConfig, tp: int) -> float:
+    """Seconds a prefill lasts beyond its table time on a mesh of TP degree ``tp``: the ranks'
+    collect of its first tokens, ``prefill_host_tp_s`` per rank beyond the first and, on a mesh of
+    more than one GPU, ``prefill_host_mesh_s``."""
+    return cfg.prefill_host_tp_s * (tp - 1) + (cfg.prefill_host_mesh_s if tp > 1 else 0.0)
 
 
 def _group_metrics(g: Group, shares: list, pool_bytes: float, out: MeshOutputs, t_stop: float,

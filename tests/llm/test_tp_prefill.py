@@ -80,23 +80,24 @@ def _with(inst, **fields: float):
 
 
 def test_calibrated_collect_predicts_the_tp2_temporal_ttft():
-    """``results-v3-tp2/tp2-poisson-temporal`` (the fit run): with the calibrated collect the
-    mean TTFT is within 10% (off: 19% too low); a TP-1 mesh (the 1-GPU Poisson temporal run)
-    is unchanged by it; the bundled instance keeps it off."""
+    """``results-v3-tp2/tp2-poisson-temporal`` (the fit run): with the calibrated collect (per
+    rank and per mesh) the mean TTFT is within 10% (off: 19% too low); a TP-1 mesh (the 1-GPU
+    Poisson temporal run) is unchanged by it; the bundled instance keeps it off."""
     with open(os.path.join(RESULTS, "calibration.json")) as f:
         cal = json.load(f)
-    assert cal["prefill_host_tp_s"] > 0
+    assert cal["prefill_host_tp_s"] > 0 and cal["prefill_host_mesh_s"] > 0
     inst = load_instance(os.path.join(FIDELITY, "tp2", "measured", "poisson.json"))
     assert inst.llm_settings.prefill_host_tp_s == cal["prefill_host_tp_s"]
+    assert inst.llm_settings.prefill_host_mesh_s == cal["prefill_host_mesh_s"]
     placement = load_placement(os.path.join(FIDELITY, "tp2", "poisson-temporal.placement.json"))
     with open(os.path.join(RESULTS, "results-v3-tp2", "tp2-poisson-temporal", "summary.json")) as f:
         measured = json.load(f)["measured"]
     after = simulate_llm(inst, placement, policy=None)
-    off = simulate_llm(_with(inst, prefill_host_tp_s=0.0), placement, policy=None)
+    off = simulate_llm(_with(inst, prefill_host_tp_s=0.0, prefill_host_mesh_s=0.0), placement, policy=None)
     assert abs(measured["ttft_mean_s"] / after["ttft_mean_s"] - 1) < 0.10
     assert measured["ttft_mean_s"] / off["ttft_mean_s"] - 1 > 0.15
     one = load_instance(os.path.join(FIDELITY, "measured", "poisson.json"))
     one_placement = load_placement(os.path.join(FIDELITY, "poisson-temporal.placement.json"))
-    assert simulate_llm(one, one_placement, policy=None) == simulate_llm(_with(one, prefill_host_tp_s=0.0),
-                                                                         one_placement, policy=None)
+    assert simulate_llm(one, one_placement, policy=None) == simulate_llm(
+        _with(one, prefill_host_tp_s=0.0, prefill_host_mesh_s=0.0), one_placement, policy=None)
     assert load_instance(os.path.join(FIDELITY, "tp2", "poisson.json")).llm_settings.prefill_host_tp_s == 0
