@@ -9,9 +9,10 @@
 * a CPU dry run of ``run_gpu.sh profile2 measured2 tp2 pack`` on a tiny copy of the 2-GPU set, and
   of ``profile4 measured2 tp2 pack`` with the TP-4 placement on one of the 4-GPU set
   (the same names, meshes and placements; tiny architectures, short requests; gloo): the
-  TP-1 and TP-2 tables (TP-4 on the 4-GPU copy) are profiled and merged into one table per model, the measured
-  instance points at them, every placement (TP-2 meshes, temporal scheduling included) runs
-  every request to completion with no prefill bucket met cold, and the tarball holds it all.
+  TP-1 and TP-2 tables (TP-4 on the 4-GPU copy) are profiled and merged into one table per
+  model, the measured instance points at them, every placement (TP-2 and TP-4 meshes, temporal
+  scheduling included) runs every request to completion with no prefill bucket met cold, and the
+  tarball holds it all.
 
 What only the GPUs can check: NCCL inside the captured graphs of a TP-2 mesh, green contexts
 on two GPUs, the TP-1 (and on four GPUs the TP-2) profiles side by side, and the times.
@@ -28,7 +29,8 @@ import tarfile
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SETS = {"tp2": ("spatial", "muxserve", "temporal", "colocated"), "gpu4": ("spatial", "muxserve", "temporal", "temporal4")}
+SETS = {"tp2": ("spatial", "muxserve", "temporal", "colocated"),
+        "gpu4": ("spatial", "muxserve", "temporal", "temporal4")}
 #: the phases and placements of the CPU dry run: on four GPUs only what the 2-GPU set lacks (the
 #: TP-4 profiles and the TP-4 mesh), to keep the suite short
 DRY_RUN = {"tp2": (("profile2", "measured2", "tp2", "pack"), SETS["tp2"]),
@@ -51,7 +53,8 @@ def _placement(set_name, name):
 
 
 def _shapes(set_name):
-    return {n: [(g.devices, g.tp, g.models, g.sm_share) for g in _placement(set_name, n).groups] for n in SETS[set_name]}
+    return {n: [(g.devices, g.tp, g.models, g.sm_share) for g in _placement(set_name, n).groups]
+            for n in SETS[set_name]}
 
 
 def _simulates_each(set_name, min_requests):
@@ -80,7 +83,8 @@ def test_the_committed_4gpu_set_is_what_make_instances_says():
     assert inst.model_names == ["llm-1b", "llm-3b", "llm-7b", "llm-8b"] and inst.cluster.gpus_per_node == 4
     shapes = _shapes("gpu4")
     assert shapes["spatial"] == [((i,), 1, (m,), (1.0,)) for i, m in enumerate(inst.model_names)]
-    mux = [((0, 1), 2, ("llm-1b", "llm-3b"), (0.5, 0.5)), ((2,), 1, ("llm-7b",), (1.0,)), ((3,), 1, ("llm-8b",), (1.0,))]
+    mux = [((0, 1), 2, ("llm-1b", "llm-3b"), (0.5, 0.5)), ((2,), 1, ("llm-7b",), (1.0,)),
+           ((3,), 1, ("llm-8b",), (1.0,))]
     assert shapes["muxserve"] == mux
     assert _placement("gpu4", "muxserve").provenance["solver"] == "muxserve"
     assert shapes["temporal"] == [(d, tp, ms, (1.0,) * len(ms)) for d, tp, ms, _ in mux]
@@ -115,11 +119,13 @@ def test_run_gpu_sh_set_phases_dry_run_on_cpu(tmp_path, set_name):
     tp2, tables, results, out = (tmp_path / x for x in (set_name, "tables", "results", "out"))
     _tiny_copy(set_name, str(tp2))
     models = [m["name"] for m in json.loads((tp2 / "poisson.json").read_text())["models"]]
-    env = dict(os.environ, BACKEND="gloo", SHARES2="1", MODELS2=" ".join(models), PLACEMENTS2=" ".join(DRY_RUN[set_name][1]),
+    phases, placements = DRY_RUN[set_name]
+    env = dict(os.environ, BACKEND="gloo", SHARES2="1", MODELS2=" ".join(models), PLACEMENTS2=" ".join(placements),
                REPEATS="1", TP2=str(tp2), TABLES2=str(tables),
                RESULTS=str(results), OUT=str(out), PROFILE_GRID="--batch-sizes 1,2 --seq-lens 16,64",
-               DEADLINE_S="400", RUN_CAP_S="120", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    r = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "fidelity", "llm", "run_gpu.sh"), *DRY_RUN[set_name][0]],
+               DEADLINE_S="400", RUN_CAP_S="120",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    r = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "fidelity", "llm", "run_gpu.sh"), *phases],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     for model in models:
@@ -128,7 +134,7 @@ def test_run_gpu_sh_set_phases_dry_run_on_cpu(tmp_path, set_name):
         assert sorted(table["tp"]) == (["4"] if set_name == "gpu4" else ["1", "2"])
     measured = json.loads((tp2 / "measured" / "poisson.json").read_text())
     assert measured["cost_tables"] == {m: os.path.relpath(tables / f"{m}.json", tp2 / "measured") for m in models}
-    for name in DRY_RUN[set_name][1]:
+    for name in placements:
         summary = json.loads((results / f"{set_name}-poisson-{name}" / "summary.json").read_text())
         assert summary["status"] == "complete", (name, r.stdout)
         assert summary["measured"]["finished"] == summary["measured"]["requests"] > 0
@@ -136,5 +142,5 @@ def test_run_gpu_sh_set_phases_dry_run_on_cpu(tmp_path, set_name):
         assert summary["workers"] == sum(len(g.devices) for g in _placement(set_name, name).groups if g.models)
     [tarball] = list(out.glob("llm-fidelity-*.tar.gz"))
     names = tarfile.open(tarball).getnames()
-    assert any(n.endswith(f"{set_name}-poisson-{DRY_RUN[set_name][1][-1]}/summary.json") for n in names)
+    assert any(n.endswith(f"{set_name}-poisson-{placements[-1]}/summary.json") for n in names)
     assert any(n.endswith("measured/poisson.json") for n in names)
