@@ -66,8 +66,9 @@ the first) as the median back-to-back prefill time beyond the table on ``fit_tp`
 TP decode host time and the prefill collect each split into a per-rank and a per-mesh part
 (``decode_host_mesh_s``, ``prefill_host_mesh_s``, :func:`rank_and_mesh`); ``prefill_eager_hold_s``
 (where the generation sets ``measure_eager_hold``: how much longer an eager prefill's launch
-holds the scheduling thread than a graph one, from the silences after prefill ends in the partition eager fit run's
-``requests.csv``) before the eager-prefill times, which are fitted on TTFT with it in place.
+holds the scheduling thread than a graph one, from the silences after prefill ends in the
+partition eager fit run's ``requests.csv``) before the eager-prefill times, which are fitted on
+TTFT with it in place.
 Every other run is held out; the report marks the fit runs.
 
 ``--policy-load SCALE[:RESERVE]`` simulates the Poisson muxserve placement under the three
@@ -593,21 +594,16 @@ def plain_stream_steps(run: dict) -> np.ndarray:
     from placement_opt.placement import load_placement
 
     tables = _mesh_step_tables(run)
-    rows = request_rows(run)
+    events = token_events(run)
     steps = []
     for group in load_placement(run_inputs(run)[1]).groups:
-        events: Dict[Tuple[float, str], List[Tuple[int, int]]] = {}
-        for r in rows:
-            if r["model"] in group.models:
-                for j, t in enumerate(r["token_times_s"].split()):
-                    events.setdefault((float(t), r["model"]), []).append((int(r["prompt_tokens"]), j))
-        ordered = sorted(events)
+        ordered = sorted(e for e in events if e[1] in group.models)
         for (t0, m0), (t1, m1) in zip(ordered, ordered[1:]):
             step, before = events[(t1, m1)], events[(t0, m0)]
-            if m0 != m1 or any(j == 0 for _, j in step + before):
+            if m0 != m1 or any(j == 0 for _, j, _ in step + before):
                 continue
             table, k, kv_bytes = tables[m1]
-            context = sum(p + j for p, j in step)
+            context = sum(p + j for p, j, _ in step)
             steps.append((t1 - t0 - len_interp(table.decode[k, len(step)], table.lgrid, context / len(step)),
                           context * kv_bytes / 1e9))
     return np.array(steps, dtype=np.float64).reshape(-1, 2)

@@ -265,7 +265,7 @@ def host_seconds(cfg: LLMConfig, share: float, tp: int = 1) -> tuple[float, floa
     at SM ``share`` on a mesh of TP degree ``tp``: the partition values below the whole GPU, the
     plain-stream ones at it; decode adds ``decode_host_tp_s`` per rank beyond the first and,
     on a mesh of more than one GPU, ``decode_host_mesh_s``."""
-    extra = cfg.decode_host_tp_s * (tp - 1) + (cfg.decode_host_mesh_s if tp > 1 else 0.0)
+    extra = _tp_seconds(cfg.decode_host_tp_s, cfg.decode_host_mesh_s, tp)
     if not on_partition(share):
         return cfg.decode_host_full_s + extra, cfg.prefill_host_full_s, cfg.prefill_eager_host_full_s
     return cfg.decode_host_s + extra, cfg.prefill_host_s, cfg.prefill_eager_host_s
@@ -275,7 +275,13 @@ def prefill_collect_seconds(cfg: LLMConfig, tp: int) -> float:
     """Seconds a prefill lasts beyond its table time on a mesh of TP degree ``tp``: the ranks'
     collect of its first tokens, ``prefill_host_tp_s`` per rank beyond the first and, on a mesh of
     more than one GPU, ``prefill_host_mesh_s``."""
-    return cfg.prefill_host_tp_s * (tp - 1) + (cfg.prefill_host_mesh_s if tp > 1 else 0.0)
+    return _tp_seconds(cfg.prefill_host_tp_s, cfg.prefill_host_mesh_s, tp)
+
+
+def _tp_seconds(per_rank: float, per_mesh: float, tp: int) -> float:
+    """Seconds a job takes more on a mesh of TP degree ``tp``: ``per_rank`` for each rank beyond
+    the first and ``per_mesh`` once on a mesh of more than one GPU."""
+    return per_rank * (tp - 1) + (per_mesh if tp > 1 else 0.0)
 
 
 def _group_metrics(g: Group, shares: list, pool_bytes: float, out: MeshOutputs, t_stop: float,
