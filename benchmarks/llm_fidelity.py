@@ -104,7 +104,7 @@ INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
 GRAPH_TOKENS = LLMConfig().prefill_graph_tokens
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s",
-                "decode_kv_gbps", "own_prefill_decode_share", "prefill_host_tp_s", "prefill_host_mesh_s",
+                "decode_kv_gbps", "decode_kv_tp_power", "decode_page_entry_s", "own_prefill_decode_share", "prefill_host_tp_s", "prefill_host_mesh_s",
                 "prefill_eager_hold_s", "prefill_partition_stretch")
 
 
@@ -142,6 +142,9 @@ class Generation:
     # run's silences and the partition prefill's stretch (``prefill_partition_stretch``) fitted
     # with ``decode_host_s`` instead of a fitted ``prefill_host_s`` (:func:`fit_partition`)
     measure_graph_hold: bool = False
+    # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
+    # page-table fill is ``decode_page_entry_s`` (their median); empty: off
+    page_bench: Tuple[str, ...] = ()
 
 
 # v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
@@ -180,7 +183,7 @@ GENERATIONS = {
                       fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25,
                       fit_kv=(("results-v3-gpu4", "gpu4-poisson-spatial"),),
                       fit_tp_wide=("results-v3-gpu4", "gpu4-poisson-temporal4"),
-                      measure_eager_hold=True),
+                      measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json")),
 }
 
 
@@ -521,18 +524,18 @@ def _host_ratios(engine: dict) -> Tuple[float, float]:
 
 
 def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
-             kv_gbps: float = 0.0, shared: float = 0.0) -> Tuple[float, float, float]:
+             kv_gbps: float = 0.0, shared: float = 0.0, entry_s: float = 0.0) -> Tuple[float, float, float]:
     """(decode, prefill) host seconds on SM partitions, on a grid (decode from ``floor`` in
     0.2 ms steps to 4 ms, prefill 0-80 ms in 4 ms steps), whose re-prediction of ``run`` (with
-    the KV term ``kv_gbps``) has the smallest worst of |TPOT error| and |TTFT error|; returns
-    them and that error."""
+    the KV term ``kv_gbps`` and the page-table fill at ``entry_s``) has the smallest worst of
+    |TPOT error| and |TTFT error|; returns them and that error."""
     best = (floor, 0.0, math.inf)
     for decode_host in np.arange(floor, 0.004 + 1e-12, 0.0002):
         for prefill_host in np.arange(0.0, 0.080 + 1e-12, 0.004):
             model = {"contention_hbm_gbps": hbm, "decode_host_s": float(decode_host),
                      "prefill_host_s": float(prefill_host), "decode_host_full_s": float(decode_host) * ratios[0],
                      "prefill_host_full_s": float(prefill_host) * ratios[1], "decode_kv_gbps": kv_gbps,
-                     "own_prefill_decode_share": shared}
+                     "own_prefill_decode_share": shared, "decode_page_entry_s": entry_s}
             e = errors(run["summary"]["measured"], predict(run, model)[0])
             worst = max(abs(e["tpot_err"] or math.inf), abs(e["ttft_err"] or math.inf))
             if worst < best[2]:
@@ -541,7 +544,7 @@ def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
 
 
 def fit_partition(run: dict, hbm: float, floor: float, ratios: Tuple[float, float], kv_gbps: float = 0.0,
-                  shared: float = 0.0) -> Tuple[float, float, float, float]:
+                  shared: float = 0.0, entry_s: float = 0.0) -> Tuple[float, float, float, float]:
     """SM-partition host and prefill model with the graph launch's hold measured: ``prefill_host_s``
     is the median silence before a graph prefill launch on ``run`` (:func:`prefill_launch_silences`),
     then (``decode_host_s``, ``prefill_partition_stretch``) on a grid (decode from ``floor`` in
@@ -554,7 +557,7 @@ def fit_partition(run: dict, hbm: float, floor: float, ratios: Tuple[float, floa
             model = {"contention_hbm_gbps": hbm, "decode_host_s": float(decode_host), "prefill_host_s": graph_hold,
                      "decode_host_full_s": float(decode_host) * ratios[0], "prefill_host_full_s": graph_hold * ratios[1],
                      "decode_kv_gbps": kv_gbps, "own_prefill_decode_share": shared,
-                     "prefill_partition_stretch": round(float(stretch), 4)}
+                     "prefill_partition_stretch": round(float(stretch), 4), "decode_page_entry_s": entry_s}
             e = errors(run["summary"]["measured"], predict(run, model)[0])
             worst = max(abs(e["tpot_err"] or math.inf), abs(e["ttft_err"] or math.inf))
             if worst < best[2]:
@@ -562,11 +565,12 @@ def fit_partition(run: dict, hbm: float, floor: float, ratios: Tuple[float, floa
     return round(best[0], 6), graph_hold, best[1], best[2]
 
 
-def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int, float]]:
+def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int, float, int]]:
     """Per model of ``run``'s placement: its mesh's latency tables at share 1 (as the simulator
-    resamples them, :class:`LatencyTables`), its index on the mesh and its KV bytes per token per
-    GPU (the simulator's ``MeshLLMs.kv_bytes``)."""
-    from placement_opt.llm_units import llm_specs
+    resamples them, :class:`LatencyTables`), its index on the mesh, its KV bytes per token per
+    GPU (the simulator's ``MeshLLMs.kv_bytes``) and the pages one of its KV blocks takes in the
+    mesh's pool (:func:`~placement_opt.llm_units.pages_per_block`)."""
+    from placement_opt.llm_units import llm_specs, pages_per_block
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import _mesh_tables
     from placement_opt.simulate.meshsim import LatencyTables
@@ -580,7 +584,8 @@ def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int, float]]:
         prefill, decode, lgrid = _mesh_tables(mesh, g.tp, [1.0] * len(mesh), inst.llm_settings.max_batch)
         for k, m in enumerate(g.models):
             out[m] = (LatencyTables(prefill=prefill, decode=decode, lgrid=lgrid.astype(np.float64)), k,
-                      specs[m].kv_bytes_per_token / g.tp)
+                      specs[m].kv_bytes_per_token / g.tp,
+                      pages_per_block(specs[m].architecture, [s.architecture for s in mesh], g.tp))
     return out
 
 
@@ -588,13 +593,15 @@ def plain_stream_steps(run: dict) -> np.ndarray:
     """The back-to-back decode steps of a plain-stream run (one job at a time per mesh: a temporal
     run, or a spatial one): over every pair of consecutive token events of one mesh that are
     decode steps of the same LLM (nothing ran on that mesh between them), (gap - the table time of
-    the second step at its batch and mean context, the GB of KV cache per GPU that step reads),
-    one row per pair."""
+    the second step at its batch and mean context, the GB of KV cache per GPU that step reads, the
+    mesh's TP degree, the entries of the step's page table: its requests' KV blocks x pages per
+    block), one row per pair."""
     from placement_opt.executor.llm_sched import len_interp
     from placement_opt.placement import load_placement
 
     tables = _mesh_step_tables(run)
     events = token_events(run)
+    block = generation_instance(run_inputs(run)[0], generation_of(run["folder"]), run["folder"]).llm_settings.kv_block_tokens
     steps = []
     for group in load_placement(run_inputs(run)[1]).groups:
         ordered = sorted(e for e in events if e[1] in group.models)
@@ -602,44 +609,67 @@ def plain_stream_steps(run: dict) -> np.ndarray:
             step, before = events[(t1, m1)], events[(t0, m0)]
             if m0 != m1 or any(j == 0 for _, j, _ in step + before):
                 continue
-            table, k, kv_bytes = tables[m1]
+            table, k, kv_bytes, pages = tables[m1]
             context = sum(p + j for p, j, _ in step)
+            entries = pages * sum((p + j + block) // block for p, j, _ in step)  # blocks of context + 1 tokens
             steps.append((t1 - t0 - len_interp(table.decode[k, len(step)], table.lgrid, context / len(step)),
-                          context * kv_bytes / 1e9))
-    return np.array(steps, dtype=np.float64).reshape(-1, 2)
+                          context * kv_bytes / 1e9, group.tp, entries))
+    return np.array(steps, dtype=np.float64).reshape(-1, 4)
 
 
-def plain_stream_decode_extra(run: dict, kv_gbps: float = 0.0) -> Tuple[float, int]:
-    """Seconds a decode step takes beyond its table time (and, with ``kv_gbps``, beyond its KV
-    bytes / ``kv_gbps``: the ``llm.decode_kv_gbps`` term) on plain streams: the median over
+def _modelled_seconds(steps: np.ndarray, kv_gbps: float, power: float, entry_s: float) -> np.ndarray:
+    """The modelled excess of each of :func:`plain_stream_steps`' steps over its table time: its
+    KV GB per GPU / the rate at its mesh's TP degree (``kv_gbps / tp**power``, the simulator's
+    :func:`~placement_opt.simulate.llm.kv_read_gbps`; 0: off) and its page-table entries x
+    ``entry_s`` (the simulator's page-table fill)."""
+    kv = steps[:, 1] * steps[:, 2] ** power / kv_gbps if kv_gbps > 0 else 0.0
+    return kv + steps[:, 3] * entry_s
+
+
+def plain_stream_decode_extra(run: dict, kv_gbps: float = 0.0, power: float = 0.0,
+                              entry_s: float = 0.0) -> Tuple[float, int]:
+    """Seconds a decode step takes beyond its table time (and beyond the KV term at ``kv_gbps``
+    and TP power ``power``: ``llm.decode_kv_gbps``, ``decode_kv_tp_power``; and beyond its
+    page-table fill at ``entry_s``: ``decode_page_entry_s``) on plain streams: the median over
     :func:`plain_stream_steps`. Returns it and the number of steps. The median ignores the few
     steps that wait for a cold prefill's capture."""
     steps = plain_stream_steps(run)
     if not len(steps):
         return math.nan, 0
-    return float(np.median(steps[:, 0] - (steps[:, 1] / kv_gbps if kv_gbps > 0 else 0.0))), len(steps)
+    return float(np.median(steps[:, 0] - _modelled_seconds(steps, kv_gbps, power, entry_s))), len(steps)
 
 
-def fit_kv_gbps(runs: List[dict]) -> Tuple[float, float]:
-    """``decode_kv_gbps``: the one rate, shared by every model and run, at which the KV bytes a
-    decode step reads add to its time, fitted on the back-to-back steps of the plain-stream runs
-    ``runs`` (least absolute deviations, each run with its own constant host time: the median
-    of its residuals; grid of 1/rate in 0.01 ms/GB steps up to 2 ms/GB, 0 = off). Returns the
-    rate (0: off fits best) and the mean absolute deviation (s)."""
+#: the TP powers :func:`fit_kv_gbps` tries for ``llm.decode_kv_tp_power``
+KV_TP_POWERS = tuple(np.round(np.arange(0.0, 3.0 + 1e-9, 0.25), 2))
+
+
+def fit_kv_gbps(runs: List[dict], entry_s: float = 0.0) -> Tuple[float, float, float]:
+    """``decode_kv_gbps`` and ``decode_kv_tp_power``: the one rate and TP power, shared by every
+    model and run, at which the KV bytes a decode step reads add to its time (GB per GPU x
+    tp**power / rate), fitted on the back-to-back steps of the plain-stream runs ``runs`` beyond
+    their page-table fill at ``entry_s`` (least
+    absolute deviations, each run with its own constant host time: the median of its residuals;
+    grid of 1/rate in 0.01 ms/GB steps up to 2 ms/GB, 0 = off, and the powers
+    :data:`KV_TP_POWERS`, 0 where the runs have one TP degree). Returns the rate (0: off fits
+    best), the power and the mean absolute deviation (s)."""
     steps = [plain_stream_steps(r) for r in runs]
-    best = (0.0, math.inf)
-    for ms_per_gb in np.arange(0.0, 2.0 + 1e-9, 0.01):
-        dev = np.concatenate([np.abs(r - np.median(r)) for r in (s[:, 0] - s[:, 1] * ms_per_gb / 1e3 for s in steps)])
-        if dev.mean() < best[1]:
-            best = (1e3 / ms_per_gb if ms_per_gb > 0 else 0.0, float(dev.mean()))
+    degrees = {float(t) for s in steps for t in s[:, 2]}
+    best = (0.0, 0.0, math.inf)
+    for power in (KV_TP_POWERS if len(degrees) > 1 else (0.0,)):
+        for ms_per_gb in np.arange(0.0, 2.0 + 1e-9, 0.01):
+            rate = 1e3 / ms_per_gb if ms_per_gb > 0 else 0.0
+            dev = np.concatenate([np.abs(r - np.median(r)) for r in (s[:, 0] - _modelled_seconds(s, rate, power, entry_s)
+                                                                     for s in steps)])
+            if dev.mean() < best[2] - 1e-12:
+                best = (rate, float(power) if rate > 0 else 0.0, float(dev.mean()))
     return best
 
 
 def streams_host(gen: Generation, engine: dict, ratios: Tuple[float, float], partition: Tuple[float, float],
-                 kv_gbps: float = 0.0) -> dict:
+                 kv_gbps: float = 0.0, entry_s: float = 0.0) -> dict:
     """``decode_host_full_s`` and ``prefill_host_full_s`` (an LLM on the whole GPU, plain
     streams): measured on ``gen.fit_streams`` (decode: :func:`plain_stream_decode_extra` beyond
-    the KV term at ``kv_gbps``; prefill: ``engine.json``'s median host time of a prefill launch
+    the KV term at ``kv_gbps`` and the page-table fill at ``entry_s``; prefill: ``engine.json``'s median host time of a prefill launch
     on streams) where the generation has such a run, else the partition values ``partition``
     scaled by ``ratios``."""
     if gen.fit_streams is None:
@@ -647,12 +677,13 @@ def streams_host(gen: Generation, engine: dict, ratios: Tuple[float, float], par
                 "source": "partition values x streams / green-context host ratios"}
     folder, name = gen.fit_streams
     run = _find_run((folder, name))
-    decode, pairs = plain_stream_decode_extra(run, kv_gbps)
+    decode, pairs = plain_stream_decode_extra(run, kv_gbps, 0.0, entry_s)
     streams = next(r for r in engine["runs"] if r["mechanism"] == "streams")["per_llm"]
     prefill = statistics.median(p["prefill_host_ms"] for p in streams) / 1e3
     return {"decode_host_full_s": decode, "prefill_host_full_s": prefill,
             "source": f"{folder}/{name}: median decode-step time beyond the table"
-                      f"{' and the KV term' if kv_gbps > 0 else ''} over {pairs} back-to-back steps; "
+                      f"{' and the KV term' if kv_gbps > 0 else ''}{' and the page-table fill' if entry_s > 0 else ''} "
+                      f"over {pairs} back-to-back steps; "
                       f"prefill launch: engine.json streams"}
 
 
@@ -738,10 +769,12 @@ def _tp_runs(gen: Generation) -> List[Tuple[str, str]]:
     return [w for w in (gen.fit_tp, gen.fit_tp_wide) if w is not None]
 
 
-def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.0) -> Tuple[float, float, str]:
+def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.0,
+                   kv_power: float = 0.0, entry_s: float = 0.0) -> Tuple[float, float, str]:
     """``decode_host_tp_s`` and ``decode_host_mesh_s``: on each TP > 1 plain-stream fit run
     (``fit_tp``, and ``fit_tp_wide`` at a higher degree) the median decode-step time beyond the
-    table and the KV term at ``kv_gbps`` (:func:`plain_stream_decode_extra`) less the TP-1 value
+    table, the KV term at ``kv_gbps`` and TP power ``kv_power`` and the page-table fill at
+    ``entry_s`` (:func:`plain_stream_decode_extra`) less the TP-1 value
     ``decode_host_full``, split by :func:`rank_and_mesh` (0 without such a run)."""
     if gen.fit_tp is None:
         return 0.0, 0.0, "no TP > 1 plain-stream run"
@@ -749,10 +782,11 @@ def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.
     for where in _tp_runs(gen):
         run = _find_run(where)
         tp = _tp_degree(run)
-        extra, pairs = plain_stream_decode_extra(run, kv_gbps)
+        extra, pairs = plain_stream_decode_extra(run, kv_gbps, kv_power, entry_s)
         points.append((tp, extra - decode_host_full))
         notes.append(f"{where[0]}/{where[1]}: median decode-step time beyond the TP-{tp} table"
-                     f"{' and the KV term' if kv_gbps > 0 else ''} {1e3 * extra:.3f} ms over {pairs} "
+                     f"{' and the KV term' if kv_gbps > 0 else ''}{' and the page-table fill' if entry_s > 0 else ''} "
+                     f"{1e3 * extra:.3f} ms over {pairs} "
                      f"back-to-back steps")
     rank, mesh = rank_and_mesh(points)
     return rank, mesh, "; ".join(notes) + ", less decode_host_full_s"
@@ -784,7 +818,7 @@ def plain_stream_prefills(run: dict) -> np.ndarray:
         batch = events[(t1, m1)]
         if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
             continue
-        table, k, _ = tables[m1]
+        table, k, _, _ = tables[m1]
         prompt = sum(p for p, _, _ in batch) / len(batch)
         extra.append(t1 - t0 - len_interp(table.prefill[k, len(batch)], table.lgrid, prompt))
     return np.array(extra, dtype=np.float64)
@@ -810,7 +844,7 @@ def plain_stream_eager_prefills(run: dict) -> Dict[str, List[Tuple[float, float]
             continue
         if not prefill_runs_eagerly(len(batch), max(p for p, _, _ in batch), GRAPH_TOKENS):
             continue
-        table, k, _ = tables[m1]
+        table, k, _, _ = tables[m1]
         time = len_interp(table.prefill[k, len(batch)], table.lgrid, sum(p for p, _, _ in batch) / len(batch))
         out.setdefault(m1, []).append((t1 - t0 - time, time))
     return out
@@ -838,16 +872,30 @@ def tp_prefill_host(gen: Generation) -> Tuple[float, float, str]:
                         f"{'/'.join(gen.fit_streams)} (TP 1, {len(single)})")
 
 
-def kv_fields(gen: Generation) -> Tuple[float, str]:
-    """``decode_kv_gbps`` of ``gen``: fitted (:func:`fit_kv_gbps`) on its plain-stream runs, the
-    ``fit_streams`` and ``fit_tp`` ones (0 without a ``fit_tp`` run: one TP degree cannot
+def kv_fields(gen: Generation, entry_s: float = 0.0) -> Tuple[float, float, str]:
+    """``decode_kv_gbps`` and ``decode_kv_tp_power`` of ``gen``: fitted (:func:`fit_kv_gbps`) on
+    its plain-stream runs, the ``fit_streams``, ``fit_tp``, ``fit_tp_wide`` and ``fit_kv`` ones
+    beyond their page-table fill at ``entry_s`` (0 without a ``fit_tp`` run: one TP degree cannot
     separate the KV term from the host time as well; kept off for older generations)."""
     if gen.fit_streams is None or gen.fit_tp is None:
-        return 0.0, "off (no TP-1 and TP > 1 plain-stream runs to fit on)"
-    where = [gen.fit_streams, gen.fit_tp, *gen.fit_kv]
-    gbps, mad = fit_kv_gbps([_find_run(w) for w in where])
-    return round(gbps, 1), (f"{', '.join('/'.join(w) for w in where)}: back-to-back decode steps, "
-                            f"least absolute deviations, mean |deviation| {1e3 * mad:.3f} ms")
+        return 0.0, 0.0, "off (no TP-1 and TP > 1 plain-stream runs to fit on)"
+    where = [gen.fit_streams, *_tp_runs(gen), *gen.fit_kv]
+    gbps, power, mad = fit_kv_gbps([_find_run(w) for w in where], entry_s)
+    return round(gbps, 1), power, (f"{', '.join('/'.join(w) for w in where)}: back-to-back decode steps, "
+                                   f"least absolute deviations, mean |deviation| {1e3 * mad:.3f} ms")
+
+
+def page_entry_seconds(gen: Generation) -> Tuple[float, str]:
+    """``decode_page_entry_s`` of ``gen``: the median ``per_entry_ns`` of its
+    ``page_table_bench.py`` runs on the GPU machine (0 without any)."""
+    if not gen.page_bench:
+        return 0.0, "off (no page_table_bench.py run)"
+    values = []
+    for rel in gen.page_bench:
+        with open(os.path.join(LLM, rel)) as f:
+            values.append(json.load(f)["per_entry_ns"])
+    return round(statistics.median(values) * 1e-9, 12), (f"{', '.join(gen.page_bench)}: page_table_bench.py per_entry_ns "
+                                                         f"{', '.join(f'{v:.1f}' for v in values)} (median)")
 
 
 def eager_fields(gen: Generation, model: Dict[str, float]) -> Dict[str, Any]:
@@ -879,14 +927,16 @@ def calibrate(gen: Generation) -> dict:
     ratios = _host_ratios(engine)
     folder, name = gen.fit
     run = _find_run((folder, name))
-    kv_gbps, kv_source = kv_fields(gen)
+    entry_s, entry_source = page_entry_seconds(gen)
+    kv_gbps, kv_power, kv_source = kv_fields(gen, entry_s)
     stretch = 0.0
     if gen.measure_graph_hold:
         decode_host, prefill_host, stretch, worst = fit_partition(run, hbm, floor, ratios, kv_gbps,
-                                                                  gen.own_prefill_decode_share)
+                                                                  gen.own_prefill_decode_share, entry_s)
     else:
-        decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps, gen.own_prefill_decode_share)
-    full = streams_host(gen, engine, ratios, (decode_host, prefill_host), kv_gbps)
+        decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps, gen.own_prefill_decode_share,
+                                                    entry_s)
+    full = streams_host(gen, engine, ratios, (decode_host, prefill_host), kv_gbps, entry_s)
     out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
            "decode_host_full_s": round(full["decode_host_full_s"], 6),
            "prefill_host_full_s": round(full["prefill_host_full_s"], 6),
@@ -900,11 +950,14 @@ def calibrate(gen: Generation) -> dict:
     if gen.measure_graph_hold:
         out["fit"]["prefill_host_fit"] = (f"{folder}/{name}: median silence before a graph prefill launch; "
                                           f"decode_host_s and prefill_partition_stretch fitted with it")
-    tp_host, mesh_host, tp_source = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps)
+    tp_host, mesh_host, tp_source = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps, kv_power, entry_s)
     out["decode_host_tp_s"] = round(tp_host, 6)
     out["decode_host_mesh_s"] = round(mesh_host, 6)
     out["fit"]["tp_host_fit"] = tp_source
     out["decode_kv_gbps"] = kv_gbps
+    out["decode_kv_tp_power"] = kv_power
+    out["decode_page_entry_s"] = entry_s
+    out["fit"]["decode_page_entry_fit"] = entry_source
     out["fit"]["decode_kv_fit"] = kv_source
     prefill_tp, prefill_mesh, prefill_tp_source = tp_prefill_host(gen)
     out["prefill_host_tp_s"] = round(prefill_tp, 6)

@@ -8,8 +8,9 @@ the requests' token counts when the workload has them, else the ``llm`` section'
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -144,3 +145,22 @@ def mesh_kv_pool_bytes(instance: Instance, n_gpus: int, weight_bytes: float, n_l
                        rules: RuleSet) -> float:
     """KV-cache bytes a mesh of ``n_gpus`` holding ``n_llms`` LLMs has left after weights and reserves."""
     return mesh_memory(instance, rules).kv_pool(n_gpus, weight_bytes, n_llms)
+
+
+def units_per_block(arch: Architecture, tp: int) -> int:
+    """Units of one KV block of ``arch`` on one of ``tp`` GPUs (K and V of every layer and
+    local KV head): the executor's paged-cache layout (:mod:`placement_opt.executor.llm_kvcache`)."""
+    return 2 * arch.layers * (arch.kv_heads or arch.heads) // tp
+
+
+def page_units(archs: Sequence[Architecture], tp: int) -> int:
+    """Units per page of a mesh's KV pool: the gcd of its LLMs' block unit counts (every
+    block a whole number of pages)."""
+    return math.gcd(*[units_per_block(a, tp) for a in archs])
+
+
+def pages_per_block(arch: Architecture, mesh: Sequence[Architecture], tp: int) -> int:
+    """Pages one KV block of ``arch`` takes in the pool of a mesh of TP degree ``tp`` serving
+    the LLMs ``mesh``: 1 alone; more beside LLMs of other block sizes (the engine's page table
+    of a decode step has an entry per page of every block it reads)."""
+    return units_per_block(arch, tp) // page_units(mesh, tp)

@@ -102,6 +102,15 @@ class LLMConfig:
       longer than its cost-table time: the engine's steps over requests of mixed context lengths
       take longer than the profiled steps at the mean context, by an amount that follows the KV
       bytes read, not the model (0: off).
+    * ``decode_kv_tp_power``: on a mesh of TP degree ``tp`` that KV read runs at
+      ``decode_kv_gbps / tp**this``: the engine's paged attention reads its shard of the cache
+      slower per byte the more ranks share a step (measured at TP 1, 2 and 4: per GB per GPU
+      1 : 3.8 : 15, about ``tp**2``; 0: the same rate at every degree).
+    * ``decode_page_entry_s``: the host seconds the engine spends per entry of a decode step's
+      page table (built on the host before the launch, one entry per page of every KV block
+      the step's requests hold; a block is one page for an LLM alone on its mesh, several for
+      an LLM beside LLMs of other block sizes): the launch holds the scheduling thread that much
+      longer (0: off).
     * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
       partition, so while its prefill runs its decode step keeps only this part of its speed
       (applies on a partition, share below 1; 0: off, the step keeps its table time).
@@ -153,6 +162,11 @@ class LLMConfig:
                                              "beside prefill_host_tp_s (0: off)")
     decode_kv_gbps: float = option(0.0, minimum=0,
                                    help="GB/s at which a decode step's KV-cache bytes add to its table time (0: off)")
+    decode_kv_tp_power: float = option(0.0, minimum=0, maximum=4,
+                                       help="on a mesh of tp GPUs the KV read runs at decode_kv_gbps / tp**this "
+                                            "(0: the same rate at every TP degree)")
+    decode_page_entry_s: float = option(0.0, minimum=0,
+                                        help="host seconds per page-table entry a decode step's launch takes (0: off)")
     prefill_graph_tokens: int = option(1024, minimum=1,
                                        help="padded prefill tokens above which the engine runs a prefill eagerly")
     prefill_partition_stretch: float = option(0.0, minimum=0, maximum=100,

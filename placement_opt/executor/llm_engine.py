@@ -58,7 +58,8 @@ import torch
 
 from placement_opt.model import Architecture
 from placement_opt.simulate.meshsim import padded_prefill_length, prefill_runs_eagerly
-from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
+from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs
+from placement_opt.llm_units import page_units
 from placement_opt.executor.llm_model import DecoderShard
 from placement_opt.executor.llm_sched import DECODE, PREFILL, Job
 

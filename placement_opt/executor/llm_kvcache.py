@@ -20,23 +20,13 @@ scheduler's accounting does.
 
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
 
+from placement_opt.llm_units import units_per_block
 from placement_opt.model import Architecture
-
-
-def units_per_block(arch: Architecture, tp: int) -> int:
-    """Units of one KV block of ``arch`` on one of ``tp`` GPUs (K and V of every layer and local KV head)."""
-    return 2 * arch.layers * (arch.kv_heads or arch.heads) // tp
-
-
-def page_units(archs: Sequence[Architecture], tp: int) -> int:
-    """Units per page: the gcd of the mesh's LLMs' block unit counts."""
-    return math.gcd(*[units_per_block(a, tp) for a in archs])
 
 
 class KVPool:

@@ -92,7 +92,8 @@ class LLMBench:
         import torch
 
         from placement_opt.executor.llm_engine import DTYPES
-        from placement_opt.executor.llm_kvcache import KVPool, LLMCache, page_units, units_per_block
+        from placement_opt.executor.llm_kvcache import KVPool, LLMCache
+        from placement_opt.llm_units import page_units, units_per_block
         from placement_opt.executor.llm_model import DecoderShard
 
         self.arch, self.settings, self.device = arch, settings, device

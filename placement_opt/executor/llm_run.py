@@ -46,7 +46,7 @@ from placement_opt.simulate.meshsim import MeshLLMs, MeshRequests, MeshSettings
 from placement_opt.workload import Requests
 from placement_opt.executor.controller import ExecutorConfig, ExecutorError, _free_port, host_memory_bytes, model_seed
 from placement_opt.executor.llm_engine import EngineSpec, LLMBuild
-from placement_opt.executor.llm_kvcache import page_units, units_per_block
+from placement_opt.llm_units import page_units, units_per_block
 from placement_opt.executor.llm_worker import LLMWorkerSpec, MeshWork, llm_worker_main
 
 KIB = 1024

@@ -410,7 +410,8 @@ class VirtualJobs:
     prefill, ``2k + 1``: its decode step) with their durations (table time, a graph prefill's
     ``MeshLLMs.prefill_stretch``, ``prefill_collect_s``, a decode step's KV read at
     ``MeshSettings.decode_kv_gbps``), their launch on the one scheduling thread under the host
-    model (``MeshLLMs.decode_host_s``, ``prefill_host_s``; an eager prefill over
+    model (``MeshLLMs.decode_host_s``, ``decode_block_host_s`` per KV block a decode step's
+    requests hold, ``prefill_host_s``; an eager prefill over
     ``MeshSettings.graph_tokens``: ``prefill_eager_host_s``, ``prefill_eager_hold_s``) and their
     re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``,
     ``own_prefill_decode``). The same arithmetic in the same order as ``meshsim._llm_state``,
@@ -430,8 +431,9 @@ class VirtualJobs:
         self.eager_hold = [hold[k] if hold[k] > 0 else self.eager_host[k] for k in range(K)]
         self.collect = _per_llm(llms.prefill_collect_s, K)
         self.stretch = _per_llm(llms.prefill_stretch, K)
+        self.block_host = _per_llm(llms.decode_block_host_s, K)
         self.retimed = cfg.hbm_gbps > 0 or cfg.own_prefill_decode > 0
-        host_costs = self.decode_host + self.prefill_host + self.eager_host + self.eager_hold
+        host_costs = self.decode_host + self.prefill_host + self.eager_host + self.eager_hold + self.block_host
         self.timed = self.retimed or any(h > 0 for h in host_costs)
         self.end = [np.inf] * (2 * K)
         self.start = [0.0] * (2 * K)
@@ -477,7 +479,8 @@ class VirtualJobs:
                 host_free = begin + self.prefill_host[k] + (self.eager_hold[k] if eager else 0.0)
                 self.start[j], self.work[j] = begin, delay + max(dur, self.prefill_host[k])
             else:
-                host_free = begin + self.decode_host[k]
+                blocks = sum(_blocks(c + 1, self.cfg.block) for c in job.contexts)
+                host_free = begin + self.decode_host[k] + blocks * self.block_host[k]
                 self.start[j], self.work[j] = host_free, dur
             self.mark[j], self.factor[j] = self.start[j], 1.0
             self.demand[j] = moved / self.work[j] / 1e9 if self.work[j] > 0 else 0.0

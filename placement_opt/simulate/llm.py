@@ -35,7 +35,8 @@ from placement_opt.settings import POLICIES, LLMConfig
 from placement_opt.costs.interp import lookup_batches, lookup_lengths
 from placement_opt.simulate.meshsim import (ADBS, FCFS, ROUND_ROBIN, LatencyTables, MeshLLMs, MeshOutputs, MeshRequests,
                                             MeshSettings, mesh_outputs, simulate_mesh)
-from placement_opt.llm_units import LLMSpec, effective_llm_config, llm_config, llm_specs, mesh_kv_pool_bytes, placement_rules
+from placement_opt.llm_units import (LLMSpec, effective_llm_config, llm_config, llm_specs, mesh_kv_pool_bytes, pages_per_block,
+                                     placement_rules)
 from placement_opt.settings import RuleSet
 from placement_opt.workload import Requests
 
@@ -236,22 +237,38 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
                     decode_host_s=decode_host, prefill_host_s=prefill_host, prefill_eager_host_s=eager_host,
                     prefill_collect_s=np.full(len(shares), prefill_collect_seconds(cfg, g.tp), dtype=np.float64),
                     prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if on_partition(sh) else 0.0 for sh in shares]),
-                    prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]))
+                    prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]),
+                    decode_block_host_s=np.array([page_fill_seconds(cfg, s, mesh_specs, g.tp) for s in mesh_specs]))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
-    settings = mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon)
+    settings = mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon, g.tp)
     out = mesh_outputs(len(requests.arrival), len(mesh_specs), UTILISATION_BINS)
     return out, simulate_mesh(requests, llms, tables, settings, out)
 
 
-def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: float) -> MeshSettings:
-    """The kernel's settings of a mesh under ``cfg``: scheduling, KV pool, the contention
-    model (``llm.contention_hbm_gbps``) and the eager-prefill limit (when its cost is on)."""
+def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: float, tp: int = 1) -> MeshSettings:
+    """The kernel's settings of a mesh of TP degree ``tp`` under ``cfg``: scheduling, KV pool,
+    the contention model (``llm.contention_hbm_gbps``), the eager-prefill limit (when its cost
+    is on) and the KV-read rate at that degree (:func:`kv_read_gbps`)."""
     return MeshSettings(policy=policy_code, pool=pool_kib, block=cfg.kv_block_tokens, max_batch=cfg.max_batch,
                         token_budget=cfg.prefill_token_budget, period=cfg.rebalance_period_s,
                         frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=cfg.contention_hbm_gbps,
                         graph_tokens=cfg.prefill_graph_tokens if max(cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s,
                                                                      cfg.prefill_eager_hold_s) > 0
-                        else 0, decode_kv_gbps=cfg.decode_kv_gbps, own_prefill_decode=cfg.own_prefill_decode_share)
+                        else 0, decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share)
+
+
+def kv_read_gbps(cfg: LLMConfig, tp: int) -> float:
+    """The rate (GB/s per GPU) at which a decode step's KV-cache bytes add to its time on a mesh
+    of TP degree ``tp``: ``llm.decode_kv_gbps / tp**llm.decode_kv_tp_power`` (0: the term is off)."""
+    return cfg.decode_kv_gbps / float(tp) ** cfg.decode_kv_tp_power
+
+
+def page_fill_seconds(cfg: LLMConfig, spec: LLMSpec, mesh_specs: Sequence[LLMSpec], tp: int) -> float:
+    """Host seconds a decode step of ``spec`` on a mesh of TP degree ``tp`` serving
+    ``mesh_specs`` spends per KV block its requests hold building its page table: the pages
+    one block takes in the mesh's pool (:func:`~placement_opt.llm_units.pages_per_block`) x
+    ``llm.decode_page_entry_s``."""
+    return pages_per_block(spec.architecture, [s.architecture for s in mesh_specs], tp) * cfg.decode_page_entry_s
 
 
 def on_partition(share: float) -> bool:

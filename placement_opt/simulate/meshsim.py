@@ -43,7 +43,11 @@ set, is the thread's hold apart from the job's delay: the engine's hold is measu
 the part of it the job waits for is fitted). **KV read** (``MeshSettings.decode_kv_gbps``):
 a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.kv_bytes``) /
 ``decode_kv_gbps`` longer than its table time (the engine's steps over mixed context lengths
-exceed the profiled ones, which hold every request at the mean context). **Prefill collect**
+exceed the profiled ones, which hold every request at the mean context). **Page-table fill**
+(``MeshLLMs.decode_block_host_s``): a decode step's launch holds the thread that many seconds
+per KV block its requests hold (the engine builds the step's page table on the host, an entry
+per page of every block; a block is several pages for an LLM beside others of other block
+sizes). **Prefill collect**
 (``MeshLLMs.prefill_collect_s``): a prefill lasts that much beyond its table time (on a
 tensor-parallel mesh the engine's ranks collect its first tokens after the GPU work, serially).
 **Contention** (``MeshSettings.hbm_gbps``): a
@@ -99,6 +103,7 @@ class MeshLLMs(NamedTuple):
     prefill_eager_hold_s: np.ndarray = np.zeros(0)  # float64 host seconds an eager launch holds the thread more (0 or empty: prefill_eager_host_s)
     prefill_collect_s: np.ndarray = np.zeros(0)  # float64 seconds a prefill lasts beyond its table time (TP ranks' collect)
     prefill_stretch: np.ndarray = np.zeros(0)  # float64 factor on a prefill's table time (0 or empty: 1; shared SM partition)
+    decode_block_host_s: np.ndarray = np.zeros(0)  # float64 host seconds a decode step's launch takes per KV block its requests hold (page-table fill)
 
 
 class LatencyTables(NamedTuple):
@@ -197,6 +202,8 @@ LLM_STATE = np.dtype([
     ("prefill_eager", np.bool_),    # its prefill in flight runs eagerly (over the graph limit)
     ("prefill_collect", np.float64),  # seconds its prefill lasts beyond its table time (serial collect)
     ("prefill_stretch", np.float64),  # factor on its prefill's table time (0: 1; a partition beside others)
+    ("decode_block_host", np.float64),  # host seconds of a decode step's launch per KV block its requests hold
+    ("decode_fill", np.float64),        # host seconds of its decode step in flight's page-table fill
 ], align=True)
 
 #: One record per job slot (``jobs[2k]``: LLM k's prefill, ``jobs[2k + 1]``: its decode step),
@@ -360,6 +367,8 @@ def _llm_state(requests, mesh_llms, cfg, out):
             llms[k].prefill_collect = mesh_llms.prefill_collect_s[k]
         if mesh_llms.prefill_stretch.shape[0] == K:
             llms[k].prefill_stretch = mesh_llms.prefill_stretch[k]
+        if mesh_llms.decode_block_host_s.shape[0] == K:
+            llms[k].decode_block_host = mesh_llms.decode_block_host_s[k]
         llms[k].eager_hold = llms[k].eager_host
         if mesh_llms.prefill_eager_hold_s.shape[0] == K and mesh_llms.prefill_eager_hold_s[k] > 0:
             llms[k].eager_hold = mesh_llms.prefill_eager_hold_s[k]
@@ -804,6 +813,7 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
     if llm.n_running == 0:
         return False
     ctx = 0.0
+    blocks = 0
     for q in range(llm.n_running):
         r = slots[llm.first_slot + q].running
         need = _blocks_for_next_token(r, reqs, cfg)
@@ -811,7 +821,9 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
             llm.used += (need - reqs[r].held) * llm.block_kib
             reqs[r].held = need
         ctx += reqs[r].prompt + reqs[r].generated
+        blocks += reqs[r].held
     llm.n_decode = llm.n_running
+    llm.decode_fill = blocks * llm.decode_block_host
     llm.decode_dur = _len_interp(tables.decode[k, llm.n_running], tables.lgrid, ctx / llm.n_running)
     if cfg.decode_kv_gbps > 0:
         llm.decode_dur += ctx * llm.kv_bytes / (cfg.decode_kv_gbps * 1e9)
@@ -870,7 +882,8 @@ def _drop_unfittable(t, reqs, llms, slots, cfg):
 def _host_costs(llms):
     """Whether any LLM's jobs cost the scheduling thread time (the host model is on)."""
     for k in range(llms.shape[0]):
-        if llms[k].decode_host > 0 or llms[k].prefill_host > 0 or llms[k].eager_host > 0 or llms[k].eager_hold > 0:
+        if (llms[k].decode_host > 0 or llms[k].prefill_host > 0 or llms[k].eager_host > 0 or llms[k].eager_hold > 0
+                or llms[k].decode_block_host > 0):
             return True
     return False
 
@@ -888,7 +901,8 @@ def _next_seq(llms):
 def _launch_started(t, host_free, launched, llms, jobs, cfg):
     """Launch the jobs started at ``t`` (start order after ``launched``) one after another
     on the mesh's scheduling thread, free from ``host_free``: a decode step's GPU work starts
-    when its launch (its LLM's ``decode_host``) ends; a prefill's runs while the thread launches
+    when its launch (its LLM's ``decode_host``, and ``decode_block_host`` per KV block its
+    requests hold: the page-table fill) ends; a prefill's runs while the thread launches
     it (``prefill_host``), so it takes at least that long; an eager prefill (over the graph
     limit) holds the thread ``eager_hold`` longer (its kernels come one by one from the thread)
     and its job lasts ``eager_host`` longer (the part of the launch its GPU work waits for; the
@@ -911,7 +925,7 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
             host_free = begin + llm.prefill_host + (llm.eager_hold if llm.prefill_eager else 0.0)
             job.start, job.work, moved = begin, eager + max(llm.prefill_dur, llm.prefill_host), llm.prefill_bytes
         else:
-            host_free = begin + llm.decode_host
+            host_free = begin + llm.decode_host + llm.decode_fill
             job.start, job.work, moved = host_free, llm.decode_dur, llm.decode_bytes
         job.mark, job.factor = job.start, 1.0
         job.demand = moved / job.work / 1e9 if job.work > 0 else 0.0

@@ -67,7 +67,8 @@ def _count_triton(monkeypatch, count: _Count) -> None:
 
 
 def _decode_ops(layers: int, attention: str = "gather", monkeypatch=None) -> list:  # type: ignore[no-untyped-def]
-    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, page_units
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache
+    from placement_opt.llm_units import page_units
     from placement_opt.executor.llm_model import DecoderShard
 
     arch = Architecture(layers=layers, hidden=64, heads=4, kv_heads=2, vocab=97, ffn_ratio=2.0, gated_mlp=True,

@@ -60,7 +60,8 @@ def _tp_rank_main(rank: int, port: int, out_dir: str, attention: str) -> None:
 
 def _run_decoder(arch, tp_rank, tp, group, attention="gather"):
     """Prefill logits and three decode steps' logits of a fixed prompt pair."""
-    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs
+    from placement_opt.llm_units import page_units
     from placement_opt.executor.llm_model import DecoderShard
 
     cpu = torch.device("cpu")
@@ -106,7 +107,8 @@ def test_tp2_logits_equal_unsharded(tmp_path, attention):
 def test_paged_decode_equals_full_recompute(attention):
     """Two LLMs share one pool; requests of both decode interleaved, blocks scattered (the
     second LLM has three query heads on one KV head: a group the paged kernel pads to 16)."""
-    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs
+    from placement_opt.llm_units import page_units
     from placement_opt.executor.llm_model import DecoderShard
 
     cpu = torch.device("cpu")

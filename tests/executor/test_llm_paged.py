@@ -181,7 +181,8 @@ def test_a_failing_paged_kernel_falls_back_to_gather(monkeypatch):
 
 
 def test_padded_prefill_equals_exact_prefill():
-    from placement_opt.executor.llm_kvcache import KVPool, LLMCache, PrefillInputs, page_units
+    from placement_opt.executor.llm_kvcache import KVPool, LLMCache, PrefillInputs
+    from placement_opt.llm_units import page_units
     from placement_opt.executor.llm_model import DecoderShard
 
     model = DecoderShard(ARCH, 9, 0, 1, None, CPU, torch.float32)

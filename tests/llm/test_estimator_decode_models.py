@@ -39,18 +39,19 @@ def test_eager_batches_equal_the_per_batch_test():
 
 def test_kv_term_adds_the_kv_bytes_of_the_step_at_the_mean_context():
     """A decode step of b requests lasts b x (prompt + output / 2) x KV bytes per token per GPU
-    / rate longer; prefills are unchanged; rate 0 leaves the vectors as they were."""
+    / (rate / tp**power) longer; prefills are unchanged; rate 0 leaves the vectors as they were."""
     inst = load_instance(os.path.join(TP2, "measured", "poisson.json"))
     spec = llm_specs(inst)[0]
     cfg = inst.llm_settings
-    assert cfg.decode_kv_gbps > 0
+    assert cfg.decode_kv_gbps > 0 and cfg.decode_kv_tp_power > 0
     off = dataclasses.replace(cfg, decode_kv_gbps=0.0)
     for tp in (1, 2):
         p0, d0 = latency_vectors(spec, tp, 1.0, 32, off)
         p1, d1 = latency_vectors(spec, tp, 1.0, 32, cfg)
         b = np.maximum(np.arange(33), 1)
         context = spec.prompt_tokens + spec.output_tokens / 2
-        extra = b * context * spec.kv_bytes_per_token / tp / (cfg.decode_kv_gbps * 1e9)
+        rate = cfg.decode_kv_gbps / tp ** cfg.decode_kv_tp_power
+        extra = b * context * spec.kv_bytes_per_token / tp / (rate * 1e9)
         assert np.array_equal(p0, p1)
         assert np.allclose(d1 - d0, extra, rtol=1e-12, atol=0)
         assert extra[1] > 1e-5  # llm-7b, full multi-head attention: over ten microseconds per request on each GPU

@@ -82,7 +82,8 @@ def test_zero_fields_leave_the_estimates_as_they_were():
     zeros = dataclasses.replace(cfg, prefill_eager_hold_s=0.0, prefill_host_tp_s=0.0, prefill_host_mesh_s=0.0)
     plain = dataclasses.replace(LLMConfig(), **{f: getattr(cfg, f) for f in (
         "prefill_host_s", "prefill_eager_host_s", "decode_host_s", "decode_kv_gbps", "prefill_host_full_s",
-        "decode_host_full_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s")})
+        "decode_host_full_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s", "decode_kv_tp_power",
+        "decode_page_entry_s")})
     for tp in (1, 2):
         for share in (0.3, 0.5, 1.0):
             a = latency_vectors(spec, tp, share, MAX_BATCH, zeros)

@@ -70,7 +70,7 @@ def test_back_to_back_prefills_are_timed_from_the_previous_event(tmp_path, monke
             w.writerow([req, "m", arrival, 100, times])
     tables = LatencyTables(prefill=np.full((1, 5, 2), 0.01), decode=np.full((1, 5, 2), 0.005),
                            lgrid=np.array([1.0, 4096.0]))
-    monkeypatch.setattr(script, "_mesh_step_tables", lambda run: {"m": (tables, 0, 0.0)})
+    monkeypatch.setattr(script, "_mesh_step_tables", lambda run: {"m": (tables, 0, 0.0, 1)})
     got = script.plain_stream_prefills({"folder": str(folder), "name": "run"})
     assert got.tolist() == pytest.approx([0.0015])
 

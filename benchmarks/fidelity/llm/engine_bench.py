@@ -69,7 +69,7 @@ def _event(torch: Any) -> Any:
 def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int, max_blocks: int) -> Any:
     """A warmed-up MeshEngine with every LLM at ``share`` (green contexts or plain streams)."""
     from placement_opt.executor.llm_engine import EngineSpec, LLMBuild, MeshEngine
-    from placement_opt.executor.llm_kvcache import page_units, units_per_block
+    from placement_opt.llm_units import page_units, units_per_block
 
     archs = [a for _, a in llms]
     page = page_units(archs, 1)

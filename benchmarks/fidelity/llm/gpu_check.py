@@ -64,7 +64,8 @@ def five_partitions(torch) -> str:  # type: ignore[no-untyped-def]
 
 
 def paged_equals_full(torch, attention: str) -> bool:  # type: ignore[no-untyped-def]
-    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs
+    from placement_opt.llm_units import page_units
     from placement_opt.executor.llm_model import DecoderShard
     from placement_opt.model import Architecture
 
@@ -122,7 +123,8 @@ def paged_equals_gather(torch) -> tuple:  # type: ignore[no-untyped-def]
     """A LLaMA-shaped fp16 decoder (GQA 32/8, head size 128) decoding 4 requests of different
     lengths for 24 steps with either attention from the same prefill: largest logit gap
     (relative) and the fraction of greedy tokens equal."""
-    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs, page_units
+    from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, PrefillInputs
+    from placement_opt.llm_units import page_units
     from placement_opt.executor.llm_model import DecoderShard
     from placement_opt.model import Architecture
 
