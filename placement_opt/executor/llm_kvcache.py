@@ -55,14 +55,19 @@ class KVPool:
 
 
 class LLMCache:
-    """One LLM's blocks on one GPU: per request, the pages of each of its blocks."""
+    """One LLM's blocks on one GPU: per request, the pages of each of its blocks, a row per
+    block of one array (grown by doubling), so a decode step's page table takes one slice copy
+    per request, whatever the pages per block (an entry-by-entry copy cost the host ~45 ns per
+    page entry: 3-4 ms per step of a batch of 32 long requests of an LLM whose blocks are 32
+    pages, docs/fidelity-llm.md)."""
 
     def __init__(self, pool: KVPool, arch: Architecture, tp: int):
         self.pool = pool
         self.kv_heads = (arch.kv_heads or arch.heads) // tp
         self.layers = arch.layers
         self.pages_per_block = units_per_block(arch, tp) // pool.page
-        self.blocks: Dict[int, List[List[int]]] = {}
+        self.blocks: Dict[int, np.ndarray] = {}  # request -> [capacity, pages per block] page ids
+        self.held: Dict[int, int] = {}  # request -> blocks held (the first rows of its array)
         # unit j of a block (j = (layer x 2 + K|V) x kv_heads + head) lies in its page j // P at j % P
         P = pool.page
         j = torch.arange(units_per_block(arch, tp), device=pool.data.device).reshape(self.layers, 2, self.kv_heads)
@@ -70,23 +75,37 @@ class LLMCache:
 
     def ensure(self, r: int, n_blocks: int) -> None:
         """Request ``r`` holds at least ``n_blocks`` blocks."""
-        have = self.blocks.setdefault(r, [])
-        while len(have) < n_blocks:
-            have.append(self.pool.take(self.pages_per_block))
+        held = self.held.get(r, 0)
+        if held >= n_blocks:
+            return
+        rows = self.blocks.get(r)
+        if rows is None or rows.shape[0] < n_blocks:
+            grown = np.zeros((max(n_blocks, 2 * (0 if rows is None else rows.shape[0])), self.pages_per_block),
+                             dtype=np.int64)
+            if rows is not None:
+                grown[:held] = rows[:held]
+            self.blocks[r] = rows = grown
+        taken = self.pool.take((n_blocks - held) * self.pages_per_block)
+        rows[held:n_blocks] = np.asarray(taken, dtype=np.int64).reshape(n_blocks - held, self.pages_per_block)
+        self.held[r] = n_blocks
 
     def release(self, r: int) -> None:
         """Free every block of request ``r`` (finished or preempted)."""
-        for pages in self.blocks.pop(r, []):
-            self.pool.give(pages)
+        rows = self.blocks.pop(r, None)
+        held = self.held.pop(r, 0)
+        if rows is not None:
+            self.pool.give(rows[:held].ravel().tolist())
 
-    def page_table(self, requests: Sequence[int], n_blocks: int) -> np.ndarray:
+    def page_table(self, requests: Sequence[int], n_blocks: int, out: Optional[np.ndarray] = None) -> np.ndarray:
         """Pages of the first ``n_blocks`` blocks of each request, [len(requests), n_blocks,
-        pages per block] (0, the scratch page, past a request's blocks)."""
-        out = np.zeros((len(requests), n_blocks, self.pages_per_block), dtype=np.int64)
+        pages per block] (0, the scratch page, past a request's blocks), written into ``out``
+        (zeros of that shape) when given."""
+        if out is None:
+            out = np.zeros((len(requests), n_blocks, self.pages_per_block), dtype=np.int64)
         for i, r in enumerate(requests):
-            bl = self.blocks.get(r, [])[:n_blocks]
-            if bl:
-                out[i, :len(bl)] = bl
+            n = min(self.held.get(r, 0), n_blocks)
+            if n:
+                out[i, :n] = self.blocks[r][:n]
         return out
 
 
@@ -191,7 +210,7 @@ class DecodeInputs:
         host[:n] = tokens
         host[B:B + n] = positions
         table = host[2 * B:2 * B + self.pages.numel()].reshape(self.pages.shape)
-        table[:n] = self.cache.page_table(requests, self.n_blocks)
+        self.cache.page_table(requests, self.n_blocks, table[:n])
         pos = host[B:2 * B]
         new_pages = host[2 * B + self.pages.numel():2 * B + self.pages.numel() + self.new_pages.numel()]
         new_pages.reshape(self.new_pages.shape)[:n] = table[np.arange(n), pos[:n] // block]
