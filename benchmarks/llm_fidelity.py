@@ -7,8 +7,9 @@ per run and policy: ``placeopt execute`` of an LLM instance, the simulator's pre
 the measurement), ``roofline.json`` and ``engine.json`` (the engine micro-benchmark). Prints,
 per folder, the engine benchmark's summary, one row per run, the placement and policy
 rankings per workload; and as its last line, over every run of the newest engine generation
-that has any (all the folders of ``GENERATIONS``' newest entry that exist: fit and held-out
-alike; without a generation, e.g. ``--results DIR``, the newest folder that has any result),
+that has any and of those it derives from (all their folders of ``GENERATIONS`` that exist: fit
+and held-out alike; without a generation, e.g. ``--results DIR``, the newest folder that has any
+result),
 
     max_throughput_err=<x> max_llm_err=<y> max_ttft_err=<t> max_attain_pp=<z> ranking_ok=<0|1> decode_roofline=<r>
 
@@ -43,7 +44,10 @@ CUDA-graph bucket captured the first time a trial met it, so the workers' first 
 cold); ``v3w`` (``results-v3c``, ``results-v3-tp2``: the same kernels with every bucket captured
 at start-up, so every trial is warm). The start-up capture changed what a first trial measures,
 so v3w is a generation of its own, calibrated only on its own runs; v3 stays as history with
-``calibration-v3.json``.
+``calibration-v3.json``. ``v3p`` (``results-v3p-gpu4``, ``-gpu4b``) is v3w with a vectorised
+page-table fill: a *derived* generation (``Generation.derives``), whose calibration is v3w's
+with the one field its change moves measured anew (``decode_page_entry_s``, from its own
+``page_table_bench.py`` runs), and whose runs the last line counts with v3w's.
 
 ``--calibrate [GENERATION]`` fits one generation's parameters (default: the newest) and writes
 its calibration file (the newest generation's is ``fidelity/llm/calibration.json``, which
@@ -57,10 +61,14 @@ twins (an LLM on the whole GPU, plain streams) measured on the generation's plai
 run (``fit_streams``, a temporal run: decode, the median time a decode step takes beyond its
 table between back-to-back steps; prefill, ``engine.json``'s streams launch time), or where
 it has none scaled by ``engine.json``'s streams / green context host-time ratios;
-``decode_kv_gbps`` (the rate at which the KV bytes a decode step reads add to its time, one
-for every model) on the back-to-back decode steps of the plain-stream fit runs, TP 1 and TP > 1
-(``fit_streams``, ``fit_tp``; off for a generation without both), before the host times, which
-are then measured beyond it; ``prefill_host_tp_s`` (a prefill's serial collect per TP rank beyond
+``decode_page_entry_s`` (host seconds per entry of a decode step's page table) is not fitted but
+measured on the GPU machine (``page_table_bench.py``, ``Generation.page_bench``: the median of
+its runs' ``per_entry_ns``) and taken out of every step first; ``decode_kv_gbps`` and
+``decode_kv_tp_power`` (the rate at which the KV bytes a decode step reads add to its time, one
+for every model, divided by ``tp**power`` on a TP mesh) on the back-to-back decode steps of the
+plain-stream fit runs, TP 1, 2 and 4 (``fit_streams``, ``fit_tp``, ``fit_tp_wide``, ``fit_kv``;
+off for a generation without the first two), before the host times, which are then measured
+beyond them; ``prefill_host_tp_s`` (a prefill's serial collect per TP rank beyond
 the first) as the median back-to-back prefill time beyond the table on ``fit_tp`` less that on
 ``fit_streams`` (:func:`tp_prefill_host`); with a run at a second TP degree (``fit_tp_wide``) the
 TP decode host time and the prefill collect each split into a per-rank and a per-mesh part
@@ -121,7 +129,7 @@ class Generation:
     results: Tuple[str, ...]
     tables: str
     engine: str
-    fit: Tuple[str, str]
+    fit: Optional[Tuple[str, str]]  # None: a derived generation (``derives``), no fit of its own
     calibration: str
     fit_streams: Optional[Tuple[str, str]] = None
     folder_tables: Tuple[Tuple[str, str], ...] = ()
@@ -145,6 +153,10 @@ class Generation:
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
+    # the generation whose engine this one changes only where it measures its own fields (its
+    # ``page_bench``): its calibration is that one's with those fields replaced, and its runs
+    # count in the last line together with that one's (None: a generation of its own)
+    derives: Optional[str] = None
 
 
 # v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
@@ -164,6 +176,11 @@ class Generation:
 # re-drawn (instances/fidelity-llm/gpu4s1, seed 1); results-v3-gpu4c: gpu4b's muxserve and temporal
 # placements again, and results-v3-tp2d: the 2-GPU set's (seed 0) temporal and muxserve placements
 # again, both on the 4 x H100 machine (fresh workers: how far the GPU repeats itself).
+# v3p: v3w with each request's KV pages kept as rows of one array, so a decode step's page table
+# is a slice copy per request, not an entry-by-entry one (page_table_bench.py on the H100 host:
+# ~44 -> ~1.4 ns per entry); derived from v3w (its calibration but for decode_page_entry_s), its
+# 4-GPU TP-4 temporal runs (results-v3p-gpu4, -gpu4b: the seeds of results-v3-gpu4 and -gpu4b)
+# predicted before they ran.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -184,12 +201,16 @@ GENERATIONS = {
                       fit_kv=(("results-v3-gpu4", "gpu4-poisson-spatial"),),
                       fit_tp_wide=("results-v3-gpu4", "gpu4-poisson-temporal4"),
                       measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json")),
+    "v3p": Generation(("results-v3p-gpu4", "results-v3p-gpu4b"), "tables-v3", "results-v3", None,
+                      "calibration-v3p.json",
+                      folder_tables=(("results-v3p-gpu4", "tables-gpu4"), ("results-v3p-gpu4b", "tables-gpu4")),
+                      page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
 }
 
 
 def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     """The runs ``gen``'s calibration was fitted on (folder, run name)."""
-    return [gen.fit] + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
+    return ([gen.fit] if gen.fit else []) + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
         [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv)
 
 
@@ -917,8 +938,31 @@ def eager_fields(gen: Generation, model: Dict[str, float]) -> Dict[str, Any]:
     return out
 
 
+def _write_calibration(gen: Generation, out: dict) -> dict:
+    path = os.path.join(LLM, gen.calibration)
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    return out
+
+
+def derived_calibration(gen: Generation) -> dict:
+    """The calibration of a derived generation: its parent's (``gen.derives``) with the fields
+    it measures itself replaced (``decode_page_entry_s`` from its ``page_bench``)."""
+    with open(os.path.join(LLM, GENERATIONS[gen.derives].calibration)) as f:
+        out = json.load(f)
+    out["decode_page_entry_s"], out["fit"]["decode_page_entry_fit"] = page_entry_seconds(gen)
+    out["fit"]["derived_from"] = f"{gen.derives} ({GENERATIONS[gen.derives].calibration}): every other field"
+    return out
+
+
 def calibrate(gen: Generation) -> dict:
-    """Fit ``gen``'s parameters (module docstring) and write its calibration file."""
+    """Fit ``gen``'s parameters (module docstring) and write its calibration file (a derived
+    generation: :func:`derived_calibration`)."""
+    if gen.derives:
+        return _write_calibration(gen, derived_calibration(gen))
+    assert gen.fit is not None
     with open(os.path.join(LLM, gen.engine, "engine.json")) as f:
         engine = json.load(f)
     per = next(r for r in engine["runs"] if r["mechanism"] == "green-contexts")["per_llm"]
@@ -968,12 +1012,7 @@ def calibrate(gen: Generation) -> dict:
         if field in eager:
             out[field] = eager[field]
             out["fit"][f"{field}_fit"] = eager[f"{field}_fit"]
-    path = os.path.join(LLM, gen.calibration)
-    with open(path + ".tmp", "w") as f:
-        json.dump(out, f, indent=1)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
-    return out
+    return _write_calibration(gen, out)
 
 
 # ---------------------------------------------------------------- policy load
@@ -1051,11 +1090,15 @@ def _final_errors(runs: List[dict]) -> List[dict]:
 
 def summary_scope(folders: List[str], reported: Dict[str, Tuple[List[dict], bool, bool]]) -> List[str]:
     """The folders the last line summarises: every folder with results of the newest engine
-    generation that has any (all its runs count, fit and held out, warm and cold); without
-    one, the newest folder with any result (runs or a roofline)."""
+    generation that has any and of the generations it derives from (all their runs count, fit
+    and held out, warm and cold); without one, the newest folder with any result (runs or a
+    roofline)."""
     for gen in reversed(list(GENERATIONS.values())):
-        mine = [f for f in folders if generation_of(f) is gen and reported[f][0]]
-        if mine:
+        family = [gen]
+        while family[-1].derives:
+            family.append(GENERATIONS[family[-1].derives])
+        mine = [f for f in folders if any(generation_of(f) is g for g in family) and reported[f][0]]
+        if any(generation_of(f) is gen for f in mine):
             return mine
     have = [f for f in folders if reported[f][0] or os.path.exists(os.path.join(f, "roofline.json"))]
     return have[-1:] if have else folders[-1:]
