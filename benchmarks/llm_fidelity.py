@@ -178,9 +178,9 @@ class Generation:
 # again, both on the 4 x H100 machine (fresh workers: how far the GPU repeats itself).
 # v3p: v3w with each request's KV pages kept as rows of one array, so a decode step's page table
 # is a slice copy per request, not an entry-by-entry one (page_table_bench.py on the H100 host:
-# ~44 -> ~1.4 ns per entry); derived from v3w (its calibration but for decode_page_entry_s), its
-# 4-GPU TP-4 temporal runs (results-v3p-gpu4, -gpu4b: the seeds of results-v3-gpu4 and -gpu4b)
-# predicted before they ran.
+# ~44 -> ~1.4 ns per entry); derived from v3w (its calibration but for decode_page_entry_s); its
+# runs predicted before they ran: results-v3p (1 x H100: the Poisson and conv temporal placements
+# of results-v3c), results-v3p-gpu4, -gpu4b (4 x H100: TP-4 temporal, the two seeds).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -201,7 +201,7 @@ GENERATIONS = {
                       fit_kv=(("results-v3-gpu4", "gpu4-poisson-spatial"),),
                       fit_tp_wide=("results-v3-gpu4", "gpu4-poisson-temporal4"),
                       measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json")),
-    "v3p": Generation(("results-v3p-gpu4", "results-v3p-gpu4b"), "tables-v3", "results-v3", None,
+    "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b"), "tables-v3", "results-v3", None,
                       "calibration-v3p.json",
                       folder_tables=(("results-v3p-gpu4", "tables-gpu4"), ("results-v3p-gpu4b", "tables-gpu4")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
