@@ -1,9 +1,16 @@
-"""Shared fixtures of the LLM tests: instance and data paths, and the benchmark scripts they test."""
+"""Shared fixtures of the LLM tests: instance and data paths, the benchmark scripts they test,
+and a hand-timed one-request mesh for the kernel's duration terms."""
 
 import importlib.util
 import os
 import sys
 from types import ModuleType
+from typing import Tuple
+
+import numpy as np
+
+from placement_opt.simulate.meshsim import (FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs,
+                                            simulate_mesh)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MUX = os.path.join(ROOT, "instances", "muxserve")
@@ -21,3 +28,20 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def lone_request(prompt: int, output: int, llm=None, settings=None) -> Tuple[float, float]:
+    """(first token, finish) of one request arriving at 0 on a one-LLM mesh (FCFS, blocks of 16
+    tokens): prefill 0.1 s and decode steps 0.01 s in the table; ``llm`` sets ``MeshLLMs``'
+    per-LLM arrays (values of the one LLM), ``settings`` more ``MeshSettings`` fields."""
+    requests = MeshRequests(arrival=np.zeros(1), llm=np.zeros(1, dtype=np.int64),
+                            prompt=np.array([prompt], dtype=np.int64), output=np.array([output], dtype=np.int64))
+    llms = MeshLLMs(share=np.ones(1), kv_kib=np.ones(1, dtype=np.int64), rate=np.ones(1),
+                    **{k: np.full(1, v, dtype=np.float64) for k, v in (llm or {}).items()})
+    tables = LatencyTables(prefill=np.full((1, 5, 2), 0.1), decode=np.full((1, 5, 2), 0.01),
+                           lgrid=np.array([1.0, 4096.0]))
+    cfg = MeshSettings(policy=FCFS, pool=100000, block=16, max_batch=4, token_budget=4096, period=5.0, frac=0.5,
+                       horizon=100.0, **(settings or {}))
+    out = mesh_outputs(1, 1, 10)
+    simulate_mesh(requests, llms, tables, cfg, out)
+    return float(out.first[0]), float(out.finish[0])

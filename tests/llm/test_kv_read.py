@@ -19,35 +19,20 @@ from placement_opt import load_instance
 from placement_opt.placement import load_placement
 from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import kv_read_gbps, mesh_settings, simulate_llm
-from placement_opt.simulate.meshsim import (FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs,
-                                            simulate_mesh)
+from placement_opt.simulate.meshsim import FCFS
 
-from .helpers import ROOT, load_benchmark
+from .helpers import ROOT, load_benchmark, lone_request
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 RESULTS = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
 
 
-def _lone_request_finish(prompt: int, output: int, kv_bytes: float, decode_kv_gbps: float) -> float:
-    """Finish of one request on a one-LLM mesh: prefill 0.1 s, decode steps 0.01 s in the table."""
-    requests = MeshRequests(arrival=np.zeros(1), llm=np.zeros(1, dtype=np.int64),
-                            prompt=np.array([prompt], dtype=np.int64), output=np.array([output], dtype=np.int64))
-    llms = MeshLLMs(share=np.ones(1), kv_kib=np.ones(1, dtype=np.int64), rate=np.ones(1),
-                    weight_bytes=np.zeros(1), kv_bytes=np.full(1, kv_bytes))
-    tables = LatencyTables(prefill=np.full((1, 5, 2), 0.1), decode=np.full((1, 5, 2), 0.01),
-                           lgrid=np.array([1.0, 4096.0]))
-    cfg = MeshSettings(policy=FCFS, pool=100000, block=16, max_batch=4, token_budget=4096, period=5.0, frac=0.5,
-                       horizon=100.0, decode_kv_gbps=decode_kv_gbps)
-    out = mesh_outputs(1, 1, 10)
-    simulate_mesh(requests, llms, tables, cfg, out)
-    return float(out.finish[0])
-
-
 def test_a_decode_step_lasts_its_kv_bytes_over_the_rate_longer():
     """A 1000-token prompt, 3 output tokens: two decode steps at contexts 1001 and 1002, 1 MB of
     KV per token, 1000 GB/s: each step 1.001 / 1.002 ms longer; rate 0 (off): table times only."""
-    assert _lone_request_finish(1000, 3, 1e6, 0.0) == pytest.approx(0.12)
-    assert _lone_request_finish(1000, 3, 1e6, 1000.0) == pytest.approx(0.12 + 1.001e-3 + 1.002e-3)
+    assert lone_request(1000, 3, dict(weight_bytes=0.0, kv_bytes=1e6))[1] == pytest.approx(0.12)
+    assert lone_request(1000, 3, dict(weight_bytes=0.0, kv_bytes=1e6), dict(decode_kv_gbps=1000.0))[1] == \
+        pytest.approx(0.12 + 1.001e-3 + 1.002e-3)
 
 
 

@@ -22,11 +22,9 @@ from placement_opt.llm_units import llm_specs, pages_per_block
 from placement_opt.placement import load_placement
 from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import page_fill_seconds, simulate_llm
-from placement_opt.simulate.meshsim import (FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs,
-                                            simulate_mesh)
 from placement_opt.solvers.llm_estimator import latency_vectors
 
-from .helpers import ROOT
+from .helpers import ROOT, lone_request
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 
@@ -49,27 +47,11 @@ def test_pages_per_block_follow_the_mesh():
         "llm-1b": 4, "llm-3b": 7, "llm-7b": 32, "llm-8b": 8}
 
 
-def _lone_request_finish(block_host_s: float) -> float:
-    """Finish of one request (1000-token prompt, 3 output tokens) on a one-LLM mesh: prefill
-    0.1 s, decode steps 0.01 s in the table, blocks of 16 tokens."""
-    requests = MeshRequests(arrival=np.zeros(1), llm=np.zeros(1, dtype=np.int64),
-                            prompt=np.array([1000], dtype=np.int64), output=np.array([3], dtype=np.int64))
-    llms = MeshLLMs(share=np.ones(1), kv_kib=np.ones(1, dtype=np.int64), rate=np.ones(1),
-                    decode_block_host_s=np.full(1, block_host_s))
-    tables = LatencyTables(prefill=np.full((1, 5, 2), 0.1), decode=np.full((1, 5, 2), 0.01),
-                           lgrid=np.array([1.0, 4096.0]))
-    cfg = MeshSettings(policy=FCFS, pool=100000, block=16, max_batch=4, token_budget=4096, period=5.0, frac=0.5,
-                       horizon=100.0)
-    out = mesh_outputs(1, 1, 10)
-    simulate_mesh(requests, llms, tables, cfg, out)
-    return float(out.finish[0])
-
-
 def test_a_decode_launch_fills_a_page_table_entry_per_block():
     """The two decode steps (contexts 1001 and 1002, the next token's 63 blocks each) launch
     63 x the per-block host seconds later; 0 (off): table times only."""
-    assert _lone_request_finish(0.0) == pytest.approx(0.12)
-    assert _lone_request_finish(1e-4) == pytest.approx(0.12 + 2 * 63 * 1e-4)
+    assert lone_request(1000, 3)[1] == pytest.approx(0.12)
+    assert lone_request(1000, 3, dict(decode_block_host_s=1e-4))[1] == pytest.approx(0.12 + 2 * 63 * 1e-4)
 
 
 def test_simulator_charges_each_llm_the_pages_of_its_mesh():

@@ -21,36 +21,19 @@ import pytest
 from placement_opt import load_instance
 from placement_opt.placement import load_placement
 from placement_opt.simulate.llm import simulate_llm
-from placement_opt.simulate.meshsim import (FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs,
-                                            simulate_mesh)
+from placement_opt.simulate.meshsim import LatencyTables
 
-from .helpers import ROOT, load_benchmark
+from .helpers import ROOT, load_benchmark, lone_request
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 RESULTS = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
 
 
-def _lone_request(collect_s: float) -> tuple[float, float]:
-    """(first token, finish) of one request (3 output tokens) on a one-LLM mesh: prefill 0.1 s,
-    decode steps 0.01 s in the table, the prefill collect ``collect_s``."""
-    requests = MeshRequests(arrival=np.zeros(1), llm=np.zeros(1, dtype=np.int64),
-                            prompt=np.array([100], dtype=np.int64), output=np.array([3], dtype=np.int64))
-    llms = MeshLLMs(share=np.ones(1), kv_kib=np.ones(1, dtype=np.int64), rate=np.ones(1),
-                    prefill_collect_s=np.full(1, collect_s))
-    tables = LatencyTables(prefill=np.full((1, 5, 2), 0.1), decode=np.full((1, 5, 2), 0.01),
-                           lgrid=np.array([1.0, 4096.0]))
-    cfg = MeshSettings(policy=FCFS, pool=100000, block=16, max_batch=4, token_budget=4096, period=5.0, frac=0.5,
-                       horizon=100.0)
-    out = mesh_outputs(1, 1, 10)
-    simulate_mesh(requests, llms, tables, cfg, out)
-    return float(out.first[0]), float(out.finish[0])
-
-
 def test_a_prefill_lasts_its_collect_time_longer():
     """Collect 2 ms: first token at 0.102 s, the two decode steps after it (0.122 s); off:
     0.1 and 0.12 s."""
-    assert _lone_request(0.0) == pytest.approx((0.1, 0.12))
-    assert _lone_request(0.002) == pytest.approx((0.102, 0.122))
+    assert lone_request(100, 3) == pytest.approx((0.1, 0.12))
+    assert lone_request(100, 3, dict(prefill_collect_s=0.002)) == pytest.approx((0.102, 0.122))
 
 
 

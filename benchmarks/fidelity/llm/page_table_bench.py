@@ -28,7 +28,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
