@@ -103,9 +103,9 @@ class LLMConfig:
       take longer than the profiled steps at the mean context, by an amount that follows the KV
       bytes read, not the model (0: off).
     * ``decode_kv_tp_power``: on a mesh of TP degree ``tp`` that KV read runs at
-      ``decode_kv_gbps / tp**this``: the engine's paged attention reads its shard of the cache
-      slower per byte the more ranks share a step (measured at TP 1, 2 and 4: per GB per GPU
-      1 : 3.8 : 15, about ``tp**2``; 0: the same rate at every degree).
+      ``decode_kv_gbps / tp**this``: the engine's steps read their shard of the cache slower per
+      byte the more ranks share them (measured at TP 1, 2 and 4, the page-table fill apart:
+      0.10 / 0.35 / 0.90 ms per GB per GPU beyond the tables; 0: the same rate at every degree).
     * ``decode_page_entry_s``: the host seconds the engine spends per entry of a decode step's
       page table (built on the host before the launch, one entry per page of every KV block
       the step's requests hold; a block is one page for an LLM alone on its mesh, several for
