@@ -286,12 +286,19 @@ def _chain(items: Dict[str, Tuple[float, float]], which: int) -> str:
     return text
 
 
-def _same_ranking(items: Dict[str, Tuple[float, float]]) -> bool:
-    """Whether measured and simulated throughput order every pair alike: both tied (within
-    :data:`NOISE_TOLERANCE`) or both the same way beyond it."""
-    names = sorted(items)
-    return all(_relation(items[a][0], items[b][0]) == _relation(items[a][1], items[b][1])
-               for i, a in enumerate(names) for b in names[i + 1:])
+def _pair_differences(items: Dict[str, Tuple[float, float]]) -> List[str]:
+    """The pairs measured and simulated throughput order differently (none: the rankings agree;
+    a pair agrees when both sides tie it, within :data:`NOISE_TOLERANCE`, or both order it the
+    same way beyond it): ``a/b inverted`` where
+    both sides order them beyond :data:`NOISE_TOLERANCE`, the opposite ways; ``a/b tied on one
+    side`` where one side ties them and the other does not."""
+    names, out = sorted(items), []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            measured, simulated = _relation(items[a][0], items[b][0]), _relation(items[a][1], items[b][1])
+            if measured != simulated:
+                out.append(f"{a}/{b} {'inverted' if measured * simulated < 0 else 'tied on one side'}")
+    return out
 
 
 def repeat_spreads(runs: List[dict]) -> Dict[Tuple[str, str, str], Tuple[float, float]]:
@@ -333,10 +340,10 @@ def rankings(runs: List[dict]) -> Tuple[List[str], bool, bool]:
             if len(items) < 2:
                 continue
             compared = True
-            same = _same_ranking(items)
-            ok &= same
+            differences = _pair_differences(items)
+            ok &= not differences
             lines.append(f"{w} {what}: measured {_chain(items, 0)}; simulated {_chain(items, 1)}"
-                         f"{'' if same else '  DIFFER'}")
+                         f"{'  DIFFER: ' + ', '.join(differences) if differences else ''}")
     return lines, ok, compared
 
 
