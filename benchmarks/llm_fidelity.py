@@ -180,7 +180,7 @@ class Generation:
 # is a slice copy per request, not an entry-by-entry one (page_table_bench.py on the H100 host:
 # ~44 -> ~1.4 ns per entry); derived from v3w (its calibration but for decode_page_entry_s); its
 # runs predicted before they ran: results-v3p (1 x H100: the Poisson and conv temporal placements
-# of results-v3c), results-v3p-gpu4, -gpu4b (4 x H100: TP-4 temporal, the two seeds).
+# of results-v3c), results-v3p-gpu4, -gpu4b (4 x H100: the four placements, seeds 0 and 1).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
