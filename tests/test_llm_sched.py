@@ -98,8 +98,8 @@ def timings(draw, n_llms):
     padded tokens with their launch delay and (apart, or 0: the same) thread hold; launches of
     0-20 ms per decode step and 0-300 ms per prefill; page-table fills of 0-2 ms per KV block a
     decode step's requests hold; prefill collects of 0-50 ms and graph prefill stretches of
-    1-3x, per LLM. Sometimes the per-LLM arrays are empty (the kernel's
-    zeros)."""
+    1-3x, per LLM. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
+    others."""
     def per_llm(values):
         return draw(st.lists(st.sampled_from(values), min_size=n_llms, max_size=n_llms))
 
@@ -111,9 +111,9 @@ def timings(draw, n_llms):
     own = draw(st.sampled_from([0.0, 0.25, 0.5]))
     graph_tokens = draw(st.sampled_from([0, 16, 64]))
     decode_host = optional([0.0, 0.001, 0.02])
-    prefill_host = per_llm([0.0, 0.05, 0.3]) if decode_host else []
+    prefill_host = optional([0.0, 0.05, 0.3])
     weights = optional([1e8, 1e9, 5e9])
-    kv = per_llm([0.0, 1e5, 1e7]) if weights else []
+    kv = optional([0.0, 1e5, 1e7])
     return Timing(hbm, decode_kv_gbps, own, graph_tokens, decode_host, prefill_host,
                   eager_host=optional([0.0, 0.013, 0.1]), eager_hold=optional([0.0, 0.05, 0.2]),
                   collect=optional([0.0, 0.001, 0.05]), stretch=optional([0.0, 1.0, 1.5, 3.0]), weights=weights,

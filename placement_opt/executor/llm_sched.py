@@ -420,12 +420,10 @@ class VirtualJobs:
     def __init__(self, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings):
         K = len(llms.share)
         self.tables, self.cfg = tables, cfg
-        sized = len(llms.weight_bytes) == K
         self.weight_bytes = _per_llm(llms.weight_bytes, K)
-        self.kv_bytes = _per_llm(llms.kv_bytes, K) if sized else [0.0] * K
-        hosted = len(llms.decode_host_s) == K
+        self.kv_bytes = _per_llm(llms.kv_bytes, K)
         self.decode_host = _per_llm(llms.decode_host_s, K)
-        self.prefill_host = _per_llm(llms.prefill_host_s, K) if hosted else [0.0] * K
+        self.prefill_host = _per_llm(llms.prefill_host_s, K)
         self.eager_host = _per_llm(llms.prefill_eager_host_s, K)
         hold = _per_llm(llms.prefill_eager_hold_s, K)
         self.eager_hold = [hold[k] if hold[k] > 0 else self.eager_host[k] for k in range(K)]

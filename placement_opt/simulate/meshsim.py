@@ -357,9 +357,11 @@ def _llm_state(requests, mesh_llms, cfg, out):
         llms[k].kv_time = out.kv_llm_time[k]
         if mesh_llms.weight_bytes.shape[0] == K:
             llms[k].weight_bytes = mesh_llms.weight_bytes[k]
+        if mesh_llms.kv_bytes.shape[0] == K:
             llms[k].kv_bytes = mesh_llms.kv_bytes[k]
         if mesh_llms.decode_host_s.shape[0] == K:
             llms[k].decode_host = mesh_llms.decode_host_s[k]
+        if mesh_llms.prefill_host_s.shape[0] == K:
             llms[k].prefill_host = mesh_llms.prefill_host_s[k]
         if mesh_llms.prefill_eager_host_s.shape[0] == K:
             llms[k].eager_host = mesh_llms.prefill_eager_host_s[k]
