@@ -112,8 +112,8 @@ INSTANCES = os.path.join(os.path.dirname(HERE), "instances", "fidelity-llm")
 GRAPH_TOKENS = LLMConfig().prefill_graph_tokens
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s",
-                "decode_kv_gbps", "decode_kv_tp_power", "decode_page_entry_s", "own_prefill_decode_share", "prefill_host_tp_s", "prefill_host_mesh_s",
-                "prefill_eager_hold_s", "prefill_partition_stretch")
+                "decode_kv_gbps", "decode_kv_tp_power", "decode_page_entry_s", "own_prefill_decode_share",
+                "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -629,7 +629,8 @@ def plain_stream_steps(run: dict) -> np.ndarray:
 
     tables = _mesh_step_tables(run)
     events = token_events(run)
-    block = generation_instance(run_inputs(run)[0], generation_of(run["folder"]), run["folder"]).llm_settings.kv_block_tokens
+    inst = generation_instance(run_inputs(run)[0], generation_of(run["folder"]), run["folder"])
+    block = inst.llm_settings.kv_block_tokens
     steps = []
     for group in load_placement(run_inputs(run)[1]).groups:
         ordered = sorted(e for e in events if e[1] in group.models)
@@ -686,8 +687,8 @@ def fit_kv_gbps(runs: List[dict], entry_s: float = 0.0) -> Tuple[float, float, f
     for power in (KV_TP_POWERS if len(degrees) > 1 else (0.0,)):
         for ms_per_gb in np.arange(0.0, 2.0 + 1e-9, 0.01):
             rate = 1e3 / ms_per_gb if ms_per_gb > 0 else 0.0
-            dev = np.concatenate([np.abs(r - np.median(r)) for r in (s[:, 0] - _modelled_seconds(s, rate, power, entry_s)
-                                                                     for s in steps)])
+            residuals = (s[:, 0] - _modelled_seconds(s, rate, power, entry_s) for s in steps)
+            dev = np.concatenate([np.abs(r - np.median(r)) for r in residuals])
             if dev.mean() < best[2] - 1e-12:
                 best = (rate, float(power) if rate > 0 else 0.0, float(dev.mean()))
     return best

@@ -35,7 +35,8 @@ mesh of TP degree ``tp`` (the simulator adds the KV bytes of the step's actual c
 ``llm.decode_page_entry_s``: a decode step lasts ``b x blocks at the mean context x pages per
 block x decode_page_entry_s`` longer (the simulator's page-table fill on the scheduling thread;
 the search's per-LLM tables take a block as one page, as alone on a mesh, and
-:func:`placement_estimates` the pages of the placement's meshes); ``llm.own_prefill_decode_share`` = s: LLM ``m``'s decode steps last ``1 + f x (1/s - 1)``
+:func:`placement_estimates` the pages of the placement's meshes);
+``llm.own_prefill_decode_share`` = s: LLM ``m``'s decode steps last ``1 + f x (1/s - 1)``
 times longer, ``f = prefill_m(b_m) / round`` the part of its Eq. 3 round its own prefill runs
 (the simulator stretches a step by 1/s while that prefill runs), the round solved exactly
 (:func:`_cycle`); only where the simulator can run the two jobs together (share at most 0.5)
@@ -69,11 +70,11 @@ from placement_opt.cluster import Cluster
 from placement_opt.costs.interp import lookup_batches
 from placement_opt.instance import Instance
 from placement_opt.llm_rules import tp_violations
-from placement_opt.llm_units import (LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, pages_per_block,
-                                     placement_rules)
+from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
-from placement_opt.simulate.llm import host_seconds, kv_read_gbps, on_partition, prefill_collect_seconds
+from placement_opt.simulate.llm import (host_seconds, kv_read_gbps, on_partition, page_fill_seconds,
+                                        prefill_collect_seconds)
 from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
@@ -233,7 +234,8 @@ class EstimatorTables:
 
 
 def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
-                    llm: Optional[LLMConfig] = None, block_pages: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+                    llm: Optional[LLMConfig] = None,
+                    mesh: Optional[Sequence[LLMSpec]] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Prefill and decode-step seconds for batches 0..max_batch at the spec's mean lengths;
     with ``llm``'s host model (:func:`host_seconds` at this share and TP degree) a decode step
     takes its launch longer, a prefill at least its launch, and a prefill whose padded size at
@@ -242,10 +244,10 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     :func:`_prefill_with_host`); with ``llm.decode_kv_gbps`` a decode step of ``b`` requests
     lasts their KV bytes per GPU at the mean context / that rate at its TP degree longer (the
     simulator's KV-read term, :func:`kv_read_gbps`); with ``llm.decode_page_entry_s`` it lasts
-    the host fill of its page table longer: ``b`` x the blocks of the mean context x
-    ``block_pages`` (pages per block in the mesh's pool: 1 alone, the search's tables; the
-    placement's meshes in :func:`placement_estimates`) x that many seconds (the simulator's
-    page-table fill, :func:`~placement_opt.simulate.llm.page_fill_seconds`)."""
+    the host fill of its page table longer: ``b`` x the blocks of the mean context x the
+    simulator's fill seconds per block (:func:`page_fill_seconds`) on a mesh serving ``mesh``
+    (None: the LLM alone, as the search's tables, built before any colocation, take it; the
+    placement's meshes in :func:`placement_estimates`)."""
     bgrid, lgrid, p2, d2 = spec.table.at_share(tp, share)
     b = np.arange(max_batch + 1, dtype=np.float64)
     b[0] = 1.0
@@ -261,7 +263,7 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
         dec = dec + b * context * (spec.kv_bytes_per_token / tp) / (kv_read_gbps(llm, tp) * 1e9)
     if llm.decode_page_entry_s > 0:
         blocks = np.ceil((context + 1.0) / llm.kv_block_tokens)
-        dec = dec + b * blocks * block_pages * llm.decode_page_entry_s
+        dec = dec + b * blocks * page_fill_seconds(llm, spec, mesh or [spec], tp)
     return _prefill_with_host(pre, b, spec, llm, share, tp, prefill_host, eager_host), dec
 
 
@@ -440,10 +442,9 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         D = np.empty_like(P)
         temporal = placement.scheduling == "temporal"
         slow = np.array([own_prefill_slowdown(cfg, float(sh), temporal) for sh in shares])
-        mesh = [specs[i].architecture for i in members]
+        mesh = [specs[i] for i in members]
         for j, (i, sh) in enumerate(zip(members, shares)):
-            P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch, cfg,
-                                         pages_per_block(specs[i].architecture, mesh, g.tp))
+            P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch, cfg, mesh)
         tpt = np.zeros(k)
         batch = np.zeros(k, dtype=np.int64)
         unit_throughput(np.arange(k, dtype=np.int64), np.asarray(members, dtype=np.int64), P, D,

@@ -103,7 +103,7 @@ class MeshLLMs(NamedTuple):
     prefill_eager_hold_s: np.ndarray = np.zeros(0)  # float64 host seconds an eager launch holds the thread more (0 or empty: prefill_eager_host_s)
     prefill_collect_s: np.ndarray = np.zeros(0)  # float64 seconds a prefill lasts beyond its table time (TP ranks' collect)
     prefill_stretch: np.ndarray = np.zeros(0)  # float64 factor on a prefill's table time (0 or empty: 1; shared SM partition)
-    decode_block_host_s: np.ndarray = np.zeros(0)  # float64 host seconds a decode step's launch takes per KV block its requests hold (page-table fill)
+    decode_block_host_s: np.ndarray = np.zeros(0)  # float64 host seconds of a decode launch per KV block held (page fill)
 
 
 class LatencyTables(NamedTuple):

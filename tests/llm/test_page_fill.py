@@ -73,17 +73,21 @@ def test_simulator_charges_each_llm_the_pages_of_its_mesh():
 
 def test_estimator_adds_the_mean_fill_of_a_step():
     """A decode step of b requests lasts b x the blocks of the mean context plus one token x
-    the pages per block x ``decode_page_entry_s`` longer; prefills are unchanged."""
+    the pages per block (alone: 1; on the TP-2 set's mesh: llm-7b beside llm-8b) x
+    ``decode_page_entry_s`` longer; prefills are unchanged."""
     inst = load_instance(os.path.join(FIDELITY, "tp2", "measured", "poisson.json"))
     spec = llm_specs(inst)[0]
     cfg = dataclasses.replace(inst.llm_settings, decode_page_entry_s=50e-9)
     off = dataclasses.replace(cfg, decode_page_entry_s=0.0)
     b = np.maximum(np.arange(33), 1)
     blocks = math.ceil((spec.prompt_tokens + spec.output_tokens / 2 + 1) / cfg.kv_block_tokens)
-    for pages in (1, 32):
-        p0, d0 = latency_vectors(spec, 2, 1.0, 32, off, pages)
-        p1, d1 = latency_vectors(spec, 2, 1.0, 32, cfg, pages)
+    specs = llm_specs(inst)
+    for mesh in (None, specs):
+        pages = pages_per_block(spec.architecture, [s.architecture for s in mesh or [spec]], 2)
+        p0, d0 = latency_vectors(spec, 2, 1.0, 32, off, mesh)
+        p1, d1 = latency_vectors(spec, 2, 1.0, 32, cfg, mesh)
         assert np.array_equal(p0, p1)
         assert np.allclose(d1 - d0, b * blocks * pages * 50e-9, rtol=1e-12, atol=0)
+    assert pages_per_block(spec.architecture, [s.architecture for s in specs], 2) > 1  # llm-7b beside llm-8b
     assert np.array_equal(latency_vectors(spec, 2, 1.0, 32, LLMConfig())[1],
-                          latency_vectors(spec, 2, 1.0, 32, LLMConfig(), 32)[1])
+                          latency_vectors(spec, 2, 1.0, 32, LLMConfig(), specs)[1])
