@@ -113,7 +113,8 @@ GRAPH_TOKENS = LLMConfig().prefill_graph_tokens
 MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decode_host_full_s", "prefill_host_full_s",
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s",
                 "decode_kv_gbps", "decode_kv_tp_power", "decode_page_entry_s", "own_prefill_decode_share",
-                "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch")
+                "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
+                "prefill_eager_host_tp_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +155,10 @@ class Generation:
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
     # the generation whose engine this one changes only where it measures its own fields (its
-    # ``page_bench``): its calibration is that one's with those fields replaced, and its runs
-    # count in the last line together with that one's (None: a generation of its own)
+    # ``page_bench``; and, where it names its own plain-stream runs ``fit_streams``, ``fit_tp``,
+    # ``fit_tp_wide``, the decode step's host seconds on them): its calibration is that one's with
+    # those fields replaced, and its runs count in the last line together with that one's (None: a
+    # generation of its own)
     derives: Optional[str] = None
 
 
@@ -180,7 +183,10 @@ class Generation:
 # is a slice copy per request, not an entry-by-entry one (page_table_bench.py on the H100 host:
 # ~44 -> ~1.4 ns per entry); derived from v3w (its calibration but for decode_page_entry_s); its
 # runs predicted before they ran: results-v3p (1 x H100: the Poisson and conv temporal placements
-# of results-v3c), results-v3p-gpu4, -gpu4b (4 x H100: the four placements, seeds 0 and 1).
+# of results-v3c), results-v3p-gpu4, -gpu4b (4 x H100: the four placements, seeds 0 and 1). Those
+# runs showed its decode step's host time differs from v3w's (TP 1 longer, TP 2 and 4 shorter:
+# docs/fidelity-llm.md "v3p's own decode host time"), so it measures its decode host seconds on its
+# own seed-0 plain-stream runs (TP 1, 2, 4) the way v3w does; the seed-1 runs and conv stay held out.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -203,7 +209,10 @@ GENERATIONS = {
                       measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json")),
     "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b"), "tables-v3", "results-v3", None,
                       "calibration-v3p.json",
+                      fit_streams=("results-v3p", "poisson-temporal"),
                       folder_tables=(("results-v3p-gpu4", "tables-gpu4"), ("results-v3p-gpu4b", "tables-gpu4")),
+                      fit_tp=("results-v3p-gpu4", "gpu4-poisson-temporal"),
+                      fit_tp_wide=("results-v3p-gpu4", "gpu4-poisson-temporal4"),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
 }
 
@@ -656,17 +665,23 @@ def _modelled_seconds(steps: np.ndarray, kv_gbps: float, power: float, entry_s: 
 
 
 def plain_stream_decode_extra(run: dict, kv_gbps: float = 0.0, power: float = 0.0,
-                              entry_s: float = 0.0) -> Tuple[float, int]:
+                              entry_s: float = 0.0, tp: Optional[int] = None) -> Tuple[float, int]:
     """Seconds a decode step takes beyond its table time (and beyond the KV term at ``kv_gbps``
     and TP power ``power``: ``llm.decode_kv_gbps``, ``decode_kv_tp_power``; and beyond its
     page-table fill at ``entry_s``: ``decode_page_entry_s``) on plain streams: the median over
-    :func:`plain_stream_steps`. Returns it and the number of steps. The median ignores the few
-    steps that wait for a cold prefill's capture."""
+    :func:`plain_stream_steps` (only the meshes of TP degree ``tp``; None: every mesh). Returns
+    it and the number of steps. The median ignores the few steps that wait for a cold prefill's
+    capture."""
     steps = plain_stream_steps(run)
+    if tp is not None:
+        steps = steps[steps[:, 2] == tp]
     if not len(steps):
         return math.nan, 0
     return float(np.median(steps[:, 0] - _modelled_seconds(steps, kv_gbps, power, entry_s))), len(steps)
 
+
+#: the fewest back-to-back eager prefills a TP > 1 run needs to measure ``prefill_eager_host_tp_s``
+MIN_EAGER = 5
 
 #: the TP powers :func:`fit_kv_gbps` tries for ``llm.decode_kv_tp_power``
 KV_TP_POWERS = tuple(np.round(np.arange(0.0, 3.0 + 1e-9, 0.25), 2))
@@ -706,7 +721,7 @@ def streams_host(gen: Generation, engine: dict, ratios: Tuple[float, float], par
                 "source": "partition values x streams / green-context host ratios"}
     folder, name = gen.fit_streams
     run = _find_run((folder, name))
-    decode, pairs = plain_stream_decode_extra(run, kv_gbps, 0.0, entry_s)
+    decode, pairs = plain_stream_decode_extra(run, kv_gbps, 0.0, entry_s, tp=1)
     streams = next(r for r in engine["runs"] if r["mechanism"] == "streams")["per_llm"]
     prefill = statistics.median(p["prefill_host_ms"] for p in streams) / 1e3
     return {"decode_host_full_s": decode, "prefill_host_full_s": prefill,
@@ -801,9 +816,9 @@ def _tp_runs(gen: Generation) -> List[Tuple[str, str]]:
 def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.0,
                    kv_power: float = 0.0, entry_s: float = 0.0) -> Tuple[float, float, str]:
     """``decode_host_tp_s`` and ``decode_host_mesh_s``: on each TP > 1 plain-stream fit run
-    (``fit_tp``, and ``fit_tp_wide`` at a higher degree) the median decode-step time beyond the
-    table, the KV term at ``kv_gbps`` and TP power ``kv_power`` and the page-table fill at
-    ``entry_s`` (:func:`plain_stream_decode_extra`) less the TP-1 value
+    (``fit_tp``, and ``fit_tp_wide`` at a higher degree) the median decode-step time of its
+    widest meshes beyond the table, the KV term at ``kv_gbps`` and TP power ``kv_power`` and the
+    page-table fill at ``entry_s`` (:func:`plain_stream_decode_extra`) less the TP-1 value
     ``decode_host_full``, split by :func:`rank_and_mesh` (0 without such a run)."""
     if gen.fit_tp is None:
         return 0.0, 0.0, "no TP > 1 plain-stream run"
@@ -811,7 +826,7 @@ def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.
     for where in _tp_runs(gen):
         run = _find_run(where)
         tp = _tp_degree(run)
-        extra, pairs = plain_stream_decode_extra(run, kv_gbps, kv_power, entry_s)
+        extra, pairs = plain_stream_decode_extra(run, kv_gbps, kv_power, entry_s, tp=tp)
         points.append((tp, extra - decode_host_full))
         notes.append(f"{where[0]}/{where[1]}: median decode-step time beyond the TP-{tp} table"
                      f"{' and the KV term' if kv_gbps > 0 else ''}{' and the page-table fill' if entry_s > 0 else ''} "
@@ -901,6 +916,33 @@ def tp_prefill_host(gen: Generation) -> Tuple[float, float, str]:
                         f"{'/'.join(gen.fit_streams)} (TP 1, {len(single)})")
 
 
+def _median_eager_excess(where: Tuple[str, str]) -> Tuple[float, int]:
+    """The median time an eager prefill takes beyond its table on the plain-stream run
+    ``where`` (:func:`plain_stream_eager_prefills`, every model) and how many there are."""
+    excess = [e for per in plain_stream_eager_prefills(_find_run(where)).values() for e, _ in per]
+    return (float(np.median(excess)) if excess else math.nan), len(excess)
+
+
+def tp_eager_host(gen: Generation, reference: Tuple[str, str]) -> Tuple[float, str]:
+    """``prefill_eager_host_tp_s``: per TP rank beyond the first, how much longer an eager prefill
+    takes beyond its table on the TP > 1 plain-stream fit runs of ``gen`` (``fit_tp``,
+    ``fit_tp_wide``; those with at least ``MIN_EAGER`` eager prefills) than on the TP-1 whole-GPU
+    eager fit run ``reference`` (medians of :func:`plain_stream_eager_prefills`), divided by
+    ``tp - 1``; the median over those runs (0 where there is none)."""
+    base, n_base = _median_eager_excess(reference)
+    values, notes = [], []
+    for where in _tp_runs(gen):
+        tp = _tp_degree(_find_run(where))
+        excess, n = _median_eager_excess(where)
+        if n >= MIN_EAGER and n_base:
+            values.append(max(0.0, (excess - base) / (tp - 1)))
+            notes.append(f"{'/'.join(where)}: median eager prefill {1e3 * excess:.1f} ms beyond the TP-{tp} table ({n})")
+    if not values:
+        return 0.0, "no TP > 1 plain-stream run with eager prefills"
+    return float(np.median(values)), ("; ".join(notes) + f"; less {1e3 * base:.1f} ms on {'/'.join(reference)} "
+                                       f"(TP 1, {n_base}), per rank beyond the first")
+
+
 def kv_fields(gen: Generation, entry_s: float = 0.0) -> Tuple[float, float, str]:
     """``decode_kv_gbps`` and ``decode_kv_tp_power`` of ``gen``: fitted (:func:`fit_kv_gbps`) on
     its plain-stream runs, the ``fit_streams``, ``fit_tp``, ``fit_tp_wide`` and ``fit_kv`` ones
@@ -957,11 +999,36 @@ def _write_calibration(gen: Generation, out: dict) -> dict:
 
 def derived_calibration(gen: Generation) -> dict:
     """The calibration of a derived generation: its parent's (``gen.derives``) with the fields
-    it measures itself replaced (``decode_page_entry_s`` from its ``page_bench``)."""
+    it measures itself replaced: ``decode_page_entry_s`` from its ``page_bench`` and, where it
+    names its own plain-stream runs, the decode host seconds measured on them beyond the parent's
+    KV term and its own page fill (``decode_host_full_s`` on ``fit_streams``:
+    :func:`plain_stream_decode_extra` at TP 1; ``decode_host_tp_s`` and ``decode_host_mesh_s`` on
+    ``fit_tp`` and ``fit_tp_wide``: :func:`tp_decode_host`; ``prefill_eager_host_tp_s`` on them
+    against the parent's TP-1 eager run: :func:`tp_eager_host`)."""
     with open(os.path.join(LLM, GENERATIONS[gen.derives].calibration)) as f:
         out = json.load(f)
-    out["decode_page_entry_s"], out["fit"]["decode_page_entry_fit"] = page_entry_seconds(gen)
-    out["fit"]["derived_from"] = f"{gen.derives} ({GENERATIONS[gen.derives].calibration}): every other field"
+    entry_s, out["fit"]["decode_page_entry_fit"] = page_entry_seconds(gen)
+    out["decode_page_entry_s"] = entry_s
+    own = ["decode_page_entry_s"]
+    if gen.fit_streams is not None:
+        kv_gbps, kv_power = out["decode_kv_gbps"], out["decode_kv_tp_power"]
+        full, pairs = plain_stream_decode_extra(_find_run(gen.fit_streams), kv_gbps, kv_power, entry_s, tp=1)
+        out["decode_host_full_s"] = round(full, 6)
+        out["fit"]["full_host_fit"] = (f"{'/'.join(gen.fit_streams)}: median decode-step time beyond the table, "
+                                       f"the KV term and the page-table fill over {pairs} back-to-back steps")
+        own.append("decode_host_full_s")
+        if gen.fit_tp is not None:
+            tp_host, mesh_host, out["fit"]["tp_host_fit"] = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps,
+                                                                           kv_power, entry_s)
+            out["decode_host_tp_s"], out["decode_host_mesh_s"] = round(tp_host, 6), round(mesh_host, 6)
+            own += ["decode_host_tp_s", "decode_host_mesh_s"]
+            parent = GENERATIONS[gen.derives]
+            if len(parent.fit_eager) > 1:
+                tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, parent.fit_eager[1])
+                out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
+                own.append("prefill_eager_host_tp_s")
+    out["fit"]["derived_from"] = (f"{gen.derives} ({GENERATIONS[gen.derives].calibration}): every field but "
+                                  f"{', '.join(own)}")
     return out
 
 
@@ -1020,6 +1087,9 @@ def calibrate(gen: Generation) -> dict:
         if field in eager:
             out[field] = eager[field]
             out["fit"][f"{field}_fit"] = eager[f"{field}_fit"]
+    if len(gen.fit_eager) > 1:
+        tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, gen.fit_eager[1])
+        out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
     return _write_calibration(gen, out)
 
 

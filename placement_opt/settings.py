@@ -86,6 +86,10 @@ class LLMConfig:
     * ``prefill_eager_hold_s``: where set, the host seconds an eager prefill's launch holds the
       scheduling thread more on an SM partition, apart from ``prefill_eager_host_s``, which then
       is only how much later the prefill ends (0: the thread is held ``prefill_eager_host_s``).
+    * ``prefill_eager_host_tp_s``: seconds an eager prefill adds per tensor-parallel rank beyond
+      the first, beside ``prefill_eager_host_s`` / ``prefill_eager_host_full_s`` (its GPU work
+      waits for every rank's kernel-by-kernel launch: about 3x longer at TP 4 than at TP 1 on
+      the H100s; 0: off).
     * ``decode_host_tp_s``: host seconds a decode step's launch and collect take more per
       tensor-parallel rank beyond the first (added to ``decode_host_s`` and ``decode_host_full_s``).
     * ``prefill_host_tp_s``: seconds a prefill lasts beyond its cost-table time per
@@ -149,6 +153,9 @@ class LLMConfig:
     prefill_eager_host_full_s: float = option(0.0, minimum=0,
                                               help="host seconds an eager prefill adds for an LLM holding the whole "
                                                    "GPU (0: off)")
+    prefill_eager_host_tp_s: float = option(0.0, minimum=0,
+                                            help="seconds an eager prefill adds for each tensor-parallel rank "
+                                                 "beyond one (0: off)")
     decode_host_tp_s: float = option(0.0, minimum=0,
                                      help="host seconds per decode step more for each tensor-parallel rank beyond one")
     prefill_host_tp_s: float = option(0.0, minimum=0,

@@ -253,7 +253,7 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         token_budget=cfg.prefill_token_budget, period=cfg.rebalance_period_s,
                         frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=cfg.contention_hbm_gbps,
                         graph_tokens=cfg.prefill_graph_tokens if max(cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s,
-                                                                     cfg.prefill_eager_hold_s) > 0
+                                                                     cfg.prefill_eager_hold_s, cfg.prefill_eager_host_tp_s) > 0
                         else 0, decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share)
 
 
@@ -281,11 +281,13 @@ def host_seconds(cfg: LLMConfig, share: float, tp: int = 1) -> tuple[float, floa
     """(decode, prefill, eager prefill) host seconds of the scheduling thread per job of an LLM
     at SM ``share`` on a mesh of TP degree ``tp``: the partition values below the whole GPU, the
     plain-stream ones at it; decode adds ``decode_host_tp_s`` per rank beyond the first and,
-    on a mesh of more than one GPU, ``decode_host_mesh_s``."""
+    on a mesh of more than one GPU, ``decode_host_mesh_s``; an eager prefill adds
+    ``prefill_eager_host_tp_s`` per rank beyond the first."""
     extra = _tp_seconds(cfg.decode_host_tp_s, cfg.decode_host_mesh_s, tp)
+    eager_tp = _tp_seconds(cfg.prefill_eager_host_tp_s, 0.0, tp)
     if not on_partition(share):
-        return cfg.decode_host_full_s + extra, cfg.prefill_host_full_s, cfg.prefill_eager_host_full_s
-    return cfg.decode_host_s + extra, cfg.prefill_host_s, cfg.prefill_eager_host_s
+        return cfg.decode_host_full_s + extra, cfg.prefill_host_full_s, cfg.prefill_eager_host_full_s + eager_tp
+    return cfg.decode_host_s + extra, cfg.prefill_host_s, cfg.prefill_eager_host_s + eager_tp
 
 
 def prefill_collect_seconds(cfg: LLMConfig, tp: int) -> float:

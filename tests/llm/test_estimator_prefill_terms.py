@@ -73,13 +73,14 @@ def test_eager_hold_floors_an_eager_prefill_at_the_thread_hold_on_a_partition():
 
 
 def test_zero_fields_leave_the_estimates_as_they_were():
-    """The eager hold and the TP collect (per rank and per mesh) 0: latency vectors bit-identical
+    """The eager hold, the TP collect (per rank and per mesh) and the eager TP term 0: latency vectors bit-identical
     to a config that never had them set, at every TP degree and share (the golden check covers
     whole solves)."""
     spec = _spec()
     cfg = load_instance(os.path.join(TP2, "measured", "poisson.json")).llm_settings
     assert cfg.prefill_eager_hold_s > 0 and cfg.prefill_host_tp_s > 0
-    zeros = dataclasses.replace(cfg, prefill_eager_hold_s=0.0, prefill_host_tp_s=0.0, prefill_host_mesh_s=0.0)
+    zeros = dataclasses.replace(cfg, prefill_eager_hold_s=0.0, prefill_host_tp_s=0.0, prefill_host_mesh_s=0.0,
+                                prefill_eager_host_tp_s=0.0)
     plain = dataclasses.replace(LLMConfig(), **{f: getattr(cfg, f) for f in (
         "prefill_host_s", "prefill_eager_host_s", "decode_host_s", "decode_kv_gbps", "prefill_host_full_s",
         "decode_host_full_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s", "decode_kv_tp_power",

@@ -115,7 +115,8 @@ def test_each_generation_is_calibrated_on_its_own_runs():
     """A generation's calibration is fitted only on runs of its own engine: every fit run lies in
     one of its results folders, the warm-start engine (v3w) writes ``calibration.json`` (what
     ``measured_instances.py`` copies), and the cold-capture v3 runs keep their own file. The
-    newest, v3p (v3w with the vectorised page-table fill), fits nothing: it derives from v3w."""
+    newest, v3p (v3w with the vectorised page-table fill), derives from v3w: only its decode host
+    seconds are measured on its own runs."""
     script = load_benchmark("llm_fidelity")
     for gen in script.GENERATIONS.values():
         assert all(folder in gen.results for folder, _ in script.fit_runs(gen)), gen
@@ -130,19 +131,29 @@ def test_each_generation_is_calibrated_on_its_own_runs():
         assert fitted_on in owner.results
 
 
-def test_derived_generation_keeps_its_parents_calibration_but_its_own_page_fill():
-    """``calibration-v3p.json`` is v3w's with ``decode_page_entry_s`` from v3p's own
-    ``page_table_bench.py`` runs (a few ns per entry, against ~44 for v3w's engine); the last
-    line counts v3p's runs together with v3w's."""
+OWN_FIELDS = ("decode_page_entry_s", "decode_host_full_s", "decode_host_tp_s", "decode_host_mesh_s",
+              "prefill_eager_host_tp_s")
+
+
+def test_derived_generation_keeps_its_parents_calibration_but_its_own_measurements():
+    """``calibration-v3p.json`` is v3w's with the fields v3p measures itself: ``decode_page_entry_s``
+    from its own ``page_table_bench.py`` runs (a few ns per entry, against ~44 for v3w's engine)
+    and the decode host seconds and the eager prefill's TP term on its own seed-0 plain-stream
+    runs (TP 1, 2, 4; the record names them); the last line counts v3p's runs together with v3w's."""
     script = load_benchmark("llm_fidelity")
-    derived = script.derived_calibration(script.GENERATIONS["v3p"])
+    gen = script.GENERATIONS["v3p"]
+    derived = script.derived_calibration(gen)
     with open(os.path.join(FIDELITY, "calibration-v3p.json")) as f:
         assert json.load(f) == derived
     with open(os.path.join(FIDELITY, "calibration.json")) as f:
         parent = json.load(f)
-    assert {k: v for k, v in derived.items() if k not in ("decode_page_entry_s", "fit")} == \
-           {k: v for k, v in parent.items() if k not in ("decode_page_entry_s", "fit")}
+    assert {k: v for k, v in derived.items() if k not in OWN_FIELDS + ("fit",)} == \
+           {k: v for k, v in parent.items() if k not in OWN_FIELDS + ("fit",)}
+    assert all(derived[k] != parent[k] for k in OWN_FIELDS)
     assert 0 < derived["decode_page_entry_s"] < parent["decode_page_entry_s"] / 10
+    assert all(folder in gen.results for folder, _ in script.fit_runs(gen))
+    for where in (gen.fit_streams, gen.fit_tp, gen.fit_tp_wide):
+        assert "/".join(where) in derived["fit"]["full_host_fit"] + derived["fit"]["tp_host_fit"]
     folders = script.results_folders()
     reported = {f: ([{"name": "x"}], True, False) for f in folders}  # every folder has a run
     scope = {os.path.basename(f) for f in script.summary_scope(folders, reported)}

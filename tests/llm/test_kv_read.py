@@ -105,9 +105,10 @@ def test_tp_power_slows_only_the_tp_meshes():
 def test_page_fill_splits_the_tp4_mesh_between_its_llms():
     """``gpu4s1-poisson-temporal4`` (one TP-4 mesh of four LLMs, 2-3x overloaded; held out: no
     calibration field is fitted on it): with the page-table fill measured on the GPU machine
-    (``page_table_bench.py``) every LLM's throughput is within 15% of the GPU's and the total
-    within 7%; without it (the rest as calibrated) llm-7b, whose block is 32 pages beside the
-    smaller LLMs, misses by over 40% and the total by over 12%."""
+    (``page_table_bench.py``) every LLM's throughput is within 5% of the GPU's and the total
+    within 2%; without it (the rest as calibrated) llm-7b, whose block is 32 pages beside the
+    smaller LLMs, misses by over 10% and the total by over 5% (over 40% and 12% before the eager
+    prefill's TP term, ``test_tp_eager.py``, took its share of the TP-4 mesh's time)."""
     script = load_benchmark("llm_fidelity")
     run = next(r for r in script.load_runs(os.path.join(RESULTS, "results-v3-gpu4b"))
                if r["name"] == "gpu4s1-poisson-temporal4")
@@ -116,8 +117,8 @@ def test_page_fill_splits_the_tp4_mesh_between_its_llms():
     measured = run["summary"]["measured"]
     on = script.errors(measured, script.predict(run, model)[0])
     off = script.errors(measured, script.predict(run, dict(model, decode_page_entry_s=0.0))[0])
-    assert on["max_llm_err"] < 0.15 and abs(on["throughput_err"]) < 0.07
-    assert off["max_llm_err"] > 0.40 and abs(off["throughput_err"]) > 0.12
+    assert on["max_llm_err"] < 0.05 and abs(on["throughput_err"]) < 0.02
+    assert off["max_llm_err"] > 0.10 and abs(off["throughput_err"]) > 0.05
 
 
 def _with(inst, **fields: float):
