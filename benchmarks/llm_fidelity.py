@@ -187,6 +187,10 @@ class Generation:
 # runs showed its decode step's host time differs from v3w's (TP 1 longer, TP 2 and 4 shorter:
 # docs/fidelity-llm.md "v3p's own decode host time"), so it measures its decode host seconds on its
 # own seed-0 plain-stream runs (TP 1, 2, 4) the way v3w does; the seed-1 runs and conv stay held out.
+# results-v3p-gpu4s2 (4 x H100, the four placements on arrivals drawn with seed 2,
+# instances/fidelity-llm/gpu4s2) and results-v3p-gpu1s1 (1 x H100, the Poisson temporal and muxserve
+# placements with seed 1, instances/fidelity-llm/gpu1s1): fresh workloads, predicted (--predict) and
+# committed before they ran.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -207,10 +211,12 @@ GENERATIONS = {
                       fit_kv=(("results-v3-gpu4", "gpu4-poisson-spatial"),),
                       fit_tp_wide=("results-v3-gpu4", "gpu4-poisson-temporal4"),
                       measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json")),
-    "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b"), "tables-v3", "results-v3", None,
+    "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b", "results-v3p-gpu4s2",
+                       "results-v3p-gpu1s1"), "tables-v3", "results-v3", None,
                       "calibration-v3p.json",
                       fit_streams=("results-v3p", "poisson-temporal"),
-                      folder_tables=(("results-v3p-gpu4", "tables-gpu4"), ("results-v3p-gpu4b", "tables-gpu4")),
+                      folder_tables=(("results-v3p-gpu4", "tables-gpu4"), ("results-v3p-gpu4b", "tables-gpu4"),
+                                     ("results-v3p-gpu4s2", "tables-gpu4")),
                       fit_tp=("results-v3p-gpu4", "gpu4-poisson-temporal"),
                       fit_tp_wide=("results-v3p-gpu4", "gpu4-poisson-temporal4"),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
@@ -438,10 +444,16 @@ def generation_instance(inst_path: str, gen: Optional[Generation], folder: str =
 
 
 def predict(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, float]:
+    """The current simulator's metrics of ``run`` (:func:`simulate_run`) and the measured SLO
+    attainment re-scored against that instance's SLOs."""
+    sim, inst = simulate_run(run, model)
+    return sim, measured_attainment(inst, run)
+
+
+def simulate_run(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, Any]:
     """The current simulator's metrics of ``run`` (the measured instance with the cost tables of
     the run's engine generation and the host and contention fields set to ``model``, ``{}``:
-    all off; None: the generation's calibration) and the measured SLO attainment re-scored
-    against that instance's SLOs."""
+    all off; None: the generation's calibration) and that instance."""
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import simulate_llm
 
@@ -454,7 +466,7 @@ def predict(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, float]:
         fields = {f: float(model.get(f, 0.0)) for f in MODEL_FIELDS}
         inst = dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **fields))
     policy = None if run["policy"] == "temporal" else run["policy"]
-    return simulate_llm(inst, load_placement(placement_path), policy=policy), measured_attainment(inst, run)
+    return simulate_llm(inst, load_placement(placement_path), policy=policy), inst
 
 
 def request_rows(run: dict) -> List[Dict[str, str]]:
@@ -1132,6 +1144,38 @@ def policy_load_lines(spec: str) -> List[str]:
     return lines
 
 
+# ---------------------------------------------------------------- predictions before a run
+
+
+def prediction_lines(specs: List[str]) -> List[str]:
+    """The simulator's prediction of runs not made yet, each ``FOLDER/<workload>-<placement>``
+    (a results folder of an engine generation, and the run folder ``run_gpu.sh`` will write
+    there): one JSON line per run with its generation's tables and calibration (the policy the
+    executor will use: the placement's scheduling or the instance's), to commit before the GPU
+    runs it."""
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate.llm import resolve_policy
+
+    lines = []
+    for spec in specs:
+        folder, _, name = spec.partition("/")
+        workload, _, placement = name.rpartition("-")
+        run = {"folder": os.path.join(LLM, folder), "name": name, "workload": workload, "placement": placement}
+        if generation_of(run["folder"]) is None:
+            raise SystemExit(f"--predict {spec}: {folder} is no results folder of an engine generation (GENERATIONS)")
+        inst_path, placement_path = run_inputs(run)
+        gen = generation_of(run["folder"])
+        run["policy"] = resolve_policy(generation_instance(inst_path, gen, run["folder"]),
+                                       load_placement(placement_path), None)
+        sim = simulate_run(run, None)[0]
+        lines.append(json.dumps({"run": spec, "generation": next(k for k, g in GENERATIONS.items() if g is gen),
+                                 "policy": run["policy"], "throughput_rps": round(sim["throughput_rps"], 4),
+                                 "per_llm_rps": {m: round(v["throughput_rps"], 4) for m, v in sim["per_model"].items()},
+                                 "ttft_mean_s": round(sim["ttft_mean_s"], 5), "tpot_mean_s": round(sim["tpot_mean_s"], 6),
+                                 "slo_attainment": round(sim["slo_attainment"], 4)}))
+    return lines
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -1215,7 +1259,14 @@ def main() -> None:
                     help="simulate the Poisson muxserve placement under adbs, round-robin and fcfs with the "
                          "rates times SCALE (and llm.kv_reserve_fraction RESERVE) with the newest calibration, "
                          "and print each policy's figures")
+    ap.add_argument("--predict", nargs="+", default=None, metavar="FOLDER/RUN",
+                    help="print the prediction of runs not made yet (a generation's results folder / "
+                         "<workload>-<placement>), one JSON line each, to commit before the GPU runs them")
     args = ap.parse_args()
+    if args.predict:
+        for line in prediction_lines(args.predict):
+            print(line)
+        return
     if args.calibrate:
         print(json.dumps(calibrate(GENERATIONS[args.calibrate]), indent=1))
         return
