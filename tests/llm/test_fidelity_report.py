@@ -157,4 +157,22 @@ def test_derived_generation_keeps_its_parents_calibration_but_its_own_measuremen
     folders = script.results_folders()
     reported = {f: ([{"name": "x"}], True, False) for f in folders}  # every folder has a run
     scope = {os.path.basename(f) for f in script.summary_scope(folders, reported)}
-    assert scope == set(script.GENERATIONS["v3w"].results) | set(script.GENERATIONS["v3p"].results)
+    written = {os.path.basename(f) for f in folders}  # a generation's folders not yet run are skipped
+    assert scope == (set(script.GENERATIONS["v3w"].results) | set(script.GENERATIONS["v3p"].results)) & written
+
+
+def test_predict_gives_what_the_report_will_compare_with():
+    """``--predict`` (a run not made yet, committed before the GPU runs it) prints the prediction
+    the report later re-makes for the measured run: here for a run already measured, the same
+    throughput, per-LLM throughput and mean TTFT as its *after* row, with the placement's policy."""
+    script = load_benchmark("llm_fidelity")
+    line = json.loads(script.prediction_lines(["results-v3p-gpu4b/gpu4s1-poisson-temporal"])[0])
+    run = next(r for r in script.load_runs(os.path.join(FIDELITY, "results-v3p-gpu4b"))
+               if r["name"] == "gpu4s1-poisson-temporal")
+    sim = script.predict(run, None)[0]
+    assert line["generation"] == "v3p" and line["policy"] == run["policy"] == "temporal"
+    assert line["throughput_rps"] == round(sim["throughput_rps"], 4)
+    assert line["per_llm_rps"] == {m: round(v["throughput_rps"], 4) for m, v in sim["per_model"].items()}
+    assert line["ttft_mean_s"] == round(sim["ttft_mean_s"], 5)
+    with pytest.raises(SystemExit, match="no results folder"):
+        script.prediction_lines(["results-nowhere/gpu4s1-poisson-temporal"])
