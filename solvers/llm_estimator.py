@@ -50,7 +50,9 @@ floor, as the simulator does);
 scheduling thread ``prefill_host_s + prefill_eager_hold_s``, during which no job of any member
 is launched, so its term in every member's Eq. 3 round is at least that hold (a per-round host
 cost; ``prefill_eager_host_s`` remains how much longer the prefill itself lasts). The hold's
-excess over the prefill also counts in ``f`` above (mean-value approximation).
+excess over the prefill also counts in ``f`` above (mean-value approximation). An eager
+prefill's ``llm.prefill_eager_host_tp_s`` per rank beyond the first comes with its eager host
+seconds (:func:`host_seconds`).
 
 Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
 decode step of ``b`` requests at the mean context) are precomputed per (LLM, TP degree) at
