@@ -336,8 +336,9 @@ def repeat_spreads(runs: List[dict]) -> Dict[Tuple[str, str, str], Tuple[float, 
 
 
 def _simulated_tput(run: dict) -> float:
-    """The run's simulated throughput: re-predicted (after) where there is one, else committed."""
-    return (run["after"] if "after" in run else run["summary"])["simulated"]["throughput_rps"]
+    """The run's simulated throughput: re-predicted with its host probe where it has one, else
+    re-predicted (after) where there is one, else committed."""
+    return next((run[lb] for lb in ("probe", "after") if lb in run), run["summary"])["simulated"]["throughput_rps"]
 
 
 def rankings(runs: List[dict]) -> Tuple[List[str], bool, bool]:
@@ -444,17 +445,25 @@ def generation_instance(inst_path: str, gen: Optional[Generation], folder: str =
     return instance_from_dict(data, base_dir=os.path.dirname(os.path.abspath(inst_path)), path=inst_path)
 
 
-def predict(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, float]:
+def predict(run: dict, model: Optional[Dict[str, float]], probed: bool = False) -> Tuple[dict, float]:
     """The current simulator's metrics of ``run`` (:func:`simulate_run`) and the measured SLO
     attainment re-scored against that instance's SLOs."""
-    sim, inst = simulate_run(run, model)
+    sim, inst = simulate_run(run, model, probed)
     return sim, measured_attainment(inst, run)
 
 
-def simulate_run(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, Any]:
+def probe_host(run: dict) -> Optional[Dict[int, List[Optional[float]]]]:
+    """The decode host seconds the executor's host probe measured before ``run`` (per group,
+    per LLM; ``summary.json``'s ``host_probe``), None for a run made without the probe."""
+    probe = run.get("summary", {}).get("host_probe")
+    return None if probe is None else {int(g): v["decode_host_s"] for g, v in probe.items()}
+
+
+def simulate_run(run: dict, model: Optional[Dict[str, float]], probed: bool = False) -> Tuple[dict, Any]:
     """The current simulator's metrics of ``run`` (the measured instance with the cost tables of
     the run's engine generation and the host and contention fields set to ``model``, ``{}``:
-    all off; None: the generation's calibration) and that instance."""
+    all off; None: the generation's calibration; ``probed``: with the decode host seconds the
+    run's host probe measured on its machine, :func:`probe_host`) and that instance."""
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import simulate_llm
 
@@ -467,7 +476,8 @@ def simulate_run(run: dict, model: Optional[Dict[str, float]]) -> Tuple[dict, An
         fields = {f: float(model.get(f, 0.0)) for f in MODEL_FIELDS}
         inst = dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **fields))
     policy = None if run["policy"] == "temporal" else run["policy"]
-    return simulate_llm(inst, load_placement(placement_path), policy=policy), inst
+    host = probe_host(run) if probed else None
+    return simulate_llm(inst, load_placement(placement_path), policy=policy, decode_host=host), inst
 
 
 def request_rows(run: dict) -> List[Dict[str, str]]:
@@ -523,6 +533,9 @@ def repredict(runs: List[dict]) -> None:
         for label, model in (("before", {}), ("after", None)):
             sim, attain = predict(r, model)
             r[label] = {"simulated": sim, "errors": errors(r["summary"]["measured"], sim, attain)}
+        if probe_host(r) is not None:
+            sim, attain = predict(r, None, probed=True)
+            r["probe"] = {"simulated": sim, "errors": errors(r["summary"]["measured"], sim, attain)}
 
 
 # ---------------------------------------------------------------- calibration
@@ -1194,7 +1207,7 @@ def report(results: str) -> Tuple[List[dict], bool, bool]:
     for r in runs:
         s = r["summary"]
         for label, sim, e in [("committed", s["simulated"], s["errors"])] + [
-                (lb, r[lb]["simulated"], r[lb]["errors"]) for lb in ("before", "after") if lb in r]:
+                (lb, r[lb]["simulated"], r[lb]["errors"]) for lb in ("before", "after", "probe") if lb in r]:
             print(f"{r['name']:32} {label:9} {s['measured']['throughput_rps']:9.3f} "
                   f"{sim['throughput_rps']:7.3f} {_fmt(e['throughput_err']):>6} {_fmt(e['max_llm_err']):>7} "
                   f"{_fmt(e['ttft_err']):>8} {_fmt(e['tpot_err']):>8} {e['slo_attainment_pp']:9.2f}  "
@@ -1206,9 +1219,11 @@ def report(results: str) -> Tuple[List[dict], bool, bool]:
 
 
 def _final_errors(runs: List[dict]) -> List[dict]:
-    """The errors the last line summarises: per run, the re-predicted (after) ones where it
-    has them, else the committed ones (a run whose inputs are not in the repository)."""
-    return [r["after"]["errors"] if "after" in r else r["summary"]["errors"] for r in runs]
+    """The errors the last line summarises: per run, the re-predicted ones with the run's host
+    probe (``probe``) where it has one, else the re-predicted (``after``) ones, else the
+    committed ones (a run whose inputs are not in the repository)."""
+    return [r[next(lb for lb in ("probe", "after") if lb in r)]["errors"] if "after" in r else r["summary"]["errors"]
+            for r in runs]
 
 
 def summary_scope(folders: List[str], reported: Dict[str, Tuple[List[dict], bool, bool]]) -> List[str]:

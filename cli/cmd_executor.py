@@ -57,10 +57,13 @@ def _floats(text: str, field: str) -> list[float]:
               help="LLM instances: comma-separated mesh scheduling policies (adbs, round-robin, fcfs, temporal), "
                    "one trial each on the same workers (subfolders <policy> when several); default: the "
                    "placement's scheduling, else the instance's llm.policy.")
+@click.option("--host-probe/--no-host-probe", default=True, show_default=True,
+              help="LLM instances: before the trials, measure every mesh's decode host time per LLM on this "
+                   "machine and print the prediction made with it beside the calibrated one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summaries as JSON.")
 def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, slo_scales: Optional[str],
                 duration: Optional[float], hang_timeout: float, start_timeout: float, warmup: int, cpu_threads: int,
-                cuda_graphs: bool, admission: str, policy: Optional[str], as_json: bool) -> None:
+                cuda_graphs: bool, admission: str, policy: Optional[str], host_probe: bool, as_json: bool) -> None:
     """Run PLACEMENT on INSTANCE's workload on real devices and compare with the simulator.
 
     DNN instances replay requests through pipelines of transformer stages; LLM instances run
@@ -89,7 +92,7 @@ def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, sl
         raise InputError("exists and is not a folder", "--output-dir", output_dir)
     config = ExecutorConfig(backend=backend, hang_timeout_s=hang_timeout, start_timeout_s=start_timeout,
                             warmup=warmup, cpu_threads=cpu_threads, duration_s=duration, cuda_graphs=cuda_graphs,
-                            admission=admission)
+                            admission=admission, host_probe=host_probe)
     if inst.is_llm:
         if scales:
             raise InputError("SLO-scale trials are for DNN instances", "--slo-scale")
@@ -136,7 +139,12 @@ def _execute_llm(inst: Any, plc: Any, output_dir: str, config: Any, policy: Opti
     for summary in summaries:
         m, s = summary["measured"], summary["simulated"]
         click.echo(f"policy {summary['policy']}")
-        click.echo(table(["metric", "measured", "simulated"], [[k, m[k], s[k]] for k in keys]))
+        probed = summary.get("simulated_with_probe")
+        if probed:
+            click.echo(table(["metric", "measured", "simulated", "with host probe"],
+                             [[k, m[k], s[k], probed[k]] for k in keys]))
+        else:
+            click.echo(table(["metric", "measured", "simulated"], [[k, m[k], s[k]] for k in keys]))
         rows = [[name, pm["throughput_rps"], s["per_model"][name]["throughput_rps"], pm["ttft_mean_s"],
                  s["per_model"][name]["ttft_mean_s"]] for name, pm in m["per_model"].items()]
         click.echo(table(["model", "req/s measured", "simulated", "TTFT measured (s)", "simulated (s)"], rows))

@@ -59,6 +59,7 @@ class ExecutorConfig:
     pause_s: float = 1.0  # idle time between trials
     cuda_graphs: bool = True  # on GPUs, replay each stage as one CUDA graph (see executor.graphs)
     admission: str = "open-loop"  # or "closed-loop": correct the dispatcher's clocks with measured stage ends
+    host_probe: bool = True  # LLM runs: measure each mesh's decode host time before the trials (executor.llm_probe)
 
     def resolved_backend(self) -> str:
         if self.backend == "auto":

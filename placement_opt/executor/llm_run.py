@@ -17,7 +17,11 @@ measured and simulated first token and finish, preemptions, every token's time) 
 partitioning mechanism and SM counts, backend, CUDA graphs, pool sizes, what each worker's
 start-up prepared (``worker_info.*.warmup``: graphs captured, prefill buckets run, seconds)
 and per mesh the prefill buckets first met during the trial (``cold_buckets``: none when
-the warm-up covered the replay) and the prefills run eagerly over the graph limit).
+the warm-up covered the replay) and the prefills run eagerly over the graph limit). Unless
+``ExecutorConfig.host_probe`` is off, a short probe before the trials measures every mesh's
+decode host time per LLM on this machine (:mod:`.llm_probe`): ``summary.json`` then also holds
+``host_probe`` (per group: the measured and the calibrated seconds) and the prediction made
+with them, ``simulated_with_probe`` and ``errors_with_probe``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from placement_opt.simulate.meshsim import MeshLLMs, MeshRequests, MeshSettings
 from placement_opt.workload import Requests
 from placement_opt.executor.controller import ExecutorConfig, ExecutorError, _free_port, host_memory_bytes, model_seed
 from placement_opt.executor.llm_engine import EngineSpec, LLMBuild
+from placement_opt.executor.llm_probe import decode_host_seconds, probe_requests
 from placement_opt.llm_units import page_units, units_per_block
 from placement_opt.executor.llm_worker import LLMWorkerSpec, MeshWork, llm_worker_main
 
@@ -340,6 +345,42 @@ class _Run:
         bar.close(postfix=f"meshes done {len(self.trial_done)}/{len(self.specs)}")
 
 
+PROBE_DRAIN_S = 5.0  # the probe's horizon beyond its last slot
+
+
+def host_probe_plans(plans: List[MeshPlan], cfg: Any, max_batch: int) -> Tuple[List[MeshPlan], int, float]:
+    """The host probe's meshes (:mod:`.llm_probe`): each trial mesh's scheduler, shares and
+    pool with its probe requests (numbered after the previous meshes'), the number of probe
+    requests and the longest mesh's span."""
+    out, n, span = [], 0, 0.0
+    for p in plans:
+        tp = len(p.devices)
+        bounds = [_job_bounds(p.work.requests, k, max_batch) for k in range(len(p.specs))]
+        archs = [s.architecture for s in p.specs]
+        ppb = [units_per_block(a, tp) // page_units(archs, tp) for a in archs]
+        req, mesh_span = probe_requests(p.specs, bounds, tp, p.work.llms.share.tolist(), cfg, max_batch, ppb,
+                                        p.pool_pages)
+        settings = p.work.settings._replace(horizon=mesh_span + PROBE_DRAIN_S)
+        out.append(dataclasses.replace(p, requests=np.arange(n, n + len(req.arrival)),
+                                       work=MeshWork(req, p.work.llms, settings)))
+        n += len(req.arrival)
+        span = max(span, mesh_span)
+    return out, n, span
+
+
+def measure_host(run: "_Run", probe: List[MeshPlan], cfg: Any, max_batch: int) -> Dict[int, dict]:
+    """Each probe mesh's decode host seconds per LLM (:func:`.llm_probe.decode_host_seconds`)
+    from the probe trial's token times, beside the calibrated value (:func:`host_seconds`)."""
+    out = {}
+    for p in probe:
+        tp, shares = len(p.devices), p.work.llms.share.tolist()
+        times = [run.token_times.get(int(i), []) for i in p.requests]
+        measured = decode_host_seconds(p.specs, tp, shares, cfg, max_batch, p.work.requests, times)
+        out[p.group] = {"models": [s.name for s in p.specs], "decode_host_s": measured,
+                        "calibrated_s": [simllm.host_seconds(cfg, sh, tp)[0] for sh in shares]}
+    return out
+
+
 def _measured_run(run: _Run, plans: List[MeshPlan], n_specs: int, n_groups: int, duration: float
                   ) -> simllm.LLMRun:
     """The measured outcome in the simulator's form (per request; per group its utilisation)."""
@@ -433,16 +474,30 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     log(f"started {len(specs)} LLM workers ({backend}), pids {' '.join(str(p.pid) for p in run.procs)}")
     summaries: List[dict] = []
     startup: Optional[float] = None
+    probe: Optional[Dict[int, dict]] = None
+    probing = False
     where = out_dir
     try:
         startup = run.wait_ready()
         log(f"workers ready after {startup:.1f} s ({_warmup_line(run.ready)})")
+        if config.host_probe:
+            probe_plans, n_probe, span = host_probe_plans(trials[0][1], cfg, max_batch)
+            run.begin(probe_plans, n_probe)
+            probing = True
+            run.serve("host probe", span)
+            probing = False
+            probe = measure_host(run, probe_plans, cfg, max_batch)
+            log("host probe: decode host ms per step " + "; ".join(
+                f"group {g}: " + ", ".join(f"{m} {'-' if h is None else f'{1e3 * h:.2f}'} (calibrated {1e3 * c:.2f})"
+                                           for m, h, c in zip(v["models"], v["decode_host_s"], v["calibrated_s"]))
+                for g, v in sorted(probe.items())))
+            run.plans = []
         for policy, plans in trials:
             where = os.path.join(out_dir, policy) if len(trials) > 1 else out_dir
             run.begin(plans, len(req))
             log(f"policy {policy}: replaying {len(req)} requests over {req.duration_s:g} s")
             run.serve(f"execute {policy}", req.duration_s)
-            summaries.append(_save(_Trial(instance, placement, req, plans, pools, policy), run, backend,
+            summaries.append(_save(_Trial(instance, placement, req, plans, pools, policy, probe), run, backend,
                                    "complete", startup, where))
             log(f"policy {policy}: throughput measured {summaries[-1]['measured']['throughput_rps']:.3f} req/s, "
                 f"simulated {summaries[-1]['simulated']['throughput_rps']:.3f}")
@@ -450,10 +505,10 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     except (ExecutorError, KeyboardInterrupt) as e:
         run.kill()
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
-        if run.plans:
+        if run.plans and not probing:  # a failed probe measured nothing of the trials
             policy = trials[len(summaries)][0]
-            summaries.append(_save(_Trial(instance, placement, req, run.plans, pools, policy), run, backend, status,
-                                   startup, where))
+            summaries.append(_save(_Trial(instance, placement, req, run.plans, pools, policy, probe), run, backend,
+                                   status, startup, where))
         _write_index(out_dir, summaries)
         if isinstance(e, ExecutorError):
             raise ExecutorError(f"{e}; partial results saved in {out_dir}") from None
@@ -482,6 +537,7 @@ class _Trial(NamedTuple):
     plans: List[MeshPlan]
     pools: List[float]
     policy: str
+    probe: Optional[Dict[int, dict]] = None  # the host probe's measurements (:func:`measure_host`), if it ran
 
 
 def _write_index(out_dir: str, summaries: List[dict]) -> None:
@@ -495,7 +551,7 @@ def _write_index(out_dir: str, summaries: List[dict]) -> None:
 
 def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional[float], out_dir: str) -> dict:
     """Write metrics.json, simulated.json, requests.csv and summary.json; returns the summary."""
-    instance, placement, req, plans, pools, policy = trial
+    instance, placement, req, plans, pools, policy, probe = trial
     os.makedirs(out_dir, exist_ok=True)
     cfg = effective_llm_config(instance, placement_rules(placement))
     specs = llm_specs(instance)
@@ -517,6 +573,14 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
              "eager_prefills": {str(g): t.get("eager_prefills") for g, t in sorted(run.mesh_totals.items())},
              "instance_sha256": instance.sha256, "duration_s": req.duration_s}
     summary = {"measured": measured, "simulated": simulated, "errors": compare(measured, simulated), **facts}
+    if probe is not None:
+        host = {g: v["decode_host_s"] for g, v in probe.items()}
+        with_probe = simllm._simulate_meshes(placement.groups, pools, specs, all_req, req.duration_s, cfg, policy,
+                                             host)
+        summary["host_probe"] = {str(g): v for g, v in sorted(probe.items())}
+        summary["simulated_with_probe"] = simllm.llm_metrics(specs, req, output, slo, placement.groups, with_probe,
+                                                             policy)
+        summary["errors_with_probe"] = compare(measured, summary["simulated_with_probe"])
     atomic_write_json(os.path.join(out_dir, "metrics.json"), measured)
     atomic_write_json(os.path.join(out_dir, "simulated.json"), simulated)
     atomic_write_text(os.path.join(out_dir, "requests.csv"),

@@ -42,6 +42,9 @@ from placement_opt.workload import Requests
 
 KIB = 1024
 UTILISATION_BINS = 60
+#: decode host seconds measured on a machine: per group index, one value per LLM of the group
+#: (None: the calibrated value); :func:`simulate_llm`'s ``decode_host``
+DecodeHost = Dict[int, Sequence[Optional[float]]]
 _POLICY_CODE = {"adbs": ADBS, "round-robin": ROUND_ROBIN, "fcfs": FCFS, "temporal": FCFS}
 
 
@@ -139,8 +142,11 @@ def _mesh_tables(mesh_specs: List[LLMSpec], tp: int, shares: Sequence[float],
 
 
 def simulate_llm(instance: Instance, placement: Placement, requests: Optional[Requests] = None,
-                 policy: Optional[str] = None) -> dict:
-    """Simulate an LLM placement; returns the metrics described in ``docs/llm.md``."""
+                 policy: Optional[str] = None, decode_host: Optional[DecodeHost] = None) -> dict:
+    """Simulate an LLM placement; returns the metrics described in ``docs/llm.md``.
+    ``decode_host``: decode host seconds measured on a machine (the executor's host probe),
+    per group index a value per LLM of the group (None: the calibrated one), in place of
+    :func:`host_seconds`' decode value."""
     if placement.windows:
         raise InputError("time-varying placements (windows) are not supported for LLM instances", "windows")
     rules = placement_rules(placement)
@@ -152,15 +158,17 @@ def simulate_llm(instance: Instance, placement: Placement, requests: Optional[Re
     prompt, output = _with_lengths(instance, req)
     # every request as the kernel takes them, but with the instance's model index in ``llm``
     all_requests = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
-    run = _simulate_meshes(placement.groups, pools, specs, all_requests, req.duration_s, cfg, policy)
+    run = _simulate_meshes(placement.groups, pools, specs, all_requests, req.duration_s, cfg, policy, decode_host)
     slo = request_slo_seconds(instance, specs, req, prompt, output)
     return llm_metrics(specs, req, output, slo, placement.groups, run, policy)
 
 
 def _simulate_meshes(groups: Sequence[Group], pools: List[float], specs: List[LLMSpec], all_requests: MeshRequests,
-                     duration: float, cfg: LLMConfig, policy: str) -> LLMRun:
+                     duration: float, cfg: LLMConfig, policy: str,
+                     decode_host: Optional[DecodeHost] = None) -> LLMRun:
     """Run the mesh kernel on every group that hosts LLMs, with the requests it gets (see
-    :func:`_mesh_of_requests`), and gather the outcomes per request and per group."""
+    :func:`_mesh_of_requests`), and gather the outcomes per request and per group
+    (``decode_host``: :func:`simulate_llm`'s)."""
     n = len(all_requests.arrival)
     horizon = duration + cfg.drain_s
     index = {s.name: s.index for s in specs}
@@ -178,7 +186,7 @@ def _simulate_meshes(groups: Sequence[Group], pools: List[float], specs: List[LL
         sel = np.flatnonzero(mesh_of == gi)
         mesh_specs = [specs[index[m]] for m in g.models]
         out, t_stop = _run_mesh(g, mesh_specs, pools[gi], _mesh_requests(all_requests, sel, mesh_specs), cfg,
-                                policy, horizon)
+                                policy, horizon, (decode_host or {}).get(gi))
         first[sel], finish[sel], preempt[sel] = out.first, out.finish, out.preempt_count
         stop = max(stop, t_stop)
         span = max(t_stop, 1e-9)
@@ -222,13 +230,18 @@ def _pool_kib(pool_bytes: float) -> int:
 
 
 def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: MeshRequests, cfg: LLMConfig,
-              policy: str, horizon: float) -> tuple[MeshOutputs, float]:
+              policy: str, horizon: float, measured_host: Optional[Sequence[Optional[float]]] = None
+              ) -> tuple[MeshOutputs, float]:
     """Run the mesh kernel on one group: its LLMs' latency tables at their SM shares, its pool
-    and the scheduling settings. Returns the kernel's outputs and the time it stopped."""
+    and the scheduling settings (``measured_host``: per LLM a decode host time measured on a
+    machine, None: the calibrated one). Returns the kernel's outputs and the time it stopped."""
     shares = _sm_shares(g, policy)
     P, D, lgrid = _mesh_tables(mesh_specs, g.tp, shares, cfg.max_batch)
     decode_host, prefill_host, eager_host = (np.array(c, dtype=np.float64)
                                              for c in zip(*[host_seconds(cfg, sh, g.tp) for sh in shares]))
+    for k, h in enumerate(measured_host or ()):
+        if h is not None:
+            decode_host[k] = max(0.0, float(h))
     llms = MeshLLMs(share=np.asarray(shares, dtype=np.float64),
                     kv_kib=np.array([int(np.ceil(s.kv_bytes_per_token / KIB)) for s in mesh_specs], dtype=np.int64),
                     rate=np.array([s.rate for s in mesh_specs]),

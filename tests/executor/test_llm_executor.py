@@ -9,7 +9,8 @@
 * ``placeopt execute`` of a tiny LLM instance (TP-2 mesh, and two 1-GPU meshes under fcfs)
   finishes every request with exactly its output length, writes the simulator's metrics
   JSON (same keys) beside the simulated one, and a per-request CSV, and no trial meets a
-  prefill bucket the workers' start-up did not prepare (``cold_buckets``);
+  prefill bucket the workers' start-up did not prepare (``cold_buckets``); its host probe
+  measures a decode host time per LLM and the prediction made with them;
 * a killed or hung worker, or Ctrl-C, stops the run with partial results, exit status 1
   (130 for Ctrl-C) and no process left behind.
 """
@@ -166,6 +167,13 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
         assert times == sorted(times) and float(row["first_token_s"]) == pytest.approx(times[0], abs=1e-5)
         assert float(row["arrival_s"]) <= times[0] and float(row["finish_s"]) == pytest.approx(times[-1], abs=1e-5)
     assert summary["errors"]["throughput_err"] is not None
+    # the host probe ran first on the same workers: a decode host time per LLM of every mesh,
+    # and the prediction made again with them beside the calibrated one
+    probe = summary["host_probe"]
+    assert sorted(probe) == sorted(summary["pool_pages"])
+    assert all(isinstance(h, float) for v in probe.values() for h in v["decode_host_s"])
+    assert set(summary["simulated_with_probe"]) == set(simulated)
+    assert summary["simulated_with_probe"]["requests"] == measured["requests"]
     # start-up planned every prefill bucket the replay met (on GPUs: captured them before it)
     assert summary["cold_buckets"] and all(v == [] for v in summary["cold_buckets"].values())
     assert all(info["warmup"]["prefill_buckets"] > 0 for info in summary["worker_info"].values())

@@ -123,7 +123,7 @@ def test_run_gpu_sh_set_phases_dry_run_on_cpu(tmp_path, set_name):
     env = dict(os.environ, BACKEND="gloo", SHARES2="1", MODELS2=" ".join(models), PLACEMENTS2=" ".join(placements),
                REPEATS="1", TP2=str(tp2), TABLES2=str(tables),
                RESULTS=str(results), OUT=str(out), PROFILE_GRID="--batch-sizes 1,2 --seq-lens 16,64",
-               DEADLINE_S="400", RUN_CAP_S="120",
+               DEADLINE_S="400", RUN_CAP_S="120", HOST_PROBE="0",  # the probe: test_llm_executor.py
                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     r = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "fidelity", "llm", "run_gpu.sh"), *phases],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -39,6 +39,8 @@
 # (e.g. a long warm-up) leaves the next one its time; an interrupted run saves its partial results.
 # BACKEND (default nccl; gloo runs the profile2, measured2 and tp2 phases on CPU processes: the dry
 # run of tests/executor/test_llm_tp2_set.py, with TP2 a tiny copy of the 2-GPU set and SHARES2=1).
+# HOST_PROBE (default 1; 0 passes --no-host-probe: every `placeopt execute` skips the probe of the
+# meshes' decode host time before its trials, as the CPU dry run does).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-llm-fidelity-out}
@@ -58,6 +60,7 @@ TABLES2=${TABLES2:-$B/tables-tp2}
 SHARES2=${SHARES2:-0.5,1}
 SHARES4=${SHARES4:-1}
 MODELS2=${MODELS2:-llm-7b llm-8b}
+PROBE=$([ "${HOST_PROBE:-1}" = 0 ] && echo --no-host-probe || echo --host-probe)
 PLACEMENTS2=${PLACEMENTS2:-spatial muxserve temporal colocated}
 RUN_CAP_S=${RUN_CAP_S:-0}
 BACKEND=${BACKEND:-nccl}
@@ -114,16 +117,16 @@ for phase in "$@"; do
     measured)
       python3 $B/measured_instances.py "$TABLES" ;;
     mux)
-      run_capped placeopt execute $I/measured/poisson.json $I/poisson-muxserve.placement.json --policy "$POLICIES" \
+      run_capped placeopt execute $I/measured/poisson.json $I/poisson-muxserve.placement.json --policy "$POLICIES" "$PROBE" \
         --backend "$BACKEND" -o "$R/poisson-muxserve" 2>&1 | tail -40 ;;
     traces)
       for w in $TRACES; do
-        run_capped placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs --backend "$BACKEND" \
+        run_capped placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs --backend "$BACKEND" "$PROBE" \
           -o "$R/$w-muxserve" 2>&1 | tail -20
       done ;;
     temporal)
       for w in $TEMPORAL; do
-        run_capped placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json --backend "$BACKEND" \
+        run_capped placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json --backend "$BACKEND" "$PROBE" \
           -o "$R/$w-temporal" 2>&1 | tail -20
       done ;;
     profile2)
@@ -168,7 +171,7 @@ for phase in "$@"; do
       python3 $B/measured_instances.py "$TABLES2" $TP2 ;;
     tp2)
       for p in $PLACEMENTS2; do
-        run_capped placeopt execute $TP2/measured/poisson.json $TP2/poisson-$p.placement.json --backend "$BACKEND" \
+        run_capped placeopt execute $TP2/measured/poisson.json $TP2/poisson-$p.placement.json --backend "$BACKEND" "$PROBE" \
           -o "$R/$(basename "$TP2")-poisson-$p" 2>&1 | tail -20
       done ;;
     pack)
