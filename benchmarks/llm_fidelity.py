@@ -191,7 +191,9 @@ class Generation:
 # instances/fidelity-llm/gpu4s2) and results-v3p-gpu1s1 (1 x H100, the Poisson temporal and muxserve
 # placements with seed 1, instances/fidelity-llm/gpu1s1): fresh workloads, predicted (--predict) and
 # committed before they ran; results-v3p2: results-v3p's Poisson temporal run repeated on that 1 x H100
-# machine (another machine of the kind: how far the host time per step moves between machines).
+# machine (another machine of the kind: how far the host time per step moves between machines);
+# results-v3p-gpu4s2r: gpu4s2's four placements again on another 4 x H100 machine, with the
+# executor's host probe (each run predicted a second time with the decode host time it measured).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -213,11 +215,11 @@ GENERATIONS = {
                       fit_tp_wide=("results-v3-gpu4", "gpu4-poisson-temporal4"),
                       measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json")),
     "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b", "results-v3p-gpu4s2",
-                       "results-v3p-gpu1s1", "results-v3p2"), "tables-v3", "results-v3", None,
+                       "results-v3p-gpu1s1", "results-v3p2", "results-v3p-gpu4s2r"), "tables-v3", "results-v3", None,
                       "calibration-v3p.json",
                       fit_streams=("results-v3p", "poisson-temporal"),
                       folder_tables=(("results-v3p-gpu4", "tables-gpu4"), ("results-v3p-gpu4b", "tables-gpu4"),
-                                     ("results-v3p-gpu4s2", "tables-gpu4")),
+                                     ("results-v3p-gpu4s2", "tables-gpu4"), ("results-v3p-gpu4s2r", "tables-gpu4")),
                       fit_tp=("results-v3p-gpu4", "gpu4-poisson-temporal"),
                       fit_tp_wide=("results-v3p-gpu4", "gpu4-poisson-temporal4"),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
