@@ -577,10 +577,10 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
         host = {g: v["decode_host_s"] for g, v in probe.items()}
         with_probe = simllm._simulate_meshes(placement.groups, pools, specs, all_req, req.duration_s, cfg, policy,
                                              host)
+        probed = simllm.llm_metrics(specs, req, output, slo, placement.groups, with_probe, policy)
         summary["host_probe"] = {str(g): v for g, v in sorted(probe.items())}
-        summary["simulated_with_probe"] = simllm.llm_metrics(specs, req, output, slo, placement.groups, with_probe,
-                                                             policy)
-        summary["errors_with_probe"] = compare(measured, summary["simulated_with_probe"])
+        summary["simulated_with_probe"] = probed
+        summary["errors_with_probe"] = compare(measured, probed)
     atomic_write_json(os.path.join(out_dir, "metrics.json"), measured)
     atomic_write_json(os.path.join(out_dir, "simulated.json"), simulated)
     atomic_write_text(os.path.join(out_dir, "requests.csv"),
