@@ -1227,7 +1227,8 @@ def _final_errors(runs: List[dict]) -> List[dict]:
     """The errors the last line summarises: per run, the re-predicted (after) ones where it
     has them, else the committed ones (a run whose inputs are not in the repository). A run's
     ``probe`` row (the prediction with the decode host time its host probe measured) is
-    printed, not counted: on the 4-GPU machines it did not predict better (docs/fidelity-llm.md)."""
+    printed, not counted: it is untested where it would matter, TP-4 meshes on a sound machine
+    (docs/fidelity-llm.md)."""
     return [r["after"]["errors"] if "after" in r else r["summary"]["errors"] for r in runs]
 
 

@@ -10,9 +10,9 @@ and the steps' time beyond the cost table (and the simulator's KV-read and page-
 that LLM's decode host time on this machine, at its SM share and TP degree, for short
 contexts. The prediction beside the measurement is then made a second time with those host
 times (:func:`placement_opt.simulate.llm.simulate_llm`'s ``decode_host``). What it showed on
-the H100s: at TP 1 and 2 that prediction is as close as the calibrated one; at TP 4 the trial's
-steps (batches of 20-30 at ~500 tokens of context) took 0.7-0.9 ms more beyond the model than
-the probe's short ones, so the probe does not stand in for them there (docs/fidelity-llm.md).
+the H100s: at TP 1 and 2 that prediction is as close as the calibrated one; at TP 4 it was
+tried only on a machine whose GPU slowed during the trial, which a probe before it cannot see
+(docs/fidelity-llm.md).
 
 :func:`probe_plans` builds the probe's meshes (the trial's schedulers, pools and shares; its
 own requests: per LLM ``PROBE_BATCH`` requests of ``PROBE_PROMPT`` prompt and ``PROBE_OUTPUT``
