@@ -750,16 +750,21 @@ def streams_host(gen: Generation, engine: dict, ratios: Tuple[float, float], par
     if gen.fit_streams is None:
         return {"decode_host_full_s": partition[0] * ratios[0], "prefill_host_full_s": partition[1] * ratios[1],
                 "source": "partition values x streams / green-context host ratios"}
-    folder, name = gen.fit_streams
-    run = _find_run((folder, name))
-    decode, pairs = plain_stream_decode_extra(run, kv_gbps, 0.0, entry_s, tp=1)
+    decode, source = full_decode_host(gen.fit_streams, kv_gbps, entry_s)
     streams = next(r for r in engine["runs"] if r["mechanism"] == "streams")["per_llm"]
     prefill = statistics.median(p["prefill_host_ms"] for p in streams) / 1e3
     return {"decode_host_full_s": decode, "prefill_host_full_s": prefill,
-            "source": f"{folder}/{name}: median decode-step time beyond the table"
-                      f"{' and the KV term' if kv_gbps > 0 else ''}{' and the page-table fill' if entry_s > 0 else ''} "
-                      f"over {pairs} back-to-back steps; "
-                      f"prefill launch: engine.json streams"}
+            "source": f"{source}; prefill launch: engine.json streams"}
+
+
+def full_decode_host(where: Tuple[str, str], kv_gbps: float, entry_s: float) -> Tuple[float, str]:
+    """``decode_host_full_s`` measured on the plain-stream run ``where``: the median time its
+    TP-1 decode steps take beyond the table, the KV term at ``kv_gbps`` and the page-table fill
+    at ``entry_s`` (:func:`plain_stream_decode_extra`), and where it comes from."""
+    decode, pairs = plain_stream_decode_extra(_find_run(where), kv_gbps, 0.0, entry_s, tp=1)
+    return decode, (f"{'/'.join(where)}: median decode-step time beyond the table"
+                    f"{' and the KV term' if kv_gbps > 0 else ''}{' and the page-table fill' if entry_s > 0 else ''} "
+                    f"over {pairs} back-to-back steps")
 
 
 def _find_run(where: Tuple[str, str]) -> dict:
@@ -1043,10 +1048,8 @@ def derived_calibration(gen: Generation) -> dict:
     own = ["decode_page_entry_s"]
     if gen.fit_streams is not None:
         kv_gbps, kv_power = out["decode_kv_gbps"], out["decode_kv_tp_power"]
-        full, pairs = plain_stream_decode_extra(_find_run(gen.fit_streams), kv_gbps, kv_power, entry_s, tp=1)
+        full, out["fit"]["full_host_fit"] = full_decode_host(gen.fit_streams, kv_gbps, entry_s)
         out["decode_host_full_s"] = round(full, 6)
-        out["fit"]["full_host_fit"] = (f"{'/'.join(gen.fit_streams)}: median decode-step time beyond the table, "
-                                       f"the KV term and the page-table fill over {pairs} back-to-back steps")
         own.append("decode_host_full_s")
         if gen.fit_tp is not None:
             tp_host, mesh_host, out["fit"]["tp_host_fit"] = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps,
@@ -1180,10 +1183,10 @@ def prediction_lines(specs: List[str]) -> List[str]:
         folder, _, name = spec.partition("/")
         workload, _, placement = name.rpartition("-")
         run = {"folder": os.path.join(LLM, folder), "name": name, "workload": workload, "placement": placement}
-        if generation_of(run["folder"]) is None:
+        gen = generation_of(run["folder"])
+        if gen is None:
             raise SystemExit(f"--predict {spec}: {folder} is no results folder of an engine generation (GENERATIONS)")
         inst_path, placement_path = run_inputs(run)
-        gen = generation_of(run["folder"])
         run["policy"] = resolve_policy(generation_instance(inst_path, gen, run["folder"]),
                                        load_placement(placement_path), None)
         sim = simulate_run(run, None)[0]

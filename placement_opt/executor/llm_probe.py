@@ -14,11 +14,12 @@ the H100s: at TP 1 and 2 that prediction is as close as the calibrated one; at T
 tried only on a machine whose GPU slowed during the trial, which a probe before it cannot see
 (docs/fidelity-llm.md).
 
-:func:`probe_plans` builds the probe's meshes (the trial's schedulers, pools and shares; its
-own requests: per LLM ``PROBE_BATCH`` requests of ``PROBE_PROMPT`` prompt and ``PROBE_OUTPUT``
-output tokens, within the job bounds the workers prepared, arriving together, each LLM after
-the previous one's should have finished); :func:`decode_host_seconds` reads the host time per
-LLM off the probe's token times.
+:func:`probe_requests` writes one mesh's probe workload (per LLM ``PROBE_BATCH`` requests of
+``PROBE_PROMPT`` prompt and ``PROBE_OUTPUT`` output tokens, within the job bounds the workers
+prepared and the pool, arriving together, each LLM after the previous one's should have
+finished; :func:`placement_opt.executor.llm_run.host_probe_plans` runs it on the trial's
+schedulers, pools and shares); :func:`decode_host_seconds` reads the host time per LLM off the
+probe's token times.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def probe_requests(specs: Sequence[LLMSpec], bounds: Sequence[Dict[str, int]], t
     All of them together fit the engine's pool (``pool_pages`` pages, a block of LLM k being
     ``pages_per_block[k]`` of them), even if slots overlapped: the largest batches shrink first."""
     P, D, lgrid = simllm._mesh_tables(list(specs), tp, list(shares), max_batch)
+    lgrid = lgrid.astype(np.float64)
     lengths = []
     for b in bounds:
         p = max(1, min(PROBE_PROMPT, b["longest"] // 2))
@@ -64,8 +66,8 @@ def probe_requests(specs: Sequence[LLMSpec], bounds: Sequence[Dict[str, int]], t
     t = 0.0
     for k, (n, (p, o), share) in enumerate(zip(counts, lengths, shares)):
         host = simllm.host_seconds(cfg, share, tp)
-        step = len_interp(D[k, n], lgrid.astype(np.float64), float(p + o)) + host[0]
-        busy = len_interp(P[k, n], lgrid.astype(np.float64), float(p)) + host[1] + (o - 1) * step
+        step = len_interp(D[k, n], lgrid, float(p + o)) + host[0]
+        busy = len_interp(P[k, n], lgrid, float(p)) + host[1] + (o - 1) * step
         arrival += [t] * n
         llm += [k] * n
         prompt += [p] * n

@@ -51,7 +51,7 @@ from placement_opt.workload import Requests
 from placement_opt.executor.controller import ExecutorConfig, ExecutorError, _free_port, host_memory_bytes, model_seed
 from placement_opt.executor.llm_engine import EngineSpec, LLMBuild
 from placement_opt.executor.llm_probe import decode_host_seconds, probe_requests
-from placement_opt.llm_units import page_units, units_per_block
+from placement_opt.llm_units import page_units, pages_per_block
 from placement_opt.executor.llm_worker import LLMWorkerSpec, MeshWork, llm_worker_main
 
 KIB = 1024
@@ -125,7 +125,7 @@ def _pool_pages(instance: Instance, specs: Sequence[LLMSpec], tp: int, pool_byte
     page_bytes = P * block * (a0.hidden // a0.heads) * a0.dtype_bytes
     by_rule = int(pool_bytes / tp // page_bytes)
     blocks = (req.prompt + req.output + block) // block
-    ppb = np.array([units_per_block(a, tp) // P for a in archs])
+    ppb = np.array([pages_per_block(a, archs, tp) for a in archs])
     return max(1, min(by_rule, int((blocks * ppb[req.llm]).sum())))
 
 
@@ -357,7 +357,7 @@ def host_probe_plans(plans: List[MeshPlan], cfg: Any, max_batch: int) -> Tuple[L
         tp = len(p.devices)
         bounds = [_job_bounds(p.work.requests, k, max_batch) for k in range(len(p.specs))]
         archs = [s.architecture for s in p.specs]
-        ppb = [units_per_block(a, tp) // page_units(archs, tp) for a in archs]
+        ppb = [pages_per_block(a, archs, tp) for a in archs]
         req, mesh_span = probe_requests(p.specs, bounds, tp, p.work.llms.share.tolist(), cfg, max_batch, ppb,
                                         p.pool_pages)
         settings = p.work.settings._replace(horizon=mesh_span + PROBE_DRAIN_S)
