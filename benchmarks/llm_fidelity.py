@@ -218,12 +218,14 @@ GENERATIONS = {
                       measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json")),
     "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b", "results-v3p-gpu4s2",
                        "results-v3p-gpu1s1", "results-v3p2", "results-v3p-gpu4s2r", "results-v3p-gpu4s2-probe1",
-                       "results-v3p-gpu4s2-probe0"), "tables-v3", "results-v3", None,
+                       "results-v3p-gpu4s2-probe0", "results-v3p-gpu4s3", "results-v3p-tp4probe"),
+                      "tables-v3", "results-v3", None,
                       "calibration-v3p.json",
                       fit_streams=("results-v3p", "poisson-temporal"),
                       folder_tables=(("results-v3p-gpu4", "tables-gpu4"), ("results-v3p-gpu4b", "tables-gpu4"),
                                      ("results-v3p-gpu4s2", "tables-gpu4"), ("results-v3p-gpu4s2r", "tables-gpu4"),
-                                     ("results-v3p-gpu4s2-probe1", "tables-gpu4"), ("results-v3p-gpu4s2-probe0", "tables-gpu4")),
+                                     ("results-v3p-gpu4s2-probe1", "tables-gpu4"), ("results-v3p-gpu4s2-probe0", "tables-gpu4"),
+                                     ("results-v3p-gpu4s3", "tables-gpu4"), ("results-v3p-tp4probe", "tables-gpu4")),
                       fit_tp=("results-v3p-gpu4", "gpu4-poisson-temporal"),
                       fit_tp_wide=("results-v3p-gpu4", "gpu4-poisson-temporal4"),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
@@ -1198,15 +1200,90 @@ def prediction_lines(specs: List[str]) -> List[str]:
     return lines
 
 
+# ---------------------------------------------------------------- machine health
+
+#: NVML clock-event reasons by which a GPU slows itself below the clocks its cost tables were
+#: measured at: hardware slowdown, software thermal, hardware thermal, hardware power brake
+SLOWDOWN_REASONS = {0x8: "hardware slowdown", 0x20: "software thermal", 0x40: "hardware thermal",
+                    0x80: "power brake"}
+
+
+def gpu_log(results: str) -> Optional[np.ndarray]:
+    """``run_gpu.sh``'s ``gpu-log.csv`` (or ``.csv.gz``) of a results folder as rows (Unix time, GPU
+    index, SM MHz, memory MHz, power W, temperature C, utilisation %, clock-event reasons); None
+    without one (folders measured before the log existed)."""
+    path = os.path.join(results, "gpu-log.csv")
+    opened = open(path) if os.path.exists(path) else (
+        gzip.open(path + ".gz", "rt") if os.path.exists(path + ".gz") else None)
+    if opened is None:
+        return None
+    rows = []
+    with opened as f:
+        for line in f:
+            cells = [c.strip() for c in line.split(",")]
+            if len(cells) != 8:
+                continue
+            try:
+                rows.append([float(c) for c in cells[:7]] + [float(int(cells[7], 16))])
+            except ValueError:  # "[N/A]" readings or a line cut by the logger's stop
+                continue
+    return np.array(rows, dtype=float).reshape(-1, 8)
+
+
+def gpu_window(log: np.ndarray, run: dict) -> Optional[dict]:
+    """The log's samples inside ``run``'s trial (``summary.json`` ``trial_wall_s``): per GPU the
+    minimum and median SM clock and peak temperature, and the slowdown reasons seen with the
+    share of samples they were active in; None without a trial window or samples in it."""
+    wall = run["summary"].get("trial_wall_s")
+    if not wall:
+        return None
+    inside = log[(log[:, 0] >= wall[0]) & (log[:, 0] <= wall[1])]
+    if not len(inside):
+        return None
+    per_gpu, reasons = {}, {}
+    for g in sorted({int(i) for i in inside[:, 1]}):
+        rows = inside[inside[:, 1] == g]
+        per_gpu[g] = (float(rows[:, 2].min()), float(np.median(rows[:, 2])), float(rows[:, 5].max()))
+        for bit, name in SLOWDOWN_REASONS.items():
+            active = np.mean((rows[:, 7].astype(np.int64) & bit) != 0)
+            if active > 0:
+                reasons[f"GPU {g} {name}"] = float(active)
+    return {"per_gpu": per_gpu, "slowdown": reasons}
+
+
+def gpu_lines(runs: List[dict]) -> List[str]:
+    """One line per run with a GPU log window: its clocks, and the slowdown reasons seen."""
+    lines = []
+    for r in runs:
+        w = r.get("gpu")
+        if w is None:
+            continue
+        clocks = ", ".join(f"{g}: {lo:.0f}/{med:.0f} MHz {temp:.0f} C" for g, (lo, med, temp) in w["per_gpu"].items())
+        slow = "; ".join(f"{k} {100 * v:.0f}% of samples" for k, v in w["slowdown"].items())
+        lines.append(f"gpu {r['name']}: SM clock min/median per GPU {clocks}; "
+                     f"{'SLOWED, not counted: ' + slow if slow else 'no slowdown'}")
+    return lines
+
+
+def slowed(run: dict) -> bool:
+    """Whether a GPU logged slowing itself during ``run``'s trial: the run measured a machine
+    unlike the one its tables were measured on, so it is printed but not counted."""
+    return bool(run.get("gpu") and run["gpu"]["slowdown"])
+
+
 # ---------------------------------------------------------------- report
 
 
 def report(results: str) -> Tuple[List[dict], bool, bool]:
-    """Print one results folder (the committed predictions, then the re-predicted ones);
-    returns its runs, whether its rankings agree (re-predicted where there are any) and
-    whether it had any ranking to compare."""
+    """Print one results folder (the committed predictions, then the re-predicted ones, then
+    the GPUs' clocks during each run where the folder has a GPU log); returns its runs but
+    those a GPU slowed (:func:`slowed`), whether their rankings agree (re-predicted where there
+    are any) and whether it had any ranking to compare."""
     runs = load_runs(results)
     repredict(runs)
+    log = gpu_log(results)
+    for r in runs:
+        r["gpu"] = gpu_window(log, r) if log is not None else None
     print(f"== {os.path.relpath(results, HERE)}")
     for line in engine_lines(results):
         print(line)
@@ -1220,6 +1297,9 @@ def report(results: str) -> Tuple[List[dict], bool, bool]:
                   f"{sim['throughput_rps']:7.3f} {_fmt(e['throughput_err']):>6} {_fmt(e['max_llm_err']):>7} "
                   f"{_fmt(e['ttft_err']):>8} {_fmt(e['tpot_err']):>8} {e['slo_attainment_pp']:9.2f}  "
                   f"{','.join(s['sm_partitioning'])}{' (fit run)' if is_fit_run(r) else ''}")
+    for line in gpu_lines(runs):
+        print(line)
+    runs = [r for r in runs if not slowed(r)]
     lines, ranking_ok, compared = rankings(runs)
     for line in lines:
         print(line)

@@ -477,6 +477,7 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     probe: Optional[Dict[int, dict]] = None
     probing = False
     where = out_dir
+    began = time.time()
     try:
         startup = run.wait_ready()
         log(f"workers ready after {startup:.1f} s ({_warmup_line(run.ready)})")
@@ -494,11 +495,12 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
             run.plans = []
         for policy, plans in trials:
             where = os.path.join(out_dir, policy) if len(trials) > 1 else out_dir
+            began = time.time()
             run.begin(plans, len(req))
             log(f"policy {policy}: replaying {len(req)} requests over {req.duration_s:g} s")
             run.serve(f"execute {policy}", req.duration_s)
-            summaries.append(_save(_Trial(instance, placement, req, plans, pools, policy, probe), run, backend,
-                                   "complete", startup, where))
+            summaries.append(_save(_Trial(instance, placement, req, plans, pools, policy, probe,
+                                          (began, time.time())), run, backend, "complete", startup, where))
             log(f"policy {policy}: throughput measured {summaries[-1]['measured']['throughput_rps']:.3f} req/s, "
                 f"simulated {summaries[-1]['simulated']['throughput_rps']:.3f}")
         run.stop(30.0)
@@ -507,8 +509,8 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
         if run.plans and not probing:  # a failed probe measured nothing of the trials
             policy = trials[len(summaries)][0]
-            summaries.append(_save(_Trial(instance, placement, req, run.plans, pools, policy, probe), run, backend,
-                                   status, startup, where))
+            summaries.append(_save(_Trial(instance, placement, req, run.plans, pools, policy, probe,
+                                          (began, time.time())), run, backend, status, startup, where))
         _write_index(out_dir, summaries)
         if isinstance(e, ExecutorError):
             raise ExecutorError(f"{e}; partial results saved in {out_dir}") from None
@@ -538,6 +540,7 @@ class _Trial(NamedTuple):
     pools: List[float]
     policy: str
     probe: Optional[Dict[int, dict]] = None  # the host probe's measurements (:func:`measure_host`), if it ran
+    wall: Optional[Tuple[float, float]] = None  # the trial's replay start and end, Unix seconds
 
 
 def _write_index(out_dir: str, summaries: List[dict]) -> None:
@@ -551,7 +554,7 @@ def _write_index(out_dir: str, summaries: List[dict]) -> None:
 
 def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional[float], out_dir: str) -> dict:
     """Write metrics.json, simulated.json, requests.csv and summary.json; returns the summary."""
-    instance, placement, req, plans, pools, policy, probe = trial
+    instance, placement, req, plans, pools, policy, probe, wall = trial
     os.makedirs(out_dir, exist_ok=True)
     cfg = effective_llm_config(instance, placement_rules(placement))
     specs = llm_specs(instance)
@@ -571,7 +574,8 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
              "pool_pages": {str(p.group): p.pool_pages for p in plans},
              "cold_buckets": {str(g): t.get("cold_buckets") for g, t in sorted(run.mesh_totals.items())},
              "eager_prefills": {str(g): t.get("eager_prefills") for g, t in sorted(run.mesh_totals.items())},
-             "instance_sha256": instance.sha256, "duration_s": req.duration_s}
+             "instance_sha256": instance.sha256, "duration_s": req.duration_s,
+             "trial_wall_s": list(wall) if wall else None}
     summary = {"measured": measured, "simulated": simulated, "errors": compare(measured, simulated), **facts}
     if probe is not None:
         host = {g: v["decode_host_s"] for g, v in probe.items()}

@@ -167,6 +167,9 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
         assert times == sorted(times) and float(row["first_token_s"]) == pytest.approx(times[0], abs=1e-5)
         assert float(row["arrival_s"]) <= times[0] and float(row["finish_s"]) == pytest.approx(times[-1], abs=1e-5)
     assert summary["errors"]["throughput_err"] is not None
+    # the trial's wall-clock window (Unix seconds), for reading a GPU log beside it
+    began, ended = summary["trial_wall_s"]
+    assert 1.7e9 < began < ended and ended - began >= summary["duration_s"]
     # the host probe ran first on the same workers: a decode host time per LLM of every mesh,
     # and the prediction made again with them beside the calibrated one
     probe = summary["host_probe"]

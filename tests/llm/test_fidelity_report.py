@@ -176,3 +176,52 @@ def test_predict_gives_what_the_report_will_compare_with():
     assert line["ttft_mean_s"] == round(sim["ttft_mean_s"], 5)
     with pytest.raises(SystemExit, match="no results folder"):
         script.prediction_lines(["results-nowhere/gpu4s1-poisson-temporal"])
+
+
+def _write_gpu_log(folder, start: float, reasons_gpu1: str) -> None:
+    """A ``run_gpu.sh`` GPU log: two GPUs sampled each second over 40 s from ``start``, GPU 1
+    with the clock-event reasons ``reasons_gpu1`` (hex) from the 10th second, plus a line the
+    logger's stop cut short and one with an unreadable field (both skipped)."""
+    lines = []
+    for k in range(40):
+        t = start + k
+        lines.append(f"{t:.3f}, 0, 1980, 2619, 400.5, 50, 90, 0x0000000000000000")
+        slow = k >= 10
+        lines.append(f"{t:.3f}, 1, {1200 if slow else 1980}, 2619, 390.0, {88 if slow else 51}, 90, "
+                     f"{reasons_gpu1 if slow else '0x0000000000000000'}")
+    lines += [f"{start + 41:.3f}, 0, 1980, 26", f"{start + 42:.3f}, 0, [N/A], 2619, 400, 50, 90, 0x0"]
+    with open(os.path.join(folder, "gpu-log.csv"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def test_a_run_whose_gpu_slowed_itself_is_printed_but_not_counted(fidelity_copy, capsys):
+    """The GPU log (``run_gpu.sh``) read within each run's trial window: a hardware-thermal
+    slowdown on one GPU marks the run, which the folder's report then leaves out of its runs
+    (so out of the last line and the rankings); a power cap alone does not."""
+    script = fidelity_copy
+    folder = os.path.join(script.LLM, "results-v3c")
+    summary_path = os.path.join(folder, "poisson-temporal", "summary.json")
+    with open(summary_path) as f:
+        summary = json.load(f)
+    summary["trial_wall_s"] = [1_800_000_005.0, 1_800_000_035.0]
+    with open(summary_path, "w") as f:
+        json.dump(summary, f)
+    _write_gpu_log(folder, 1_800_000_000.0, "0x0000000000000044")  # hardware thermal + power cap
+    log = script.gpu_log(folder)
+    assert log.shape == (80, 8)
+    runs, _, _ = script.report(folder)
+    out = capsys.readouterr().out
+    assert runs == []
+    line = next(x for x in out.splitlines() if x.startswith("gpu poisson-temporal"))
+    # 31 samples in the window, GPU 1 slowed from second 10: 26 of them
+    assert "1: 1200/1200 MHz 88 C" in line and "0: 1980/1980 MHz 50 C" in line
+    assert "SLOWED, not counted: GPU 1 hardware thermal 84% of samples" in line and "power" not in line
+    _write_gpu_log(folder, 1_800_000_000.0, "0x0000000000000004")  # software power cap: counted
+    runs, _, _ = script.report(folder)
+    assert [r["name"] for r in runs] == ["poisson-temporal"]
+    assert "no slowdown" in capsys.readouterr().out
+    summary["trial_wall_s"] = None  # a run saved before the executor wrote its window: no line
+    with open(summary_path, "w") as f:
+        json.dump(summary, f)
+    runs, _, _ = script.report(folder)
+    assert runs[0]["gpu"] is None and "gpu poisson-temporal" not in capsys.readouterr().out

@@ -85,6 +85,22 @@ bounded() { local s; s=$(left); if [ "$RUN_CAP" -gt 0 ] && [ "$RUN_CAP" -lt "$s"
   if [ "$s" -le 5 ]; then echo "skipped (deadline): $*"; return 0; fi
   timeout --signal=INT --kill-after=40 "$s" "$@"; }
 mkdir -p "$OUT" "$R" "$TABLES"
+# Every second until `pack` (or the end): each GPU's SM and memory clocks (MHz), power (W), temperature (C),
+# utilisation (%) and active clock-event reasons (NVML bits: a GPU slowing itself, e.g. hardware slowdown 0x8,
+# thermal 0x20/0x40, power brake 0x80), prefixed by the Unix time, appended to $R/gpu-log.csv; llm_fidelity.py
+# reads it within each run's trial window (summary.json trial_wall_s). Only with nvidia-smi and the nccl backend.
+GPU_LOG_PID=
+gpu_log_stop() { [ -n "$GPU_LOG_PID" ] && kill "$GPU_LOG_PID" 2>/dev/null; GPU_LOG_PID=; }
+if [ "$BACKEND" = nccl ] && command -v nvidia-smi >/dev/null; then
+  REASONS=clocks_event_reasons.active
+  nvidia-smi --query-gpu=$REASONS --format=csv >/dev/null 2>&1 || REASONS=clocks_throttle_reasons.active
+  (trap exit TERM
+   while :; do t=$(date +%s.%N)
+     nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,$REASONS \
+       --format=csv,noheader,nounits | sed "s/^/$t, /"; sleep 1; done) >> "$R/gpu-log.csv" 2>/dev/null &
+  GPU_LOG_PID=$!
+  trap gpu_log_stop EXIT
+fi
 for phase in "$@"; do
   cap_var="CAP_$phase"
   PHASE_CAP=${!cap_var:-0}
@@ -175,6 +191,7 @@ for phase in "$@"; do
           -o "$R/$(basename "$TP2")-poisson-$p" 2>&1 | tail -20
       done ;;
     pack)
+      gpu_log_stop
       tar czf "$OUT/llm-fidelity-$(date -u +%H%M%S).tar.gz" $B/tables "$TABLES" $R $(test -d $B/check && echo $B/check) \
         $(test -d $I/measured && echo $I/measured) $(test -d "$TABLES2" && echo "$TABLES2") \
         $(test -d $TP2/measured && echo $TP2/measured)
