@@ -218,7 +218,7 @@ GENERATIONS = {
                       measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json")),
     "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b", "results-v3p-gpu4s2",
                        "results-v3p-gpu1s1", "results-v3p2", "results-v3p-gpu4s2r", "results-v3p-gpu4s2-probe1",
-                       "results-v3p-gpu4s2-probe0", "results-v3p-gpu4s3", "results-v3p-tp4probe"),
+                       "results-v3p-gpu4s2-probe0", "results-v3p-gpu4s3", "results-v3p-tp4probe", "results-v3p-x3"),
                       "tables-v3", "results-v3", None,
                       "calibration-v3p.json",
                       fit_streams=("results-v3p", "poisson-temporal"),
@@ -1173,24 +1173,25 @@ def policy_load_lines(spec: str) -> List[str]:
 
 def prediction_lines(specs: List[str]) -> List[str]:
     """The simulator's prediction of runs not made yet, each ``FOLDER/<workload>-<placement>``
-    (a results folder of an engine generation, and the run folder ``run_gpu.sh`` will write
-    there): one JSON line per run with its generation's tables and calibration (the policy the
-    executor will use: the placement's scheduling or the instance's), to commit before the GPU
-    runs it."""
+    or ``FOLDER/<workload>-<placement>/<policy>`` (a results folder of an engine generation, and
+    the run folder ``run_gpu.sh`` will write there; a policy names one trial of several on one
+    set of workers): one JSON line per run with its generation's tables and calibration (the
+    policy named, else the one the executor will use: the placement's scheduling or the
+    instance's), to commit before the GPU runs it."""
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import resolve_policy
 
     lines = []
     for spec in specs:
         folder, _, name = spec.partition("/")
-        workload, _, placement = name.rpartition("-")
+        workload, _, placement = name.partition("/")[0].rpartition("-")
         run = {"folder": os.path.join(LLM, folder), "name": name, "workload": workload, "placement": placement}
         gen = generation_of(run["folder"])
         if gen is None:
             raise SystemExit(f"--predict {spec}: {folder} is no results folder of an engine generation (GENERATIONS)")
         inst_path, placement_path = run_inputs(run)
         run["policy"] = resolve_policy(generation_instance(inst_path, gen, run["folder"]),
-                                       load_placement(placement_path), None)
+                                       load_placement(placement_path), name.partition("/")[2] or None)
         sim = simulate_run(run, None)[0]
         lines.append(json.dumps({"run": spec, "generation": next(k for k, g in GENERATIONS.items() if g is gen),
                                  "policy": run["policy"], "throughput_rps": round(sim["throughput_rps"], 4),
