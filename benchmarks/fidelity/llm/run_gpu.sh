@@ -10,7 +10,8 @@
 #             steps alone and together on SM partitions and on plain streams (overlap, HBM bandwidth)
 #   profile   cost tables of the 5 fidelity LLMs (TP 1, SM shares $SHARES) into benchmarks/fidelity/llm/tables/
 #   measured  instances that use those tables (instances/fidelity-llm/measured/)
-#   mux       the muxserve placement on Poisson with policies adbs, round-robin, fcfs (one set of workers)
+#   mux       the muxserve placement on the $MUX workloads (default poisson; poisson-x3: its rates x3) with
+#             policies $POLICIES (one set of workers per workload)
 #   traces    the muxserve placement on the $TRACES workloads (default conv code; adbs)
 #   temporal  the temporal placement on the $TEMPORAL workloads (default poisson conv code)
 #   profile2  2-GPU set ($TP2, instances/fidelity-llm/tp2): cost tables of $MODELS2 at TP 1 (one model per GPU
@@ -52,6 +53,7 @@ MODELS=${MODELS:-llm-0.4b llm-1b llm-3b llm-7b llm-8b}
 REPEATS=${REPEATS:-5}
 TABLES=${TABLES:-$B/tables}
 POLICIES=${POLICIES:-adbs,round-robin,fcfs}
+MUX=${MUX:-poisson}
 DEADLINE_S=${DEADLINE_S:-540}
 TRACES=${TRACES:-conv code}
 TEMPORAL=${TEMPORAL:-poisson conv code}
@@ -133,8 +135,10 @@ for phase in "$@"; do
     measured)
       python3 $B/measured_instances.py "$TABLES" ;;
     mux)
-      run_capped placeopt execute $I/measured/poisson.json $I/poisson-muxserve.placement.json --policy "$POLICIES" "$PROBE" \
-        --backend "$BACKEND" -o "$R/poisson-muxserve" 2>&1 | tail -40 ;;
+      for w in $MUX; do
+        run_capped placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy "$POLICIES" "$PROBE" \
+          --backend "$BACKEND" -o "$R/$w-muxserve" 2>&1 | tail -40
+      done ;;
     traces)
       for w in $TRACES; do
         run_capped placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs --backend "$BACKEND" "$PROBE" \
