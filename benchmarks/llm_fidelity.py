@@ -5,8 +5,10 @@ engine version, written by ``benchmarks/fidelity/llm/run_gpu.sh``; ``results`` i
 run, ``results-v2`` the run after the engine fixes, ...): every ``summary.json`` under it (one
 per run and policy: ``placeopt execute`` of an LLM instance, the simulator's prediction beside
 the measurement), ``roofline.json`` and ``engine.json`` (the engine micro-benchmark). Prints,
-per folder, the engine benchmark's summary, one row per run, the placement and policy
-rankings per workload; and as its last line, over every run of the newest engine generation
+per folder, the engine benchmark's summary, one row per run, the GPUs' clocks during each run
+where the folder has ``run_gpu.sh``'s ``gpu-log.csv`` (a run during which a GPU slowed itself is
+printed but counted nowhere: :func:`slowed`), the placement and policy rankings per workload;
+and as its last line, over every run of the newest engine generation
 that has any and of those it derives from (all their folders of ``GENERATIONS`` that exist: fit
 and held-out alike; without a generation, e.g. ``--results DIR``, the newest folder that has any
 result),
@@ -84,6 +86,7 @@ policies with the rates times SCALE (and ``llm.kv_reserve_fraction`` RESERVE): t
 which the policy ablation is worth measuring (docs/fidelity-llm.md).
 
 Usage: python benchmarks/llm_fidelity.py [--results DIR] [--calibrate [GENERATION]] [--policy-load SCALE[:RESERVE]]
+       [--predict FOLDER/RUN[/POLICY]...]
 """
 
 from __future__ import annotations
@@ -1365,9 +1368,10 @@ def main() -> None:
                     help="simulate the Poisson muxserve placement under adbs, round-robin and fcfs with the "
                          "rates times SCALE (and llm.kv_reserve_fraction RESERVE) with the newest calibration, "
                          "and print each policy's figures")
-    ap.add_argument("--predict", nargs="+", default=None, metavar="FOLDER/RUN",
+    ap.add_argument("--predict", nargs="+", default=None, metavar="FOLDER/RUN[/POLICY]",
                     help="print the prediction of runs not made yet (a generation's results folder / "
-                         "<workload>-<placement>), one JSON line each, to commit before the GPU runs them")
+                         "<workload>-<placement>, and / policy for one trial of several), one JSON line each, "
+                         "to commit before the GPU runs them")
     args = ap.parse_args()
     if args.predict:
         for line in prediction_lines(args.predict):

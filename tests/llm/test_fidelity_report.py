@@ -174,6 +174,14 @@ def test_predict_gives_what_the_report_will_compare_with():
     assert line["throughput_rps"] == round(sim["throughput_rps"], 4)
     assert line["per_llm_rps"] == {m: round(v["throughput_rps"], 4) for m, v in sim["per_model"].items()}
     assert line["ttft_mean_s"] == round(sim["ttft_mean_s"], 5)
+    # one trial of several on one set of workers: FOLDER/RUN/POLICY, that policy
+    line = json.loads(script.prediction_lines(["results-v3p-x3/poisson-x3-muxserve/fcfs"])[0])
+    run = next(r for r in script.load_runs(os.path.join(FIDELITY, "results-v3p-x3"))
+               if r["name"] == "poisson-x3-muxserve/fcfs")
+    sim = script.predict(run, None)[0]
+    assert line["policy"] == run["policy"] == "fcfs"
+    assert line["throughput_rps"] == round(sim["throughput_rps"], 4)
+    assert line["slo_attainment"] == round(sim["slo_attainment"], 4)
     with pytest.raises(SystemExit, match="no results folder"):
         script.prediction_lines(["results-nowhere/gpu4s1-poisson-temporal"])
 
