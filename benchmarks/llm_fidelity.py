@@ -1221,15 +1221,22 @@ def gpu_log(results: str) -> Optional[np.ndarray]:
         gzip.open(path + ".gz", "rt") if os.path.exists(path + ".gz") else None)
     if opened is None:
         return None
+    def number(cell: str) -> float:
+        try:
+            return float(cell)
+        except ValueError:  # "[N/A]": a reading this GPU or driver does not give
+            return math.nan
+
     rows = []
     with opened as f:
         for line in f:
             cells = [c.strip() for c in line.split(",")]
-            if len(cells) != 8:
+            if len(cells) != 8:  # a line cut by the logger's stop
                 continue
             try:
-                rows.append([float(c) for c in cells[:7]] + [float(int(cells[7], 16))])
-            except ValueError:  # "[N/A]" readings or a line cut by the logger's stop
+                rows.append([float(cells[0]), float(cells[1])] + [number(c) for c in cells[2:7]]
+                            + [float(int(cells[7], 16))])
+            except ValueError:  # no time, GPU or reasons: nothing to place the line by
                 continue
     return np.array(rows, dtype=float).reshape(-1, 8)
 
@@ -1247,7 +1254,7 @@ def gpu_window(log: np.ndarray, run: dict) -> Optional[dict]:
     per_gpu, reasons = {}, {}
     for g in sorted({int(i) for i in inside[:, 1]}):
         rows = inside[inside[:, 1] == g]
-        per_gpu[g] = (float(rows[:, 2].min()), float(np.median(rows[:, 2])), float(rows[:, 5].max()))
+        per_gpu[g] = (float(np.nanmin(rows[:, 2])), float(np.nanmedian(rows[:, 2])), float(np.nanmax(rows[:, 5])))
         for bit, name in SLOWDOWN_REASONS.items():
             active = np.mean((rows[:, 7].astype(np.int64) & bit) != 0)
             if active > 0:

@@ -188,16 +188,17 @@ def test_predict_gives_what_the_report_will_compare_with():
 
 def _write_gpu_log(folder, start: float, reasons_gpu1: str) -> None:
     """A ``run_gpu.sh`` GPU log: two GPUs sampled each second over 40 s from ``start``, GPU 1
-    with the clock-event reasons ``reasons_gpu1`` (hex) from the 10th second, plus a line the
-    logger's stop cut short and one with an unreadable field (both skipped)."""
+    with the clock-event reasons ``reasons_gpu1`` (hex) from the 10th second and no power
+    reading (``[N/A]``: kept), plus a line the logger's stop cut short and one without its
+    reasons (both skipped)."""
     lines = []
     for k in range(40):
         t = start + k
         lines.append(f"{t:.3f}, 0, 1980, 2619, 400.5, 50, 90, 0x0000000000000000")
         slow = k >= 10
-        lines.append(f"{t:.3f}, 1, {1200 if slow else 1980}, 2619, 390.0, {88 if slow else 51}, 90, "
+        lines.append(f"{t:.3f}, 1, {1200 if slow else 1980}, 2619, [N/A], {88 if slow else 51}, 90, "
                      f"{reasons_gpu1 if slow else '0x0000000000000000'}")
-    lines += [f"{start + 41:.3f}, 0, 1980, 26", f"{start + 42:.3f}, 0, [N/A], 2619, 400, 50, 90, 0x0"]
+    lines += [f"{start + 41:.3f}, 0, 1980, 26", f"{start + 42:.3f}, 0, 1980, 2619, 400, 50, 90, [N/A]"]
     with open(os.path.join(folder, "gpu-log.csv"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
