@@ -16,7 +16,9 @@ from placement_opt.errors import InputError
 from placement_opt.io import read_json
 from placement_opt.model import Architecture
 
-from placement_opt.cli.common import INSTANCE, check_output_path, emit_json, progress, read_instance, read_placement, table
+from placement_opt.cli.common import (INSTANCE, check_output_path, emit_json, exit_interrupted, progress, read_instance,
+                                      read_placement, table)
+from placement_opt.limits import stop_requested
 
 
 def _floats(text: str, field: str) -> list[float]:
@@ -107,6 +109,8 @@ def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, sl
     except ExecutorError as e:
         click.echo(f"placeopt: execute failed: {e}", err=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        exit_interrupted(stop_requested(), f"after saving the trials so far in {output_dir}")
     if as_json:
         emit_json(summaries)
         return
@@ -131,6 +135,8 @@ def _execute_llm(inst: Any, plc: Any, output_dir: str, config: Any, policy: Opti
     except ExecutorError as e:
         click.echo(f"placeopt: execute failed: {e}", err=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        exit_interrupted(stop_requested(), f"after saving the trials so far in {output_dir}")
     if as_json:
         emit_json(summaries)
         return

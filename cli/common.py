@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Any, Iterable, Optional, Sequence
 
@@ -24,6 +25,14 @@ EXIT_UNSERVED = 4  # the placement leaves models unserved (if it serves none, no
 EXIT_TIME_LIMIT_EMPTY = 124  # the time limit passed before any placement was found; nothing written
 
 INSTANCE = click.argument("instance", type=click.Path(dir_okay=False))
+
+
+def exit_interrupted(signum: Optional[int], what: str) -> None:
+    """Say that signal ``signum`` (SIGINT if unknown) stopped the command, and ``what`` became
+    of its outputs, and exit with 128 + it."""
+    signum = signum or signal.SIGINT
+    click.echo(f"placeopt: interrupted ({signal.Signals(signum).name}) {what}", err=True)
+    sys.exit(128 + signum)
 JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
 

@@ -23,7 +23,7 @@ from placement_opt.version import __version__
 from placement_opt.errors import InputError
 from placement_opt.limits import DEFAULT_MEMORY_BYTES, note_stop_signal, set_memory_budget, stop_requested
 from placement_opt.solvers.base import SearchStopped
-from placement_opt.cli.common import EXIT_BAD_INPUT, EXIT_TIME_LIMIT_EMPTY
+from placement_opt.cli.common import EXIT_BAD_INPUT, EXIT_TIME_LIMIT_EMPTY, exit_interrupted
 
 
 def _on_stop_signal(signum: int, _frame: Any) -> None:
@@ -63,16 +63,9 @@ class _Group(click.Group):
             if e.reason == "time limit":
                 click.echo("placeopt: the time limit passed before any placement was found; nothing written", err=True)
                 sys.exit(EXIT_TIME_LIMIT_EMPTY)
-            _exit_interrupted(e.signum, "before any placement was found; nothing written")
+            exit_interrupted(e.signum, "before any placement was found; nothing written")
         except KeyboardInterrupt:
-            _exit_interrupted(stop_requested(), "nothing written")
-
-
-def _exit_interrupted(signum: Optional[int], what: str) -> None:
-    """Say that signal ``signum`` (SIGINT if unknown) stopped the command and exit with 128 + it."""
-    signum = signum or signal.SIGINT
-    click.echo(f"placeopt: interrupted ({signal.Signals(signum).name}) {what}", err=True)
-    sys.exit(128 + signum)
+            exit_interrupted(stop_requested(), "nothing written")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

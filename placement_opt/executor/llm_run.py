@@ -475,7 +475,7 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     summaries: List[dict] = []
     startup: Optional[float] = None
     probe: Optional[Dict[int, dict]] = None
-    probing = False
+    in_flight: Optional[int] = None  # the trial replaying (not the probe, not between trials or after the last)
     where = out_dir
     began = time.time()
     try:
@@ -484,32 +484,32 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
         if config.host_probe:
             probe_plans, n_probe, span = host_probe_plans(trials[0][1], cfg, max_batch)
             run.begin(probe_plans, n_probe)
-            probing = True
             run.serve("host probe", span)
-            probing = False
             probe = measure_host(run, probe_plans, cfg, max_batch)
             log("host probe: decode host ms per step " + "; ".join(
                 f"group {g}: " + ", ".join(f"{m} {'-' if h is None else f'{1e3 * h:.2f}'} (calibrated {1e3 * c:.2f})"
                                            for m, h, c in zip(v["models"], v["decode_host_s"], v["calibrated_s"]))
                 for g, v in sorted(probe.items())))
             run.plans = []
-        for policy, plans in trials:
+        for i, (policy, plans) in enumerate(trials):
             where = os.path.join(out_dir, policy) if len(trials) > 1 else out_dir
             began = time.time()
+            in_flight = i
             run.begin(plans, len(req))
             log(f"policy {policy}: replaying {len(req)} requests over {req.duration_s:g} s")
             run.serve(f"execute {policy}", req.duration_s)
             summaries.append(_save(_Trial(instance, placement, req, plans, pools, policy, probe,
                                           (began, time.time())), run, backend, "complete", startup, where))
+            in_flight = None
             log(f"policy {policy}: throughput measured {summaries[-1]['measured']['throughput_rps']:.3f} req/s, "
                 f"simulated {summaries[-1]['simulated']['throughput_rps']:.3f}")
         run.stop(30.0)
     except (ExecutorError, KeyboardInterrupt) as e:
         run.kill()
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
-        if run.plans and not probing:  # a failed probe measured nothing of the trials
-            policy = trials[len(summaries)][0]
-            summaries.append(_save(_Trial(instance, placement, req, run.plans, pools, policy, probe,
+        if in_flight is not None:  # the trial cut short (a failed probe measured nothing of the trials; a
+            # stop after the last trial keeps every trial as saved)
+            summaries.append(_save(_Trial(instance, placement, req, run.plans, pools, trials[in_flight][0], probe,
                                           (began, time.time())), run, backend, status, startup, where))
         _write_index(out_dir, summaries)
         if isinstance(e, ExecutorError):

@@ -291,3 +291,23 @@ def test_llm_run_stops_cleanly(long_instance, tmp_path, how):
         assert ("died" if how == "kill" else "a worker hangs") in err
         assert summary["status"].startswith("failed")
     assert summary["measured"]["finished"] > 0
+
+
+def test_interrupt_after_the_last_trial_keeps_every_trial(tmp_path, monkeypatch):
+    """Ctrl-C while the workers shut down after the last trial (where a run's time cap can land):
+    every trial stays saved as complete, the index is written, the message says so, exit 130."""
+    from placement_opt.executor import llm_run
+
+    def interrupted(self, timeout):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(llm_run._Run, "stop", interrupted)
+    out = tmp_path / "o"
+    r = CliRunner().invoke(cli, ["execute", TINY, SPATIAL, "--backend", "gloo", "-o", str(out),
+                                 "--policy", "adbs,fcfs", "--no-host-probe"])
+    assert r.exit_code == 130, r.output
+    assert f"interrupted (SIGINT) after saving the trials so far in {out}" in r.stderr
+    rows = json.loads((out / "trials.json").read_text())
+    assert [x["policy"] for x in rows] == ["adbs", "fcfs"] and all(x["status"] == "complete" for x in rows)
+    for policy in ("adbs", "fcfs"):
+        assert json.loads((out / policy / "summary.json").read_text())["status"] == "complete"
