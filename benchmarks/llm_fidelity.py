@@ -1214,6 +1214,14 @@ SLOWDOWN_REASONS = {0x8: "hardware slowdown", 0x20: "software thermal", 0x40: "h
                     0x80: "power brake"}
 
 
+def _reading(cell: str) -> float:
+    """One GPU-log reading; nan for ``[N/A]`` (a reading this GPU or driver does not give)."""
+    try:
+        return float(cell)
+    except ValueError:
+        return math.nan
+
+
 def gpu_log(results: str) -> Optional[np.ndarray]:
     """``run_gpu.sh``'s ``gpu-log.csv`` (or ``.csv.gz``) of a results folder as rows (Unix time, GPU
     index, SM MHz, memory MHz, power W, temperature C, utilisation %, clock-event reasons); None
@@ -1223,12 +1231,6 @@ def gpu_log(results: str) -> Optional[np.ndarray]:
         gzip.open(path + ".gz", "rt") if os.path.exists(path + ".gz") else None)
     if opened is None:
         return None
-    def number(cell: str) -> float:
-        try:
-            return float(cell)
-        except ValueError:  # "[N/A]": a reading this GPU or driver does not give
-            return math.nan
-
     rows = []
     with opened as f:
         for line in f:
@@ -1236,7 +1238,7 @@ def gpu_log(results: str) -> Optional[np.ndarray]:
             if len(cells) != 8:  # a line cut by the logger's stop
                 continue
             try:
-                rows.append([float(cells[0]), float(cells[1])] + [number(c) for c in cells[2:7]]
+                rows.append([float(cells[0]), float(cells[1])] + [_reading(c) for c in cells[2:7]]
                             + [float(int(cells[7], 16))])
             except ValueError:  # no time, GPU or reasons: nothing to place the line by
                 continue

@@ -25,6 +25,7 @@ EXIT_UNSERVED = 4  # the placement leaves models unserved (if it serves none, no
 EXIT_TIME_LIMIT_EMPTY = 124  # the time limit passed before any placement was found; nothing written
 
 INSTANCE = click.argument("instance", type=click.Path(dir_okay=False))
+JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
 
 def exit_interrupted(signum: Optional[int], what: str) -> None:
@@ -33,7 +34,6 @@ def exit_interrupted(signum: Optional[int], what: str) -> None:
     signum = signum or signal.SIGINT
     click.echo(f"placeopt: interrupted ({signal.Signals(signum).name}) {what}", err=True)
     sys.exit(128 + signum)
-JSON_FLAG = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
 
 def read_instance(path: str) -> Instance:
