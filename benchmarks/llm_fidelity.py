@@ -198,7 +198,12 @@ class Generation:
 # results-v3p-gpu4s2r: gpu4s2's four placements again on another 4 x H100 machine, with the
 # executor's host probe (each run predicted a second time with the decode host time it measured);
 # results-v3p-gpu4s2-probe1 / -probe0: gpu4s2's spatial placement on a third 4 x H100 machine, with
-# the probe and then without it (whether the probe changes what the trial measures).
+# the probe and then without it (whether the probe changes what the trial measures);
+# results-v3p-gpu4s3 (4 x H100, seed 3, predicted and committed before it ran); results-v3p-tp4probe:
+# the temporal4 placement of seeds 2, 0, 1 again with the probe, on the seed-3 machine, and
+# results-v3p-tp4probe2 seed 0's on another (its index trials.json was lost to an executor bug fixed
+# since); results-v3p-x3: the 1-GPU policy ablation (Poisson and poisson-x3 muxserve, three policies),
+# predicted and committed before it ran.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -1259,8 +1264,9 @@ def gpu_window(log: np.ndarray, run: dict) -> Optional[dict]:
     for g in sorted({int(i) for i in inside[:, 1]}):
         rows = inside[inside[:, 1] == g]
         per_gpu[g] = (float(np.nanmin(rows[:, 2])), float(np.nanmedian(rows[:, 2])), float(np.nanmax(rows[:, 5])))
+        bits = rows[:, 7].astype(np.int64)
         for bit, name in SLOWDOWN_REASONS.items():
-            active = np.mean((rows[:, 7].astype(np.int64) & bit) != 0)
+            active = np.mean((bits & bit) != 0)
             if active > 0:
                 reasons[f"GPU {g} {name}"] = float(active)
     return {"per_gpu": per_gpu, "slowdown": reasons}
@@ -1325,8 +1331,8 @@ def _final_errors(runs: List[dict]) -> List[dict]:
     """The errors the last line summarises: per run, the re-predicted (after) ones where it
     has them, else the committed ones (a run whose inputs are not in the repository). A run's
     ``probe`` row (the prediction with the decode host time its host probe measured) is
-    printed, not counted: it is untested where it would matter, TP-4 meshes on a sound machine
-    (docs/fidelity-llm.md)."""
+    printed, not counted: at TP 4, where it would matter, it orders runs by their host time but
+    reads 0.1-0.3 ms per step low, and predicts no better than the calibration (docs/fidelity-llm.md)."""
     return [r["after"]["errors"] if "after" in r else r["summary"]["errors"] for r in runs]
 
 

@@ -10,9 +10,10 @@ and the steps' time beyond the cost table (and the simulator's KV-read and page-
 that LLM's decode host time on this machine, at its SM share and TP degree, for short
 contexts. The prediction beside the measurement is then made a second time with those host
 times (:func:`placement_opt.simulate.llm.simulate_llm`'s ``decode_host``). What it showed on
-the H100s: at TP 1 and 2 that prediction is as close as the calibrated one; at TP 4 it was
-tried only on a machine whose GPU slowed during the trial, which a probe before it cannot see
-(docs/fidelity-llm.md).
+the H100s: at TP 1 and 2 that prediction is as close as the calibrated one; at TP 4 the probe
+orders runs by their host time but reads 0.1-0.3 ms per step below the trial's own steps, so
+its prediction is no closer than the calibrated one; and a GPU that slows during the trial is
+beyond any probe before it (docs/fidelity-llm.md).
 
 :func:`probe_requests` writes one mesh's probe workload (per LLM ``PROBE_BATCH`` requests of
 ``PROBE_PROMPT`` prompt and ``PROBE_OUTPUT`` output tokens, within the job bounds the workers

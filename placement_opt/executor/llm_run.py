@@ -477,7 +477,7 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     probe: Optional[Dict[int, dict]] = None
     in_flight: Optional[int] = None  # the trial replaying (not the probe, not between trials or after the last)
     where = out_dir
-    began = time.time()
+    began = 0.0  # the trial in flight's replay start (Unix seconds)
     try:
         startup = run.wait_ready()
         log(f"workers ready after {startup:.1f} s ({_warmup_line(run.ready)})")
