@@ -117,7 +117,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s",
                 "decode_kv_gbps", "decode_kv_tp_power", "decode_page_entry_s", "own_prefill_decode_share",
                 "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
-                "prefill_eager_host_tp_s")
+                "prefill_eager_host_tp_s", "contention_hbm_cap_gbps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +154,9 @@ class Generation:
     # run's silences and the partition prefill's stretch (``prefill_partition_stretch``) fitted
     # with ``decode_host_s`` instead of a fitted ``prefill_host_s`` (:func:`fit_partition`)
     measure_graph_hold: bool = False
+    # engine_bench.py outputs (relative to benchmarks/fidelity/llm) whose green-context rounds, with
+    # ``engine``'s, fit ``contention_hbm_cap_gbps`` at the fitted ``contention_hbm_gbps``; empty: no cap
+    contention_rounds: Tuple[str, ...] = ()
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
@@ -223,7 +226,9 @@ GENERATIONS = {
                       fit_tp=("results-v3-tp2", "tp2-poisson-temporal"), own_prefill_decode_share=0.25,
                       fit_kv=(("results-v3-gpu4", "gpu4-poisson-spatial"),),
                       fit_tp_wide=("results-v3-gpu4", "gpu4-poisson-temporal4"),
-                      measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json")),
+                      measure_eager_hold=True, page_bench=("page-table/procs1.json", "page-table/procs4.json"),
+                      contention_rounds=tuple(f"engine-v3p/engine-{n}.json" for n in (
+                          "b8", "b24", "b32", "tp2-s05-b8", "tp2-s05-b16", "tp2-s05-b32", "gpu4-s025-b16"))),
     "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b", "results-v3p-gpu4s2",
                        "results-v3p-gpu1s1", "results-v3p2", "results-v3p-gpu4s2r", "results-v3p-gpu4s2-probe1",
                        "results-v3p-gpu4s2-probe0", "results-v3p-gpu4s3", "results-v3p-tp4probe", "results-v3p-x3",
@@ -559,10 +564,14 @@ def repredict(runs: List[dict]) -> None:
 # ---------------------------------------------------------------- calibration
 
 
-def replay_round(hbm_gbps: float, per_llm: List[dict]) -> List[float]:
-    """The stretch model on ``engine.json``'s round: the LLMs' steps launched one after
-    another (each launch's host time apart), each alone taking its ``gpu_ms`` and demanding its
-    ``bytes`` over it; returns each step's time from its launch to its end (ms)."""
+def replay_round(hbm_gbps: float, per_llm: List[dict], cap_gbps: float = 0.0) -> List[float]:
+    """The stretch model (the simulator's :func:`~placement_opt.simulate.meshsim.contention_stretch`
+    at ``hbm_gbps`` and the bandwidth cap ``cap_gbps``) on ``engine.json``'s round: the LLMs'
+    steps launched one after another (each launch's host time apart), each alone taking its
+    ``gpu_ms`` and demanding its ``bytes`` over it; returns each step's time from its launch to
+    its end (ms)."""
+    from placement_opt.simulate.meshsim import contention_stretch
+
     work = [p["gpu_ms"] for p in per_llm]
     demand = [p["bytes"] / p["gpu_ms"] / 1e6 for p in per_llm]  # GB/s
     start = list(np.cumsum([0.0] + [p["launch_us"] / 1e3 for p in per_llm[:-1]]))
@@ -571,7 +580,7 @@ def replay_round(hbm_gbps: float, per_llm: List[dict]) -> List[float]:
     while any(e is None for e in end):
         running = [i for i in range(len(work)) if start[i] <= t and end[i] is None]
         total = sum(demand[i] for i in running)
-        stretch = {i: 1.0 + (total - demand[i]) / hbm_gbps for i in running}
+        stretch = {i: contention_stretch(total, demand[i], hbm_gbps, cap_gbps) for i in running}
         t_next = min([start[i] for i in range(len(work)) if start[i] > t]
                      + [t + work[i] * stretch[i] for i in running])
         for i in running:
@@ -594,6 +603,35 @@ def fit_hbm(per_llm: List[dict]) -> Tuple[float, float]:
     return best
 
 
+def engine_rounds(paths: Tuple[str, ...]) -> List[List[dict]]:
+    """The green-context rounds (``per_llm``) of the engine micro-benchmark outputs ``paths``
+    (relative to ``benchmarks/fidelity/llm``)."""
+    rounds = []
+    for path in paths:
+        with open(os.path.join(LLM, path)) as f:
+            rounds += [r["per_llm"] for r in json.load(f)["runs"] if r["mechanism"] == "green-contexts"]
+    return rounds
+
+
+def fit_hbm_cap(hbm: float, rounds: List[List[dict]]) -> Tuple[float, float]:
+    """``contention_hbm_cap_gbps`` (50 GB/s grid) whose replay, with ``hbm``, best fits the
+    measured times together over every round of ``rounds`` (least squares on log times);
+    returns it and the RMS log error."""
+    best = (0.0, math.inf)
+    for cap in np.arange(1000.0, 6000.0, 50.0):
+        rms = fit_hbm_cap_rms(hbm, rounds, float(cap))
+        if rms < best[1]:
+            best = (float(cap), rms)
+    return best
+
+
+def fit_hbm_cap_rms(hbm: float, rounds: List[List[dict]], cap: float) -> float:
+    """The RMS log error of the rounds' replayed times at ``hbm`` and ``cap`` (0: no cap)."""
+    measured = np.log([p["together_gpu_ms"] for per in rounds for p in per])
+    replayed = np.log([x for per in rounds for x in replay_round(hbm, per, cap)])
+    return float(np.sqrt(np.mean((replayed - measured) ** 2)))
+
+
 def _host_ratios(engine: dict) -> Tuple[float, float]:
     """Host time of a job on plain streams (an LLM on the whole GPU) over its time on a green
     context, for decode steps (launch + collect) and prefill launches (medians over the LLMs)."""
@@ -605,15 +643,17 @@ def _host_ratios(engine: dict) -> Tuple[float, float]:
 
 
 def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
-             kv_gbps: float = 0.0, shared: float = 0.0, entry_s: float = 0.0) -> Tuple[float, float, float]:
+             kv_gbps: float = 0.0, shared: float = 0.0, entry_s: float = 0.0,
+             cap: float = 0.0) -> Tuple[float, float, float]:
     """(decode, prefill) host seconds on SM partitions, on a grid (decode from ``floor`` in
     0.2 ms steps to 4 ms, prefill 0-80 ms in 4 ms steps), whose re-prediction of ``run`` (with
-    the KV term ``kv_gbps`` and the page-table fill at ``entry_s``) has the smallest worst of
-    |TPOT error| and |TTFT error|; returns them and that error."""
+    the KV term ``kv_gbps``, the page-table fill at ``entry_s`` and the contention model at
+    ``hbm`` and ``cap``) has the smallest worst of |TPOT error| and |TTFT error|; returns them
+    and that error."""
     best = (floor, 0.0, math.inf)
     for decode_host in np.arange(floor, 0.004 + 1e-12, 0.0002):
         for prefill_host in np.arange(0.0, 0.080 + 1e-12, 0.004):
-            model = {"contention_hbm_gbps": hbm, "decode_host_s": float(decode_host),
+            model = {"contention_hbm_gbps": hbm, "contention_hbm_cap_gbps": cap, "decode_host_s": float(decode_host),
                      "prefill_host_s": float(prefill_host), "decode_host_full_s": float(decode_host) * ratios[0],
                      "prefill_host_full_s": float(prefill_host) * ratios[1], "decode_kv_gbps": kv_gbps,
                      "own_prefill_decode_share": shared, "decode_page_entry_s": entry_s}
@@ -625,7 +665,7 @@ def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
 
 
 def fit_partition(run: dict, hbm: float, floor: float, ratios: Tuple[float, float], kv_gbps: float = 0.0,
-                  shared: float = 0.0, entry_s: float = 0.0) -> Tuple[float, float, float, float]:
+                  shared: float = 0.0, entry_s: float = 0.0, cap: float = 0.0) -> Tuple[float, float, float, float]:
     """SM-partition host and prefill model with the graph launch's hold measured: ``prefill_host_s``
     is the median silence before a graph prefill launch on ``run`` (:func:`prefill_launch_silences`),
     then (``decode_host_s``, ``prefill_partition_stretch``) on a grid (decode from ``floor`` in
@@ -635,7 +675,8 @@ def fit_partition(run: dict, hbm: float, floor: float, ratios: Tuple[float, floa
     best = (floor, 1.0, math.inf)
     for decode_host in np.arange(floor, 0.004 + 1e-12, 0.0001):
         for stretch in np.arange(1.0, 3.0 + 1e-9, 0.05):
-            model = {"contention_hbm_gbps": hbm, "decode_host_s": float(decode_host), "prefill_host_s": graph_hold,
+            model = {"contention_hbm_gbps": hbm, "contention_hbm_cap_gbps": cap, "decode_host_s": float(decode_host),
+                     "prefill_host_s": graph_hold,
                      "decode_host_full_s": float(decode_host) * ratios[0], "prefill_host_full_s": graph_hold * ratios[1],
                      "decode_kv_gbps": kv_gbps, "own_prefill_decode_share": shared,
                      "prefill_partition_stretch": round(float(stretch), 4), "decode_page_entry_s": entry_s}
@@ -1089,6 +1130,8 @@ def calibrate(gen: Generation) -> dict:
         engine = json.load(f)
     per = next(r for r in engine["runs"] if r["mechanism"] == "green-contexts")["per_llm"]
     hbm, rms = fit_hbm(per)
+    rounds = [per] + engine_rounds(gen.contention_rounds)
+    cap, cap_rms = fit_hbm_cap(hbm, rounds) if gen.contention_rounds else (0.0, math.nan)
     floor = round(statistics.median((p["launch_us"] + p["finish_us"]) for p in per) / 1e6, 4)
     ratios = _host_ratios(engine)
     folder, name = gen.fit
@@ -1098,21 +1141,27 @@ def calibrate(gen: Generation) -> dict:
     stretch = 0.0
     if gen.measure_graph_hold:
         decode_host, prefill_host, stretch, worst = fit_partition(run, hbm, floor, ratios, kv_gbps,
-                                                                  gen.own_prefill_decode_share, entry_s)
+                                                                  gen.own_prefill_decode_share, entry_s, cap)
     else:
         decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps, gen.own_prefill_decode_share,
-                                                    entry_s)
+                                                    entry_s, cap)
     full = streams_host(gen, engine, ratios, (decode_host, prefill_host), kv_gbps, entry_s)
-    out = {"contention_hbm_gbps": hbm, "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
+    out = {"contention_hbm_gbps": hbm, "contention_hbm_cap_gbps": cap,
+           "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
            "decode_host_full_s": round(full["decode_host_full_s"], 6),
            "prefill_host_full_s": round(full["prefill_host_full_s"], 6),
            "own_prefill_decode_share": gen.own_prefill_decode_share, "prefill_partition_stretch": stretch,
            "fit": {"engine": os.path.join(gen.engine, "engine.json"), "tables": gen.tables, "hbm_rms_log_error": round(rms, 4),
-                   "replayed_ms": [round(x, 3) for x in replay_round(hbm, per)],
+                   "replayed_ms": [round(x, 3) for x in replay_round(hbm, per, cap)],
                    "measured_ms": [round(p["together_gpu_ms"], 3) for p in per],
                    "decode_host_floor_s": floor, "streams_over_green_host": [round(x, 4) for x in ratios],
                    "host_fit_run": f"{folder}/{name}", "host_fit_worst_tpot_ttft_err": round(worst, 4),
                    "full_host_fit": full["source"]}}
+    if gen.contention_rounds:
+        out["fit"]["hbm_cap_fit"] = (f"{os.path.join(gen.engine, 'engine.json')}, {', '.join(gen.contention_rounds)}: "
+                                     f"{len(rounds)} green-context rounds replayed at contention_hbm_gbps {hbm:.0f}, "
+                                     f"RMS log error {cap_rms:.4f} (without the cap "
+                                     f"{fit_hbm_cap_rms(hbm, rounds, 0.0):.4f})")
     if gen.measure_graph_hold:
         out["fit"]["prefill_host_fit"] = (f"{folder}/{name}: median silence before a graph prefill launch; "
                                           f"decode_host_s and prefill_partition_stretch fitted with it")

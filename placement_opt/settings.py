@@ -71,7 +71,10 @@ class LLMConfig:
       stretches by 1 + (the HBM demand, GB/s per GPU, of the other jobs running on its mesh) /
       this, re-timed whenever the set of running jobs changes (0: off, jobs take their table
       time). A job's demand is the bytes it moves (weights, KV cache read or written) over its
-      table time. Measured H100 value: 3100 (docs/fidelity-llm.md).
+      table time. Measured H100 values: docs/fidelity-llm.md.
+    * ``contention_hbm_cap_gbps``: the HBM bandwidth (GB/s per GPU) colocated jobs share when
+      together they demand more: a running job's time stretches at least by (all the running
+      jobs' demand) / this (0: off). Measured on H100s: docs/fidelity-llm.md.
     * ``decode_host_s`` / ``prefill_host_s``: host seconds the mesh's one scheduling thread
       spends per decode step (launch and collect) and per prefill launch of an LLM on an SM
       partition (share below 1); ``decode_host_full_s`` / ``prefill_host_full_s`` the same for
@@ -136,6 +139,8 @@ class LLMConfig:
     output_tokens: float = option(338.0, minimum=1, maximum=MAX_TOKENS, help="output length without workload lengths")
     contention_hbm_gbps: float = option(0.0, minimum=0,
                                         help="HBM GB/s per GPU that colocated jobs' demands stretch each other by (0: off)")
+    contention_hbm_cap_gbps: float = option(0.0, minimum=0,
+                                            help="HBM GB/s per GPU that colocated jobs share when they demand more (0: off)")
     decode_host_s: float = option(0.0, minimum=0,
                                   help="host seconds of a mesh's scheduling thread per decode step (SM partition)")
     prefill_host_s: float = option(0.0, minimum=0,

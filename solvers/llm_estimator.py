@@ -17,11 +17,14 @@ With the simulator's host and contention models (``llm.decode_host_s``, ``prefil
 their ``_full_s`` twins for LLMs holding the whole GPU, ``decode_host_tp_s`` per extra TP rank
 and ``decode_host_mesh_s`` on a mesh of several,
 ``prefill_eager_host_s`` and its twin for prefills over the CUDA-graph limit,
-``contention_hbm_gbps``; off by default) the estimate sees what the simulator does: a decode
+``contention_hbm_gbps``, ``contention_hbm_cap_gbps``; off by default) the estimate sees what
+the simulator does: a decode
 step takes its host seconds longer (its launch on the mesh's one scheduling thread), a prefill
 at least its host seconds (plus the eager seconds where its padded size at the mean prompt
 exceeds ``prefill_graph_tokens``), and colocated decode steps, which overlap, stretch each other:
-member ``m``'s step by ``1 + sum over the other members j of demand_j / (hbm x mesh GPUs)``,
+member ``m``'s step by ``1 + sum over the other members j of demand_j / (hbm x mesh GPUs)``
+and, with the bandwidth cap, at least by ``sum over all members j of demand_j / (cap x mesh
+GPUs)`` (the simulator's :func:`~placement_opt.simulate.meshsim.contention_stretch`),
 ``demand_j = (weights_j + b_j x context_j x KV bytes per token_j) / decode_j(b_j)`` (GB/s;
 context = prompt + output / 2). The stretch depends on the others' batches, so it is
 re-evaluated in every round of the fixed-point iteration. Prefills are not stretched (they are
@@ -77,7 +80,7 @@ from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import (host_seconds, kv_read_gbps, on_partition, page_fill_seconds,
                                         prefill_collect_seconds)
-from placement_opt.simulate.meshsim import prefill_runs_eagerly
+from placement_opt.simulate.meshsim import contention_stretch, prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
 FIXED_POINT_ROUNDS = 4
@@ -122,32 +125,39 @@ def _smallest_batch(r: int, m: int, others_p: float, others_d: float, P: np.ndar
 
 @njit(cache=True)
 def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len: np.ndarray, weights: np.ndarray,
-             kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, hbm_mesh_gbps: float) -> float:
+             kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, hbm_mesh_gbps: float,
+             hbm_cap_mesh_gbps: float) -> float:
     """How much member ``i``'s decode steps stretch beside the other members' (module
-    docstring): 1 + their HBM demand at their batches / the mesh's bandwidth (1 when off)."""
-    if hbm_mesh_gbps <= 0:
+    docstring): :func:`~placement_opt.simulate.meshsim.contention_stretch` of the members' HBM
+    demands at their batches, with the mesh's contention bandwidth and bandwidth cap (1 when
+    both are off)."""
+    if hbm_mesh_gbps <= 0 and hbm_cap_mesh_gbps <= 0:
         return 1.0
-    others = 0.0
+    total = 0.0
+    own = 0.0
     for j in range(rows.shape[0]):
-        if j != i:
-            m = llms[j]
-            context = tokens[m] - out_len[m] / 2.0
-            others += (weights[m] + batch[j] * context * kv[m]) / D[rows[j], batch[j]] / 1e9
-    return 1.0 + others / hbm_mesh_gbps
+        m = llms[j]
+        context = tokens[m] - out_len[m] / 2.0
+        demand = (weights[m] + batch[j] * context * kv[m]) / D[rows[j], batch[j]] / 1e9
+        total += demand
+        if j == i:
+            own = demand
+    return contention_stretch(total, own, hbm_mesh_gbps, hbm_cap_mesh_gbps)
 
 
 @njit(cache=True)
 def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
                     rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
                     reserve: float, max_batch: int, serial_decode: bool, tpt: np.ndarray, batch: np.ndarray,
-                    hbm_mesh_gbps: float, slow: np.ndarray) -> float:
+                    hbm_mesh_gbps: float, hbm_cap_mesh_gbps: float, slow: np.ndarray) -> float:
     """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
     bytes where every LLM reserves ``reserve`` bytes; writes per-member throughput and batch
     into ``tpt``/``batch`` and returns their sum, or -1 when weights and reserves leave no
     room for one request of each LLM. ``serial_decode``: the members' decode steps run one after
     another too (temporal multiplexing: one job at a time), so each decode step of an LLM
-    waits for one step of every other member. ``hbm_mesh_gbps``: HBM bandwidth of the whole
-    mesh for the contention stretch of overlapping decode steps (0: off; unused with
+    waits for one step of every other member. ``hbm_mesh_gbps``, ``hbm_cap_mesh_gbps``: HBM
+    bandwidth and bandwidth cap of the whole mesh for the contention stretch of overlapping
+    decode steps (0: off; unused with
     ``serial_decode``). ``slow[row]``: the shared-partition slowdown of the decode steps of that
     latency row beside its own prefill (:func:`_cycle`; 0: off; unused with ``serial_decode``)."""
     k = rows.shape[0]
@@ -174,12 +184,13 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         total_p += P[rows[i], 1]
         total_d += D[rows[i], 1]
     hbm = 0.0 if serial_decode else hbm_mesh_gbps
+    hbm_cap = 0.0 if serial_decode else hbm_cap_mesh_gbps
     for _ in range(FIXED_POINT_ROUNDS):
         for i in range(k):
             r = rows[i]
             others_p = total_p - P[r, batch[i]]
             others_d = total_d - D[r, batch[i]]
-            stretch = _stretch(i, rows, llms, D, out_len, weights, kv, tokens, batch, hbm)
+            stretch = _stretch(i, rows, llms, D, out_len, weights, kv, tokens, batch, hbm, hbm_cap)
             own = 0.0 if serial_decode else slow[r]
             b = _smallest_batch(r, llms[i], others_p, others_d if serial_decode else 0.0, P, D, out_len, rate, maxb[i],
                                 stretch, own)
@@ -191,7 +202,7 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         m = llms[i]
         r = rows[i]
         step = total_d if serial_decode else D[r, batch[i]] * _stretch(i, rows, llms, D, out_len, weights, kv, tokens,
-                                                                       batch, hbm)
+                                                                       batch, hbm, hbm_cap)
         own = 0.0 if serial_decode else slow[r]
         tpt[i] = min(batch[i] / _cycle(total_p, step, P[r, batch[i]], step, out_len[m], own), rate[m])
         s += tpt[i]
@@ -217,6 +228,7 @@ class EstimatorTables:
     memory: MeshMemory  # the rule set's memory plan per GPU
     serial_decode: bool = False  # colocated LLMs' decode steps run one after another (temporal multiplexing)
     hbm_gbps: float = 0.0  # llm.contention_hbm_gbps: HBM GB/s per GPU of the contention stretch (0: off)
+    hbm_cap_gbps: float = 0.0  # llm.contention_hbm_cap_gbps: HBM GB/s per GPU colocated steps share at most (0: off)
     host: LLMConfig = LLMConfig()  # the settings whose host seconds (by share) P and D include
 
     def row(self, llm: int, t: int) -> int:
@@ -231,7 +243,8 @@ class EstimatorTables:
         size = float(self.tps[t])
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
-                            self.serial_decode, tpt, batch, self.hbm_gbps * size, self.slow)
+                            self.serial_decode, tpt, batch, self.hbm_gbps * size, self.hbm_cap_gbps * size,
+                            self.slow)
         return s, tpt, batch
 
 
@@ -344,6 +357,7 @@ def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory:
                              kv=np.array([s.kv_bytes_per_token for s in specs]),
                              tokens=np.array([s.tokens_per_request for s in specs]), max_batch=max_batch, memory=memory,
                              serial_decode=serial_decode, hbm_gbps=llm.contention_hbm_gbps if llm else 0.0,
+                             hbm_cap_gbps=llm.contention_hbm_cap_gbps if llm else 0.0,
                              host=llm or LLMConfig())
     for i, spec in enumerate(specs):
         for t, tp in enumerate(tp_degrees):
@@ -420,7 +434,7 @@ class Headroom:
         batch = np.zeros(len(members), dtype=np.int64)
         return tuple(unit_throughput(rows, members, P, D, tb.out_len, tb.rate * scale, tb.weights, tb.kv, tb.tokens,
                                      tb.memory.per_gpu * size, tb.memory.reserve * size, tb.max_batch,
-                                     tb.serial_decode, tpt, batch, tb.hbm_gbps * size, slow)
+                                     tb.serial_decode, tpt, batch, tb.hbm_gbps * size, tb.hbm_cap_gbps * size, slow)
                      for scale in self.scales)
 
 
@@ -453,7 +467,7 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
                         columns["output_tokens"], columns["rate"], columns["weight_bytes"],
                         columns["kv_bytes_per_token"], columns["tokens_per_request"], memory.per_gpu * g.n_gpus,
                         memory.reserve * g.n_gpus, cfg.max_batch, temporal, tpt, batch,
-                        cfg.contention_hbm_gbps * g.n_gpus, slow)
+                        cfg.contention_hbm_gbps * g.n_gpus, cfg.contention_hbm_cap_gbps * g.n_gpus, slow)
         for j, i in enumerate(members):
             out[specs[i].name] = float(tpt[j])
     return out

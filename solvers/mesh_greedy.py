@@ -49,10 +49,11 @@ def _preferred(sm_fit: bool, val: float, members: int, best_fit: bool, best_val:
 @njit(cache=True)
 def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
                     max_batch, per_gpu, reserve, weight_cap, sm_limit, max_members, serial_decode, assign, unit_tpt,
-                    hbm_gbps, slow):
+                    hbm_gbps, hbm_cap_gbps, slow):
     """Fill ``assign[m]`` (mesh of LLM m) and ``unit_tpt[d]`` (estimate of mesh d); memory
     figures are bytes per GPU (``per_gpu`` shared, ``reserve`` per LLM, ``weight_cap``);
-    ``hbm_gbps``: HBM GB/s per GPU of the estimator's contention stretch (0: off); ``slow``:
+    ``hbm_gbps``, ``hbm_cap_gbps``: HBM GB/s per GPU of the estimator's contention stretch and
+    its bandwidth cap (0: off); ``slow``:
     per latency row, the estimator's shared-partition slowdown (``EstimatorTables.slow``)."""
     nd = mesh_t.shape[0]
     n = order.shape[0]
@@ -96,7 +97,7 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[c] = m * nt + t
                 new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
                                       per_gpu * size, reserve * size, max_batch, serial_decode, tpt, batch,
-                                      hbm_gbps * size, slow)
+                                      hbm_gbps * size, hbm_cap_gbps * size, slow)
                 if new < 0:
                     continue
                 val = new - unit_tpt[d]
@@ -124,6 +125,6 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[q] = members[d, q] * nt + t
             unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
                                           per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, serial_decode,
-                                          tpt, batch, hbm_gbps * mesh_size[d], slow)
+                                          tpt, batch, hbm_gbps * mesh_size[d], hbm_cap_gbps * mesh_size[d], slow)
         total += unit_tpt[d]
     return total

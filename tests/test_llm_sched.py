@@ -44,6 +44,7 @@ class Timing(NamedTuple):
     weights: List[float]
     kv: List[float]
     block_host: List[float]
+    hbm_cap_gbps: float = 0.0
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -71,6 +72,7 @@ def mesh_inputs(case, timing=None):
     tables = LatencyTables(prefill=_f64(P), decode=_f64(D), lgrid=_f64(lgrid))
     cfg = MeshSettings(policy=POLICY_CODE[policy], pool=pool, block=block, max_batch=max_batch,
                        token_budget=token_budget, period=period, frac=frac, horizon=horizon, hbm_gbps=tm.hbm_gbps,
+                       hbm_cap_gbps=tm.hbm_cap_gbps,
                        graph_tokens=tm.graph_tokens, decode_kv_gbps=tm.decode_kv_gbps,
                        own_prefill_decode=tm.own_prefill_decode)
     return requests, llms, tables, cfg
@@ -93,7 +95,7 @@ def run_timed_kernel(case, timing):
 def timings(draw, n_llms):
     """Duration-model settings that matter at the oracle cases' job times (5-300 ms) and sizes
     (prompts of 1-80 tokens, batches of 1-8), each term off (0) or on: HBM demands of 3-200 GB/s
-    against 5-100 GB/s (stretches up to tens); decode KV reads of up to ~9 GB at 20-200 GB/s;
+    against 5-100 GB/s and a bandwidth cap of 5-100 GB/s (stretches up to tens); decode KV reads of up to ~9 GB at 20-200 GB/s;
     a decode beside its own prefill at a quarter or half speed; eager prefills over 16 or 64
     padded tokens with their launch delay and (apart, or 0: the same) thread hold; launches of
     0-20 ms per decode step and 0-300 ms per prefill; page-table fills of 0-2 ms per KV block a
@@ -117,7 +119,8 @@ def timings(draw, n_llms):
     return Timing(hbm, decode_kv_gbps, own, graph_tokens, decode_host, prefill_host,
                   eager_host=optional([0.0, 0.013, 0.1]), eager_hold=optional([0.0, 0.05, 0.2]),
                   collect=optional([0.0, 0.001, 0.05]), stretch=optional([0.0, 1.0, 1.5, 3.0]), weights=weights,
-                  kv=kv, block_host=optional([0.0, 1e-4, 2e-3]))
+                  kv=kv, block_host=optional([0.0, 1e-4, 2e-3]),
+                  hbm_cap_gbps=draw(st.sampled_from([0.0, 5.0, 20.0, 100.0])))
 
 
 @st.composite
@@ -147,6 +150,7 @@ def test_scheduler_matches_kernel(policy):
 #: Each duration term of :class:`Timing` switched off (its effect on the kernel is counted).
 TERMS_OFF = {
     "hbm_gbps": dict(hbm_gbps=0.0),
+    "hbm_cap_gbps": dict(hbm_cap_gbps=0.0),
     "decode_kv_gbps": dict(decode_kv_gbps=0.0),
     "own_prefill_decode": dict(own_prefill_decode=0.0),
     "graph_tokens": dict(graph_tokens=0),
@@ -164,10 +168,11 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     launched one after another on the scheduling thread (eager prefills holding it longer,
     decode steps their page-table fill),
     ended jobs noticed when it is free, prefills stretched and collected, decode steps reading
-    their KV, running jobs re-timed by HBM contention and by their own LLM's prefill. Same
+    their KV, running jobs re-timed by HBM contention (and its bandwidth cap) and by their own
+    LLM's prefill. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
     changes the kernel's outcome in some cases (so the equality covers it; under the temporal
-    baseline, whose jobs never overlap, the two contention terms change nothing)."""
+    baseline, whose jobs never overlap, the three contention terms change nothing)."""
     seen = {name: 0 for name in TERMS_OFF}
 
     @settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
@@ -185,7 +190,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
                 seen[name] += 1
 
     check()
-    overlap = ("hbm_gbps", "own_prefill_decode")  # they act only between jobs running at once
+    overlap = ("hbm_gbps", "hbm_cap_gbps", "own_prefill_decode")  # they act only between jobs running at once
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}

@@ -29,7 +29,7 @@ from typing import List, NamedTuple, Optional
 import numpy as np
 
 from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
-                                            prefill_runs_eagerly)
+                                            contention_on, contention_stretch, prefill_runs_eagerly)
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -413,8 +413,8 @@ class VirtualJobs:
     model (``MeshLLMs.decode_host_s``, ``decode_block_host_s`` per KV block a decode step's
     requests hold, ``prefill_host_s``; an eager prefill over
     ``MeshSettings.graph_tokens``: ``prefill_eager_host_s``, ``prefill_eager_hold_s``) and their
-    re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``,
-    ``own_prefill_decode``). The same arithmetic in the same order as ``meshsim._llm_state``,
+    re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``, ``hbm_cap_gbps``:
+    :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``). The same arithmetic in the same order as ``meshsim._llm_state``,
     ``_start_prefill``, ``_start_decode``, ``_launch_started``, ``_retime`` and ``_next_event``."""
 
     def __init__(self, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings):
@@ -430,7 +430,7 @@ class VirtualJobs:
         self.collect = _per_llm(llms.prefill_collect_s, K)
         self.stretch = _per_llm(llms.prefill_stretch, K)
         self.block_host = _per_llm(llms.decode_block_host_s, K)
-        self.retimed = cfg.hbm_gbps > 0 or cfg.own_prefill_decode > 0
+        self.retimed = bool(contention_on(cfg))
         host_costs = self.decode_host + self.prefill_host + self.eager_host + self.eager_hold + self.block_host
         self.timed = self.retimed or any(h > 0 for h in host_costs)
         self.end = [np.inf] * (2 * K)
@@ -498,7 +498,7 @@ class VirtualJobs:
         cfg = self.cfg
         for j in range(len(self.end)):
             if running[j]:
-                factor = 1.0 + (total - self.demand[j]) / cfg.hbm_gbps if cfg.hbm_gbps > 0 else 1.0
+                factor = contention_stretch(total, self.demand[j], cfg.hbm_gbps, cfg.hbm_cap_gbps)
                 if j % 2 == 1 and running[j - 1] and cfg.own_prefill_decode > 0:
                     factor /= cfg.own_prefill_decode
                 if factor != self.factor[j]:

@@ -54,7 +54,10 @@ tensor-parallel mesh the engine's ranks collect its first tokens after the GPU w
 running job demands ``bytes / table time`` of HBM bandwidth (``MeshLLMs.weight_bytes`` plus
 the KV bytes of its tokens); each running job's remaining work is stretched by ``1 + (the
 other running jobs' demand) / hbm_gbps``, re-timed at every event where the set of running
-jobs changes. Calibrated on an H100 in ``docs/fidelity-llm.md``.
+jobs changes; with a bandwidth cap (``MeshSettings.hbm_cap_gbps``) at least by ``(all the
+running jobs' demand) / hbm_cap_gbps``: the GPU's HBM serves no more than that in all, so jobs
+that together demand more share it (:func:`contention_stretch`; a job alone is never stretched). Calibrated on an H100 in
+``docs/fidelity-llm.md``.
 
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
 :class:`MeshLLMs` (per LLM), :class:`LatencyTables`, :class:`MeshSettings` (scalars) and
@@ -129,6 +132,7 @@ class MeshSettings(NamedTuple):
     graph_tokens: int = 0  # eager prefills: padded prefills of more tokens run without a CUDA graph; 0 none
     decode_kv_gbps: float = 0.0  # a decode step lasts (KV bytes it reads per GPU) / this (GB/s) beyond its table time; 0 off
     own_prefill_decode: float = 0.0  # shared partition: an LLM's decode step runs at this part of its speed while its own prefill runs; 0 off
+    hbm_cap_gbps: float = 0.0  # contention: a job's time stretches at least by (all running jobs' HBM demand) / this (GB/s); 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -213,7 +217,7 @@ JOB_STATE = np.dtype([
     ("work", np.float64),    # seconds of GPU work left at ``mark`` were it running alone
     ("mark", np.float64),    # when ``work`` was last brought up to date
     ("demand", np.float64),  # its HBM demand running alone, GB/s per GPU
-    ("factor", np.float64),  # its current stretch: 1 + the other running jobs' demand / hbm_gbps
+    ("factor", np.float64),  # its current stretch (contention_stretch over the part of its speed it keeps)
 ], align=True)
 
 #: Request ids in queue order (``slots[i]``): LLM k owns slots first_slot..end_slot-1 of each
@@ -282,7 +286,7 @@ def _run(reqs, llms, slots, jobs, usage, peak, tables, cfg):
     t = 0.0
     host_free = 0.0  # when the scheduling thread has launched every job started so far
     launched = 0  # start order of the last job launched
-    retimed = cfg.hbm_gbps > 0 or cfg.own_prefill_decode > 0
+    retimed = contention_on(cfg)
     timed = retimed or _host_costs(llms)
     next_rebalance = cfg.period if cfg.policy == ADBS else np.inf
     while True:
@@ -937,11 +941,32 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
             llm.decode_end = job.start + job.work
 
 
+@njit(cache=True, inline="always")
+def contention_stretch(total, own, hbm_gbps, hbm_cap_gbps):
+    """The factor a running job's time stretches by under HBM contention: ``1 + (total - own)
+    / hbm_gbps`` (the other running jobs' demand ``total - own``, GB/s, slows it in proportion;
+    1 when ``hbm_gbps`` is 0) and, where ``hbm_cap_gbps`` is set, at least ``total /
+    max(hbm_cap_gbps, own)`` (the jobs together demand more than the HBM serves, so they share
+    it; a job alone, whose table time already holds its own traffic, is never stretched). The
+    one formula of the kernel, the executor's virtual clock (``llm_sched.VirtualJobs``) and the
+    estimator."""
+    factor = 1.0 + (total - own) / hbm_gbps if hbm_gbps > 0 else 1.0
+    if hbm_cap_gbps > 0 and total / max(hbm_cap_gbps, own) > factor:
+        factor = total / max(hbm_cap_gbps, own)
+    return factor
+
+
+@njit(cache=True, inline="always")
+def contention_on(cfg):
+    """Whether running jobs are re-timed as the set of running jobs changes (HBM contention or
+    a decode step beside its own LLM's prefill)."""
+    return cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.own_prefill_decode > 0
+
+
 @njit(cache=True)
 def _retime(t, llms, jobs, cfg):
     """Contention: bring every running job's work left up to ``t`` at its old stretch, then
-    stretch it by 1 + (the HBM demand of the other jobs running on the GPU) / ``cfg.hbm_gbps``
-    (when on), and a decode step, while its LLM's prefill runs too (the engine runs both on
+    stretch it by :func:`contention_stretch` (when on), and a decode step, while its LLM's prefill runs too (the engine runs both on
     the LLM's one SM partition), by 1 / ``cfg.own_prefill_decode`` (when on); then re-time its end
     where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
     the scheduling thread) take no part."""
@@ -956,18 +981,18 @@ def _retime(t, llms, jobs, cfg):
         prefill_running = llms[k].prefill_end < np.inf and jobs[2 * k].start <= t < llms[k].prefill_end
         decode_running = llms[k].decode_end < np.inf and jobs[2 * k + 1].start <= t < llms[k].decode_end
         if prefill_running:
-            _restretch(t, llms, jobs, 2 * k, total, cfg.hbm_gbps, 1.0)
+            _restretch(t, llms, jobs, 2 * k, total, cfg, 1.0)
         if decode_running:
             slow = cfg.own_prefill_decode if prefill_running and cfg.own_prefill_decode > 0 else 1.0
-            _restretch(t, llms, jobs, 2 * k + 1, total, cfg.hbm_gbps, slow)
+            _restretch(t, llms, jobs, 2 * k + 1, total, cfg, slow)
 
 
 @njit(cache=True, inline="always")
-def _restretch(t, llms, jobs, j, total, hbm_gbps, speed):
-    """Running job ``j``'s stretch: 1 + (the other running jobs' HBM demand ``total`` less its
-    own) / ``hbm_gbps`` (1 when off), over ``speed`` (the part of its speed it keeps); where
-    it changed, its end is re-timed from ``t``."""
-    factor = (1.0 + (total - jobs[j].demand) / hbm_gbps if hbm_gbps > 0 else 1.0) / speed
+def _restretch(t, llms, jobs, j, total, cfg, speed):
+    """Running job ``j``'s stretch: :func:`contention_stretch` of the running jobs' HBM demand
+    ``total`` and its own, over ``speed`` (the part of its speed it keeps); where it changed,
+    its end is re-timed from ``t``."""
+    factor = contention_stretch(total, jobs[j].demand, cfg.hbm_gbps, cfg.hbm_cap_gbps) / speed
     if factor != jobs[j].factor:
         jobs[j].factor = factor
         if j % 2 == 0:
@@ -990,7 +1015,7 @@ def _next_event(t, host_free, arrived, reqs, llms, jobs, cfg):
         for end in (llms[k].prefill_end, llms[k].decode_end):
             if free or end > t:
                 t_next = min(t_next, end)
-        if cfg.hbm_gbps > 0 or cfg.own_prefill_decode > 0:
+        if contention_on(cfg):
             for j in (2 * k, 2 * k + 1):
                 end = llms[k].prefill_end if j == 2 * k else llms[k].decode_end
                 if end < np.inf and jobs[j].start > t:

@@ -31,9 +31,10 @@ OFF = {"contention_hbm_gbps": 0.0, "decode_host_s": 0.0, "prefill_host_s": 0.0, 
 
 
 def run_mesh(arrival: List[float], llm: List[int], output: List[int], prefill_s: float, decode_s: float,
-             hbm_gbps: float = 0.0, decode_host_s: float = 0.0, prefill_host_s: float = 0.0) -> Dict[str, np.ndarray]:
+             hbm_gbps: float = 0.0, decode_host_s: float = 0.0, prefill_host_s: float = 0.0,
+             hbm_cap_gbps: float = 0.0) -> Dict[str, np.ndarray]:
     """Two LLMs at half the SMs each, constant job times, 1 GB of weights each (no KV bytes),
-    round-robin policy, the given HBM bandwidth and host seconds per job (both LLMs)."""
+    round-robin policy, the given HBM bandwidth, bandwidth cap and host seconds per job (both LLMs)."""
     K, max_batch = 2, 4
     n = len(arrival)
     requests = MeshRequests(arrival=np.array(arrival), llm=np.array(llm, dtype=np.int64),
@@ -44,7 +45,8 @@ def run_mesh(arrival: List[float], llm: List[int], output: List[int], prefill_s:
     tables = LatencyTables(prefill=np.full((K, max_batch + 1, 2), prefill_s),
                            decode=np.full((K, max_batch + 1, 2), decode_s), lgrid=np.array([1.0, 1000.0]))
     cfg = MeshSettings(policy=_POLICY_CODE["round-robin"], pool=1000, block=4, max_batch=max_batch,
-                       token_budget=4096, period=5.0, frac=0.5, horizon=100.0, hbm_gbps=hbm_gbps)
+                       token_budget=4096, period=5.0, frac=0.5, horizon=100.0, hbm_gbps=hbm_gbps,
+                       hbm_cap_gbps=hbm_cap_gbps)
     out = mesh_outputs(n, K, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return {"first": out.first, "finish": out.finish}
@@ -62,6 +64,39 @@ def test_overlapping_jobs_stretch_each_other_by_the_others_demand():
     # a job alone is never stretched, however small the bandwidth
     alone = run_mesh([0.0], [0], [3], 0.1, 0.1, hbm_gbps=1e-3)
     assert alone["finish"].tolist() == pytest.approx([0.3])
+
+
+def test_jobs_demanding_more_than_the_bandwidth_cap_share_it():
+    """The same overlap (10 GB/s each from 0.1 s): against 40 GB/s of contention bandwidth each
+    job alone would stretch 1 + 10/40 = 1.25x (both end at 0.225 s); a 10 GB/s cap serves the
+    20 GB/s they demand together at 2x (0.3 s), a 40 GB/s cap is never reached (1.25x), and the
+    cap alone stretches by 2x too. A job alone under the cap is not stretched."""
+    linear = run_mesh([0.0, 0.0], [0, 1], [2, 2], 0.1, 0.1, hbm_gbps=40.0)
+    assert linear["first"].tolist() == pytest.approx([0.1, 0.225])
+    assert linear["finish"].tolist() == pytest.approx([0.225, 0.325])
+    for hbm in (40.0, 0.0):
+        capped = run_mesh([0.0, 0.0], [0, 1], [2, 2], 0.1, 0.1, hbm_gbps=hbm, hbm_cap_gbps=10.0)
+        assert capped["first"].tolist() == pytest.approx([0.1, 0.3])
+        assert capped["finish"].tolist() == pytest.approx([0.3, 0.4])
+    loose = run_mesh([0.0, 0.0], [0, 1], [2, 2], 0.1, 0.1, hbm_gbps=40.0, hbm_cap_gbps=40.0)
+    assert loose["finish"].tolist() == pytest.approx([0.225, 0.325])
+    alone = run_mesh([0.0], [0], [3], 0.1, 0.1, hbm_cap_gbps=10.0)
+    assert alone["finish"].tolist() == pytest.approx([0.3])
+
+
+def test_estimator_stretch_applies_the_bandwidth_cap():
+    """The estimator's decode stretch of a member is the kernel's formula over the members'
+    demands at their batches: two members moving 1 GB per 0.1 s step (10 GB/s each)."""
+    from placement_opt.solvers.llm_estimator import _stretch
+
+    D = np.full((2, 3), 0.1)
+    args = (np.arange(2), np.arange(2), D, np.full(2, 2.0), np.full(2, 1e9), np.zeros(2), np.full(2, 4.0),
+            np.ones(2, dtype=np.int64))
+    assert _stretch(0, *args, 0.0, 0.0) == 1.0
+    assert _stretch(0, *args, 40.0, 0.0) == pytest.approx(1.25)
+    assert _stretch(0, *args, 40.0, 10.0) == pytest.approx(2.0)
+    assert _stretch(0, *args, 0.0, 10.0) == pytest.approx(2.0)
+    assert _stretch(0, *args, 40.0, 40.0) == pytest.approx(1.25)
 
 
 def test_jobs_launch_one_after_another_on_the_scheduling_thread():
