@@ -16,7 +16,11 @@ instance's LLMs (each at ``--share`` of the SMs) and measures, per SM-partitioni
   (1: the steps overlap fully; 0: they serialise);
 * bytes each step must read (weights + batch x context x KV bytes per token), so the achieved
   HBM bandwidth alone and the aggregate when together say whether colocated decodes contend
-  for memory bandwidth (the simulator's optional contention model, docs/fidelity-llm.md).
+  for memory bandwidth (the simulator's optional contention model, docs/fidelity-llm.md);
+* with ``--prefill-beside``, each LLM's prefill of ``--prefill-batch`` prompts of ``--context``
+  tokens (GPU time on its prefill stream, median): alone, while every other LLM decodes step
+  after step, and while its own LLM decodes too (on its own partition): how much a prefill
+  slows beside decodes, which the decode rounds above do not measure.
 
 Usage (GPU): python benchmarks/fidelity/llm/engine_bench.py instances/fidelity-llm/poisson.json -o engine.json
 (without a GPU it runs on the CPU with wall-clock timing, as a smoke test of the benchmark itself).
@@ -67,7 +71,8 @@ def _event(torch: Any) -> Any:
 
 
 def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int, max_blocks: int) -> Any:
-    """A warmed-up MeshEngine with every LLM at ``share`` (green contexts or plain streams)."""
+    """A warmed-up MeshEngine with every LLM at ``share`` (green contexts or plain streams), its
+    pool sized for ``batch`` requests of ``max_blocks`` blocks per LLM."""
     from placement_opt.executor.llm_engine import EngineSpec, LLMBuild, MeshEngine
     from placement_opt.llm_units import page_units, units_per_block
 
@@ -91,6 +96,9 @@ class _Steps:
         self.torch, self.engine, self.batch = torch, engine, batch
         self.requests = [[k * 1000 + i for i in range(batch)] for k in range(len(engine.llms))]
         self.context = [context + 1] * len(engine.llms)
+        # the prefill probe's requests per LLM (``--prefill-beside``): prefilled and released again
+        self.probe = [[k * 1000 + 900 + i for i in range(prefill_batch)] for k in range(len(engine.llms))]
+        self.probe_context = context
         self.prefill_first_host_ms: List[float] = []
         self.prefill_host_ms: List[float] = []
         self.prefill_wall_ms: List[float] = []
@@ -161,13 +169,59 @@ def _together(steps: _Steps, n: int) -> Dict[str, Any]:
     return {"round_ms": statistics.median(rounds) * 1e3, "gpu_ms": [statistics.median(g) * 1e3 for g in gpu]}
 
 
+#: timed probe prefills per LLM and setting (``--prefill-beside``; median)
+PREFILL_RUNS = 10
+
+
+def _prefill_times(steps: _Steps, k: int, n: int, beside: List[int]) -> float:
+    """Median GPU ms of LLM k's probe prefill (``steps.probe`` requests at ``steps.probe_context``
+    tokens) over ``n`` runs, while the LLMs ``beside`` decode step after step (their steps
+    relaunched until the prefill has ended; none: alone)."""
+    from placement_opt.executor.llm_sched import PREFILL, Job
+
+    stream = steps.engine.llms[k].streams[0]
+    times = []
+    for i in range(n + 1):
+        start, end = _event(steps.torch), _event(steps.torch)
+        evs = {j: steps.launch(j) for j in beside}
+        start.record(stream)
+        steps.engine.launch(Job(PREFILL, k, steps.probe[k], [steps.probe_context] * len(steps.probe[k])))
+        end.record(stream)
+        while True:
+            ended = not steps.torch.cuda.is_available() or end.query()
+            for j in beside:
+                steps.finish(j, evs[j])
+                if not ended:
+                    evs[j] = steps.launch(j)
+            if ended:
+                break
+        end.synchronize()
+        steps.engine.finish(PREFILL, k)
+        for r in steps.probe[k]:
+            steps.engine.release(k, r, True)
+        if i >= 1:  # the first run warms up
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool) -> Dict[str, Any]:
     """One mechanism's numbers (see the module docstring)."""
     max_blocks = math.ceil((args.context + 2 * args.steps + 16) / 16)
-    engine = _engine(torch, llms, args.share, green, args.batch, max_blocks)
+    if args.prefill_beside:  # the decode steps during the probe prefills add tokens (at most 3 x 11 x 20)
+        max_blocks = math.ceil((args.context + 2 * args.steps + 3 * (PREFILL_RUNS + 1) * 20 + 16) / 16)
+    engine = _engine(torch, llms, args.share, green, args.batch + (args.prefill_batch if args.prefill_beside else 0),
+                     max_blocks)
     steps = _Steps(torch, engine, args.batch, args.context, max(1, min(args.prefill_batch, args.batch)))
     alone = [_alone(steps, k, args.steps) for k in range(len(llms))]
     together = _together(steps, args.steps)
+    prefills: List[Dict[str, float]] = [{} for _ in llms]
+    if args.prefill_beside:
+        everyone = list(range(len(llms)))
+        for k in everyone:
+            others = [j for j in everyone if j != k]
+            prefills[k] = {"prefill_alone_ms": _prefill_times(steps, k, PREFILL_RUNS, []),
+                           "prefill_beside_others_ms": _prefill_times(steps, k, PREFILL_RUNS, others),
+                           "prefill_beside_all_ms": _prefill_times(steps, k, PREFILL_RUNS, everyone)}
     per_llm = []
     for k, (name, arch) in enumerate(llms):
         moved = engine.llms[k].model.weight_bytes() + args.batch * steps.context[k] * arch.kv_bytes_per_token()
@@ -176,7 +230,8 @@ def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool
                         "slowdown_together": together["gpu_ms"][k] / alone[k]["gpu_ms"],
                         "alone_gbps": moved / alone[k]["gpu_ms"] / 1e6,
                         "prefill_first_host_ms": steps.prefill_first_host_ms[k],
-                        "prefill_host_ms": steps.prefill_host_ms[k], "prefill_wall_ms": steps.prefill_wall_ms[k]})
+                        "prefill_host_ms": steps.prefill_host_ms[k], "prefill_wall_ms": steps.prefill_wall_ms[k],
+                        **prefills[k]})
     total_alone = sum(a["wall_ms"] for a in alone)
     longest = max(a["wall_ms"] for a in alone)
     out = {"mechanism": engine.mechanism, "sm_counts": engine.sm, "fallback": getattr(engine, "fallback_reason", None),
@@ -203,6 +258,8 @@ def main() -> None:
     ap.add_argument("--prefill-batch", type=int, default=1,
                     help="prompts per prefill job when filling the batch (default 1, as most Poisson prefills)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per measurement (median; default 30)")
+    ap.add_argument("--prefill-beside", action="store_true",
+                    help="also time each LLM's prefill alone and beside the other LLMs' (and its own) decode steps")
     ap.add_argument("--mechanisms", default="green,streams",
                     help="comma-separated: green (SM partitions) and/or streams (plain streams, no SM limit)")
     args = ap.parse_args()
