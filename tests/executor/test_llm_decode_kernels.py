@@ -123,13 +123,15 @@ def test_engine_bench_runs_and_reports_every_llm(tmp_path):
     out.parent.mkdir()
     instance = os.path.join(ROOT, "instances", "tiny", "llm-cpu.json")
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "fidelity", "llm", "engine_bench.py"), instance,
-                    "-o", str(out), "--steps", "2", "--batch", "2", "--context", "20", "--mechanisms", "streams"],
+                    "-o", str(out), "--steps", "2", "--batch", "2", "--context", "20", "--mechanisms", "streams",
+                    "--prefill-beside"],
                    check=True, capture_output=True, timeout=300)
     data = json.loads(out.read_text())
     (run,) = data["runs"]
     assert [p["model"] for p in run["per_llm"]] == ["tiny-llm-a", "tiny-llm-b"]
     for p in run["per_llm"]:
         assert p["gpu_ms"] > 0 and p["together_gpu_ms"] > 0 and p["launch_us"] > 0 and p["bytes"] > 0
+        assert p["prefill_alone_ms"] > 0 and p["prefill_beside_others_ms"] > 0 and p["prefill_beside_all_ms"] > 0
     assert run["round_ms"] > 0 and run["mechanism"] == "cpu-serial"
     report = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "llm_fidelity.py"), "--results",
                              str(out.parent)], capture_output=True, text=True, check=True).stdout
