@@ -23,8 +23,8 @@ step takes its host seconds longer (its launch on the mesh's one scheduling thre
 at least its host seconds (plus the eager seconds where its padded size at the mean prompt
 exceeds ``prefill_graph_tokens``), and colocated decode steps, which overlap, stretch each other:
 member ``m``'s step by ``1 + sum over the other members j of demand_j / (hbm x mesh GPUs)``
-and, with the bandwidth cap, at least by ``sum over all members j of demand_j / (cap x mesh
-GPUs)`` (the simulator's :func:`~placement_opt.simulate.meshsim.contention_stretch`),
+and, with the bandwidth cap, at least by ``sum over all members j of demand_j / max(cap x mesh
+GPUs, demand_m)`` (the simulator's :func:`~placement_opt.simulate.meshsim.contention_stretch`),
 ``demand_j = (weights_j + b_j x context_j x KV bytes per token_j) / decode_j(b_j)`` (GB/s;
 context = prompt + output / 2). The stretch depends on the others' batches, so it is
 re-evaluated in every round of the fixed-point iteration. Prefills are not stretched (they are

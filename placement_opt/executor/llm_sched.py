@@ -414,8 +414,9 @@ class VirtualJobs:
     requests hold, ``prefill_host_s``; an eager prefill over
     ``MeshSettings.graph_tokens``: ``prefill_eager_host_s``, ``prefill_eager_hold_s``) and their
     re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``, ``hbm_cap_gbps``:
-    :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``). The same arithmetic in the same order as ``meshsim._llm_state``,
-    ``_start_prefill``, ``_start_decode``, ``_launch_started``, ``_retime`` and ``_next_event``."""
+    :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``). The
+    same arithmetic in the same order as ``meshsim._llm_state``, ``_start_prefill``,
+    ``_start_decode``, ``_launch_started``, ``_retime`` and ``_next_event``."""
 
     def __init__(self, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings):
         K = len(llms.share)

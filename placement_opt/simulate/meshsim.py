@@ -55,9 +55,9 @@ running job demands ``bytes / table time`` of HBM bandwidth (``MeshLLMs.weight_b
 the KV bytes of its tokens); each running job's remaining work is stretched by ``1 + (the
 other running jobs' demand) / hbm_gbps``, re-timed at every event where the set of running
 jobs changes; with a bandwidth cap (``MeshSettings.hbm_cap_gbps``) at least by ``(all the
-running jobs' demand) / hbm_cap_gbps``: the GPU's HBM serves no more than that in all, so jobs
-that together demand more share it (:func:`contention_stretch`; a job alone is never stretched). Calibrated on an H100 in
-``docs/fidelity-llm.md``.
+running jobs' demand) / max(hbm_cap_gbps, its own)``: the GPU's HBM serves no more than that
+in all, so jobs that together demand more share it (:func:`contention_stretch`; a job alone is
+never stretched). Calibrated on an H100 in ``docs/fidelity-llm.md``.
 
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
 :class:`MeshLLMs` (per LLM), :class:`LatencyTables`, :class:`MeshSettings` (scalars) and
@@ -966,8 +966,9 @@ def contention_on(cfg):
 @njit(cache=True)
 def _retime(t, llms, jobs, cfg):
     """Contention: bring every running job's work left up to ``t`` at its old stretch, then
-    stretch it by :func:`contention_stretch` (when on), and a decode step, while its LLM's prefill runs too (the engine runs both on
-    the LLM's one SM partition), by 1 / ``cfg.own_prefill_decode`` (when on); then re-time its end
+    stretch it by :func:`contention_stretch` (when on), and a decode step, while its LLM's
+    prefill runs too (the engine runs both on the LLM's one SM partition), by 1 /
+    ``cfg.own_prefill_decode`` (when on); then re-time its end
     where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
     the scheduling thread) take no part."""
     total = 0.0
