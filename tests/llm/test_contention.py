@@ -26,8 +26,8 @@ from .helpers import ROOT, SMALL
 
 FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 RESULTS = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
-OFF = {"contention_hbm_gbps": 0.0, "decode_host_s": 0.0, "prefill_host_s": 0.0, "decode_host_full_s": 0.0,
-       "prefill_host_full_s": 0.0, "decode_kv_gbps": 0.0}
+OFF = {"contention_hbm_gbps": 0.0, "contention_hbm_cap_gbps": 0.0, "decode_host_s": 0.0, "prefill_host_s": 0.0,
+       "decode_host_full_s": 0.0, "prefill_host_full_s": 0.0, "decode_kv_gbps": 0.0}
 
 
 def run_mesh(arrival: List[float], llm: List[int], output: List[int], prefill_s: float, decode_s: float,

@@ -57,7 +57,7 @@ def test_calibrated_shared_partition_predicts_the_held_out_x3_load():
     with open(os.path.join(RESULTS, "calibration.json")) as f:
         cal = json.load(f)
     fields = {k: float(cal[k]) for k in list(OFF) + ["prefill_eager_host_s", "decode_kv_gbps",
-                                                  "own_prefill_decode_share", "contention_hbm_cap_gbps"]}
+                                                  "own_prefill_decode_share"]}
     inst = _with(load_instance(os.path.join(FIDELITY, "measured", "poisson-x3.json")), **fields)
     placement = load_placement(os.path.join(FIDELITY, "poisson-x3-muxserve.placement.json"))
     errs = {}
