@@ -132,6 +132,10 @@ def test_engine_bench_runs_and_reports_every_llm(tmp_path):
     for p in run["per_llm"]:
         assert p["gpu_ms"] > 0 and p["together_gpu_ms"] > 0 and p["launch_us"] > 0 and p["bytes"] > 0
         assert p["prefill_alone_ms"] > 0 and p["prefill_beside_others_ms"] > 0 and p["prefill_beside_all_ms"] > 0
+        other = "tiny-llm-b" if p["model"] == "tiny-llm-a" else "tiny-llm-a"
+        assert set(p["decode_beside_prefill_others"]) == {other}
+        assert set(p["decode_beside_prefill_all"]) == {"tiny-llm-a", "tiny-llm-b"}
+        assert all(d["beside_ms"] > 0 and d["alone_ms"] > 0 for d in p["decode_beside_prefill_all"].values())
     assert run["round_ms"] > 0 and run["mechanism"] == "cpu-serial"
     report = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "llm_fidelity.py"), "--results",
                              str(out.parent)], capture_output=True, text=True, check=True).stdout

@@ -34,7 +34,7 @@ import math
 import os
 import statistics
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 
 def _architectures(path: str) -> List[tuple]:
@@ -173,20 +173,24 @@ def _together(steps: _Steps, n: int) -> Dict[str, Any]:
 PREFILL_RUNS = 10
 
 
-def _prefill_times(steps: _Steps, k: int, n: int, beside: List[int]) -> float:
+def _prefill_times(steps: _Steps, k: int, n: int, beside: List[int]) -> Tuple[float, Dict[int, float]]:
     """Median GPU ms of LLM k's probe prefill (``steps.probe`` requests at ``steps.probe_context``
     tokens) over ``n`` runs, while the LLMs ``beside`` decode step after step (their steps
-    relaunched until the prefill has ended; none: alone)."""
+    relaunched until the prefill has ended; none: alone), and per LLM beside, the median GPU ms
+    of its first decode step of each run (launched just before the prefill, so it runs beside
+    it)."""
     from placement_opt.executor.llm_sched import PREFILL, Job
 
     stream = steps.engine.llms[k].streams[0]
-    times = []
+    times: List[float] = []
+    first: Dict[int, List[float]] = {j: [] for j in beside}
     for i in range(n + 1):
         start, end = _event(steps.torch), _event(steps.torch)
         evs = {j: steps.launch(j) for j in beside}
         start.record(stream)
         steps.engine.launch(Job(PREFILL, k, steps.probe[k], [steps.probe_context] * len(steps.probe[k])))
         end.record(stream)
+        first_steps = dict(evs)
         while True:
             ended = not steps.torch.cuda.is_available() or end.query()
             for j in beside:
@@ -201,27 +205,38 @@ def _prefill_times(steps: _Steps, k: int, n: int, beside: List[int]) -> float:
             steps.engine.release(k, r, True)
         if i >= 1:  # the first run warms up
             times.append(start.elapsed_time(end))
-    return statistics.median(times)
+            for j, ev in first_steps.items():
+                first[j].append(ev[0].elapsed_time(ev[1]))
+    return statistics.median(times), {j: statistics.median(v) for j, v in first.items()}
+
+
+def _prefill_beside(steps: _Steps, k: int, names: List[str]) -> Dict[str, Any]:
+    """LLM k's probe prefill alone, beside the other LLMs' decodes and beside every LLM's (its
+    own too), and the decode steps beside it with each one's steps alone just after (GPU ms)."""
+    everyone = list(range(len(names)))
+    out: Dict[str, Any] = {"prefill_alone_ms": _prefill_times(steps, k, PREFILL_RUNS, [])[0]}
+    for label, beside in (("others", [j for j in everyone if j != k]), ("all", everyone)):
+        prefill, decodes = _prefill_times(steps, k, PREFILL_RUNS, beside)
+        out[f"prefill_beside_{label}_ms"] = prefill
+        out[f"decode_beside_prefill_{label}"] = {
+            names[j]: {"beside_ms": ms, "alone_ms": _alone(steps, j, 5)["gpu_ms"]} for j, ms in decodes.items()}
+    return out
 
 
 def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool) -> Dict[str, Any]:
     """One mechanism's numbers (see the module docstring)."""
     max_blocks = math.ceil((args.context + 2 * args.steps + 16) / 16)
-    if args.prefill_beside:  # the decode steps during the probe prefills add tokens (at most 3 x 11 x 20)
-        max_blocks = math.ceil((args.context + 2 * args.steps + 3 * (PREFILL_RUNS + 1) * 20 + 16) / 16)
+    if args.prefill_beside:  # an LLM decodes in 2K - 1 probe settings: 11 runs of at most 20 steps, 8 alone
+        sets = 2 * len(llms) - 1
+        max_blocks = math.ceil((args.context + 2 * args.steps + sets * ((PREFILL_RUNS + 1) * 20 + 8) + 16) / 16)
     engine = _engine(torch, llms, args.share, green, args.batch + (args.prefill_batch if args.prefill_beside else 0),
                      max_blocks)
     steps = _Steps(torch, engine, args.batch, args.context, max(1, min(args.prefill_batch, args.batch)))
     alone = [_alone(steps, k, args.steps) for k in range(len(llms))]
     together = _together(steps, args.steps)
-    prefills: List[Dict[str, float]] = [{} for _ in llms]
+    prefills: List[Dict[str, Any]] = [{} for _ in llms]
     if args.prefill_beside:
-        everyone = list(range(len(llms)))
-        for k in everyone:
-            others = [j for j in everyone if j != k]
-            prefills[k] = {"prefill_alone_ms": _prefill_times(steps, k, PREFILL_RUNS, []),
-                           "prefill_beside_others_ms": _prefill_times(steps, k, PREFILL_RUNS, others),
-                           "prefill_beside_all_ms": _prefill_times(steps, k, PREFILL_RUNS, everyone)}
+        prefills = [_prefill_beside(steps, k, [name for name, _ in llms]) for k in range(len(llms))]
     per_llm = []
     for k, (name, arch) in enumerate(llms):
         moved = engine.llms[k].model.weight_bytes() + args.batch * steps.context[k] * arch.kv_bytes_per_token()
