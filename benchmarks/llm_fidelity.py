@@ -30,7 +30,7 @@ engine ran the five LLMs on one overlapping SM partition) is also **re-predicted
 current simulator** (``simulate_llm`` on ``instances/fidelity-llm/measured/<workload>.json``
 with the cost tables *of the run's engine generation*, the run's placement and policy):
 *before*, with the host and contention models off (``llm.contention_hbm_gbps``,
-``decode_host_s``, ``prefill_host_s`` = 0), and *after*, with that generation's calibrated
+``contention_hbm_cap_gbps``, ``decode_host_s``, ``prefill_host_s`` = 0), and *after*, with that generation's calibrated
 values. Attainment is scored on both sides
 against the SLOs of that instance (the measured requests of ``requests.csv`` re-scored), so a
 new cost table changes both sides alike. The last line takes each run's *after* errors (its
@@ -45,7 +45,9 @@ Engine generations (``GENERATIONS``): ``v2``; ``v3`` (``results-v3``, ``results-
 CUDA-graph bucket captured the first time a trial met it, so the workers' first trial ran
 cold); ``v3w`` (``results-v3c``, ``results-v3-tp2``: the same kernels with every bucket captured
 at start-up, so every trial is warm). The start-up capture changed what a first trial measures,
-so v3w is a generation of its own, calibrated only on its own runs; v3 stays as history with
+so v3w is a generation of its own, calibrated only on its own runs (and engine rounds: its
+bandwidth cap on ``contention_rounds`` measured with v3p, whose decode kernels are v3w's); v3
+stays as history with
 ``calibration-v3.json``. ``v3p`` (``results-v3p-gpu4``, ``-gpu4b``) is v3w with a vectorised
 page-table fill: a *derived* generation (``Generation.derives``), whose calibration is v3w's
 with the one field its change moves measured anew (``decode_page_entry_s``, from its own
@@ -56,7 +58,9 @@ its calibration file (the newest generation's is ``fidelity/llm/calibration.json
 ``measured_instances.py`` copies into the measured instances' ``llm`` section):
 ``contention_hbm_gbps`` from the generation's ``engine.json`` (the five decode steps launched
 together on their SM partitions, replayed with the stretch model, least squares on log
-times); ``decode_host_s`` and ``prefill_host_s`` on one run only (the generation's ``fit`` run, a warm trial:
+times); ``contention_hbm_cap_gbps`` at that value, on that round and the generation's
+``contention_rounds`` (engine rounds of other LLM sets and shares; none: no cap), the same
+way; ``decode_host_s`` and ``prefill_host_s`` on one run only (the generation's ``fit`` run, a warm trial:
 the grid point, decode at or above ``engine.json``'s launch + collect time, whose
 re-prediction has the smallest worst of |TPOT error| and |TTFT error|); their ``_full_s``
 twins (an LLM on the whole GPU, plain streams) measured on the generation's plain-stream fit
@@ -594,10 +598,9 @@ def replay_round(hbm_gbps: float, per_llm: List[dict], cap_gbps: float = 0.0) ->
 def fit_hbm(per_llm: List[dict]) -> Tuple[float, float]:
     """The ``contention_hbm_gbps`` (50 GB/s grid) whose replay best fits the measured times
     together (least squares on log times); returns it and the RMS log error."""
-    measured = np.log([p["together_gpu_ms"] for p in per_llm])
     best = (0.0, math.inf)
     for hbm in np.arange(500.0, 10000.0, 50.0):
-        rms = float(np.sqrt(np.mean((np.log(replay_round(float(hbm), per_llm)) - measured) ** 2)))
+        rms = replay_rms(float(hbm), [per_llm], 0.0)
         if rms < best[1]:
             best = (float(hbm), rms)
     return best
@@ -614,19 +617,20 @@ def engine_rounds(paths: Tuple[str, ...]) -> List[List[dict]]:
 
 
 def fit_hbm_cap(hbm: float, rounds: List[List[dict]]) -> Tuple[float, float]:
-    """``contention_hbm_cap_gbps`` (50 GB/s grid) whose replay, with ``hbm``, best fits the
-    measured times together over every round of ``rounds`` (least squares on log times);
-    returns it and the RMS log error."""
+    """``contention_hbm_cap_gbps`` (0: none, or a 50 GB/s grid) whose replay, with ``hbm``,
+    best fits the measured times together over every round of ``rounds`` (least squares on log
+    times); returns it and the RMS log error."""
     best = (0.0, math.inf)
-    for cap in np.arange(1000.0, 6000.0, 50.0):
-        rms = fit_hbm_cap_rms(hbm, rounds, float(cap))
+    for cap in [0.0] + list(np.arange(1000.0, 6000.0, 50.0)):
+        rms = replay_rms(hbm, rounds, float(cap))
         if rms < best[1]:
             best = (float(cap), rms)
     return best
 
 
-def fit_hbm_cap_rms(hbm: float, rounds: List[List[dict]], cap: float) -> float:
-    """The RMS log error of the rounds' replayed times at ``hbm`` and ``cap`` (0: no cap)."""
+def replay_rms(hbm: float, rounds: List[List[dict]], cap: float) -> float:
+    """The RMS log error of the rounds' replayed times (:func:`replay_round`) at ``hbm`` and
+    ``cap`` (0: no cap) against their measured times together."""
     measured = np.log([p["together_gpu_ms"] for per in rounds for p in per])
     replayed = np.log([x for per in rounds for x in replay_round(hbm, per, cap)])
     return float(np.sqrt(np.mean((replayed - measured) ** 2)))
@@ -1161,7 +1165,7 @@ def calibrate(gen: Generation) -> dict:
         out["fit"]["hbm_cap_fit"] = (f"{os.path.join(gen.engine, 'engine.json')}, {', '.join(gen.contention_rounds)}: "
                                      f"{len(rounds)} green-context rounds replayed at contention_hbm_gbps {hbm:.0f}, "
                                      f"RMS log error {cap_rms:.4f} (without the cap "
-                                     f"{fit_hbm_cap_rms(hbm, rounds, 0.0):.4f})")
+                                     f"{replay_rms(hbm, rounds, 0.0):.4f})")
     if gen.measure_graph_hold:
         out["fit"]["prefill_host_fit"] = (f"{folder}/{name}: median silence before a graph prefill launch; "
                                           f"decode_host_s and prefill_partition_stretch fitted with it")

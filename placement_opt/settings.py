@@ -74,7 +74,8 @@ class LLMConfig:
       table time. Measured H100 values: docs/fidelity-llm.md.
     * ``contention_hbm_cap_gbps``: the HBM bandwidth (GB/s per GPU) colocated jobs share when
       together they demand more: a running job's time stretches at least by (all the running
-      jobs' demand) / this (0: off). Measured on H100s: docs/fidelity-llm.md.
+      jobs' demand) / max(this, its own demand) (0: off; a job alone is never stretched).
+      Measured on H100s: docs/fidelity-llm.md.
     * ``decode_host_s`` / ``prefill_host_s``: host seconds the mesh's one scheduling thread
       spends per decode step (launch and collect) and per prefill launch of an LLM on an SM
       partition (share below 1); ``decode_host_full_s`` / ``prefill_host_full_s`` the same for

@@ -228,7 +228,7 @@ class EstimatorTables:
     memory: MeshMemory  # the rule set's memory plan per GPU
     serial_decode: bool = False  # colocated LLMs' decode steps run one after another (temporal multiplexing)
     hbm_gbps: float = 0.0  # llm.contention_hbm_gbps: HBM GB/s per GPU of the contention stretch (0: off)
-    hbm_cap_gbps: float = 0.0  # llm.contention_hbm_cap_gbps: HBM GB/s per GPU colocated steps share at most (0: off)
+    hbm_cap_gbps: float = 0.0  # llm.contention_hbm_cap_gbps: HBM GB/s per GPU colocated steps share (0: off)
     host: LLMConfig = LLMConfig()  # the settings whose host seconds (by share) P and D include
 
     def row(self, llm: int, t: int) -> int:

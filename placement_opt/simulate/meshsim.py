@@ -132,7 +132,7 @@ class MeshSettings(NamedTuple):
     graph_tokens: int = 0  # eager prefills: padded prefills of more tokens run without a CUDA graph; 0 none
     decode_kv_gbps: float = 0.0  # a decode step lasts (KV bytes it reads per GPU) / this (GB/s) beyond its table time; 0 off
     own_prefill_decode: float = 0.0  # shared partition: an LLM's decode step runs at this part of its speed while its own prefill runs; 0 off
-    hbm_cap_gbps: float = 0.0  # contention: a job's time stretches at least by (all running jobs' HBM demand) / this (GB/s); 0 off
+    hbm_cap_gbps: float = 0.0  # contention: a job stretches at least by (all running jobs' HBM demand) / max(this, its own); 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -949,7 +949,8 @@ def contention_stretch(total, own, hbm_gbps, hbm_cap_gbps):
     max(hbm_cap_gbps, own)`` (the jobs together demand more than the HBM serves, so they share
     it; a job alone, whose table time already holds its own traffic, is never stretched). The
     one formula of the kernel, the executor's virtual clock (``llm_sched.VirtualJobs``) and the
-    estimator."""
+    estimator (whose Numba cache does not see an edit here: clear ``solvers/__pycache__`` after
+    one)."""
     factor = 1.0 + (total - own) / hbm_gbps if hbm_gbps > 0 else 1.0
     if hbm_cap_gbps > 0 and total / max(hbm_cap_gbps, own) > factor:
         factor = total / max(hbm_cap_gbps, own)

@@ -252,7 +252,7 @@ def test_the_bandwidth_cap_is_fitted_on_the_engine_rounds_and_predicts_two_large
     rounds = [base] + script.engine_rounds(gen.contention_rounds)
     cap, rms = script.fit_hbm_cap(cal["contention_hbm_gbps"], rounds)
     assert cap == cal["contention_hbm_cap_gbps"] > 0
-    assert rms < 0.6 * script.fit_hbm_cap_rms(cal["contention_hbm_gbps"], rounds, 0.0)
+    assert rms < 0.6 * script.replay_rms(cal["contention_hbm_gbps"], rounds, 0.0)
 
     run = script._find_run(("results-v3p-tp2", "tp2-poisson-muxserve"))
     measured = run["summary"]["measured"]

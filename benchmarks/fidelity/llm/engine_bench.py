@@ -17,10 +17,14 @@ instance's LLMs (each at ``--share`` of the SMs) and measures, per SM-partitioni
 * bytes each step must read (weights + batch x context x KV bytes per token), so the achieved
   HBM bandwidth alone and the aggregate when together say whether colocated decodes contend
   for memory bandwidth (the simulator's optional contention model, docs/fidelity-llm.md);
-* with ``--prefill-beside``, each LLM's prefill of ``--prefill-batch`` prompts of ``--context``
-  tokens (GPU time on its prefill stream, median): alone, while every other LLM decodes step
-  after step, and while its own LLM decodes too (on its own partition): how much a prefill
-  slows beside decodes, which the decode rounds above do not measure.
+* with ``--prefill-beside``, each LLM's prefill of ``--prefill-batch`` prompts (at most
+  ``--batch``) of ``--context`` tokens (GPU time on its prefill stream from just before its
+  launch, median): alone, while every other LLM decodes step after step, and while its own LLM
+  decodes too (on its own partition): how much a prefill slows beside decodes, which the decode
+  rounds above do not measure; and the decode steps beside it (``decode_beside_prefill_*``:
+  each LLM's first step of a run, launched just before the prefill, so partly alone, against
+  its steps alone just after). The engine is then built for ``--batch`` + ``--prefill-batch``
+  requests per LLM (the probe's, in the pool beside the decode batch).
 
 Usage (GPU): python benchmarks/fidelity/llm/engine_bench.py instances/fidelity-llm/poisson.json -o engine.json
 (without a GPU it runs on the CPU with wall-clock timing, as a smoke test of the benchmark itself).
@@ -171,12 +175,15 @@ def _together(steps: _Steps, n: int) -> Dict[str, Any]:
 
 #: timed probe prefills per LLM and setting (``--prefill-beside``; median)
 PREFILL_RUNS = 10
+#: most decode steps an LLM beside a probe prefill runs per prefill (the committed runs: 2-7)
+MAX_BESIDE_STEPS = 20
 
 
 def _prefill_times(steps: _Steps, k: int, n: int, beside: List[int]) -> Tuple[float, Dict[int, float]]:
     """Median GPU ms of LLM k's probe prefill (``steps.probe`` requests at ``steps.probe_context``
     tokens) over ``n`` runs, while the LLMs ``beside`` decode step after step (their steps
-    relaunched until the prefill has ended; none: alone), and per LLM beside, the median GPU ms
+    relaunched until the prefill has ended, at most :data:`MAX_BESIDE_STEPS` times; none:
+    alone), and per LLM beside, the median GPU ms
     of its first decode step of each run (launched just before the prefill, so it runs beside
     it)."""
     from placement_opt.executor.llm_sched import PREFILL, Job
@@ -191,8 +198,8 @@ def _prefill_times(steps: _Steps, k: int, n: int, beside: List[int]) -> Tuple[fl
         steps.engine.launch(Job(PREFILL, k, steps.probe[k], [steps.probe_context] * len(steps.probe[k])))
         end.record(stream)
         first_steps = dict(evs)
-        while True:
-            ended = not steps.torch.cuda.is_available() or end.query()
+        for relaunch in range(MAX_BESIDE_STEPS + 1):  # the pool holds that many steps' tokens
+            ended = not steps.torch.cuda.is_available() or end.query() or relaunch == MAX_BESIDE_STEPS
             for j in beside:
                 steps.finish(j, evs[j])
                 if not ended:
@@ -226,9 +233,10 @@ def _prefill_beside(steps: _Steps, k: int, names: List[str]) -> Dict[str, Any]:
 def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool) -> Dict[str, Any]:
     """One mechanism's numbers (see the module docstring)."""
     max_blocks = math.ceil((args.context + 2 * args.steps + 16) / 16)
-    if args.prefill_beside:  # an LLM decodes in 2K - 1 probe settings: 11 runs of at most 20 steps, 8 alone
+    if args.prefill_beside:  # an LLM decodes in 2K - 1 probe settings: 11 runs of at most 21 steps, 8 alone
         sets = 2 * len(llms) - 1
-        max_blocks = math.ceil((args.context + 2 * args.steps + sets * ((PREFILL_RUNS + 1) * 20 + 8) + 16) / 16)
+        beside_tokens = sets * ((PREFILL_RUNS + 1) * (MAX_BESIDE_STEPS + 1) + 8)
+        max_blocks = math.ceil((args.context + 2 * args.steps + beside_tokens + 16) / 16)
     engine = _engine(torch, llms, args.share, green, args.batch + (args.prefill_batch if args.prefill_beside else 0),
                      max_blocks)
     steps = _Steps(torch, engine, args.batch, args.context, max(1, min(args.prefill_batch, args.batch)))
@@ -274,7 +282,8 @@ def main() -> None:
                     help="prompts per prefill job when filling the batch (default 1, as most Poisson prefills)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per measurement (median; default 30)")
     ap.add_argument("--prefill-beside", action="store_true",
-                    help="also time each LLM's prefill alone and beside the other LLMs' (and its own) decode steps")
+                    help="also time each LLM's prefill alone and beside the other LLMs' (and its own) decode steps, "
+                         "and those decode steps")
     ap.add_argument("--mechanisms", default="green,streams",
                     help="comma-separated: green (SM partitions) and/or streams (plain streams, no SM limit)")
     args = ap.parse_args()
