@@ -247,9 +247,7 @@ def test_the_bandwidth_cap_is_fitted_on_the_engine_rounds_and_predicts_two_large
     gen = script.GENERATIONS["v3w"]
     with open(os.path.join(FIDELITY, gen.calibration)) as f:
         cal = json.load(f)
-    with open(os.path.join(FIDELITY, gen.engine, "engine.json")) as f:
-        base = next(r["per_llm"] for r in json.load(f)["runs"] if r["mechanism"] == "green-contexts")
-    rounds = [base] + script.engine_rounds(gen.contention_rounds)
+    rounds = script.engine_rounds((os.path.join(gen.engine, "engine.json"),) + gen.contention_rounds)
     cap, rms = script.fit_hbm_cap(cal["contention_hbm_gbps"], rounds)
     assert cap == cal["contention_hbm_cap_gbps"] > 0
     assert rms < 0.6 * script.replay_rms(cal["contention_hbm_gbps"], rounds, 0.0)

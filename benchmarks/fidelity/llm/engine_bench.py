@@ -237,9 +237,10 @@ def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool
         sets = 2 * len(llms) - 1
         beside_tokens = sets * ((PREFILL_RUNS + 1) * (MAX_BESIDE_STEPS + 1) + 8)
         max_blocks = math.ceil((args.context + 2 * args.steps + beside_tokens + 16) / 16)
-    engine = _engine(torch, llms, args.share, green, args.batch + (args.prefill_batch if args.prefill_beside else 0),
+    prefill_batch = max(1, min(args.prefill_batch, args.batch))
+    engine = _engine(torch, llms, args.share, green, args.batch + (prefill_batch if args.prefill_beside else 0),
                      max_blocks)
-    steps = _Steps(torch, engine, args.batch, args.context, max(1, min(args.prefill_batch, args.batch)))
+    steps = _Steps(torch, engine, args.batch, args.context, prefill_batch)
     alone = [_alone(steps, k, args.steps) for k in range(len(llms))]
     together = _together(steps, args.steps)
     prefills: List[Dict[str, Any]] = [{} for _ in llms]
