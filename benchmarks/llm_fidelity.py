@@ -121,7 +121,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s",
                 "decode_kv_gbps", "decode_kv_tp_power", "decode_page_entry_s", "own_prefill_decode_share",
                 "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
-                "prefill_eager_host_tp_s", "contention_hbm_cap_gbps")
+                "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +161,10 @@ class Generation:
     # engine_bench.py outputs (relative to benchmarks/fidelity/llm) whose green-context rounds, with
     # ``engine``'s, fit ``contention_hbm_cap_gbps`` at the fitted ``contention_hbm_gbps``; empty: no cap
     contention_rounds: Tuple[str, ...] = ()
+    # engine_bench.py --prefill-beside outputs (relative to benchmarks/fidelity/llm) whose prefills
+    # alone and beside the other LLMs' decodes fit ``prefill_beside_stretch`` and
+    # ``prefill_beside_delay_s`` (:func:`fit_prefill_beside`); empty: off
+    prefill_rounds: Tuple[str, ...] = ()  # (tried, not adopted on v3w: PREFILL_ROUNDS)
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
@@ -628,6 +632,35 @@ def fit_hbm_cap(hbm: float, rounds: List[List[dict]]) -> Tuple[float, float]:
     return best
 
 
+#: the prefill-beside rounds (1 x H100, docs/fidelity-llm.md "Prefills beside decodes, modelled"):
+#: ``prefill_rounds=PREFILL_ROUNDS`` on v3w reproduces that section's "with" column by ``--calibrate``
+PREFILL_ROUNDS = tuple(f"engine-v3p/engine-{n}-pf.json" for n in ("tp2-s05-b16-c128", "tp2-s05-b16-c512",
+                                                                  "tp2-s05-b16-c1024", "b8-c512"))
+
+
+def prefills_beside(paths: Tuple[str, ...]) -> Tuple[np.ndarray, np.ndarray]:
+    """(alone, beside) ms of every LLM's probe prefill in the green-context rounds of the
+    ``engine_bench.py --prefill-beside`` outputs ``paths``: alone, and beside the other LLMs'
+    decode steps (its own LLM not decoding)."""
+    per = [p for r in engine_rounds(paths) for p in r]
+    return (np.array([p["prefill_alone_ms"] for p in per]), np.array([p["prefill_beside_others_ms"] for p in per]))
+
+
+def fit_prefill_beside(paths: Tuple[str, ...]) -> Tuple[float, float, float]:
+    """(``prefill_beside_stretch``, ``prefill_beside_delay_s``) whose ``(1 + stretch) x alone +
+    delay`` best fits the prefills beside the other LLMs' decodes of ``paths``
+    (:func:`prefills_beside`; least squares on log times, stretch on a 0.01 grid, delay on a
+    0.1 ms one) and the RMS log error."""
+    alone, beside = prefills_beside(paths)
+    best = (0.0, 0.0, math.inf)
+    for stretch in np.arange(0.0, 2.0 + 1e-9, 0.01):
+        for delay_ms in np.arange(0.0, 20.0 + 1e-9, 0.1):
+            rms = float(np.sqrt(np.mean(np.log(((1 + stretch) * alone + delay_ms) / beside) ** 2)))
+            if rms < best[2]:
+                best = (round(float(stretch), 4), round(float(delay_ms) / 1e3, 6), rms)
+    return best
+
+
 def replay_rms(hbm: float, rounds: List[List[dict]], cap: float) -> float:
     """The RMS log error of the rounds' replayed times (:func:`replay_round`) at ``hbm`` and
     ``cap`` (0: no cap) against their measured times together."""
@@ -648,19 +681,20 @@ def _host_ratios(engine: dict) -> Tuple[float, float]:
 
 def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
              kv_gbps: float = 0.0, shared: float = 0.0, entry_s: float = 0.0,
-             cap: float = 0.0) -> Tuple[float, float, float]:
+             cap: float = 0.0, beside: Tuple[float, float] = (0.0, 0.0)) -> Tuple[float, float, float]:
     """(decode, prefill) host seconds on SM partitions, on a grid (decode from ``floor`` in
     0.2 ms steps to 4 ms, prefill 0-80 ms in 4 ms steps), whose re-prediction of ``run`` (with
-    the KV term ``kv_gbps``, the page-table fill at ``entry_s`` and the contention model at
-    ``hbm`` and ``cap``) has the smallest worst of |TPOT error| and |TTFT error|; returns them
-    and that error."""
+    the KV term ``kv_gbps``, the page-table fill at ``entry_s``, the contention model at
+    ``hbm`` and ``cap`` and the prefills' stretch and delay beside other jobs ``beside``)
+    has the smallest worst of |TPOT error| and |TTFT error|; returns them and that error."""
     best = (floor, 0.0, math.inf)
     for decode_host in np.arange(floor, 0.004 + 1e-12, 0.0002):
         for prefill_host in np.arange(0.0, 0.080 + 1e-12, 0.004):
             model = {"contention_hbm_gbps": hbm, "contention_hbm_cap_gbps": cap, "decode_host_s": float(decode_host),
                      "prefill_host_s": float(prefill_host), "decode_host_full_s": float(decode_host) * ratios[0],
                      "prefill_host_full_s": float(prefill_host) * ratios[1], "decode_kv_gbps": kv_gbps,
-                     "own_prefill_decode_share": shared, "decode_page_entry_s": entry_s}
+                     "own_prefill_decode_share": shared, "decode_page_entry_s": entry_s,
+                     "prefill_beside_stretch": beside[0], "prefill_beside_delay_s": beside[1]}
             e = errors(run["summary"]["measured"], predict(run, model)[0])
             worst = max(abs(e["tpot_err"] or math.inf), abs(e["ttft_err"] or math.inf))
             if worst < best[2]:
@@ -1143,18 +1177,20 @@ def calibrate(gen: Generation) -> dict:
     entry_s, entry_source = page_entry_seconds(gen)
     kv_gbps, kv_power, kv_source = kv_fields(gen, entry_s)
     stretch = 0.0
+    beside = fit_prefill_beside(gen.prefill_rounds) if gen.prefill_rounds else (0.0, 0.0, math.nan)
     if gen.measure_graph_hold:
         decode_host, prefill_host, stretch, worst = fit_partition(run, hbm, floor, ratios, kv_gbps,
                                                                   gen.own_prefill_decode_share, entry_s, cap)
     else:
         decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps, gen.own_prefill_decode_share,
-                                                    entry_s, cap)
+                                                    entry_s, cap, beside[:2])
     full = streams_host(gen, engine, ratios, (decode_host, prefill_host), kv_gbps, entry_s)
     out = {"contention_hbm_gbps": hbm, "contention_hbm_cap_gbps": cap,
            "decode_host_s": round(decode_host, 6), "prefill_host_s": round(prefill_host, 6),
            "decode_host_full_s": round(full["decode_host_full_s"], 6),
            "prefill_host_full_s": round(full["prefill_host_full_s"], 6),
            "own_prefill_decode_share": gen.own_prefill_decode_share, "prefill_partition_stretch": stretch,
+           "prefill_beside_stretch": beside[0], "prefill_beside_delay_s": beside[1],
            "fit": {"engine": os.path.join(gen.engine, "engine.json"), "tables": gen.tables, "hbm_rms_log_error": round(rms, 4),
                    "replayed_ms": [round(x, 3) for x in replay_round(hbm, per, cap)],
                    "measured_ms": [round(p["together_gpu_ms"], 3) for p in per],
@@ -1166,6 +1202,10 @@ def calibrate(gen: Generation) -> dict:
                                      f"{len(rounds)} green-context rounds replayed at contention_hbm_gbps {hbm:.0f}, "
                                      f"RMS log error {cap_rms:.4f} (without the cap "
                                      f"{replay_rms(hbm, rounds, 0.0):.4f})")
+    if gen.prefill_rounds:
+        alone, measured = prefills_beside(gen.prefill_rounds)
+        out["fit"]["prefill_beside_fit"] = (f"{', '.join(gen.prefill_rounds)}: {len(alone)} prefills beside the other "
+                                            f"LLMs' decodes, RMS log error {beside[2]:.4f}")
     if gen.measure_graph_hold:
         out["fit"]["prefill_host_fit"] = (f"{folder}/{name}: median silence before a graph prefill launch; "
                                           f"decode_host_s and prefill_partition_stretch fitted with it")

@@ -119,6 +119,12 @@ class LLMConfig:
       the step's requests hold; a block is one page for an LLM alone on its mesh, several for
       an LLM beside LLMs of other block sizes): the launch holds the scheduling thread that much
       longer (0: off).
+    * ``prefill_beside_stretch`` / ``prefill_beside_delay_s``: a graph prefill of an LLM on an SM
+      partition, while any other job of its mesh runs (another LLM's, or its own LLM's decode
+      step), runs at ``1 / (1 + stretch + delay / T)`` of its speed (``T`` its table time), so
+      beside others throughout it lasts ``(1 + stretch) x T + delay``; alone it keeps its time. Replaces the HBM contention term for such
+      prefills: the engine's prefills beside decode steps slow by a part of their time and a fixed
+      delay whatever the others demand (fitted on an H100: 0.37 and 5.2 ms; 0 and 0: off).
     * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
       partition, so while its prefill runs its decode step keeps only this part of its speed
       (applies on a partition, share below 1; 0: off, the step keeps its table time).
@@ -185,6 +191,12 @@ class LLMConfig:
     prefill_partition_stretch: float = option(0.0, minimum=0, maximum=100,
                                               help="factor on a prefill's table time on an SM partition (share "
                                                    "below 1), beside the other LLMs' jobs (0: off)")
+    prefill_beside_stretch: float = option(0.0, minimum=0, maximum=100,
+                                           help="a graph prefill on an SM partition runs 1 + this times its time "
+                                                "while any other job of its mesh runs (0: off)")
+    prefill_beside_delay_s: float = option(0.0, minimum=0,
+                                           help="seconds such a prefill lasts more beside other jobs, "
+                                                "beyond prefill_beside_stretch (0: off)")
     own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,
                                              help="while an LLM's prefill runs on its SM partition, the part of "
                                                   "its speed its decode step keeps (0: off)")

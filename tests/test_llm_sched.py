@@ -45,6 +45,8 @@ class Timing(NamedTuple):
     kv: List[float]
     block_host: List[float]
     hbm_cap_gbps: float = 0.0
+    prefill_beside: float = 0.0
+    prefill_beside_delay: float = 0.0
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -74,7 +76,8 @@ def mesh_inputs(case, timing=None):
                        token_budget=token_budget, period=period, frac=frac, horizon=horizon, hbm_gbps=tm.hbm_gbps,
                        hbm_cap_gbps=tm.hbm_cap_gbps,
                        graph_tokens=tm.graph_tokens, decode_kv_gbps=tm.decode_kv_gbps,
-                       own_prefill_decode=tm.own_prefill_decode)
+                       own_prefill_decode=tm.own_prefill_decode, prefill_beside=tm.prefill_beside,
+                       prefill_beside_delay=tm.prefill_beside_delay)
     return requests, llms, tables, cfg
 
 
@@ -101,7 +104,8 @@ def timings(draw, n_llms):
     padded tokens with their launch delay and (apart, or 0: the same) thread hold; launches of
     0-20 ms per decode step and 0-300 ms per prefill; page-table fills of 0-2 ms per KV block a
     decode step's requests hold; prefill collects of 0-50 ms and graph prefill stretches of
-    1-3x, per LLM. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
+    1-3x, per LLM; graph prefills on partitions beside other jobs 1.37 or 3 times slower and
+    5 or 50 ms later. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
     others."""
     def per_llm(values):
         return draw(st.lists(st.sampled_from(values), min_size=n_llms, max_size=n_llms))
@@ -121,7 +125,9 @@ def timings(draw, n_llms):
                   eager_host=optional([0.0, 0.013, 0.1]), eager_hold=optional([0.0, 0.05, 0.2]),
                   collect=optional([0.0, 0.001, 0.05]), stretch=optional([0.0, 1.0, 1.5, 3.0]), weights=weights,
                   kv=kv, block_host=optional([0.0, 1e-4, 2e-3]),
-                  hbm_cap_gbps=draw(st.sampled_from([0.0, 1.0, 5.0, 20.0])))
+                  hbm_cap_gbps=draw(st.sampled_from([0.0, 1.0, 5.0, 20.0])),
+                  prefill_beside=draw(st.sampled_from([0.0, 0.37, 2.0])),
+                  prefill_beside_delay=draw(st.sampled_from([0.0, 0.005, 0.05])))
 
 
 @st.composite
@@ -160,6 +166,8 @@ TERMS_OFF = {
     "collect": dict(collect=[]),
     "stretch": dict(stretch=[]),
     "block_host": dict(block_host=[]),
+    "prefill_beside": dict(prefill_beside=0.0),
+    "prefill_beside_delay": dict(prefill_beside_delay=0.0),
 }
 
 
@@ -169,11 +177,11 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     launched one after another on the scheduling thread (eager prefills holding it longer,
     decode steps their page-table fill),
     ended jobs noticed when it is free, prefills stretched and collected, decode steps reading
-    their KV, running jobs re-timed by HBM contention (and its bandwidth cap) and by their own
-    LLM's prefill. Same
+    their KV, running jobs re-timed by HBM contention (and its bandwidth cap), by their own
+    LLM's prefill and, graph prefills on partitions, by the jobs beside them. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
     changes the kernel's outcome in some cases (so the equality covers it; under the temporal
-    baseline, whose jobs never overlap, the three contention terms change nothing)."""
+    baseline, whose jobs never overlap, the five terms between running jobs change nothing)."""
     seen = {name: 0 for name in TERMS_OFF}
 
     @settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
@@ -191,7 +199,8 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
                 seen[name] += 1
 
     check()
-    overlap = ("hbm_gbps", "hbm_cap_gbps", "own_prefill_decode")  # they act only between jobs running at once
+    # they act only between jobs running at once
+    overlap = ("hbm_gbps", "hbm_cap_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay")
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}

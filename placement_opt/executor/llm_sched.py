@@ -29,7 +29,8 @@ from typing import List, NamedTuple, Optional
 import numpy as np
 
 from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
-                                            contention_on, contention_stretch, prefill_runs_eagerly)
+                                            contention_on, contention_stretch, prefill_beside_on,
+                                            prefill_beside_stretch, prefill_runs_eagerly)
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -440,6 +441,9 @@ class VirtualJobs:
         self.mark = [0.0] * (2 * K)
         self.demand = [0.0] * (2 * K)
         self.factor = [1.0] * (2 * K)
+        self.alone = [0.0] * (2 * K)
+        self.graph_partition = [False] * (2 * K)  # a graph prefill on an SM partition (prefill_beside)
+        self.share = [float(x) for x in llms.share]
 
     @staticmethod
     def slot(kind: str, k: int) -> int:
@@ -477,18 +481,21 @@ class VirtualJobs:
                 delay = self.eager_host[k] if eager else 0.0
                 host_free = begin + self.prefill_host[k] + (self.eager_hold[k] if eager else 0.0)
                 self.start[j], self.work[j] = begin, delay + max(dur, self.prefill_host[k])
+                self.graph_partition[j] = not eager and self.share[k] < 1.0 - EPS
             else:
                 blocks = sum(_blocks(c + 1, self.cfg.block) for c in job.contexts)
                 host_free = begin + self.decode_host[k] + blocks * self.block_host[k]
                 self.start[j], self.work[j] = host_free, dur
-            self.mark[j], self.factor[j] = self.start[j], 1.0
+            self.mark[j], self.factor[j], self.alone[j] = self.start[j], 1.0, dur
             self.demand[j] = moved / self.work[j] / 1e9 if self.work[j] > 0 else 0.0
             self.end[j] = self.start[j] + self.work[j]
         return host_free
 
     def retime(self, t: float) -> None:
         """Work left brought up to t, then each running job re-stretched: HBM contention (when
-        on) and a decode step beside its own LLM's running prefill (``own_prefill_decode``)."""
+        on) and a decode step beside its own LLM's running prefill (``own_prefill_decode``); a
+        graph prefill on a partition beside any other running job by
+        :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` instead (when on)."""
         total = 0.0
         running = [self.end[j] < np.inf and self.start[j] <= t < self.end[j] for j in range(len(self.end))]
         for j in range(len(self.end)):
@@ -497,9 +504,14 @@ class VirtualJobs:
                 self.mark[j] = t
                 total += self.demand[j]
         cfg = self.cfg
+        n_running = sum(running)
         for j in range(len(self.end)):
             if running[j]:
-                factor = contention_stretch(total, self.demand[j], cfg.hbm_gbps, cfg.hbm_cap_gbps)
+                if j % 2 == 0 and prefill_beside_on(cfg) and self.graph_partition[j]:
+                    factor = (prefill_beside_stretch(self.alone[j], cfg.prefill_beside, cfg.prefill_beside_delay)
+                              if n_running > 1 else 1.0)
+                else:
+                    factor = contention_stretch(total, self.demand[j], cfg.hbm_gbps, cfg.hbm_cap_gbps)
                 if j % 2 == 1 and running[j - 1] and cfg.own_prefill_decode > 0:
                     factor /= cfg.own_prefill_decode
                 if factor != self.factor[j]:

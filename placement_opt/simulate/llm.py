@@ -260,7 +260,8 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
 
 def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: float, tp: int = 1) -> MeshSettings:
     """The kernel's settings of a mesh of TP degree ``tp`` under ``cfg``: scheduling, KV pool,
-    the contention model (``llm.contention_hbm_gbps``, ``contention_hbm_cap_gbps``), the
+    the contention model (``llm.contention_hbm_gbps``, ``contention_hbm_cap_gbps``), the prefill
+    stretch beside other jobs (``prefill_beside_stretch``, ``prefill_beside_delay_s``), the
     eager-prefill limit (when its cost is on) and the KV-read rate at that degree
     (:func:`kv_read_gbps`)."""
     return MeshSettings(policy=policy_code, pool=pool_kib, block=cfg.kv_block_tokens, max_batch=cfg.max_batch,
@@ -269,7 +270,8 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         graph_tokens=cfg.prefill_graph_tokens if max(cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s,
                                                                      cfg.prefill_eager_hold_s, cfg.prefill_eager_host_tp_s) > 0
                         else 0, decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
-                        hbm_cap_gbps=cfg.contention_hbm_cap_gbps)
+                        hbm_cap_gbps=cfg.contention_hbm_cap_gbps, prefill_beside=cfg.prefill_beside_stretch,
+                        prefill_beside_delay=cfg.prefill_beside_delay_s)
 
 
 def kv_read_gbps(cfg: LLMConfig, tp: int) -> float:

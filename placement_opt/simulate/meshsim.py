@@ -57,7 +57,10 @@ other running jobs' demand) / hbm_gbps``, re-timed at every event where the set 
 jobs changes; with a bandwidth cap (``MeshSettings.hbm_cap_gbps``) at least by ``(all the
 running jobs' demand) / max(hbm_cap_gbps, its own)``: the GPU's HBM serves no more than that
 in all, so jobs that together demand more share it (:func:`contention_stretch`; a job alone is
-never stretched). Calibrated on an H100 in ``docs/fidelity-llm.md``.
+never stretched). **Prefills beside others** (``MeshSettings.prefill_beside``,
+``prefill_beside_delay``): a graph prefill on an SM partition, while any other job runs,
+stretches by :func:`prefill_beside_stretch` instead. Calibrated on an H100 in
+``docs/fidelity-llm.md``.
 
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
 :class:`MeshLLMs` (per LLM), :class:`LatencyTables`, :class:`MeshSettings` (scalars) and
@@ -133,6 +136,8 @@ class MeshSettings(NamedTuple):
     decode_kv_gbps: float = 0.0  # a decode step lasts (KV bytes it reads per GPU) / this (GB/s) beyond its table time; 0 off
     own_prefill_decode: float = 0.0  # shared partition: an LLM's decode step runs at this part of its speed while its own prefill runs; 0 off
     hbm_cap_gbps: float = 0.0  # contention: a job stretches at least by (all running jobs' HBM demand) / max(this, its own); 0 off
+    prefill_beside: float = 0.0  # a graph prefill on a partition beside any other running job runs 1 + this times slower; 0 off
+    prefill_beside_delay: float = 0.0  # ... and that many seconds more over its time alone (as a stretch); 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -218,6 +223,7 @@ JOB_STATE = np.dtype([
     ("mark", np.float64),    # when ``work`` was last brought up to date
     ("demand", np.float64),  # its HBM demand running alone, GB/s per GPU
     ("factor", np.float64),  # its current stretch (contention_stretch over the part of its speed it keeps)
+    ("alone", np.float64),   # its GPU time alone (table time), seconds: a prefill's stretch beside other jobs
 ], align=True)
 
 #: Request ids in queue order (``slots[i]``): LLM k owns slots first_slot..end_slot-1 of each
@@ -934,6 +940,7 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
             host_free = begin + llm.decode_host + llm.decode_fill
             job.start, job.work, moved = host_free, llm.decode_dur, llm.decode_bytes
         job.mark, job.factor = job.start, 1.0
+        job.alone = llm.prefill_dur if best % 2 == 0 else llm.decode_dur
         job.demand = moved / job.work / 1e9 if job.work > 0 else 0.0
         if best % 2 == 0:
             llm.prefill_end = job.start + job.work
@@ -961,7 +968,26 @@ def contention_stretch(total, own, hbm_gbps, hbm_cap_gbps):
 def contention_on(cfg):
     """Whether running jobs are re-timed as the set of running jobs changes (HBM contention or
     a decode step beside its own LLM's prefill)."""
-    return cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.own_prefill_decode > 0
+    return (cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.own_prefill_decode > 0 or cfg.prefill_beside > 0
+            or cfg.prefill_beside_delay > 0)
+
+
+@njit(cache=True, inline="always")
+def prefill_beside_stretch(alone, beside, delay):
+    """The factor a graph prefill on an SM partition stretches by while another job runs on the
+    mesh (another LLM's, or its own LLM's decode step): ``1 + beside + delay / alone``
+    (``alone``: its table time, seconds), so that beside others throughout it lasts ``(1 +
+    beside) x alone + delay``. Measured with
+    ``engine_bench.py --prefill-beside``: such a prefill slows by a part of its time and by a
+    fixed delay, whatever the others demand of HBM (docs/fidelity-llm.md). The one formula of
+    the kernel and the executor's virtual clock."""
+    return 1.0 + beside + (delay / alone if alone > 0 else 0.0)
+
+
+@njit(cache=True, inline="always")
+def prefill_beside_on(cfg):
+    """Whether graph prefills on partitions stretch beside other running jobs."""
+    return cfg.prefill_beside > 0 or cfg.prefill_beside_delay > 0
 
 
 @njit(cache=True)
@@ -969,20 +995,30 @@ def _retime(t, llms, jobs, cfg):
     """Contention: bring every running job's work left up to ``t`` at its old stretch, then
     stretch it by :func:`contention_stretch` (when on), and a decode step, while its LLM's
     prefill runs too (the engine runs both on the LLM's one SM partition), by 1 /
-    ``cfg.own_prefill_decode`` (when on); then re-time its end
+    ``cfg.own_prefill_decode`` (when on); a graph prefill on a partition, with
+    ``cfg.prefill_beside``/``prefill_beside_delay`` on, by :func:`prefill_beside_stretch` while
+    another job runs (else not at all) instead; then re-time its end
     where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
     the scheduling thread) take no part."""
     total = 0.0
     for j in range(jobs.shape[0]):
-        end = llms[j // 2].prefill_end if j % 2 == 0 else llms[j // 2].decode_end
-        if end < np.inf and jobs[j].start <= t < end:
+        if _running(t, llms, jobs, j):
             jobs[j].work -= (t - jobs[j].mark) / jobs[j].factor
             jobs[j].mark = t
             total += jobs[j].demand
+    n_running = 0  # jobs running
+    for j in range(jobs.shape[0]):
+        if _running(t, llms, jobs, j):
+            n_running += 1
     for k in range(llms.shape[0]):  # both of an LLM's flags before either end is re-timed
-        prefill_running = llms[k].prefill_end < np.inf and jobs[2 * k].start <= t < llms[k].prefill_end
-        decode_running = llms[k].decode_end < np.inf and jobs[2 * k + 1].start <= t < llms[k].decode_end
-        if prefill_running:
+        prefill_running = _running(t, llms, jobs, 2 * k)
+        decode_running = _running(t, llms, jobs, 2 * k + 1)
+        if prefill_running and prefill_beside_on(cfg) and llms[k].share < 1.0 - EPS and not llms[k].prefill_eager:
+            others = n_running - 1 > 0
+            _refactor(t, llms, jobs, 2 * k,
+                      prefill_beside_stretch(jobs[2 * k].alone, cfg.prefill_beside, cfg.prefill_beside_delay)
+                      if others else 1.0)
+        elif prefill_running:
             _restretch(t, llms, jobs, 2 * k, total, cfg, 1.0)
         if decode_running:
             slow = cfg.own_prefill_decode if prefill_running and cfg.own_prefill_decode > 0 else 1.0
@@ -994,13 +1030,26 @@ def _restretch(t, llms, jobs, j, total, cfg, speed):
     """Running job ``j``'s stretch: :func:`contention_stretch` of the running jobs' HBM demand
     ``total`` and its own, over ``speed`` (the part of its speed it keeps); where it changed,
     its end is re-timed from ``t``."""
-    factor = contention_stretch(total, jobs[j].demand, cfg.hbm_gbps, cfg.hbm_cap_gbps) / speed
+    _refactor(t, llms, jobs, j, contention_stretch(total, jobs[j].demand, cfg.hbm_gbps, cfg.hbm_cap_gbps) / speed)
+
+
+@njit(cache=True, inline="always")
+def _refactor(t, llms, jobs, j, factor):
+    """Running job ``j``'s stretch set to ``factor``; where it changed, its end is re-timed from ``t``."""
     if factor != jobs[j].factor:
         jobs[j].factor = factor
         if j % 2 == 0:
             llms[j // 2].prefill_end = t + jobs[j].work * factor
         else:
             llms[j // 2].decode_end = t + jobs[j].work * factor
+
+
+@njit(cache=True, inline="always")
+def _running(t, llms, jobs, j):
+    """Whether job slot ``j`` (``2k``: LLM k's prefill, ``2k + 1``: its decode) runs at ``t``
+    (launched, its GPU work started, not ended)."""
+    end = llms[j // 2].prefill_end if j % 2 == 0 else llms[j // 2].decode_end
+    return end < np.inf and jobs[j].start <= t < end
 
 
 # ---------------------------------------------------------------- time

@@ -1,0 +1,46 @@
+"""Graph prefills on SM partitions beside other jobs (``llm.prefill_beside_stretch``,
+``prefill_beside_delay_s``; ``MeshSettings.prefill_beside``, ``prefill_beside_delay``;
+docs/fidelity-llm.md "Prefills beside decodes, modelled"): a hand-timed mesh."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from placement_opt.simulate.llm import _POLICY_CODE
+from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs, simulate_mesh
+
+
+def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int = 100) -> np.ndarray:
+    """First-token times on a mesh of two LLMs at SM ``share`` (every prefill 0.1 s in the
+    table, every decode step 0.01 s; no host model): LLM 1's request of 1000 output tokens at
+    t = 0 (it decodes until about t = 10), LLM 0's of ``prompt`` tokens at t = 1.005, beside
+    those decode steps, and again at t = 20, alone."""
+    requests = MeshRequests(arrival=np.array([0.0, 1.005, 20.0]), llm=np.array([1, 0, 0], dtype=np.int64),
+                            prompt=np.array([10, prompt, prompt], dtype=np.int64),
+                            output=np.array([1000, 1, 1], dtype=np.int64))
+    llms = MeshLLMs(share=np.full(2, share), kv_kib=np.ones(2, dtype=np.int64), rate=np.ones(2))
+    tables = LatencyTables(prefill=np.full((2, 5, 2), 0.1), decode=np.full((2, 5, 2), 0.01),
+                           lgrid=np.array([1.0, 4096.0]))
+    cfg = MeshSettings(policy=_POLICY_CODE["fcfs"], pool=100000, block=16, max_batch=4, token_budget=4096,
+                       period=5.0, frac=0.5, horizon=100.0, graph_tokens=1024, prefill_beside=beside,
+                       prefill_beside_delay=delay)
+    out = mesh_outputs(3, 2, 10)
+    simulate_mesh(requests, llms, tables, cfg, out)
+    return out.first
+
+
+def test_a_graph_prefill_beside_another_llms_decode_lasts_its_stretched_time_plus_the_delay():
+    """Stretch 0.37, delay 5 ms: beside LLM 1's decode steps the 0.1 s prefill lasts 1.37 x 0.1
+    + 0.005 s; alone (t = 20) its table time; the first request's prefill, alone at t = 0, too."""
+    first = _first_tokens(0.37, 0.005)
+    assert first == pytest.approx([0.1, 1.005 + 0.137 + 0.005, 20.1])
+    assert _first_tokens(0.0, 0.0) == pytest.approx([0.1, 1.105, 20.1])
+
+
+def test_an_eager_prefill_and_an_llm_on_the_whole_gpu_are_not_stretched():
+    """A prefill over the graph limit (2000 tokens) keeps its table time beside the decodes; at
+    share 1 the two LLMs never run at once (the prefill waits for a decode step's end)."""
+    assert _first_tokens(0.37, 0.005, prompt=2000)[1] == pytest.approx(1.105)
+    whole = _first_tokens(0.37, 0.005, share=1.0)
+    assert whole[1] == pytest.approx(1.01 + 0.1) and whole[2] == pytest.approx(20.1)
