@@ -122,9 +122,10 @@ class LLMConfig:
     * ``prefill_beside_stretch`` / ``prefill_beside_delay_s``: a graph prefill of an LLM on an SM
       partition, while any other job of its mesh runs (another LLM's, or its own LLM's decode
       step), runs at ``1 / (1 + stretch + delay / T)`` of its speed (``T`` its table time), so
-      beside others throughout it lasts ``(1 + stretch) x T + delay``; alone it keeps its time. Replaces the HBM contention term for such
-      prefills: the engine's prefills beside decode steps slow by a part of their time and a fixed
-      delay whatever the others demand (fitted on an H100: 0.37 and 5.2 ms; 0 and 0: off).
+      beside others throughout it lasts ``(1 + stretch) x T + delay``; alone it keeps its time.
+      Replaces the HBM contention term for such prefills: the engine's prefills beside decode
+      steps slow by a part of their time and a fixed delay whatever the others demand (fitted on
+      an H100: 0.37 and 5.2 ms; 0 and 0: off).
     * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
       partition, so while its prefill runs its decode step keeps only this part of its speed
       (applies on a partition, share below 1; 0: off, the step keeps its table time).

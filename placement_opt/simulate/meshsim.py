@@ -136,8 +136,8 @@ class MeshSettings(NamedTuple):
     decode_kv_gbps: float = 0.0  # a decode step lasts (KV bytes it reads per GPU) / this (GB/s) beyond its table time; 0 off
     own_prefill_decode: float = 0.0  # shared partition: an LLM's decode step runs at this part of its speed while its own prefill runs; 0 off
     hbm_cap_gbps: float = 0.0  # contention: a job stretches at least by (all running jobs' HBM demand) / max(this, its own); 0 off
-    prefill_beside: float = 0.0  # a graph prefill on a partition beside any other running job runs 1 + this times slower; 0 off
-    prefill_beside_delay: float = 0.0  # ... and that many seconds more over its time alone (as a stretch); 0 off
+    prefill_beside: float = 0.0  # a graph prefill on a partition beside other running jobs: 1 + this times slower; 0 off
+    prefill_beside_delay: float = 0.0  # ... and this many seconds longer (prefill_beside_stretch); 0 off
 
 
 class MeshOutputs(NamedTuple):
