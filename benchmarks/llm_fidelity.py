@@ -703,12 +703,14 @@ def fit_host(run: dict, hbm: float, floor: float, ratios: Tuple[float, float],
 
 
 def fit_partition(run: dict, hbm: float, floor: float, ratios: Tuple[float, float], kv_gbps: float = 0.0,
-                  shared: float = 0.0, entry_s: float = 0.0, cap: float = 0.0) -> Tuple[float, float, float, float]:
+                  shared: float = 0.0, entry_s: float = 0.0, cap: float = 0.0,
+                  beside: Tuple[float, float] = (0.0, 0.0)) -> Tuple[float, float, float, float]:
     """SM-partition host and prefill model with the graph launch's hold measured: ``prefill_host_s``
     is the median silence before a graph prefill launch on ``run`` (:func:`prefill_launch_silences`),
     then (``decode_host_s``, ``prefill_partition_stretch``) on a grid (decode from ``floor`` in
     0.1 ms steps to 4 ms, stretch 1-3 in 0.05 steps) whose re-prediction of ``run`` has the
-    smallest worst of |TPOT error| and |TTFT error|; returns the three and that error."""
+    smallest worst of |TPOT error| and |TTFT error| (``beside``: the prefill-beside stretch and delay
+    it runs with); returns the three and that error."""
     graph_hold = round(statistics.median(prefill_launch_silences(run)[False]), 6)
     best = (floor, 1.0, math.inf)
     for decode_host in np.arange(floor, 0.004 + 1e-12, 0.0001):
@@ -717,7 +719,8 @@ def fit_partition(run: dict, hbm: float, floor: float, ratios: Tuple[float, floa
                      "prefill_host_s": graph_hold,
                      "decode_host_full_s": float(decode_host) * ratios[0], "prefill_host_full_s": graph_hold * ratios[1],
                      "decode_kv_gbps": kv_gbps, "own_prefill_decode_share": shared,
-                     "prefill_partition_stretch": round(float(stretch), 4), "decode_page_entry_s": entry_s}
+                     "prefill_partition_stretch": round(float(stretch), 4), "decode_page_entry_s": entry_s,
+                     "prefill_beside_stretch": beside[0], "prefill_beside_delay_s": beside[1]}
             e = errors(run["summary"]["measured"], predict(run, model)[0])
             worst = max(abs(e["tpot_err"] or math.inf), abs(e["ttft_err"] or math.inf))
             if worst < best[2]:
@@ -1180,7 +1183,8 @@ def calibrate(gen: Generation) -> dict:
     beside = fit_prefill_beside(gen.prefill_rounds) if gen.prefill_rounds else (0.0, 0.0, math.nan)
     if gen.measure_graph_hold:
         decode_host, prefill_host, stretch, worst = fit_partition(run, hbm, floor, ratios, kv_gbps,
-                                                                  gen.own_prefill_decode_share, entry_s, cap)
+                                                                  gen.own_prefill_decode_share, entry_s, cap,
+                                                                  beside[:2])
     else:
         decode_host, prefill_host, worst = fit_host(run, hbm, floor, ratios, kv_gbps, gen.own_prefill_decode_share,
                                                     entry_s, cap, beside[:2])
@@ -1203,8 +1207,8 @@ def calibrate(gen: Generation) -> dict:
                                      f"RMS log error {cap_rms:.4f} (without the cap "
                                      f"{replay_rms(hbm, rounds, 0.0):.4f})")
     if gen.prefill_rounds:
-        alone, measured = prefills_beside(gen.prefill_rounds)
-        out["fit"]["prefill_beside_fit"] = (f"{', '.join(gen.prefill_rounds)}: {len(alone)} prefills beside the other "
+        count = len(prefills_beside(gen.prefill_rounds)[0])
+        out["fit"]["prefill_beside_fit"] = (f"{', '.join(gen.prefill_rounds)}: {count} prefills beside the other "
                                             f"LLMs' decodes, RMS log error {beside[2]:.4f}")
     if gen.measure_graph_hold:
         out["fit"]["prefill_host_fit"] = (f"{folder}/{name}: median silence before a graph prefill launch; "

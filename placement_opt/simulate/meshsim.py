@@ -1001,23 +1001,20 @@ def _retime(t, llms, jobs, cfg):
     where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
     the scheduling thread) take no part."""
     total = 0.0
+    n_running = 0
     for j in range(jobs.shape[0]):
         if _running(t, llms, jobs, j):
             jobs[j].work -= (t - jobs[j].mark) / jobs[j].factor
             jobs[j].mark = t
             total += jobs[j].demand
-    n_running = 0  # jobs running
-    for j in range(jobs.shape[0]):
-        if _running(t, llms, jobs, j):
             n_running += 1
     for k in range(llms.shape[0]):  # both of an LLM's flags before either end is re-timed
         prefill_running = _running(t, llms, jobs, 2 * k)
         decode_running = _running(t, llms, jobs, 2 * k + 1)
         if prefill_running and prefill_beside_on(cfg) and llms[k].share < 1.0 - EPS and not llms[k].prefill_eager:
-            others = n_running - 1 > 0
             _refactor(t, llms, jobs, 2 * k,
                       prefill_beside_stretch(jobs[2 * k].alone, cfg.prefill_beside, cfg.prefill_beside_delay)
-                      if others else 1.0)
+                      if n_running > 1 else 1.0)
         elif prefill_running:
             _restretch(t, llms, jobs, 2 * k, total, cfg, 1.0)
         if decode_running:
