@@ -60,6 +60,7 @@ class ExecutorConfig:
     cuda_graphs: bool = True  # on GPUs, replay each stage as one CUDA graph (see executor.graphs)
     admission: str = "open-loop"  # or "closed-loop": correct the dispatcher's clocks with measured stage ends
     host_probe: bool = True  # LLM runs: measure each mesh's decode host time before the trials (executor.llm_probe)
+    job_trace: bool = False  # LLM runs: write every job's launch and device times, jobs.csv (executor.llm_trace)
 
     def resolved_backend(self) -> str:
         if self.backend == "auto":

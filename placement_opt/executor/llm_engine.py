@@ -48,7 +48,6 @@ the weights are random, the point is the work, and every rank derives the same i
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -62,6 +61,7 @@ from placement_opt.executor.llm_kvcache import DecodeInputs, KVPool, LLMCache, P
 from placement_opt.llm_units import page_units
 from placement_opt.executor.llm_model import DecoderShard
 from placement_opt.executor.llm_sched import DECODE, PREFILL, Job
+from placement_opt.executor.llm_trace import JobTrace, TracedJob
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 GRAPH_GATHER_LIMIT = 512 * 2 ** 20  # bytes of gathered K and V per layer above which a decode bucket runs eagerly
@@ -98,6 +98,7 @@ class EngineSpec:
     green_contexts: bool = True
     attention: str = "auto"  # decode attention: auto, paged (Triton) or gather (llm_model.resolve_attention)
     warm_prefills: Optional[bool] = None  # run every prefill bucket at start-up (None: where prefill graphs are on)
+    job_trace: bool = False  # the leader traces every job's launch and device times (llm_trace)
 
 
 def prompt_tokens(r: int, length: int, vocab: int) -> List[int]:
@@ -153,6 +154,8 @@ class _Running:
     job: Job
     tokens: torch.Tensor
     event: Optional[Any] = None
+    start: Optional[Any] = None  # timing event before its work (GPU, while a job trace is active)
+    launched: Tuple[float, float] = (0.0, 0.0)  # host monotonic seconds before and after launch
 
 
 @dataclass
@@ -198,6 +201,7 @@ class MeshEngine:
         self.warmup: Dict[str, float] = {}  # what start-up prepared and its seconds (warm_up)
         self.cold_buckets: List[Tuple[str, int, int]] = []  # (LLM, batch, length) first met after start-up
         self.eager_prefills = 0  # prefills over the graph limit since start-up or reset
+        self.trace = JobTrace(device)  # records only once begun (the leader, with spec.job_trace)
 
     @property
     def attention(self) -> str:
@@ -373,6 +377,7 @@ class MeshEngine:
 
     def launch(self, job: Job) -> None:
         """Start ``job`` (its requests' blocks reserved first); returns without waiting on GPUs."""
+        began = time.monotonic()
         rt = self.llms[job.llm]
         vocab = rt.build.architecture.vocab
         for r, ctx in zip(job.requests, job.contexts):
@@ -382,14 +387,18 @@ class MeshEngine:
         stream = rt.streams[0 if job.kind == PREFILL else 1]
         if stream is None:
             tokens = self._prefill(rt, job) if job.kind == PREFILL else self._decode(rt, job)
-            self.running[(job.kind, job.llm)] = _Running(job, tokens)
+            self.running[(job.kind, job.llm)] = _Running(job, tokens, launched=(began, time.monotonic()))
             return
+        timed = self.trace.active
         stream.wait_stream(torch.cuda.current_stream(self.device))  # the inputs copied on the default stream
         with torch.cuda.stream(stream):
+            start = torch.cuda.Event(enable_timing=True) if timed else None
+            if start is not None:
+                start.record(stream)
             tokens = self._prefill(rt, job) if job.kind == PREFILL else self._decode(rt, job)
-            event = torch.cuda.Event()
+            event = torch.cuda.Event(enable_timing=timed)
             event.record(stream)
-        self.running[(job.kind, job.llm)] = _Running(job, tokens, event)
+        self.running[(job.kind, job.llm)] = _Running(job, tokens, event, start, (began, time.monotonic()))
 
     def _prefill(self, rt: _LLMRuntime, job: Job) -> torch.Tensor:
         """Launch a prefill: a graph replay of its bucket on GPUs (module docstring), else eager."""
@@ -466,8 +475,13 @@ class MeshEngine:
     def finish(self, kind: str, k: int) -> Job:
         """Wait for LLM k's ``kind`` job, append its tokens to its requests and return it."""
         run = self.running.pop((kind, k))
+        seen = time.monotonic()
         if run.event is not None:
             run.event.synchronize()
+        if self.trace.active:
+            timed = run.start is not None
+            self.trace.add(TracedJob(k, kind, len(run.job.requests), max(run.job.contexts), *run.launched,
+                                     run.start, run.event if timed else None, seen))
         for r, t in zip(run.job.requests, run.tokens.tolist()):
             self.tokens[r].append(int(t))
         return run.job

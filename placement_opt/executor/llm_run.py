@@ -21,7 +21,9 @@ the warm-up covered the replay) and the prefills run eagerly over the graph limi
 ``ExecutorConfig.host_probe`` is off, a short probe before the trials measures every mesh's
 decode host time per LLM on this machine (:mod:`.llm_probe`): ``summary.json`` then also holds
 ``host_probe`` (per group: the measured and the calibrated seconds) and the prediction made
-with them, ``simulated_with_probe`` and ``errors_with_probe``.
+with them, ``simulated_with_probe`` and ``errors_with_probe``. With ``ExecutorConfig.job_trace``
+also ``jobs.csv``: every job of every mesh, its host launch and its device start and end
+(:mod:`.llm_trace`), on the requests' clock.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from placement_opt.workload import Requests
 from placement_opt.executor.controller import ExecutorConfig, ExecutorError, _free_port, host_memory_bytes, model_seed
 from placement_opt.executor.llm_engine import EngineSpec, LLMBuild
 from placement_opt.executor.llm_probe import decode_host_seconds, probe_requests
+from placement_opt.executor.llm_trace import JOB_COLUMNS
 from placement_opt.llm_units import page_units, pages_per_block
 from placement_opt.executor.llm_worker import LLMWorkerSpec, MeshWork, llm_worker_main
 
@@ -190,7 +193,7 @@ def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config
         for tp_rank, r in enumerate(ranks):
             engine = EngineSpec(llms=builds, tp=len(ranks), tp_rank=tp_rank, pool_pages=p.pool_pages,
                                 block=int(p.work.settings.block), max_batch=max_batch, max_blocks=p.max_blocks,
-                                cuda_graphs=config.cuda_graphs and backend == "nccl")
+                                cuda_graphs=config.cuda_graphs and backend == "nccl", job_trace=config.job_trace)
             out.append(LLMWorkerSpec(rank=r, device=p.devices[tp_rank] if backend == "nccl" else 0, group=p.group,
                                      mesh_ranks=ranks, all_meshes=tuple(meshes),
                                      n_llms_of=tuple(len(q.specs) for q in plans), world_size=rank,
@@ -448,6 +451,18 @@ def requests_csv(req: Requests, names: Sequence[str], prompt: np.ndarray, output
     return buf.getvalue()
 
 
+def jobs_csv(run: _Run) -> str:
+    """One row per traced job (:data:`~.llm_trace.JOB_COLUMNS` after its group), by group and
+    launch time."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["group", *JOB_COLUMNS])
+    for g, tot in sorted(run.mesh_totals.items()):
+        for row in sorted(tot.get("jobs", []), key=lambda r: r[4]):
+            w.writerow([g, *row[:4], *(f"{x:.6f}" for x in row[4:])])
+    return buf.getvalue()
+
+
 def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: ExecutorConfig = ExecutorConfig(),
                 policies: Optional[Sequence[str]] = None, log: Callable[[str], None] = lambda msg: None) -> List[dict]:
     """Run an LLM ``placement`` on real devices, one trial per policy (or one, with the
@@ -589,5 +604,7 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
     atomic_write_json(os.path.join(out_dir, "simulated.json"), simulated)
     atomic_write_text(os.path.join(out_dir, "requests.csv"),
                       requests_csv(req, instance.model_names, prompt, output, mesh_of, run, predicted))
+    if any(t.get("jobs") for t in run.mesh_totals.values()):
+        atomic_write_text(os.path.join(out_dir, "jobs.csv"), jobs_csv(run))
     atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary

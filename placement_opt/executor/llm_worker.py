@@ -10,7 +10,7 @@ over the mesh's gloo group, which apply them in the same order, so all TP ranks 
 jobs. The leader reports each request's record when it finishes (or is dropped), a
 heartbeat every second, and its mesh's totals at the end (with the prefill buckets the
 replay met that start-up had not prepared: ``cold_buckets``, empty when the warm-up covered
-the replay). A process serves several trials (policies) in turn on the same weights, its
+the replay; with ``EngineSpec.job_trace`` every job's launch and device times, :mod:`.llm_trace`). A process serves several trials (policies) in turn on the same weights, its
 pool emptied between them.
 """
 
@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -151,6 +150,9 @@ class _Leader:
         n = len(self.work.requests.arrival)
         done, last, beat = 0, 0.0, 0.0
         next_rebalance = cfg.period if cfg.policy == ADBS else np.inf
+        trace = self.engine.trace
+        if self.engine.spec.job_trace:
+            trace.begin()
         while True:
             t = _t.monotonic() - t0
             self.sm_time += s.sm_used * (t - last)
@@ -185,7 +187,8 @@ class _Leader:
         return {"stop_s": last, "sm_time": self.sm_time, "kv_time": self.kv_time, "kv_llm_time": self.kv_llm_time,
                 "peak_kv_kib": self.peak_kv, "preemptions": int(sum(s.preemptions)),
                 "cold_buckets": [list(b) for b in self.engine.cold_buckets],
-                "eager_prefills": self.engine.eager_prefills}
+                "eager_prefills": self.engine.eager_prefills,
+                "jobs": trace.rows(t0, [rt.build.name for rt in self.engine.llms]) if trace.active else []}
 
 
 def _follow(engine: Any, control: Any, src: int) -> None:

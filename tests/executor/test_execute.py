@@ -155,6 +155,15 @@ def test_repeated_slo_scales_are_an_input_error(tmp_path):
     assert "--slo-scale: 2 is repeated" in r.output
 
 
+@pytest.mark.parametrize("flag", ["--policy=fcfs", "--job-trace"])
+def test_llm_only_options_on_a_dnn_instance_are_input_errors(tmp_path, flag):
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"groups": [{"devices": [0], "pp": 1, "tp": 1, "models": ["tiny-a"]}]}))
+    r = CliRunner().invoke(cli, ["execute", TINY, str(placement), "--backend", "gloo", flag, "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2, r.output
+    assert flag.split("=")[0] in r.output and "LLM instances" in r.output and "Traceback" not in r.output
+
+
 @pytest.mark.parametrize("flag,value", [("--duration", "nan"), ("--hang-timeout", "inf"), ("--start-timeout", "nan"),
                                         ("--slo-scale", "2,nan")])
 def test_non_finite_numbers_are_input_errors(tmp_path, flag, value):

@@ -10,7 +10,8 @@
   finishes every request with exactly its output length, writes the simulator's metrics
   JSON (same keys) beside the simulated one, and a per-request CSV, and no trial meets a
   prefill bucket the workers' start-up did not prepare (``cold_buckets``); its host probe
-  measures a decode host time per LLM and the prediction made with them;
+  measures a decode host time per LLM and the prediction made with them; ``--job-trace``
+  lists every job with its launch and device times;
 * a killed or hung worker, or Ctrl-C, stops the run with partial results, exit status 1
   (130 for Ctrl-C) and no process left behind.
 """
@@ -180,6 +181,32 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
     # start-up planned every prefill bucket the replay met (on GPUs: captured them before it)
     assert summary["cold_buckets"] and all(v == [] for v in summary["cold_buckets"].values())
     assert all(info["warmup"]["prefill_buckets"] > 0 for info in summary["worker_info"].values())
+    assert not (tmp_path / "o" / "jobs.csv").exists()  # the job trace is off by default
+
+
+def test_job_trace_lists_every_job(tmp_path):
+    """``--job-trace``: jobs.csv holds every job of every mesh, one token per request each
+    (prefills and decode steps together give every request its output length), with the
+    host's launch before its return and before the leader saw the job done; on CPUs a job
+    runs inside its launch, so its device times are the launch's."""
+    [summary] = _execute(SPATIAL, tmp_path / "o", "--policy", "fcfs", "--job-trace")
+    jobs = list(csv.DictReader(open(tmp_path / "o" / "jobs.csv")))
+    requests = list(csv.DictReader(open(tmp_path / "o" / "requests.csv")))
+    assert summary["measured"]["finished"] == len(requests) and not any(int(r["preemptions"]) for r in requests)
+    assert list(jobs[0]) == ["group", "llm", "kind", "requests", "longest_context", "launch_s", "launched_s",
+                             "device_start_s", "device_end_s", "seen_s"]
+    assert {j["group"] for j in jobs} == {"0", "1"} and {j["kind"] for j in jobs} == {"prefill", "decode"}
+    for llm in {r["model"] for r in requests}:
+        mine = [r for r in requests if r["model"] == llm]
+        served = [j for j in jobs if j["llm"] == llm]
+        assert sum(int(j["requests"]) for j in served if j["kind"] == "prefill") == len(mine)
+        assert sum(int(j["requests"]) for j in served) == sum(int(r["output_tokens"]) for r in mine)
+    for j in jobs:
+        launch, launched, seen = float(j["launch_s"]), float(j["launched_s"]), float(j["seen_s"])
+        assert 0 < launch <= launched <= seen
+        assert (float(j["device_start_s"]), float(j["device_end_s"])) == (launch, launched)
+    firsts = sorted(float(r["first_token_s"]) for r in requests)
+    assert firsts[0] >= min(float(j["launched_s"]) for j in jobs if j["kind"] == "prefill")
 
 
 def test_policy_trials_share_workers(tmp_path):

@@ -42,6 +42,8 @@
 # run of tests/executor/test_llm_tp2_set.py, with TP2 a tiny copy of the 2-GPU set and SHARES2=1).
 # HOST_PROBE (default 1; 0 passes --no-host-probe: every `placeopt execute` skips the probe of the
 # meshes' decode host time before its trials, as the CPU dry run does).
+# JOB_TRACE (default 0; 1 passes --job-trace: every `placeopt execute` of those phases also writes jobs.csv, each
+# job's host launch and device start and end).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-llm-fidelity-out}
@@ -63,6 +65,7 @@ SHARES2=${SHARES2:-0.5,1}
 SHARES4=${SHARES4:-1}
 MODELS2=${MODELS2:-llm-7b llm-8b}
 PROBE=$([ "${HOST_PROBE:-1}" = 0 ] && echo --no-host-probe || echo --host-probe)
+TRACE=(); [ "${JOB_TRACE:-0}" = 1 ] && TRACE=(--job-trace)
 PLACEMENTS2=${PLACEMENTS2:-spatial muxserve temporal colocated}
 RUN_CAP_S=${RUN_CAP_S:-0}
 BACKEND=${BACKEND:-nccl}
@@ -136,17 +139,17 @@ for phase in "$@"; do
       python3 $B/measured_instances.py "$TABLES" ;;
     mux)
       for w in $MUX; do
-        run_capped placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy "$POLICIES" "$PROBE" \
+        run_capped placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy "$POLICIES" "$PROBE" "${TRACE[@]}" \
           --backend "$BACKEND" -o "$R/$w-muxserve" 2>&1 | tail -40
       done ;;
     traces)
       for w in $TRACES; do
-        run_capped placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs --backend "$BACKEND" "$PROBE" \
+        run_capped placeopt execute $I/measured/$w.json $I/$w-muxserve.placement.json --policy adbs --backend "$BACKEND" "$PROBE" "${TRACE[@]}" \
           -o "$R/$w-muxserve" 2>&1 | tail -20
       done ;;
     temporal)
       for w in $TEMPORAL; do
-        run_capped placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json --backend "$BACKEND" "$PROBE" \
+        run_capped placeopt execute $I/measured/$w.json $I/$w-temporal.placement.json --backend "$BACKEND" "$PROBE" "${TRACE[@]}" \
           -o "$R/$w-temporal" 2>&1 | tail -20
       done ;;
     profile2)
@@ -191,7 +194,7 @@ for phase in "$@"; do
       python3 $B/measured_instances.py "$TABLES2" $TP2 ;;
     tp2)
       for p in $PLACEMENTS2; do
-        run_capped placeopt execute $TP2/measured/poisson.json $TP2/poisson-$p.placement.json --backend "$BACKEND" "$PROBE" \
+        run_capped placeopt execute $TP2/measured/poisson.json $TP2/poisson-$p.placement.json --backend "$BACKEND" "$PROBE" "${TRACE[@]}" \
           -o "$R/$(basename "$TP2")-poisson-$p" 2>&1 | tail -20
       done ;;
     pack)

@@ -1,0 +1,82 @@
+"""A mesh leader's job trace: when each job was launched on the host and ran on the device.
+
+``placeopt execute --job-trace`` (LLM instances) writes ``jobs.csv`` per trial: for every job a
+mesh's leader finished, its LLM, kind, requests and longest context, the host's monotonic time
+before and after :meth:`~.llm_engine.MeshEngine.launch` (what the scheduling thread spent on
+it), the device's start and end of its work, and the time the leader saw it done. The device
+times come from CUDA timing events recorded on the job's stream before and after its work,
+placed on the host clock by an origin event that the host waits for at the trial's start (so
+they carry the origin's wait, tens of microseconds); on CPUs a job runs inside ``launch``, so
+its device times are the launch's. Where the simulator charges host time that the executor
+does not spend, or the device starts a job later than it was launched (a hardware queue shared
+with another stream, a partition busy), the trace shows it; the fidelity study reads it
+(``docs/fidelity-llm.md``).
+
+The trace is off by default: its events cost a little device and host time per job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+JOB_COLUMNS = ("llm", "kind", "requests", "longest_context", "launch_s", "launched_s", "device_start_s",
+               "device_end_s", "seen_s")
+
+
+@dataclass
+class TracedJob:
+    """One finished job's facts; its device times still as events until :meth:`JobTrace.rows`."""
+
+    llm: int
+    kind: str
+    requests: int
+    longest_context: int
+    launch: float  # host monotonic seconds before launch
+    launched: float  # ... after it returned
+    start: Any  # timing event before its work (None on CPUs)
+    end: Any  # timing event after it (None on CPUs)
+    seen: float  # host monotonic seconds when the leader finished it
+
+
+class JobTrace:
+    """The jobs one rank finished since :meth:`begin` (only a trace that began records)."""
+
+    def __init__(self, device: Any):
+        self.device = device
+        self.active = False
+        self.jobs: List[TracedJob] = []
+        self._origin: Optional[Tuple[Any, float]] = None  # (event, host monotonic seconds when it had run)
+
+    def begin(self) -> None:
+        """Start a trial's trace: forget earlier jobs and place the device clock on the host's."""
+        import time
+
+        import torch
+
+        self.jobs, self.active = [], True
+        if self.device.type == "cuda":
+            origin = torch.cuda.Event(enable_timing=True)
+            origin.record(torch.cuda.current_stream(self.device))
+            origin.synchronize()
+            self._origin = (origin, time.monotonic())
+
+    def add(self, job: TracedJob) -> None:
+        if self.active:
+            self.jobs.append(job)
+
+    def rows(self, t0: float, names: Sequence[str]) -> List[tuple]:
+        """Every traced job as a :data:`JOB_COLUMNS` row, times in seconds from ``t0`` (the
+        trial's monotonic start); ends the trace."""
+        out = []
+        for j in self.jobs:
+            if j.start is not None and self._origin is not None:
+                origin, at = self._origin
+                start = at + origin.elapsed_time(j.start) / 1e3
+                end = at + origin.elapsed_time(j.end) / 1e3
+            else:
+                start, end = j.launch, j.launched
+            out.append((names[j.llm], j.kind, j.requests, j.longest_context,
+                        *(round(x - t0, 6) for x in (j.launch, j.launched, start, end, j.seen))))
+        self.jobs, self.active, self._origin = [], False, None
+        return out
