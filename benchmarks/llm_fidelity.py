@@ -240,7 +240,7 @@ GENERATIONS = {
     "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b", "results-v3p-gpu4s2",
                        "results-v3p-gpu1s1", "results-v3p2", "results-v3p-gpu4s2r", "results-v3p-gpu4s2-probe1",
                        "results-v3p-gpu4s2-probe0", "results-v3p-gpu4s3", "results-v3p-tp4probe", "results-v3p-x3",
-                       "results-v3p-tp4probe2", "results-v3p-tp2", "results-v3p-tp2s1", "results-v3p-traces"),
+                       "results-v3p-tp4probe2", "results-v3p-tp2", "results-v3p-tp2s1", "results-v3p-traces", "results-v3p-trace8", "results-v3p-trace32"),
                       "tables-v3", "results-v3", None,
                       "calibration-v3p.json",
                       fit_streams=("results-v3p", "poisson-temporal"),

@@ -5,9 +5,10 @@ mesh's leader finished, its LLM, kind, requests and longest context, the host's 
 before and after :meth:`~.llm_engine.MeshEngine.launch` (what the scheduling thread spent on
 it), the device's start and end of its work, and the time the leader saw it done. The device
 times come from CUDA timing events recorded on the job's stream before and after its work,
-placed on the host clock by an origin event that the host waits for at the trial's start (so
-they carry the origin's wait, tens of microseconds); on CPUs a job runs inside ``launch``, so
-its device times are the launch's. Where the simulator charges host time that the executor
+placed on the host clock by two anchor events the host waits for, one at the trial's start and
+one at its end (:func:`host_seconds`: the GPU's timer and the host's monotonic clock drift
+apart by about 12 microseconds a second on an H100 host, 0.6 ms over a 50 s trial); on CPUs a
+job runs inside ``launch``, so its device times are the launch's. Where the simulator charges host time that the executor
 does not spend, or the device starts a job later than it was launched (a hardware queue shared
 with another stream, a partition busy), the trace shows it; the fidelity study reads it
 (``docs/fidelity-llm.md``).
@@ -39,6 +40,15 @@ class TracedJob:
     seen: float  # host monotonic seconds when the leader finished it
 
 
+def host_seconds(elapsed: float, anchors: Tuple[float, float, float]) -> float:
+    """A device time ``elapsed`` seconds after the first anchor event on the host's clock:
+    ``anchors`` = (host seconds when the first anchor had run, device seconds from it to the
+    second, host seconds between them); the device clock is scaled linearly onto the host's
+    between them (a zero device span: not scaled)."""
+    at, device_span, host_span = anchors
+    return at + elapsed * (host_span / device_span if device_span > 0 else 1.0)
+
+
 class JobTrace:
     """The jobs one rank finished since :meth:`begin` (only a trace that began records)."""
 
@@ -46,34 +56,41 @@ class JobTrace:
         self.device = device
         self.active = False
         self.jobs: List[TracedJob] = []
-        self._origin: Optional[Tuple[Any, float]] = None  # (event, host monotonic seconds when it had run)
+        self._origin: Optional[Tuple[Any, float]] = None  # first anchor: (event, host monotonic seconds it had run)
 
     def begin(self) -> None:
         """Start a trial's trace: forget earlier jobs and place the device clock on the host's."""
-        import time
-
-        import torch
-
         self.jobs, self.active = [], True
         if self.device.type == "cuda":
-            origin = torch.cuda.Event(enable_timing=True)
-            origin.record(torch.cuda.current_stream(self.device))
-            origin.synchronize()
-            self._origin = (origin, time.monotonic())
+            self._origin = self._anchor()
 
     def add(self, job: TracedJob) -> None:
         if self.active:
             self.jobs.append(job)
 
+    def _anchor(self) -> Tuple[Any, float]:
+        """An event recorded now on the current stream and the host time once it has run."""
+        import time
+
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        event.synchronize()
+        return event, time.monotonic()
+
     def rows(self, t0: float, names: Sequence[str]) -> List[tuple]:
         """Every traced job as a :data:`JOB_COLUMNS` row, times in seconds from ``t0`` (the
-        trial's monotonic start); ends the trace."""
+        trial's monotonic start); ends the trace. Called with no job in flight."""
         out = []
+        if self._origin is not None:
+            origin, at = self._origin
+            last, at_last = self._anchor()
+            anchors = (at, origin.elapsed_time(last) / 1e3, at_last - at)
         for j in self.jobs:
             if j.start is not None and self._origin is not None:
-                origin, at = self._origin
-                start = at + origin.elapsed_time(j.start) / 1e3
-                end = at + origin.elapsed_time(j.end) / 1e3
+                start = host_seconds(origin.elapsed_time(j.start) / 1e3, anchors)
+                end = host_seconds(origin.elapsed_time(j.end) / 1e3, anchors)
             else:
                 start, end = j.launch, j.launched
             out.append((names[j.llm], j.kind, j.requests, j.longest_context,
