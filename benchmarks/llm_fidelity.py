@@ -240,7 +240,7 @@ GENERATIONS = {
     "v3p": Generation(("results-v3p", "results-v3p-gpu4", "results-v3p-gpu4b", "results-v3p-gpu4s2",
                        "results-v3p-gpu1s1", "results-v3p2", "results-v3p-gpu4s2r", "results-v3p-gpu4s2-probe1",
                        "results-v3p-gpu4s2-probe0", "results-v3p-gpu4s3", "results-v3p-tp4probe", "results-v3p-x3",
-                       "results-v3p-tp4probe2", "results-v3p-tp2", "results-v3p-tp2s1", "results-v3p-traces", "results-v3p-trace8", "results-v3p-trace32"),
+                       "results-v3p-tp4probe2", "results-v3p-tp2", "results-v3p-tp2s1", "results-v3p-traces", "results-v3p-trace8", "results-v3p-trace-x3"),
                       "tables-v3", "results-v3", None,
                       "calibration-v3p.json",
                       fit_streams=("results-v3p", "poisson-temporal"),
@@ -498,17 +498,23 @@ def simulate_run(run: dict, model: Optional[Dict[str, float]], probed: bool = Fa
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import simulate_llm
 
-    inst_path, placement_path = run_inputs(run)
+    inst = run_instance(run, model)
+    policy = None if run["policy"] == "temporal" else run["policy"]
+    host = probe_host(run) if probed else None
+    return simulate_llm(inst, load_placement(run_inputs(run)[1]), policy=policy, decode_host=host), inst
+
+
+def run_instance(run: dict, model: Optional[Dict[str, float]]) -> Any:
+    """``run``'s measured instance with its generation's cost tables and the host and
+    contention fields set to ``model`` (as :func:`simulate_run` takes it)."""
     gen = generation_of(run["folder"])
-    inst = generation_instance(inst_path, gen, run["folder"])
+    inst = generation_instance(run_inputs(run)[0], gen, run["folder"])
     if model is None and gen is not None:
         model = generation_model(gen)
     if model is not None:
         fields = {f: float(model.get(f, 0.0)) for f in MODEL_FIELDS}
         inst = dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **fields))
-    policy = None if run["policy"] == "temporal" else run["policy"]
-    host = probe_host(run) if probed else None
-    return simulate_llm(inst, load_placement(placement_path), policy=policy, decode_host=host), inst
+    return inst
 
 
 def request_rows(run: dict) -> List[Dict[str, str]]:

@@ -23,7 +23,8 @@ decode host time per LLM on this machine (:mod:`.llm_probe`): ``summary.json`` t
 ``host_probe`` (per group: the measured and the calibrated seconds) and the prediction made
 with them, ``simulated_with_probe`` and ``errors_with_probe``. With ``ExecutorConfig.job_trace``
 also ``jobs.csv``: every job of every mesh, its host launch and its device start and end
-(:mod:`.llm_trace`), on the requests' clock.
+(:mod:`.llm_trace`), on the requests' clock, and beside it ``simulated-jobs.csv``, the
+simulator's own job timeline of the same requests (:func:`simulated_jobs`).
 """
 
 from __future__ import annotations
@@ -451,15 +452,52 @@ def requests_csv(req: Requests, names: Sequence[str], prompt: np.ndarray, output
     return buf.getvalue()
 
 
-def jobs_csv(run: _Run) -> str:
-    """One row per traced job (:data:`~.llm_trace.JOB_COLUMNS` after its group), by group and
-    launch time."""
+def measured_jobs(run: _Run) -> List[tuple]:
+    """Every job the mesh leaders traced: its group, then :data:`~.llm_trace.JOB_COLUMNS`."""
+    return [(g, *row) for g, tot in sorted(run.mesh_totals.items()) for row in tot.get("jobs", [])]
+
+
+def simulated_jobs(instance: Instance, placement: Placement, req: Requests, policy: str
+                   ) -> Tuple[List[tuple], np.ndarray]:
+    """The simulator's job timeline of every mesh on ``req`` under ``policy``: the kernel's
+    decisions and job times on the executor's virtual clock (:func:`~.llm_sched.run_virtual`,
+    equality-tested against the kernel), one row per job as :func:`measured_jobs` (the GPU
+    start and end are the kernel's; launch and launched its scheduling thread's), and every
+    request's first-token time in it (-1: none)."""
+    from placement_opt.executor.llm_sched import run_virtual
+
+    rules = placement_rules(placement)
+    cfg = effective_llm_config(instance, rules)
+    specs = llm_specs(instance)
+    pools = simllm.check_llm_groups(instance, placement.groups, specs, rules)
+    index = {s.name: s.index for s in specs}
+    prompt, output = simllm._with_lengths(instance, req)
+    mesh_of = simllm._mesh_of_requests(placement.groups, index, req.model)
+    all_req = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
+    rows: List[tuple] = []
+    first = np.full(len(req), -1.0)
+    for gi, g in enumerate(placement.groups):
+        if not g.models:
+            continue
+        mesh_specs = [specs[index[m]] for m in g.models]
+        sel = np.flatnonzero(mesh_of == gi)
+        local = simllm._mesh_requests(all_req, sel, mesh_specs)
+        trace: List[tuple] = []
+        done = run_virtual(local, *simllm.mesh_inputs(g, mesh_specs, pools[gi], cfg, policy,
+                                                      req.duration_s + cfg.drain_s), trace=trace)
+        first[sel] = done.first
+        rows += [(gi, g.models[k], *rest) for k, *rest in trace]
+    return rows, first
+
+
+def jobs_csv(rows: List[tuple]) -> str:
+    """``jobs.csv`` (or ``simulated-jobs.csv``): one row per job (its group, then
+    :data:`~.llm_trace.JOB_COLUMNS`), by group and launch time."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["group", *JOB_COLUMNS])
-    for g, tot in sorted(run.mesh_totals.items()):
-        for row in sorted(tot.get("jobs", []), key=lambda r: r[4]):
-            w.writerow([g, *row[:4], *(f"{x:.6f}" for x in row[4:])])
+    for row in sorted(rows, key=lambda r: (r[0], r[5])):
+        w.writerow([*row[:5], *(f"{x:.6f}" for x in row[5:])])
     return buf.getvalue()
 
 
@@ -604,7 +642,10 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
     atomic_write_json(os.path.join(out_dir, "simulated.json"), simulated)
     atomic_write_text(os.path.join(out_dir, "requests.csv"),
                       requests_csv(req, instance.model_names, prompt, output, mesh_of, run, predicted))
-    if any(t.get("jobs") for t in run.mesh_totals.values()):
-        atomic_write_text(os.path.join(out_dir, "jobs.csv"), jobs_csv(run))
+    measured_rows = measured_jobs(run)
+    if measured_rows:
+        atomic_write_text(os.path.join(out_dir, "jobs.csv"), jobs_csv(measured_rows))
+        atomic_write_text(os.path.join(out_dir, "simulated-jobs.csv"),
+                          jobs_csv(simulated_jobs(instance, placement, req, policy)[0]))
     atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary

@@ -24,7 +24,7 @@ head-of-line blocking.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -444,6 +444,8 @@ class VirtualJobs:
         self.alone = [0.0] * (2 * K)
         self.graph_partition = [False] * (2 * K)  # a graph prefill on an SM partition (prefill_beside)
         self.share = [float(x) for x in llms.share]
+        # per slot: its job, when its launch began and when it left the thread free (run_virtual's trace)
+        self.launched: List[Optional[Tuple[Job, float, float]]] = [None] * (2 * K)
 
     @staticmethod
     def slot(kind: str, k: int) -> int:
@@ -472,7 +474,7 @@ class VirtualJobs:
         for job in jobs:
             j, dur, k = self.slot(job.kind, job.llm), self.duration(job), job.llm
             if not self.timed:
-                self.end[j] = t + dur
+                self.start[j], self.end[j], self.launched[j] = t, t + dur, (job, t, t)
                 continue
             moved = self.weight_bytes[k] + float(sum(job.contexts)) * self.kv_bytes[k]
             begin = max(t, host_free)
@@ -489,6 +491,7 @@ class VirtualJobs:
             self.mark[j], self.factor[j], self.alone[j] = self.start[j], 1.0, dur
             self.demand[j] = moved / self.work[j] / 1e9 if self.work[j] > 0 else 0.0
             self.end[j] = self.start[j] + self.work[j]
+            self.launched[j] = (job, begin, host_free)
         return host_free
 
     def retime(self, t: float) -> None:
@@ -532,11 +535,15 @@ class VirtualJobs:
         return t_next if free else min(t_next, host_free)
 
 
-def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings) -> MeshScheduler:
+def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings,
+                trace: Optional[List[tuple]] = None) -> MeshScheduler:
     """Drive a :class:`MeshScheduler` on a virtual clock with the kernel's job times (all its
     duration terms, :class:`VirtualJobs`) and its event loop (end due
     jobs, re-balance, schedule, drop, advance while the scheduling thread is free); returns
-    it finished."""
+    it finished. ``trace``, when given, gets the simulator's job timeline: per finished job
+    (LLM, kind, requests, longest context, its launch's begin and end on the thread, its GPU
+    work's start and end, the time it was collected), the executor's ``jobs.csv`` columns
+    (:mod:`.llm_trace`) but the LLM's index for its name."""
     s = MeshScheduler(requests, llms, cfg)
     clock = VirtualJobs(llms, tables, cfg)
     n = len(requests.arrival)
@@ -548,8 +555,13 @@ def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, c
         if t >= host_free:
             for k in range(len(s.llms)):
                 for kind in (DECODE, PREFILL):
-                    if clock.end[clock.slot(kind, k)] <= t:
-                        clock.end[clock.slot(kind, k)] = np.inf
+                    j = clock.slot(kind, k)
+                    if clock.end[j] <= t:
+                        if trace is not None:
+                            job, begin, free = clock.launched[j]
+                            trace.append((k, kind, len(job.requests), max(job.contexts), begin, free, clock.start[j],
+                                          clock.end[j], t))
+                        clock.end[j] = np.inf
                         done += len(s.complete(kind, k, t))
             if done == n:
                 return s

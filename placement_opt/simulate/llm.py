@@ -232,9 +232,20 @@ def _pool_kib(pool_bytes: float) -> int:
 def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: MeshRequests, cfg: LLMConfig,
               policy: str, horizon: float, measured_host: Optional[Sequence[Optional[float]]] = None
               ) -> tuple[MeshOutputs, float]:
-    """Run the mesh kernel on one group: its LLMs' latency tables at their SM shares, its pool
-    and the scheduling settings (``measured_host``: per LLM a decode host time measured on a
-    machine, None: the calibrated one). Returns the kernel's outputs and the time it stopped."""
+    """Run the mesh kernel on one group (:func:`mesh_inputs`). Returns the kernel's outputs and
+    the time it stopped."""
+    llms, tables, settings = mesh_inputs(g, mesh_specs, pool_bytes, cfg, policy, horizon, measured_host)
+    out = mesh_outputs(len(requests.arrival), len(mesh_specs), UTILISATION_BINS)
+    return out, simulate_mesh(requests, llms, tables, settings, out)
+
+
+def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLMConfig, policy: str, horizon: float,
+                measured_host: Optional[Sequence[Optional[float]]] = None
+                ) -> tuple[MeshLLMs, LatencyTables, MeshSettings]:
+    """The mesh kernel's inputs for one group but its requests: its LLMs' latency tables at
+    their SM shares and host and contention terms, its pool and the scheduling settings
+    (``measured_host``: per LLM a decode host time measured on a machine, None: the calibrated
+    one). The executor's virtual clock (``executor.llm_sched.run_virtual``) takes the same."""
     shares = _sm_shares(g, policy)
     P, D, lgrid = _mesh_tables(mesh_specs, g.tp, shares, cfg.max_batch)
     decode_host, prefill_host, eager_host = (np.array(c, dtype=np.float64)
@@ -253,9 +264,7 @@ def _run_mesh(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, requests: 
                     prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]),
                     decode_block_host_s=np.array([page_fill_seconds(cfg, s, mesh_specs, g.tp) for s in mesh_specs]))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
-    settings = mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon, g.tp)
-    out = mesh_outputs(len(requests.arrival), len(mesh_specs), UTILISATION_BINS)
-    return out, simulate_mesh(requests, llms, tables, settings, out)
+    return llms, tables, mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon, g.tp)
 
 
 def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: float, tp: int = 1) -> MeshSettings:

@@ -188,7 +188,8 @@ def test_job_trace_lists_every_job(tmp_path):
     """``--job-trace``: jobs.csv holds every job of every mesh, one token per request each
     (prefills and decode steps together give every request its output length), with the
     host's launch before its return and before the leader saw the job done; on CPUs a job
-    runs inside its launch, so its device times are the launch's."""
+    runs inside its launch, so its device times are the launch's. simulated-jobs.csv is the
+    simulator's timeline of the same requests, consistent with its first-token times."""
     [summary] = _execute(SPATIAL, tmp_path / "o", "--policy", "fcfs", "--job-trace")
     jobs = list(csv.DictReader(open(tmp_path / "o" / "jobs.csv")))
     requests = list(csv.DictReader(open(tmp_path / "o" / "requests.csv")))
@@ -207,6 +208,19 @@ def test_job_trace_lists_every_job(tmp_path):
         assert (float(j["device_start_s"]), float(j["device_end_s"])) == (launch, launched)
     firsts = sorted(float(r["first_token_s"]) for r in requests)
     assert firsts[0] >= min(float(j["launched_s"]) for j in jobs if j["kind"] == "prefill")
+    # beside it the simulator's own timeline of the same requests: the same jobs' columns, every
+    # request's simulated first token the collection of one of its LLM's simulated prefills
+    simulated = list(csv.DictReader(open(tmp_path / "o" / "simulated-jobs.csv")))
+    assert list(simulated[0]) == list(jobs[0])
+    for llm in {r["model"] for r in requests}:
+        mine = [r for r in requests if r["model"] == llm]
+        served = [j for j in simulated if j["llm"] == llm]
+        assert sum(int(j["requests"]) for j in served) == sum(int(r["output_tokens"]) for r in mine)
+        collected = {j["seen_s"] for j in served if j["kind"] == "prefill"}
+        assert all(r["simulated_first_token_s"] in collected for r in mine)
+    for j in simulated:
+        times = [float(j[c]) for c in ("launch_s", "launched_s", "device_start_s", "device_end_s", "seen_s")]
+        assert times[0] <= times[1] and times[0] <= times[2] <= times[3] <= times[4]
 
 
 def test_policy_trials_share_workers(tmp_path):

@@ -1,0 +1,213 @@
+"""The engine's job timeline against the simulator's, job by job (``placeopt execute --job-trace``).
+
+A run made with the job trace has ``jobs.csv``: every job the mesh leaders ran, when the host
+launched it and when the GPU ran it. This script rebuilds the simulator's own timeline of the
+same requests with the run's engine generation and its current calibration (the cost tables and
+host and contention fields ``benchmarks/llm_fidelity.py`` re-predicts the run with;
+``--set FIELD=VALUE`` changes a field) and prints, per LLM and job kind:
+
+* ``jobs``: how many ran (measured / simulated);
+* ``host ms``: the mean time the scheduling thread spent launching one (what the simulator's
+  host model charges);
+* ``GPU ms``: the mean time from its GPU start to its end (table time and contention);
+* ``x table``: the median of that time over the job's table time at its SM share, batch and
+  longest context (how much the co-running jobs slow it), by how many other jobs of its mesh
+  ran beside it (time-weighted, rounded);
+
+then per LLM its requests' mean wait from arrival to their prefill's launch and from that
+launch to the prefill's end (the two parts of the TTFT), and the mesh's scheduling thread busy
+share. Where the measured and simulated columns part is where the simulator's model of the
+engine is wrong (docs/fidelity-llm.md "The job trace").
+
+Usage: python benchmarks/fidelity/llm/job_timeline.py RESULTS/RUN... [--set FIELD=VALUE ...]
+(RESULTS a folder under benchmarks/fidelity/llm, RUN its run's sub-folder, e.g.
+``results-v3p-trace-x3/poisson-x3-muxserve/adbs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import os
+import sys
+from collections import defaultdict
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_fidelity
+
+import llm_fidelity as fid  # noqa: E402
+
+TIMES = ("launch_s", "launched_s", "device_start_s", "device_end_s", "seen_s")
+
+
+def read_jobs(path: str) -> List[dict]:
+    """The rows of a ``jobs.csv`` (or its ``.gz``), times as floats."""
+    path = path if os.path.exists(path) else path + ".gz"
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for c in TIMES:
+            r[c] = float(r[c])
+        r["requests"], r["longest_context"] = int(r["requests"]), int(r["longest_context"])
+    return rows
+
+
+def as_rows(jobs: Sequence[tuple]) -> List[dict]:
+    """``executor.llm_run.simulated_jobs`` tuples as :func:`read_jobs` rows."""
+    names = ("group", "llm", "kind", "requests", "longest_context", *TIMES)
+    return [dict(zip(names, (str(j[0]), *j[1:]))) for j in jobs]
+
+
+def co_runners(jobs: List[dict]) -> List[float]:
+    """Per job, the time-weighted number of other jobs of its mesh on the GPU while it ran."""
+    out = [0.0] * len(jobs)
+    by_group: Dict[str, List[int]] = defaultdict(list)
+    for i, j in enumerate(jobs):
+        by_group[j["group"]].append(i)
+    for idx in by_group.values():
+        edges = sorted([(jobs[i]["device_start_s"], 1) for i in idx] + [(jobs[i]["device_end_s"], -1) for i in idx])
+        times = np.array([e[0] for e in edges])
+        count = np.cumsum([e[1] for e in edges])
+        for i in idx:
+            a, b = jobs[i]["device_start_s"], jobs[i]["device_end_s"]
+            if b <= a:
+                continue
+            lo, hi = np.searchsorted(times, a, side="right"), np.searchsorted(times, b, side="left")
+            cuts = np.concatenate(([a], times[lo:hi], [b]))
+            running = np.concatenate(([count[lo - 1]], count[lo:hi]))
+            out[i] = float(np.dot(np.diff(cuts), running) / (b - a)) - 1.0
+    return out
+
+
+def table_seconds(run: dict, inst, jobs: List[dict]) -> List[float]:
+    """Per job its table time alone at its LLM's SM share, batch and longest context."""
+    from placement_opt.executor.llm_sched import len_interp
+    from placement_opt.llm_units import effective_llm_config, llm_specs, placement_rules
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate import llm as simllm
+
+    placement = load_placement(fid.run_inputs(run)[1])
+    policy = simllm.resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
+    cfg = effective_llm_config(inst, placement_rules(placement))
+    specs = {s.name: s for s in llm_specs(inst)}
+    tables: Dict[str, Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for g in placement.groups:
+        if g.models:
+            P, D, lgrid = simllm._mesh_tables([specs[m] for m in g.models], g.tp, simllm._sm_shares(g, policy),
+                                              cfg.max_batch)
+            for k, m in enumerate(g.models):
+                tables[m] = (P[k], D[k], lgrid.astype(np.float64))
+    out = []
+    for j in jobs:
+        P, D, lgrid = tables[j["llm"]]
+        row = (P if j["kind"] == "prefill" else D)[min(j["requests"], P.shape[0] - 1)]
+        out.append(len_interp(row, lgrid, float(j["longest_context"])))
+    return out
+
+
+def simulated_timeline(run: dict, inst) -> Tuple[List[dict], np.ndarray]:
+    """The simulator's job timeline of ``run`` and its requests' first tokens
+    (``executor.llm_run.simulated_jobs``)."""
+    from placement_opt.executor.llm_run import simulated_jobs
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate import llm as simllm
+
+    placement = load_placement(fid.run_inputs(run)[1])
+    policy = simllm.resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
+    jobs, first = simulated_jobs(inst, placement, inst.requests(), policy)
+    return as_rows(jobs), first
+
+
+def prefill_waits(jobs: List[dict], requests: List[dict], first: Sequence[float], tolerance: float
+                  ) -> Dict[str, Tuple[float, float]]:
+    """Per LLM its requests' mean (arrival -> prefill launch, launch -> prefill end): each
+    request matched to the prefill of its LLM collected at its first token ``first[i]`` (the
+    measured within ``tolerance``: the leader stamps the token just before it collects the job)."""
+    prefills: Dict[str, List[dict]] = defaultdict(list)
+    for j in jobs:
+        if j["kind"] == "prefill":
+            prefills[j["llm"]].append(j)
+    parts: Dict[str, List[Tuple[float, float]]] = defaultdict(list)
+    for r, t in zip(requests, first):
+        arrival = float(r["arrival_s"])
+        match = [j for j in prefills[r["model"]] if j["launch_s"] >= arrival - 1e-9 and abs(j["seen_s"] - t) <= tolerance]
+        if t >= 0 and match:
+            j = min(match, key=lambda j: abs(j["seen_s"] - t))
+            parts[r["model"]].append((j["launch_s"] - arrival, j["device_end_s"] - j["launch_s"]))
+    return {m: tuple(np.mean(v, axis=0)) for m, v in parts.items()}
+
+
+def _ms(x: float) -> str:
+    return f"{1e3 * x:.2f}"
+
+
+def report(spec: str, overrides: Dict[str, float]) -> List[str]:
+    folder, _, name = spec.partition("/")
+    run = fid._find_run((folder, name))
+    model = dict(fid.generation_model(fid.generation_of(run["folder"])), **overrides)
+    inst = fid.run_instance(run, model)
+    measured = read_jobs(os.path.join(fid.LLM, folder, name, "jobs.csv"))
+    simulated, simulated_first = simulated_timeline(run, inst)
+    lines = [f"== {spec}" + (f" with {overrides}" if overrides else "")]
+    stats = {}
+    for label, jobs in (("measured", measured), ("simulated", simulated)):
+        tab, co = table_seconds(run, inst, jobs), co_runners(jobs)
+        by: Dict[Tuple[str, str], List[Tuple[float, float, float, float]]] = defaultdict(list)
+        for j, t, c in zip(jobs, tab, co):
+            by[(j["llm"], j["kind"])].append((j["launched_s"] - j["launch_s"], j["device_end_s"] - j["device_start_s"],
+                                              (j["device_end_s"] - j["device_start_s"]) / t if t > 0 else np.nan, c))
+        stats[label] = by
+    lines.append("llm       kind     jobs meas/sim   host ms meas/sim   GPU ms meas/sim   x table by co-runners "
+                 "meas | sim (co-runners: median ratio)")
+    for key in sorted(set(stats["measured"]) | set(stats["simulated"])):
+        m, s = (np.array(stats[x].get(key, np.zeros((0, 4)))).reshape(-1, 4) for x in ("measured", "simulated"))
+
+        def by_count(a: np.ndarray) -> str:
+            groups = defaultdict(list)
+            for ratio, c in zip(a[:, 2], a[:, 3]):
+                groups[int(round(c))].append(ratio)
+            return " ".join(f"{c}:{np.nanmedian(v):.2f}" for c, v in sorted(groups.items()) if len(v) >= 3)
+
+        lines.append(f"{key[0]:<9} {key[1]:<8} {len(m):>5} / {len(s):<5}   {_ms(m[:, 0].mean()) if len(m) else '-':>6} / "
+                     f"{_ms(s[:, 0].mean()) if len(s) else '-':<6}   {_ms(m[:, 1].mean()) if len(m) else '-':>6} / "
+                     f"{_ms(s[:, 1].mean()) if len(s) else '-':<6}   {by_count(m)} | {by_count(s)}")
+    requests = fid.request_rows(run)
+    measured_first = [float(r["first_token_s"]) if r["first_token_s"] not in ("", "dropped") else -1.0
+                      for r in requests]
+    meas_w = prefill_waits(measured, requests, measured_first, 3e-3)
+    sim_w = prefill_waits(simulated, requests, simulated_first, 1e-9)
+    lines.append("llm       TTFT parts ms: arrival->launch meas/sim   launch->prefill end meas/sim")
+    for m in sorted(set(meas_w) | set(sim_w)):
+        a, b = meas_w.get(m, (np.nan, np.nan)), sim_w.get(m, (np.nan, np.nan))
+        lines.append(f"{m:<9} {_ms(a[0]):>8} / {_ms(b[0]):<8}   {_ms(a[1]):>8} / {_ms(b[1]):<8}")
+    for label, jobs in (("measured", measured), ("simulated", simulated)):
+        for g in sorted({j["group"] for j in jobs}):
+            mine = [j for j in jobs if j["group"] == g]
+            span = max(j["seen_s"] for j in mine) - min(j["launch_s"] for j in mine)
+            busy = sum(j["launched_s"] - j["launch_s"] for j in mine) / span if span > 0 else 0.0
+            lines.append(f"group {g} {label}: scheduling thread busy {100 * busy:.1f}% of {span:.1f} s")
+    return lines
+
+
+def main(argv: Sequence[str] = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", help="RESULTS/RUN: a run made with --job-trace")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                    help=f"a calibration field for the simulated timeline (one of {', '.join(fid.MODEL_FIELDS)})")
+    args = ap.parse_args(argv)
+    overrides = {}
+    for item in args.overrides:
+        field, _, value = item.partition("=")
+        if field not in fid.MODEL_FIELDS:
+            ap.error(f"--set {item}: unknown field {field!r}")
+        overrides[field] = float(value)
+    for spec in args.runs:
+        print("\n".join(report(spec, overrides)))
+
+
+if __name__ == "__main__":
+    main()
