@@ -32,7 +32,13 @@ launches, 60-80 ms of host time on a green-context stream (12-21 ms on a plain o
 results-v2/engine.json), during which the one scheduling thread launched nothing else;
 replaying a graph costs one launch. Buckets over ``PREFILL_GRAPH_TOKENS`` tokens run eagerly
 at their exact size (the warm-up runs the LLM's longest such prefill once, so the allocator
-holds its memory before the replay).
+holds its memory before the replay), with attention by FlashAttention (else the
+memory-efficient kernel, else the math one: ``EAGER_SDPA_BACKENDS``), never cuDNN's: cuDNN
+attention builds an execution plan the first time it meets a sequence length, 60-100 ms of
+host time (``benchmarks/fidelity/llm/eager_probe.py`` on an H100), and eager prefills come
+at exact lengths, most of them new, so each held the scheduling thread that long (the job
+trace, docs/fidelity-llm.md). Graph prefills keep the default choice (their buckets are
+captured at start-up).
 
 Start-up captures every bucket the replay can use (:func:`prefill_buckets`, bounded by each
 LLM's most requests in one job and its longest request, :class:`LLMBuild`), as vLLM does,
@@ -48,6 +54,7 @@ the weights are random, the point is the work, and every rank derives the same i
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -66,6 +73,17 @@ from placement_opt.executor.llm_trace import JobTrace, TracedJob
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 GRAPH_GATHER_LIMIT = 512 * 2 ** 20  # bytes of gathered K and V per layer above which a decode bucket runs eagerly
 PREFILL_GRAPH_TOKENS = 1024  # padded prefills of more tokens run eagerly (every LLM's prefill graph pool holds its largest)
+EAGER_SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")  # an eager prefill's attention (not cuDNN's)
+
+
+def eager_attention(device: torch.device) -> Any:
+    """The context an eager prefill runs in: on GPUs, scaled-dot-product attention limited to
+    ``EAGER_SDPA_BACKENDS`` (module docstring); on CPUs, none."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, b) for b in EAGER_SDPA_BACKENDS])
 
 
 @dataclass(frozen=True)
@@ -358,7 +376,8 @@ class MeshEngine:
         if self.device.type == "cuda" and prefill_bucket(1, longest) is None:
             inputs = PrefillInputs(rt.cache, 1, longest)
             inputs.fill(scratch_requests(1), [longest], None)
-            self._on(stream, lambda: rt.model.prefill(inputs.tokens, inputs.lengths, inputs))
+            with eager_attention(self.device):
+                self._on(stream, lambda: rt.model.prefill(inputs.tokens, inputs.lengths, inputs))
         if stream is not None:
             stream.synchronize()
 
@@ -416,7 +435,8 @@ class MeshEngine:
         if bucket is None:
             inputs = PrefillInputs(rt.cache, n, max(lengths))
             inputs.fill(job.requests, lengths, ids)
-            return rt.model.prefill(inputs.tokens, inputs.lengths, inputs).argmax(-1)
+            with eager_attention(self.device):
+                return rt.model.prefill(inputs.tokens, inputs.lengths, inputs).argmax(-1)
         entry = rt.prefill_graphs.get(bucket)
         if entry is not None:
             graph, inputs, out = entry

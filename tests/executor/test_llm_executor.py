@@ -352,3 +352,19 @@ def test_interrupt_after_the_last_trial_keeps_every_trial(tmp_path, monkeypatch)
     assert [x["policy"] for x in rows] == ["adbs", "fcfs"] and all(x["status"] == "complete" for x in rows)
     for policy in ("adbs", "fcfs"):
         assert json.loads((out / policy / "summary.json").read_text())["status"] == "complete"
+
+
+def test_eager_prefills_never_use_cudnn_attention():
+    """An eager prefill's attention is limited to FlashAttention, the memory-efficient and the
+    math kernels on GPUs (cuDNN plans every new sequence length: 60-100 ms of host time an
+    eager prefill, docs/fidelity-llm.md); every backend named exists in this torch; on CPUs
+    nothing is limited."""
+    from torch.nn.attention import SDPBackend
+
+    from placement_opt.executor.llm_engine import EAGER_SDPA_BACKENDS, eager_attention
+
+    assert all(hasattr(SDPBackend, b) for b in EAGER_SDPA_BACKENDS) and "CUDNN_ATTENTION" not in EAGER_SDPA_BACKENDS
+    with eager_attention(torch.device("cpu")):
+        q = torch.randn(1, 4, 6, 8)
+        out = torch.nn.functional.scaled_dot_product_attention(q, q[:, :2], q[:, :2], is_causal=True, enable_gqa=True)
+    assert out.shape == (1, 4, 6, 8)
