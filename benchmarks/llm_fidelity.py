@@ -215,6 +215,13 @@ class Generation:
 # results-v3p-tp4probe2 seed 0's on another (its index trials.json was lost to an executor bug fixed
 # since); results-v3p-x3: the 1-GPU policy ablation (Poisson and poisson-x3 muxserve, three policies),
 # predicted and committed before it ran.
+# v3f: v3p with every eager prefill's attention by FlashAttention, not cuDNN (whose execution
+# plan for each new sequence length held the scheduling thread 60-100 ms per eager prefill:
+# eager_probe.py); derived from v3p (its calibration but for the eager-prefill fields, fitted on
+# its own conv runs, the partition hold measured on the job trace); its runs, all with the job
+# trace (1 x H100): results-v3f, the conv and code traces' muxserve and temporal placements and
+# poisson-x3's muxserve placement under adbs and round-robin. Its TP > 1 eager term
+# (prefill_eager_host_tp_s) stays v3p's, not measured again (no TP run of v3f yet).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -253,6 +260,10 @@ GENERATIONS = {
                       fit_tp=("results-v3p-gpu4", "gpu4-poisson-temporal"),
                       fit_tp_wide=("results-v3p-gpu4", "gpu4-poisson-temporal4"),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
+    "v3f": Generation(("results-v3f",), "tables-v3", "results-v3", None, "calibration-v3f.json",
+                      fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
+                      measure_eager_hold=True,
+                      page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3p"),
 }
 
 
@@ -901,11 +912,37 @@ def prefill_launch_silences(run: dict) -> Dict[bool, List[float]]:
     return out
 
 
+def traced_launch_holds(run: dict) -> Optional[Dict[bool, List[float]]]:
+    """The host seconds of every prefill launch ``run``'s job trace recorded (``jobs.csv``,
+    ``placeopt execute --job-trace``), by whether the prefill ran eagerly (the engine's rule);
+    None for a run without the trace."""
+    from placement_opt.simulate.meshsim import prefill_runs_eagerly
+
+    path = os.path.join(run["folder"], run["name"], "jobs.csv.gz")
+    if not os.path.exists(path):
+        return None
+    out: Dict[bool, List[float]] = {False: [], True: []}
+    with gzip.open(path, "rt") as f:
+        for j in csv.DictReader(f):
+            if j["kind"] == "prefill":
+                eager = bool(prefill_runs_eagerly(int(j["requests"]), int(j["longest_context"]), GRAPH_TOKENS))
+                out[eager].append(float(j["launched_s"]) - float(j["launch_s"]))
+    return out
+
+
 def eager_launch_hold(run: dict) -> Tuple[float, str]:
     """``prefill_eager_hold_s``: how much longer the scheduling thread is held by an eager
     prefill's launch than by a CUDA-graph one on ``run`` (an SM-partition run with eager
-    prefills): the median silence after a prefill end when the next prefill runs eagerly less
-    that when it replays a graph (:func:`prefill_launch_silences`)."""
+    prefills): measured directly where the run has a job trace (the median host time of its
+    eager launches less that of its graph ones, :func:`traced_launch_holds`), else the median
+    silence after a prefill end when the next prefill runs eagerly less that when it replays a
+    graph (:func:`prefill_launch_silences`)."""
+    traced = traced_launch_holds(run)
+    if traced is not None and traced[True] and traced[False]:
+        eager, graph = statistics.median(traced[True]), statistics.median(traced[False])
+        return eager - graph, (f"{os.path.basename(run['folder'])}/{run['name']}: job trace, median host time of "
+                               f"an eager prefill launch {1e3 * eager:.1f} ms ({len(traced[True])}), of a graph one "
+                               f"{1e3 * graph:.1f} ms ({len(traced[False])})")
     silences = prefill_launch_silences(run)
     eager, graph = statistics.median(silences[True]), statistics.median(silences[False])
     return eager - graph, (f"{os.path.basename(run['folder'])}/{run['name']}: median silence after a prefill end "
@@ -1125,6 +1162,18 @@ def eager_fields(gen: Generation, model: Dict[str, float]) -> Dict[str, Any]:
     return out
 
 
+def apply_eager_fields(gen: Generation, out: dict) -> List[str]:
+    """Set the calibration ``out``'s eager-prefill fields to :func:`eager_fields` of ``gen``
+    (fitted with ``out``'s other fields) and their sources in ``out["fit"]``; returns the
+    fields set."""
+    eager = eager_fields(gen, {k: v for k, v in out.items() if k in MODEL_FIELDS})
+    fields = [f for f in ("prefill_eager_hold_s", "prefill_eager_host_s", "prefill_eager_host_full_s") if f in eager]
+    for field in fields:
+        out[field] = eager[field]
+        out["fit"][f"{field}_fit"] = eager[f"{field}_fit"]
+    return fields
+
+
 def _write_calibration(gen: Generation, out: dict) -> dict:
     path = os.path.join(LLM, gen.calibration)
     with open(path + ".tmp", "w") as f:
@@ -1141,7 +1190,8 @@ def derived_calibration(gen: Generation) -> dict:
     KV term and its own page fill (``decode_host_full_s`` on ``fit_streams``:
     :func:`plain_stream_decode_extra` at TP 1; ``decode_host_tp_s`` and ``decode_host_mesh_s`` on
     ``fit_tp`` and ``fit_tp_wide``: :func:`tp_decode_host`; ``prefill_eager_host_tp_s`` on them
-    against the parent's TP-1 eager run: :func:`tp_eager_host`)."""
+    against the parent's TP-1 eager run: :func:`tp_eager_host`) and, where it names its own eager
+    runs (``fit_eager``), the eager-prefill fields fitted on them (:func:`eager_fields`)."""
     with open(os.path.join(LLM, GENERATIONS[gen.derives].calibration)) as f:
         out = json.load(f)
     entry_s, out["fit"]["decode_page_entry_fit"] = page_entry_seconds(gen)
@@ -1162,6 +1212,8 @@ def derived_calibration(gen: Generation) -> dict:
                 tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, parent.fit_eager[1])
                 out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
                 own.append("prefill_eager_host_tp_s")
+    if gen.fit_eager:
+        own += apply_eager_fields(gen, out)
     out["fit"]["derived_from"] = (f"{gen.derives} ({GENERATIONS[gen.derives].calibration}): every field but "
                                   f"{', '.join(own)}")
     return out
@@ -1232,11 +1284,7 @@ def calibrate(gen: Generation) -> dict:
     out["prefill_host_tp_s"] = round(prefill_tp, 6)
     out["prefill_host_mesh_s"] = round(prefill_mesh, 6)
     out["fit"]["prefill_tp_fit"] = prefill_tp_source
-    eager = eager_fields(gen, {k: v for k, v in out.items() if k in MODEL_FIELDS})
-    for field in ("prefill_eager_hold_s", "prefill_eager_host_s", "prefill_eager_host_full_s"):
-        if field in eager:
-            out[field] = eager[field]
-            out["fit"][f"{field}_fit"] = eager[f"{field}_fit"]
+    apply_eager_fields(gen, out)
     if len(gen.fit_eager) > 1:
         tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, gen.fit_eager[1])
         out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
