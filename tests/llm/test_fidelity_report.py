@@ -136,6 +136,23 @@ def test_each_generation_is_calibrated_on_its_own_runs():
         assert fitted_on in owner.results
 
 
+def derived_and_parent(script, name: str):
+    """Generation ``name``, its derived calibration (checked equal to its committed file) and its
+    parent's calibration file."""
+    gen = script.GENERATIONS[name]
+    derived = script.derived_calibration(gen)
+    with open(os.path.join(FIDELITY, gen.calibration)) as f:
+        assert json.load(f) == derived
+    with open(os.path.join(FIDELITY, script.GENERATIONS[gen.derives].calibration)) as f:
+        return gen, derived, json.load(f)
+
+
+def same_but(derived: dict, parent: dict, own: tuple) -> bool:
+    """Whether two calibrations agree on every field but ``own`` and the fit record."""
+    return ({k: v for k, v in derived.items() if k not in own + ("fit",)} ==
+            {k: v for k, v in parent.items() if k not in own + ("fit",)})
+
+
 OWN_FIELDS = ("decode_page_entry_s", "decode_host_full_s", "decode_host_tp_s", "decode_host_mesh_s",
               "prefill_eager_host_tp_s")
 
@@ -146,14 +163,8 @@ def test_derived_generation_keeps_its_parents_calibration_but_its_own_measuremen
     and the decode host seconds and the eager prefill's TP term on its own seed-0 plain-stream
     runs (TP 1, 2, 4; the record names them); the last line counts v3p's runs together with v3w's."""
     script = load_benchmark("llm_fidelity")
-    gen = script.GENERATIONS["v3p"]
-    derived = script.derived_calibration(gen)
-    with open(os.path.join(FIDELITY, "calibration-v3p.json")) as f:
-        assert json.load(f) == derived
-    with open(os.path.join(FIDELITY, "calibration.json")) as f:
-        parent = json.load(f)
-    assert {k: v for k, v in derived.items() if k not in OWN_FIELDS + ("fit",)} == \
-           {k: v for k, v in parent.items() if k not in OWN_FIELDS + ("fit",)}
+    gen, derived, parent = derived_and_parent(script, "v3p")
+    assert same_but(derived, parent, OWN_FIELDS)
     assert all(derived[k] != parent[k] for k in OWN_FIELDS)
     assert 0 < derived["decode_page_entry_s"] < parent["decode_page_entry_s"] / 10
     assert all(folder in gen.results for folder, _ in script.fit_runs(gen))
@@ -177,14 +188,8 @@ def test_the_flash_eager_engine_measures_its_eager_fields_and_predicts_the_code_
     it the held-out code trace's muxserve run is predicted within 20% in mean TTFT and 3 points
     in attainment (v3p's engine missed it by 47% and 19 points)."""
     script = load_benchmark("llm_fidelity")
-    gen = script.GENERATIONS["v3f"]
-    derived = script.derived_calibration(gen)
-    with open(os.path.join(FIDELITY, "calibration-v3f.json")) as f:
-        assert json.load(f) == derived
-    with open(os.path.join(FIDELITY, "calibration-v3p.json")) as f:
-        parent = json.load(f)
-    assert {k: v for k, v in derived.items() if k not in EAGER_FIELDS + ("fit",)} == \
-           {k: v for k, v in parent.items() if k not in EAGER_FIELDS + ("fit",)}
+    gen, derived, parent = derived_and_parent(script, "v3f")
+    assert same_but(derived, parent, EAGER_FIELDS)
     assert "job trace" in derived["fit"]["prefill_eager_hold_s_fit"]
     assert 0.015 < derived["prefill_eager_hold_s"] < 0.035 < parent["prefill_eager_hold_s"]
     holds = script.traced_launch_holds(script._find_run(gen.fit_eager[0]))
