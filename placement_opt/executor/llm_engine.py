@@ -34,7 +34,7 @@ replaying a graph costs one launch. Buckets over ``PREFILL_GRAPH_TOKENS`` tokens
 at their exact size (the warm-up runs the LLM's longest such prefill once, so the allocator
 holds its memory before the replay), with attention by FlashAttention (else the
 memory-efficient kernel, else the math one: ``EAGER_SDPA_BACKENDS``), never cuDNN's: cuDNN
-attention builds an execution plan the first time it meets a sequence length, 60-100 ms of
+attention builds an execution plan the first time it meets a sequence length, 56-118 ms of
 host time (``benchmarks/fidelity/llm/eager_probe.py`` on an H100), and eager prefills come
 at exact lengths, most of them new, so each held the scheduling thread that long (the job
 trace, docs/fidelity-llm.md). Graph prefills keep the default choice (their buckets are

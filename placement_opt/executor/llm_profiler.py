@@ -131,11 +131,11 @@ class LLMBench:
 
     def prefill(self, batch: int, length: int, stream: Any) -> Callable[[], Any]:
         """A prefill of ``batch`` prompts of ``length`` tokens as the engine serves it: a CUDA
-        graph of its padded bucket on GPUs, else eager at the exact size."""
+        graph of its padded bucket on GPUs, else eager at the exact size (with the engine's
+        eager attention, :func:`~.llm_engine.eager_attention`)."""
         import numpy as np
-        import torch
 
-        from placement_opt.executor.llm_engine import prefill_bucket
+        from placement_opt.executor.llm_engine import eager_attention, prefill_bucket
         from placement_opt.executor.llm_kvcache import PrefillInputs
 
         ids = np.random.default_rng(batch * 100_003 + length).integers(0, self.arch.vocab, size=(batch, length))
@@ -145,7 +145,10 @@ class LLMBench:
         inputs.fill(list(range(batch)), [length] * batch, ids.tolist())
         step = lambda: self.model.prefill(inputs.tokens, inputs.lengths, inputs).argmax(-1)  # noqa: E731
         if bucket is None:
-            return step
+            def eager() -> Any:
+                with eager_attention(self.device):
+                    return step()
+            return eager
         return self._captured(step, stream, self.prefill_pool)
 
     def _captured(self, step: Callable[[], Any], stream: Any, pool: Any) -> Callable[[], Any]:
@@ -163,8 +166,6 @@ class LLMBench:
 
     def decode(self, batch: int, context: int, stream: Any) -> Callable[[], Any]:
         """One decode step at ``context`` tokens each, captured as a CUDA graph on GPUs."""
-        import torch
-
         from placement_opt.executor.llm_kvcache import DecodeInputs
 
         block = self.settings.block
