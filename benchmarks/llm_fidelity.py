@@ -221,7 +221,8 @@ class Generation:
 # its own conv runs, the partition hold measured on the job trace); its runs, all with the job
 # trace (1 x H100): results-v3f, the conv and code traces' muxserve and temporal placements and
 # poisson-x3's muxserve placement under adbs and round-robin. Its TP > 1 eager term
-# (prefill_eager_host_tp_s) stays v3p's, not measured again (no TP run of v3f yet).
+# (prefill_eager_host_tp_s) stays v3p's, measured against v3p's cuDNN-era TP-1 eager time, so
+# likely too high for v3f; not measured again (no TP run of v3f yet).
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -918,11 +919,12 @@ def traced_launch_holds(run: dict) -> Optional[Dict[bool, List[float]]]:
     None for a run without the trace."""
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
-    path = os.path.join(run["folder"], run["name"], "jobs.csv.gz")
+    path = os.path.join(run["folder"], run["name"], "jobs.csv")
+    path = path if os.path.exists(path) else path + ".gz"
     if not os.path.exists(path):
         return None
     out: Dict[bool, List[float]] = {False: [], True: []}
-    with gzip.open(path, "rt") as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         for j in csv.DictReader(f):
             if j["kind"] == "prefill":
                 eager = bool(prefill_runs_eagerly(int(j["requests"]), int(j["longest_context"]), GRAPH_TOKENS))

@@ -495,9 +495,9 @@ class MeshEngine:
     def finish(self, kind: str, k: int) -> Job:
         """Wait for LLM k's ``kind`` job, append its tokens to its requests and return it."""
         run = self.running.pop((kind, k))
-        seen = time.monotonic()
         if run.event is not None:
             run.event.synchronize()
+        seen = time.monotonic()
         if self.trace.active:
             timed = run.start is not None
             self.trace.add(TracedJob(k, kind, len(run.job.requests), max(run.job.contexts), *run.launched,

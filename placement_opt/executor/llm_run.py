@@ -462,7 +462,8 @@ def simulated_jobs(instance: Instance, placement: Placement, req: Requests, poli
     """The simulator's job timeline of every mesh on ``req`` under ``policy``: the kernel's
     decisions and job times on the executor's virtual clock (:func:`~.llm_sched.run_virtual`,
     equality-tested against the kernel), one row per job as :func:`measured_jobs` (the GPU
-    start and end are the kernel's; launch and launched its scheduling thread's), and every
+    start and end are the kernel's; launch and launched its scheduling thread's; jobs still
+    running at the horizon are not listed, where the executor's leader lets them end), and every
     request's first-token time in it (-1: none)."""
     from placement_opt.executor.llm_sched import run_virtual
 
@@ -642,10 +643,10 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
     atomic_write_json(os.path.join(out_dir, "simulated.json"), simulated)
     atomic_write_text(os.path.join(out_dir, "requests.csv"),
                       requests_csv(req, instance.model_names, prompt, output, mesh_of, run, predicted))
+    atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
     measured_rows = measured_jobs(run)
-    if measured_rows:
+    if measured_rows:  # after the summary: the simulated timeline takes seconds of Python
         atomic_write_text(os.path.join(out_dir, "jobs.csv"), jobs_csv(measured_rows))
         atomic_write_text(os.path.join(out_dir, "simulated-jobs.csv"),
                           jobs_csv(simulated_jobs(instance, placement, req, policy)[0]))
-    atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary

@@ -3,8 +3,10 @@
 ``placeopt execute --job-trace`` (LLM instances) writes ``jobs.csv`` per trial: for every job a
 mesh's leader finished, its LLM, kind, requests and longest context, the host's monotonic time
 before and after :meth:`~.llm_engine.MeshEngine.launch` (what the scheduling thread spent on
-it), the device's start and end of its work, and the time the leader saw it done. The device
-times come from CUDA timing events recorded on the job's stream before and after its work,
+it), the device's start and end of its work, and the time the leader had it done. The device
+times come from CUDA timing events recorded on the job's stream before and after its work (the
+start: when the stream reached the job; a graph replay's kernels follow at once, an eager
+prefill's come one by one from the host, so its device time includes its launch),
 placed on the host clock by two anchor events the host waits for, one at the trial's start and
 one at its end (:func:`host_seconds`: the GPU's timer and the host's monotonic clock drift
 apart by about 12 microseconds a second on an H100 host, 0.6 ms over a 50 s trial); on CPUs a
@@ -37,7 +39,7 @@ class TracedJob:
     launched: float  # ... after it returned
     start: Any  # timing event before its work (None on CPUs)
     end: Any  # timing event after it (None on CPUs)
-    seen: float  # host monotonic seconds when the leader finished it
+    seen: float  # host monotonic seconds when the leader had it finished (its end event waited for)
 
 
 def host_seconds(elapsed: float, anchors: Tuple[float, float, float]) -> float:

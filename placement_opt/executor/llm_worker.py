@@ -10,8 +10,9 @@ over the mesh's gloo group, which apply them in the same order, so all TP ranks 
 jobs. The leader reports each request's record when it finishes (or is dropped), a
 heartbeat every second, and its mesh's totals at the end (with the prefill buckets the
 replay met that start-up had not prepared: ``cold_buckets``, empty when the warm-up covered
-the replay; with ``EngineSpec.job_trace`` every job's launch and device times, :mod:`.llm_trace`). A process serves several trials (policies) in turn on the same weights, its
-pool emptied between them.
+the replay; with ``EngineSpec.job_trace`` every job's launch and device times, :mod:`.llm_trace`).
+A process serves several trials (policies) in turn on the same weights, its pool emptied
+between them.
 """
 
 from __future__ import annotations

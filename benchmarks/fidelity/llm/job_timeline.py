@@ -12,7 +12,10 @@ host and contention fields ``benchmarks/llm_fidelity.py`` re-predicts the run wi
 * ``GPU ms``: the mean time from its GPU start to its end (table time and contention);
 * ``x table``: the median of that time over the job's table time at its SM share, batch and
   longest context (how much the co-running jobs slow it), by how many other jobs of its mesh
-  ran beside it (time-weighted, rounded);
+  ran beside it (time-weighted, rounded). The trace keeps no mean context, and the simulator
+  adds to the table a decode step's KV read and a prefill's collect time, so a job alone shows
+  a little over 1 (an eager prefill's GPU time also holds its launch: its kernels come one by
+  one from the host);
 
 then per LLM its requests' mean wait from arrival to their prefill's launch and from that
 launch to the prefill's end (the two parts of the TTFT), and the mesh's scheduling thread busy
