@@ -557,8 +557,9 @@ def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, c
                 for kind in (DECODE, PREFILL):
                     j = clock.slot(kind, k)
                     if clock.end[j] <= t:
-                        if trace is not None:
-                            job, begin, free = clock.launched[j]
+                        launched = clock.launched[j]
+                        if trace is not None and launched is not None:  # every ending job was launched
+                            job, begin, free = launched
                             trace.append((k, kind, len(job.requests), max(job.contexts), begin, free, clock.start[j],
                                           clock.end[j], t))
                         clock.end[j] = np.inf
