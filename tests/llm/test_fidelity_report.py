@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from types import ModuleType
 
 import numpy as np
@@ -324,3 +326,26 @@ def test_the_prefill_beside_model_fits_the_engine_prefills_and_shortens_the_tp2_
     after = script.simulate_run(run, {**model, "prefill_beside_stretch": stretch, "prefill_beside_delay_s": delay})[0]
     assert measured["ttft_mean_s"] / before["ttft_mean_s"] - 1 > 0.3
     assert 0.1 < measured["ttft_mean_s"] / after["ttft_mean_s"] - 1 < 0.2
+
+
+def test_job_timeline_sets_the_engine_beside_the_simulator_job_by_job():
+    """``job_timeline.py`` on v3f's conv muxserve run (traced): a row per LLM and job kind with
+    the measured and the simulated jobs (decode steps within 10% in number; every request
+    prefilled on both sides, the same count), the decode launch's measured host time near the
+    calibrated 0.3 ms, a TTFT-parts row per LLM, and each side's scheduling-thread busy share."""
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, os.path.join(FIDELITY, "job_timeline.py"), "results-v3f/conv-muxserve"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    rows = {(line.split()[0], line.split()[1]): line.split() for line in out
+            if line.startswith("llm-") and line.split()[1] in ("decode", "prefill")}
+    llms = ("llm-0.4b", "llm-1b", "llm-3b", "llm-7b", "llm-8b")
+    assert set(rows) == {(m, k) for m in llms for k in ("decode", "prefill")}
+    for (m, kind), row in rows.items():
+        measured, simulated = int(row[2]), int(row[4])
+        assert abs(measured - simulated) <= 0.10 * measured, (m, kind)
+        if kind == "decode":
+            assert 0.1 < float(row[5]) < 0.6  # ms: measured decode launch
+    parts = [line for line in out if line.split()[0] in llms and len(line.split()) == 7]
+    assert len(parts) == len(llms)
+    busy = [line for line in out if "scheduling thread busy" in line]
+    assert [b.split()[2] for b in busy] == ["measured:", "simulated:"]
