@@ -529,12 +529,22 @@ def run_instance(run: dict, model: Optional[Dict[str, float]]) -> Any:
     return inst
 
 
-def request_rows(run: dict) -> List[Dict[str, str]]:
-    """The rows of ``run``'s ``requests.csv`` (every request, its token times), read from
-    ``requests.csv.gz`` where the run's folder is committed compressed (``gzip -n``)."""
-    path = os.path.join(run["folder"], run["name"], "requests.csv")
-    with (open(path, newline="") if os.path.exists(path) else gzip.open(path + ".gz", "rt", newline="")) as f:
+def run_file(run: dict, name: str) -> str:
+    """The path of the file ``name`` of ``run``'s folder, or of its ``.gz`` where the folder is
+    committed compressed (``gzip -n``)."""
+    path = os.path.join(run["folder"], run["name"], name)
+    return path if os.path.exists(path) else path + ".gz"
+
+
+def read_csv(path: str) -> List[Dict[str, str]]:
+    """The rows of a CSV file, plain or gzipped (``.gz``)."""
+    with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
         return list(csv.DictReader(f))
+
+
+def request_rows(run: dict) -> List[Dict[str, str]]:
+    """The rows of ``run``'s ``requests.csv`` (every request, its token times)."""
+    return read_csv(run_file(run, "requests.csv"))
 
 
 def measured_attainment(inst: Any, run: dict) -> float:
@@ -746,23 +756,27 @@ def fit_partition(run: dict, hbm: float, floor: float, ratios: Tuple[float, floa
     return round(best[0], 6), graph_hold, best[1], best[2]
 
 
-def _mesh_step_tables(run: dict) -> Dict[str, Tuple[Any, int, float, int]]:
-    """Per model of ``run``'s placement: its mesh's latency tables at share 1 (as the simulator
-    resamples them, :class:`LatencyTables`), its index on the mesh, its KV bytes per token per
-    GPU (the simulator's ``MeshLLMs.kv_bytes``) and the pages one of its KV blocks takes in the
-    mesh's pool (:func:`~placement_opt.llm_units.pages_per_block`)."""
+def _mesh_step_tables(run: dict, at_shares: bool = False) -> Dict[str, Tuple[Any, int, float, int]]:
+    """Per model of ``run``'s placement: its mesh's latency tables at share 1 (``at_shares``:
+    at the SM shares the run's policy gives) as the simulator resamples them
+    (:class:`LatencyTables`), its index on the mesh, its KV bytes per token per GPU (the
+    simulator's ``MeshLLMs.kv_bytes``) and the pages one of its KV blocks takes in the mesh's
+    pool (:func:`~placement_opt.llm_units.pages_per_block`)."""
     from placement_opt.llm_units import llm_specs, pages_per_block
     from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import _mesh_tables
+    from placement_opt.simulate.llm import _mesh_tables, _sm_shares, resolve_policy
     from placement_opt.simulate.meshsim import LatencyTables
 
     inst_path, placement_path = run_inputs(run)
     inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
     specs = {s.name: s for s in llm_specs(inst)}
+    placement = load_placement(placement_path)
+    policy = resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"]) if at_shares else ""
     out = {}
-    for g in load_placement(placement_path).groups:
+    for g in placement.groups:
         mesh = [specs[m] for m in g.models]
-        prefill, decode, lgrid = _mesh_tables(mesh, g.tp, [1.0] * len(mesh), inst.llm_settings.max_batch)
+        shares = _sm_shares(g, policy) if at_shares else [1.0] * len(mesh)
+        prefill, decode, lgrid = _mesh_tables(mesh, g.tp, shares, inst.llm_settings.max_batch)
         for k, m in enumerate(g.models):
             out[m] = (LatencyTables(prefill=prefill, decode=decode, lgrid=lgrid.astype(np.float64)), k,
                       specs[m].kv_bytes_per_token / g.tp,
@@ -919,16 +933,14 @@ def traced_launch_holds(run: dict) -> Optional[Dict[bool, List[float]]]:
     None for a run without the trace."""
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
-    path = os.path.join(run["folder"], run["name"], "jobs.csv")
-    path = path if os.path.exists(path) else path + ".gz"
+    path = run_file(run, "jobs.csv")
     if not os.path.exists(path):
         return None
     out: Dict[bool, List[float]] = {False: [], True: []}
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        for j in csv.DictReader(f):
-            if j["kind"] == "prefill":
-                eager = bool(prefill_runs_eagerly(int(j["requests"]), int(j["longest_context"]), GRAPH_TOKENS))
-                out[eager].append(float(j["launched_s"]) - float(j["launch_s"]))
+    for j in read_csv(path):
+        if j["kind"] == "prefill":
+            eager = bool(prefill_runs_eagerly(int(j["requests"]), int(j["longest_context"]), GRAPH_TOKENS))
+            out[eager].append(float(j["launched_s"]) - float(j["launch_s"]))
     return out
 
 

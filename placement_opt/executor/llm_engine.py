@@ -497,11 +497,10 @@ class MeshEngine:
         run = self.running.pop((kind, k))
         if run.event is not None:
             run.event.synchronize()
-        seen = time.monotonic()
         if self.trace.active:
             timed = run.start is not None
             self.trace.add(TracedJob(k, kind, len(run.job.requests), max(run.job.contexts), *run.launched,
-                                     run.start, run.event if timed else None, seen))
+                                     run.start, run.event if timed else None, time.monotonic()))
         for r, t in zip(run.job.requests, run.tokens.tolist()):
             self.tokens[r].append(int(t))
         return run.job

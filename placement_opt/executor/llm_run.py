@@ -54,6 +54,7 @@ from placement_opt.workload import Requests
 from placement_opt.executor.controller import ExecutorConfig, ExecutorError, _free_port, host_memory_bytes, model_seed
 from placement_opt.executor.llm_engine import EngineSpec, LLMBuild
 from placement_opt.executor.llm_probe import decode_host_seconds, probe_requests
+from placement_opt.executor.llm_sched import run_virtual
 from placement_opt.executor.llm_trace import JOB_COLUMNS
 from placement_opt.llm_units import page_units, pages_per_block
 from placement_opt.executor.llm_worker import LLMWorkerSpec, MeshWork, llm_worker_main
@@ -465,29 +466,18 @@ def simulated_jobs(instance: Instance, placement: Placement, req: Requests, poli
     start and end are the kernel's; launch and launched its scheduling thread's; jobs still
     running at the horizon are not listed, where the executor's leader lets them end), and every
     request's first-token time in it (-1: none)."""
-    from placement_opt.executor.llm_sched import run_virtual
-
     rules = placement_rules(placement)
     cfg = effective_llm_config(instance, rules)
-    specs = llm_specs(instance)
-    pools = simllm.check_llm_groups(instance, placement.groups, specs, rules)
-    index = {s.name: s.index for s in specs}
-    prompt, output = simllm._with_lengths(instance, req)
-    mesh_of = simllm._mesh_of_requests(placement.groups, index, req.model)
-    all_req = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
+    pools = simllm.check_llm_groups(instance, placement.groups, llm_specs(instance), rules)
     rows: List[tuple] = []
     first = np.full(len(req), -1.0)
-    for gi, g in enumerate(placement.groups):
-        if not g.models:
-            continue
-        mesh_specs = [specs[index[m]] for m in g.models]
-        sel = np.flatnonzero(mesh_of == gi)
-        local = simllm._mesh_requests(all_req, sel, mesh_specs)
+    for p in plan_meshes(instance, placement, req, pools, policy):
+        g = placement.groups[p.group]
         trace: List[tuple] = []
-        done = run_virtual(local, *simllm.mesh_inputs(g, mesh_specs, pools[gi], cfg, policy,
-                                                      req.duration_s + cfg.drain_s), trace=trace)
-        first[sel] = done.first
-        rows += [(gi, g.models[k], *rest) for k, *rest in trace]
+        done = run_virtual(p.work.requests, *simllm.mesh_inputs(g, list(p.specs), pools[p.group], cfg, policy,
+                                                                p.work.settings.horizon), trace=trace)
+        first[p.requests] = done.first
+        rows += [(p.group, g.models[k], *rest) for k, *rest in trace]
     return rows, first
 
 

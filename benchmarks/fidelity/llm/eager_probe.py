@@ -18,31 +18,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 from typing import Any, Dict, List
 
 import torch
 
-from placement_opt.executor.llm_engine import EngineSpec, LLMBuild, MeshEngine
+from placement_opt.executor.llm_engine import MeshEngine
 from placement_opt.executor.llm_sched import PREFILL, Job
-from placement_opt.llm_units import page_units, units_per_block
 from placement_opt.model import Architecture
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from engine_bench import _engine  # noqa: E402  (the micro-benchmark's warmed-up engine)
 
 ALLOCATOR_KEYS = ("segment.all.allocated", "segment.all.freed", "num_alloc_retries", "num_device_alloc",
                   "num_device_free")
-
-
-def _engine(name: str, arch: Architecture, share: float, green: bool, longest: int) -> MeshEngine:
-    """A warmed-up engine of one LLM at ``share``, its pool for a few requests of ``longest`` tokens."""
-    max_blocks = (longest + 16) // 16
-    page = page_units([arch], 1)
-    pages = 8 * max_blocks * units_per_block(arch, 1) // page + 64
-    build = LLMBuild(name, arch, seed=1, share=share, max_batch=1, longest=longest)
-    spec = EngineSpec(llms=(build,), tp=1, tp_rank=0, pool_pages=pages, block=16, max_batch=1,
-                      max_blocks=max_blocks, cuda_graphs=True, green_contexts=green)
-    engine = MeshEngine(spec, torch.device("cuda", 0), [(None, None)])
-    engine.warm_up()
-    return engine
 
 
 def _allocator() -> Dict[str, int]:
@@ -98,7 +89,8 @@ def main() -> None:
     lengths = [int(x) for x in args.lengths.split(",")]
     result: Dict[str, Any] = {"model": args.model, "share": args.share}
     for green in (True, False):
-        engine = _engine(args.model, arch, args.share, green, max(lengths))
+        longest = max(lengths)  # start-up runs it once: the probe's longest length is not met new
+        engine = _engine(torch, [(args.model, arch)], args.share, green, 1, (longest + 16) // 16, longest)
         label = engine.mechanism
         print(f"== {label} ({engine.sm} SMs)", flush=True)
         result[label] = {"launches": probe(engine, lengths)}

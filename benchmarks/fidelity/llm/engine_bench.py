@@ -74,16 +74,18 @@ def _event(torch: Any) -> Any:
     return torch.cuda.Event(enable_timing=True) if torch.cuda.is_available() else _WallEvent()
 
 
-def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int, max_blocks: int) -> Any:
+def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int, max_blocks: int,
+            longest: int = 0) -> Any:
     """A warmed-up MeshEngine with every LLM at ``share`` (green contexts or plain streams), its
-    pool sized for ``batch`` requests of ``max_blocks`` blocks per LLM."""
+    pool sized for ``batch`` requests of ``max_blocks`` blocks per LLM (``longest``: every LLM's
+    longest request, which start-up prepares; 0: the pool's bound)."""
     from placement_opt.executor.llm_engine import EngineSpec, LLMBuild, MeshEngine
     from placement_opt.llm_units import page_units, units_per_block
 
     archs = [a for _, a in llms]
     page = page_units(archs, 1)
     pages = sum(batch * max_blocks * units_per_block(a, 1) // page for a in archs) + 64
-    builds = tuple(LLMBuild(name, arch, seed=i + 1, share=share) for i, (name, arch) in enumerate(llms))
+    builds = tuple(LLMBuild(name, arch, seed=i + 1, share=share, longest=longest) for i, (name, arch) in enumerate(llms))
     spec = EngineSpec(llms=builds, tp=1, tp_rank=0, pool_pages=pages, block=16, max_batch=batch,
                       max_blocks=max_blocks, cuda_graphs=True, green_contexts=green)
     engine = MeshEngine(spec, _device(torch), [(None, None)] * len(llms))

@@ -30,8 +30,6 @@ Usage: python benchmarks/fidelity/llm/job_timeline.py RESULTS/RUN... [--set FIEL
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import os
 import sys
 from collections import defaultdict
@@ -47,11 +45,9 @@ import llm_fidelity as fid  # noqa: E402
 TIMES = ("launch_s", "launched_s", "device_start_s", "device_end_s", "seen_s")
 
 
-def read_jobs(path: str) -> List[dict]:
-    """The rows of a ``jobs.csv`` (or its ``.gz``), times as floats."""
-    path = path if os.path.exists(path) else path + ".gz"
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        rows = list(csv.DictReader(f))
+def read_jobs(run: dict) -> List[dict]:
+    """The rows of ``run``'s ``jobs.csv`` (or its ``.gz``), times as floats."""
+    rows = fid.read_csv(fid.run_file(run, "jobs.csv"))
     for r in rows:
         for c in TIMES:
             r[c] = float(r[c])
@@ -86,29 +82,16 @@ def co_runners(jobs: List[dict]) -> List[float]:
     return out
 
 
-def table_seconds(run: dict, inst, jobs: List[dict]) -> List[float]:
+def table_seconds(run: dict, jobs: List[dict]) -> List[float]:
     """Per job its table time alone at its LLM's SM share, batch and longest context."""
     from placement_opt.executor.llm_sched import len_interp
-    from placement_opt.llm_units import effective_llm_config, llm_specs, placement_rules
-    from placement_opt.placement import load_placement
-    from placement_opt.simulate import llm as simllm
 
-    placement = load_placement(fid.run_inputs(run)[1])
-    policy = simllm.resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
-    cfg = effective_llm_config(inst, placement_rules(placement))
-    specs = {s.name: s for s in llm_specs(inst)}
-    tables: Dict[str, Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    for g in placement.groups:
-        if g.models:
-            P, D, lgrid = simllm._mesh_tables([specs[m] for m in g.models], g.tp, simllm._sm_shares(g, policy),
-                                              cfg.max_batch)
-            for k, m in enumerate(g.models):
-                tables[m] = (P[k], D[k], lgrid.astype(np.float64))
+    tables = fid._mesh_step_tables(run, at_shares=True)
     out = []
     for j in jobs:
-        P, D, lgrid = tables[j["llm"]]
-        row = (P if j["kind"] == "prefill" else D)[min(j["requests"], P.shape[0] - 1)]
-        out.append(len_interp(row, lgrid, float(j["longest_context"])))
+        table, k = tables[j["llm"]][:2]
+        rows = table.prefill[k] if j["kind"] == "prefill" else table.decode[k]
+        out.append(len_interp(rows[min(j["requests"], rows.shape[0] - 1)], table.lgrid, float(j["longest_context"])))
     return out
 
 
@@ -153,12 +136,12 @@ def report(spec: str, overrides: Dict[str, float]) -> List[str]:
     run = fid._find_run((folder, name))
     model = dict(fid.generation_model(fid.generation_of(run["folder"])), **overrides)
     inst = fid.run_instance(run, model)
-    measured = read_jobs(os.path.join(fid.LLM, folder, name, "jobs.csv"))
+    measured = read_jobs(run)
     simulated, simulated_first = simulated_timeline(run, inst)
     lines = [f"== {spec}" + (f" with {overrides}" if overrides else "")]
     stats = {}
     for label, jobs in (("measured", measured), ("simulated", simulated)):
-        tab, co = table_seconds(run, inst, jobs), co_runners(jobs)
+        tab, co = table_seconds(run, jobs), co_runners(jobs)
         by: Dict[Tuple[str, str], List[Tuple[float, float, float, float]]] = defaultdict(list)
         for j, t, c in zip(jobs, tab, co):
             by[(j["llm"], j["kind"])].append((j["launched_s"] - j["launch_s"], j["device_end_s"] - j["device_start_s"],
