@@ -220,12 +220,15 @@ def _run_packed(job: tuple[SweepConfig, dict[str, float], str]) -> dict[str, str
 
 def run_jobs(jobs: list[tuple[SweepConfig, dict[str, float], str]], workers: int) -> Iterator[dict[str, str]]:
     """The rows of ``jobs`` as they finish: in this process for one worker, else in a pool
-    (stopped at once if the consumer stops, e.g. on Ctrl-C)."""
+    (stopped at once if the consumer stops, e.g. on Ctrl-C) of spawned processes: a forked
+    worker inherits the locks of the caller's other threads (a library's thread pool, a
+    progress bar) in whatever state they were, and one such worker once waited forever on one
+    (the test suite's sweep, forked from a process that had run torch)."""
     if workers <= 1 or len(jobs) <= 1:
         for job in jobs:
             yield run_job(*job)
         return
-    pool = multiprocessing.Pool(min(workers, len(jobs)), initializer=_pool_init)
+    pool = multiprocessing.get_context("spawn").Pool(min(workers, len(jobs)), initializer=_pool_init)
     try:
         yield from pool.imap_unordered(_run_packed, jobs)
         pool.close()
