@@ -121,7 +121,8 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_eager_host_s", "prefill_eager_host_full_s", "decode_host_tp_s", "decode_host_mesh_s",
                 "decode_kv_gbps", "decode_kv_tp_power", "decode_page_entry_s", "own_prefill_decode_share",
                 "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
-                "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s")
+                "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s",
+                "prefill_beside_gbps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +166,10 @@ class Generation:
     # alone and beside the other LLMs' decodes fit ``prefill_beside_stretch`` and
     # ``prefill_beside_delay_s`` (:func:`fit_prefill_beside`); empty: off
     prefill_rounds: Tuple[str, ...] = ()  # (tried, not adopted on v3w: PREFILL_ROUNDS)
+    # traced runs (``jobs.csv``) whose graph prefills on SM partitions measure the prefill's stretch
+    # beside other jobs in proportion to their HBM demand and its launch's hold
+    # (:func:`apply_prefill_trace_fields`; a derived generation, before its eager fields); empty: off
+    fit_prefill_trace: Tuple[Tuple[str, str], ...] = ()  # (tried, not adopted on v3f: PREFILL_TRACES)
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
@@ -272,7 +277,8 @@ GENERATIONS = {
 def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     """The runs ``gen``'s calibration was fitted on (folder, run name)."""
     return ([gen.fit] if gen.fit else []) + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
-        [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv)
+        [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv) + [
+        r for r in gen.fit_prefill_trace if r not in gen.fit_eager]
 
 
 def is_fit_run(run: dict) -> bool:
@@ -662,6 +668,9 @@ def fit_hbm_cap(hbm: float, rounds: List[List[dict]]) -> Tuple[float, float]:
 
 
 #: the prefill-beside rounds (1 x H100, docs/fidelity-llm.md "Prefills beside decodes, modelled"):
+#: the traced runs ``fit_prefill_trace=PREFILL_TRACES`` on v3f fits the prefill's demand-proportional stretch
+#: on (docs/fidelity-llm.md "The prefill's stretch on the job trace"; tried, not adopted)
+PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poisson-muxserve"))
 #: ``prefill_rounds=PREFILL_ROUNDS`` on v3w reproduces that section's "with" column by ``--calibrate``
 PREFILL_ROUNDS = tuple(f"engine-v3p/engine-{n}-pf.json" for n in ("tp2-s05-b16-c128", "tp2-s05-b16-c512",
                                                                   "tp2-s05-b16-c1024", "b8-c512"))
@@ -928,20 +937,52 @@ def prefill_launch_silences(run: dict) -> Dict[bool, List[float]]:
     return out
 
 
+#: the times of a job trace row (``jobs.csv``, ``placeopt execute --job-trace``), seconds
+TRACE_TIMES = ("launch_s", "launched_s", "device_start_s", "device_end_s", "seen_s")
+
+
+def traced_jobs(run: dict) -> Optional[List[dict]]:
+    """The rows of ``run``'s job trace (``jobs.csv`` or its ``.gz``), times as floats and counts
+    as ints; None for a run without the trace."""
+    path = run_file(run, "jobs.csv")
+    if not os.path.exists(path):
+        return None
+    rows = read_csv(path)
+    for r in rows:
+        for c in TRACE_TIMES:
+            r[c] = float(r[c])
+        r["requests"], r["longest_context"] = int(r["requests"]), int(r["longest_context"])
+    return rows
+
+
+def traced_table_seconds(run: dict, jobs: List[dict]) -> List[float]:
+    """Per job of a trace its table time alone at its LLM's SM share, batch and longest context
+    (the trace keeps no mean context)."""
+    from placement_opt.executor.llm_sched import len_interp
+
+    tables = _mesh_step_tables(run, at_shares=True)
+    out = []
+    for j in jobs:
+        table, k = tables[j["llm"]][:2]
+        rows = table.prefill[k] if j["kind"] == "prefill" else table.decode[k]
+        out.append(len_interp(rows[min(j["requests"], rows.shape[0] - 1)], table.lgrid, float(j["longest_context"])))
+    return out
+
+
 def traced_launch_holds(run: dict) -> Optional[Dict[bool, List[float]]]:
     """The host seconds of every prefill launch ``run``'s job trace recorded (``jobs.csv``,
     ``placeopt execute --job-trace``), by whether the prefill ran eagerly (the engine's rule);
     None for a run without the trace."""
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
-    path = run_file(run, "jobs.csv")
-    if not os.path.exists(path):
+    jobs = traced_jobs(run)
+    if jobs is None:
         return None
     out: Dict[bool, List[float]] = {False: [], True: []}
-    for j in read_csv(path):
+    for j in jobs:
         if j["kind"] == "prefill":
-            eager = bool(prefill_runs_eagerly(int(j["requests"]), int(j["longest_context"]), GRAPH_TOKENS))
-            out[eager].append(float(j["launched_s"]) - float(j["launch_s"]))
+            eager = bool(prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS))
+            out[eager].append(j["launched_s"] - j["launch_s"])
     return out
 
 
@@ -963,6 +1004,86 @@ def eager_launch_hold(run: dict) -> Tuple[float, str]:
     return eager - graph, (f"{os.path.basename(run['folder'])}/{run['name']}: median silence after a prefill end "
                            f"{1e3 * eager:.1f} ms before an eager launch ({len(silences[True])}), "
                            f"{1e3 * graph:.1f} ms before a graph one ({len(silences[False])})")
+
+
+def traced_partition_prefills(run: dict) -> np.ndarray:
+    """One row per graph prefill on an SM partition in ``run``'s job trace: (its table time
+    alone, its GPU time, the HBM demand in GB/s of the other jobs of its mesh on the GPU while it
+    ran, time-weighted, and its launch's host seconds). A job's demand is counted as the
+    simulator's contention model counts it: its bytes per GPU (weights, and the KV of its
+    requests, here at the longest context: the trace keeps no mean, so an upper bound) over its
+    table time."""
+    from placement_opt.llm_units import llm_specs
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate.llm import _sm_shares, on_partition, resolve_policy
+    from placement_opt.simulate.meshsim import prefill_runs_eagerly
+
+    jobs = traced_jobs(run) or []
+    inst_path, placement_path = run_inputs(run)
+    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    specs = {s.name: s for s in llm_specs(inst)}
+    placement = load_placement(placement_path)
+    policy = resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
+    share, tp = {}, {}
+    for g in placement.groups:
+        for m, sh in zip(g.models, _sm_shares(g, policy)):
+            share[m], tp[m] = sh, g.tp
+    table = np.array(traced_table_seconds(run, jobs))
+    demand = np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["requests"]
+                        * j["longest_context"]) / tp[j["llm"]] / t / 1e9 if t > 0 else 0.0
+                       for j, t in zip(jobs, table)])
+    start = np.array([j["device_start_s"] for j in jobs])
+    end = np.array([j["device_end_s"] for j in jobs])
+    group = np.array([j["group"] for j in jobs])
+    rows = []
+    for i, j in enumerate(jobs):
+        if (j["kind"] != "prefill" or not on_partition(share[j["llm"]]) or end[i] <= start[i]
+                or prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)):
+            continue
+        overlap = np.clip(np.minimum(end, end[i]) - np.maximum(start, start[i]), 0.0, None) * (group == group[i])
+        overlap[i] = 0.0
+        rows.append((table[i], end[i] - start[i], float(np.dot(overlap, demand)) / (end[i] - start[i]),
+                     j["launched_s"] - j["launch_s"]))
+    return np.array(rows).reshape(-1, 4)
+
+
+def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...]) -> Tuple[float, float, float, float, int]:
+    """(``prefill_beside_gbps``, ``prefill_beside_delay_s``, ``prefill_host_s``) measured on the
+    job traces of ``runs`` (:func:`traced_partition_prefills`): the bandwidth and delay whose
+    ``T x (1 + D / gbps) + delay`` (beside others demanding D; T alone) best fits the graph
+    prefills' GPU times (least squares on log times; 500-20000 GB/s in 50 GB/s steps, delay
+    0-10 ms in 0.1 ms steps), and the median host time of their launches; then the RMS log
+    error and the number of prefills."""
+    points = np.vstack([traced_partition_prefills(_find_run(r)) for r in runs])
+    table, gpu, others, host = points.T
+    beside = others > 0
+    best = (0.0, 0.0, math.inf)
+    delays = np.arange(0.0, 10.0 + 1e-9, 0.1)[:, None] / 1e3
+    for gbps in np.arange(500.0, 20000.0 + 1e-9, 50.0):
+        model = table * (1.0 + others / gbps) + delays * beside
+        rms = np.sqrt(np.mean(np.log(model / gpu) ** 2, axis=1))
+        i = int(np.argmin(rms))
+        if rms[i] < best[2]:
+            best = (float(gbps), round(float(delays[i, 0]), 6), float(rms[i]))
+    return best[0], best[1], round(float(np.median(host)), 6), best[2], len(points)
+
+
+def apply_prefill_trace_fields(gen: Generation, out: dict) -> List[str]:
+    """Set the calibration ``out``'s graph-prefill fields on SM partitions to those measured on
+    ``gen.fit_prefill_trace``'s job traces (:func:`fit_prefill_trace`): the stretch beside other
+    jobs in proportion to their HBM demand (``prefill_beside_gbps``, ``prefill_beside_delay_s``;
+    no fixed stretch, no partition stretch) and the launch's hold of the thread
+    (``prefill_host_s``); returns the fields set."""
+    gbps, delay, host, rms, count = fit_prefill_trace(gen.fit_prefill_trace)
+    out.update(prefill_beside_gbps=gbps, prefill_beside_delay_s=delay, prefill_beside_stretch=0.0,
+               prefill_partition_stretch=0.0, prefill_host_s=host)
+    names = ", ".join(f"{f}/{n}" for f, n in gen.fit_prefill_trace)
+    out["fit"]["prefill_trace_fit"] = (f"{names}: job traces, {count} graph prefills on SM partitions: GPU time = "
+                                       f"table time x (1 + others' HBM demand / {gbps:.0f} GB/s) + "
+                                       f"{1e3 * delay:.1f} ms beside others, RMS log error {rms:.4f}; "
+                                       f"prefill_host_s the median launch host time")
+    return ["prefill_beside_gbps", "prefill_beside_delay_s", "prefill_beside_stretch", "prefill_partition_stretch",
+            "prefill_host_s"]
 
 
 def fit_eager_host(run: dict, model: Dict[str, float], field: str) -> Tuple[float, float]:
@@ -1227,6 +1348,8 @@ def derived_calibration(gen: Generation) -> dict:
                 tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, parent.fit_eager[1])
                 out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
                 own.append("prefill_eager_host_tp_s")
+    if gen.fit_prefill_trace:
+        own += apply_prefill_trace_fields(gen, out)
     if gen.fit_eager:
         own += apply_eager_fields(gen, out)
     out["fit"]["derived_from"] = (f"{gen.derives} ({GENERATIONS[gen.derives].calibration}): every field but "

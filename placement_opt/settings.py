@@ -125,7 +125,10 @@ class LLMConfig:
       beside others throughout it lasts ``(1 + stretch) x T + delay``; alone it keeps its time.
       Replaces the HBM contention term for such prefills: the engine's prefills beside decode
       steps slow by a part of their time and a fixed delay whatever the others demand (fitted on
-      an H100: 0.37 and 5.2 ms; 0 and 0: off).
+      an H100: 0.37 and 5.2 ms; 0 and 0: off). ``prefill_beside_gbps`` (GB/s) adds a term in
+      proportion to what the others demand of HBM (their bytes over their table times, as the
+      contention model counts them): ``(1 + stretch + D / this) x T + delay`` beside others that
+      demand D (fitted on the job trace of the runs on SM partitions; 0: off).
     * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
       partition, so while its prefill runs its decode step keeps only this part of its speed
       (applies on a partition, share below 1; 0: off, the step keeps its table time).
@@ -198,6 +201,9 @@ class LLMConfig:
     prefill_beside_delay_s: float = option(0.0, minimum=0,
                                            help="seconds such a prefill lasts more beside other jobs, "
                                                 "beyond prefill_beside_stretch (0: off)")
+    prefill_beside_gbps: float = option(0.0, minimum=0,
+                                        help="GB/s: such a prefill also runs 1 + (the other running jobs' HBM "
+                                             "demand) / this times its time (0: off)")
     own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,
                                              help="while an LLM's prefill runs on its SM partition, the part of "
                                                   "its speed its decode step keeps (0: off)")

@@ -47,6 +47,7 @@ class Timing(NamedTuple):
     hbm_cap_gbps: float = 0.0
     prefill_beside: float = 0.0
     prefill_beside_delay: float = 0.0
+    prefill_beside_gbps: float = 0.0
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -77,7 +78,7 @@ def mesh_inputs(case, timing=None):
                        hbm_cap_gbps=tm.hbm_cap_gbps,
                        graph_tokens=tm.graph_tokens, decode_kv_gbps=tm.decode_kv_gbps,
                        own_prefill_decode=tm.own_prefill_decode, prefill_beside=tm.prefill_beside,
-                       prefill_beside_delay=tm.prefill_beside_delay)
+                       prefill_beside_delay=tm.prefill_beside_delay, prefill_beside_gbps=tm.prefill_beside_gbps)
     return requests, llms, tables, cfg
 
 
@@ -127,7 +128,8 @@ def timings(draw, n_llms):
                   kv=kv, block_host=optional([0.0, 1e-4, 2e-3]),
                   hbm_cap_gbps=draw(st.sampled_from([0.0, 1.0, 5.0, 20.0])),
                   prefill_beside=draw(st.sampled_from([0.0, 0.37, 2.0])),
-                  prefill_beside_delay=draw(st.sampled_from([0.0, 0.005, 0.05])))
+                  prefill_beside_delay=draw(st.sampled_from([0.0, 0.005, 0.05])),
+                  prefill_beside_gbps=draw(st.sampled_from([0.0, 10.0, 100.0])))
 
 
 @st.composite
@@ -168,6 +170,7 @@ TERMS_OFF = {
     "block_host": dict(block_host=[]),
     "prefill_beside": dict(prefill_beside=0.0),
     "prefill_beside_delay": dict(prefill_beside_delay=0.0),
+    "prefill_beside_gbps": dict(prefill_beside_gbps=0.0),
 }
 
 
@@ -181,7 +184,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     LLM's prefill and, graph prefills on partitions, by the jobs beside them. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
     changes the kernel's outcome in some cases (so the equality covers it; under the temporal
-    baseline, whose jobs never overlap, the five terms between running jobs change nothing)."""
+    baseline, whose jobs never overlap, the six terms between running jobs change nothing)."""
     seen = {name: 0 for name in TERMS_OFF}
 
     @settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
@@ -200,7 +203,8 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
 
     check()
     # they act only between jobs running at once
-    overlap = ("hbm_gbps", "hbm_cap_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay")
+    overlap = ("hbm_gbps", "hbm_cap_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay",
+               "prefill_beside_gbps")
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}

@@ -511,7 +511,8 @@ class VirtualJobs:
         for j in range(len(self.end)):
             if running[j]:
                 if j % 2 == 0 and prefill_beside_on(cfg) and self.graph_partition[j]:
-                    factor = (prefill_beside_stretch(self.alone[j], cfg.prefill_beside, cfg.prefill_beside_delay)
+                    factor = (prefill_beside_stretch(self.alone[j], cfg.prefill_beside, cfg.prefill_beside_delay,
+                                                     total - self.demand[j], cfg.prefill_beside_gbps)
                               if n_running > 1 else 1.0)
                 else:
                     factor = contention_stretch(total, self.demand[j], cfg.hbm_gbps, cfg.hbm_cap_gbps)

@@ -280,7 +280,7 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                                                                      cfg.prefill_eager_hold_s, cfg.prefill_eager_host_tp_s) > 0
                         else 0, decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
                         hbm_cap_gbps=cfg.contention_hbm_cap_gbps, prefill_beside=cfg.prefill_beside_stretch,
-                        prefill_beside_delay=cfg.prefill_beside_delay_s)
+                        prefill_beside_delay=cfg.prefill_beside_delay_s, prefill_beside_gbps=cfg.prefill_beside_gbps)
 
 
 def kv_read_gbps(cfg: LLMConfig, tp: int) -> float:

@@ -59,7 +59,8 @@ running jobs' demand) / max(hbm_cap_gbps, its own)``: the GPU's HBM serves no mo
 in all, so jobs that together demand more share it (:func:`contention_stretch`; a job alone is
 never stretched). **Prefills beside others** (``MeshSettings.prefill_beside``,
 ``prefill_beside_delay``): a graph prefill on an SM partition, while any other job runs,
-stretches by :func:`prefill_beside_stretch` instead. Calibrated on an H100 in
+stretches by :func:`prefill_beside_stretch` instead (``prefill_beside_gbps``: also in proportion
+to the other running jobs' HBM demand). Calibrated on an H100 in
 ``docs/fidelity-llm.md``.
 
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
@@ -138,6 +139,7 @@ class MeshSettings(NamedTuple):
     hbm_cap_gbps: float = 0.0  # contention: a job stretches at least by (all running jobs' HBM demand) / max(this, its own); 0 off
     prefill_beside: float = 0.0  # a graph prefill on a partition beside other running jobs: 1 + this times slower; 0 off
     prefill_beside_delay: float = 0.0  # ... and this many seconds longer (prefill_beside_stretch); 0 off
+    prefill_beside_gbps: float = 0.0  # ... and 1 + (the other running jobs' HBM demand) / this (GB/s) slower; 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -968,26 +970,29 @@ def contention_stretch(total, own, hbm_gbps, hbm_cap_gbps):
 def contention_on(cfg):
     """Whether running jobs are re-timed as the set of running jobs changes (HBM contention or
     a decode step beside its own LLM's prefill)."""
-    return (cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.own_prefill_decode > 0 or cfg.prefill_beside > 0
-            or cfg.prefill_beside_delay > 0)
+    return cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.own_prefill_decode > 0 or prefill_beside_on(cfg)
 
 
 @njit(cache=True, inline="always")
-def prefill_beside_stretch(alone, beside, delay):
-    """The factor a graph prefill on an SM partition stretches by while another job runs on the
-    mesh (another LLM's, or its own LLM's decode step): ``1 + beside + delay / alone``
-    (``alone``: its table time, seconds), so that beside others throughout it lasts ``(1 +
-    beside) x alone + delay``. Measured with
-    ``engine_bench.py --prefill-beside``: such a prefill slows by a part of its time and by a
-    fixed delay, whatever the others demand of HBM (docs/fidelity-llm.md). The one formula of
-    the kernel and the executor's virtual clock."""
-    return 1.0 + beside + (delay / alone if alone > 0 else 0.0)
+def prefill_beside_stretch(alone, beside, delay, others_gbps, per_gbps):
+    """The factor a graph prefill on an SM partition stretches by while other jobs run on the
+    mesh (other LLMs', or its own LLM's decode step) that demand ``others_gbps`` of HBM
+    bandwidth: ``1 + beside + others_gbps / per_gbps + delay / alone`` (``alone``: its table
+    time, seconds; the demand term off where ``per_gbps`` is 0), so that beside the same others
+    throughout it lasts ``(1 + beside + others_gbps / per_gbps) x alone + delay``. Measured with
+    ``engine_bench.py --prefill-beside`` (a fixed stretch and delay) and on the job trace of the
+    runs on SM partitions (a stretch in proportion to what the others demand: a prefill beside
+    four decode steps on the five-LLM GPU slows 2.4-2.8 x, beside one 7B decode at half the GPU
+    1.8 x; docs/fidelity-llm.md). The one formula of the kernel and the executor's virtual
+    clock."""
+    return (1.0 + beside + (others_gbps / per_gbps if per_gbps > 0 else 0.0)
+            + (delay / alone if alone > 0 else 0.0))
 
 
 @njit(cache=True, inline="always")
 def prefill_beside_on(cfg):
     """Whether graph prefills on partitions stretch beside other running jobs."""
-    return cfg.prefill_beside > 0 or cfg.prefill_beside_delay > 0
+    return cfg.prefill_beside > 0 or cfg.prefill_beside_delay > 0 or cfg.prefill_beside_gbps > 0
 
 
 @njit(cache=True)
@@ -1013,7 +1018,8 @@ def _retime(t, llms, jobs, cfg):
         decode_running = _running(t, llms, jobs, 2 * k + 1)
         if prefill_running and prefill_beside_on(cfg) and llms[k].share < 1.0 - EPS and not llms[k].prefill_eager:
             _refactor(t, llms, jobs, 2 * k,
-                      prefill_beside_stretch(jobs[2 * k].alone, cfg.prefill_beside, cfg.prefill_beside_delay)
+                      prefill_beside_stretch(jobs[2 * k].alone, cfg.prefill_beside, cfg.prefill_beside_delay,
+                                             total - jobs[2 * k].demand, cfg.prefill_beside_gbps)
                       if n_running > 1 else 1.0)
         elif prefill_running:
             _restretch(t, llms, jobs, 2 * k, total, cfg, 1.0)

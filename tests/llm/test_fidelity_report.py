@@ -328,6 +328,36 @@ def test_the_prefill_beside_model_fits_the_engine_prefills_and_shortens_the_tp2_
     assert 0.1 < measured["ttft_mean_s"] / after["ttft_mean_s"] - 1 < 0.2
 
 
+def test_the_traced_prefill_stretch_closes_the_tp2_muxserve_ttft_miss_and_costs_the_x3_attainment():
+    """``fit_prefill_trace`` on the job traces of v3f's conv muxserve and 2-GPU muxserve runs: a
+    graph prefill on an SM partition lasts its table time x (1 + the others' HBM demand / 3900
+    GB/s) + 1.4 ms, its launch holds the thread 0.7 ms. v3f's calibration derived with it
+    (``fit_prefill_trace=PREFILL_TRACES``, the eager fields refitted) brings the held-out seed-1
+    2-GPU muxserve TTFT error from +32% to about +12%, but leaves the 3 x adbs run's simulated
+    attainment over 8 points above the measured one (-3.5 before): not adopted
+    (docs/fidelity-llm.md "The prefill's stretch on the job trace")."""
+    pytest.importorskip("torch")
+    import dataclasses
+
+    script = load_benchmark("llm_fidelity")
+    gbps, delay, host, rms, count = script.fit_prefill_trace(script.PREFILL_TRACES)
+    assert (gbps, delay, host, count) == (3900.0, 0.0014, 0.000696, 298) and rms < 0.15
+    gen = dataclasses.replace(script.GENERATIONS["v3f"], fit_prefill_trace=script.PREFILL_TRACES)
+    cal = script.derived_calibration(gen)
+    assert cal["prefill_beside_gbps"] == gbps and cal["prefill_host_s"] == host
+    traced = {k: v for k, v in cal.items() if k in script.MODEL_FIELDS}
+    committed = script.generation_model(script.GENERATIONS["v3f"])
+
+    def errors(folder: str, name: str, model: dict) -> dict:
+        run = script._find_run((folder, name))
+        return script.errors(run["summary"]["measured"], *script.predict(run, model))
+
+    before, after = (errors("results-v3f-tp2s1", "tp2s1-poisson-muxserve", m) for m in (committed, traced))
+    assert before["ttft_err"] > 0.3 and 0.05 < after["ttft_err"] < 0.15
+    before, after = (errors("results-v3f", "poisson-x3-muxserve/adbs", m) for m in (committed, traced))
+    assert -4.0 < before["slo_attainment_pp"] < -3.0 and after["slo_attainment_pp"] < -8.0
+
+
 def test_job_timeline_sets_the_engine_beside_the_simulator_job_by_job():
     """``job_timeline.py`` on v3f's conv muxserve run (traced): a row per LLM and job kind with
     the measured and the simulated jobs (decode steps within 10% in number; every request

@@ -1,6 +1,7 @@
 """Graph prefills on SM partitions beside other jobs (``llm.prefill_beside_stretch``,
-``prefill_beside_delay_s``; ``MeshSettings.prefill_beside``, ``prefill_beside_delay``;
-docs/fidelity-llm.md "Prefills beside decodes, modelled"): a hand-timed mesh."""
+``prefill_beside_delay_s``, ``prefill_beside_gbps``; ``MeshSettings.prefill_beside``,
+``prefill_beside_delay``, ``prefill_beside_gbps``; docs/fidelity-llm.md "Prefills beside decodes,
+modelled" and "The prefill's stretch on the job trace"): a hand-timed mesh."""
 
 from __future__ import annotations
 
@@ -11,20 +12,23 @@ from placement_opt.simulate.llm import _POLICY_CODE
 from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs, simulate_mesh
 
 
-def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int = 100) -> np.ndarray:
+def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
+                  weights: float = 0.0) -> np.ndarray:
     """First-token times on a mesh of two LLMs at SM ``share`` (every prefill 0.1 s in the
     table, every decode step 0.01 s; no host model): LLM 1's request of 1000 output tokens at
     t = 0 (it decodes until about t = 10), LLM 0's of ``prompt`` tokens at t = 1.005, beside
-    those decode steps, and again at t = 20, alone."""
+    those decode steps, and again at t = 20, alone (``weights``: bytes every job of either LLM
+    reads, its HBM demand over its table time)."""
     requests = MeshRequests(arrival=np.array([0.0, 1.005, 20.0]), llm=np.array([1, 0, 0], dtype=np.int64),
                             prompt=np.array([10, prompt, prompt], dtype=np.int64),
                             output=np.array([1000, 1, 1], dtype=np.int64))
-    llms = MeshLLMs(share=np.full(2, share), kv_kib=np.ones(2, dtype=np.int64), rate=np.ones(2))
+    llms = MeshLLMs(share=np.full(2, share), kv_kib=np.ones(2, dtype=np.int64), rate=np.ones(2),
+                    weight_bytes=np.full(2, weights), kv_bytes=np.zeros(2))
     tables = LatencyTables(prefill=np.full((2, 5, 2), 0.1), decode=np.full((2, 5, 2), 0.01),
                            lgrid=np.array([1.0, 4096.0]))
     cfg = MeshSettings(policy=_POLICY_CODE["fcfs"], pool=100000, block=16, max_batch=4, token_budget=4096,
                        period=5.0, frac=0.5, horizon=100.0, graph_tokens=1024, prefill_beside=beside,
-                       prefill_beside_delay=delay)
+                       prefill_beside_delay=delay, prefill_beside_gbps=gbps)
     out = mesh_outputs(3, 2, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return out.first
@@ -44,3 +48,12 @@ def test_an_eager_prefill_and_an_llm_on_the_whole_gpu_are_not_stretched():
     assert _first_tokens(0.37, 0.005, prompt=2000)[1] == pytest.approx(1.105)
     whole = _first_tokens(0.37, 0.005, share=1.0)
     assert whole[1] == pytest.approx(1.01 + 0.1) and whole[2] == pytest.approx(20.1)
+
+
+def test_a_graph_prefill_beside_a_decode_stretches_in_proportion_to_its_hbm_demand():
+    """Every job reads 20 GB: a decode step of 0.01 s demands 2000 GB/s; at 4000 GB/s the 0.1 s
+    prefill beside LLM 1's steps runs 1 + 2000 / 4000 = 1.5 x slower, plus the 2 ms delay; alone
+    (t = 20) its table time. Without weights (no demand) only the delay is left."""
+    first = _first_tokens(0.0, 0.002, gbps=4000.0, weights=20e9)
+    assert first == pytest.approx([0.1, 1.005 + 0.15 + 0.002, 20.1])
+    assert _first_tokens(0.0, 0.002, gbps=4000.0)[1] == pytest.approx(1.005 + 0.1 + 0.002)

@@ -42,22 +42,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_f
 
 import llm_fidelity as fid  # noqa: E402
 
-TIMES = ("launch_s", "launched_s", "device_start_s", "device_end_s", "seen_s")
-
-
-def read_jobs(run: dict) -> List[dict]:
-    """The rows of ``run``'s ``jobs.csv`` (or its ``.gz``), times as floats."""
-    rows = fid.read_csv(fid.run_file(run, "jobs.csv"))
-    for r in rows:
-        for c in TIMES:
-            r[c] = float(r[c])
-        r["requests"], r["longest_context"] = int(r["requests"]), int(r["longest_context"])
-    return rows
-
-
 def as_rows(jobs: Sequence[tuple]) -> List[dict]:
-    """``executor.llm_run.simulated_jobs`` tuples as :func:`read_jobs` rows."""
-    names = ("group", "llm", "kind", "requests", "longest_context", *TIMES)
+    """``executor.llm_run.simulated_jobs`` tuples as ``llm_fidelity.traced_jobs`` rows."""
+    names = ("group", "llm", "kind", "requests", "longest_context", *fid.TRACE_TIMES)
     return [dict(zip(names, (str(j[0]), *j[1:]))) for j in jobs]
 
 
@@ -79,19 +66,6 @@ def co_runners(jobs: List[dict]) -> List[float]:
             cuts = np.concatenate(([a], times[lo:hi], [b]))
             running = np.concatenate(([count[lo - 1]], count[lo:hi]))
             out[i] = float(np.dot(np.diff(cuts), running) / (b - a)) - 1.0
-    return out
-
-
-def table_seconds(run: dict, jobs: List[dict]) -> List[float]:
-    """Per job its table time alone at its LLM's SM share, batch and longest context."""
-    from placement_opt.executor.llm_sched import len_interp
-
-    tables = fid._mesh_step_tables(run, at_shares=True)
-    out = []
-    for j in jobs:
-        table, k = tables[j["llm"]][:2]
-        rows = table.prefill[k] if j["kind"] == "prefill" else table.decode[k]
-        out.append(len_interp(rows[min(j["requests"], rows.shape[0] - 1)], table.lgrid, float(j["longest_context"])))
     return out
 
 
@@ -136,12 +110,12 @@ def report(spec: str, overrides: Dict[str, float]) -> List[str]:
     run = fid._find_run((folder, name))
     model = dict(fid.generation_model(fid.generation_of(run["folder"])), **overrides)
     inst = fid.run_instance(run, model)
-    measured = read_jobs(run)
+    measured = fid.traced_jobs(run) or []
     simulated, simulated_first = simulated_timeline(run, inst)
     lines = [f"== {spec}" + (f" with {overrides}" if overrides else "")]
     stats = {}
     for label, jobs in (("measured", measured), ("simulated", simulated)):
-        tab, co = table_seconds(run, jobs), co_runners(jobs)
+        tab, co = fid.traced_table_seconds(run, jobs), co_runners(jobs)
         by: Dict[Tuple[str, str], List[Tuple[float, float, float, float]]] = defaultdict(list)
         for j, t, c in zip(jobs, tab, co):
             by[(j["llm"], j["kind"])].append((j["launched_s"] - j["launch_s"], j["device_end_s"] - j["device_start_s"],
