@@ -187,7 +187,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     baseline, whose jobs never overlap, the six terms between running jobs change nothing)."""
     seen = {name: 0 for name in TERMS_OFF}
 
-    @settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
+    @settings(max_examples=320, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
               database=None)
     @given(timed_cases(policy))
     def check(drawn):

@@ -49,12 +49,12 @@ from placement_opt.llm_units import LLMSpec, effective_llm_config, llm_specs, pl
 from placement_opt.placement import Placement
 from placement_opt.settings import POLICIES
 from placement_opt.simulate import llm as simllm
-from placement_opt.simulate.meshsim import MeshLLMs, MeshRequests, MeshSettings
+from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests, MeshSettings
 from placement_opt.workload import Requests
 from placement_opt.executor.controller import ExecutorConfig, ExecutorError, _free_port, host_memory_bytes, model_seed
 from placement_opt.executor.llm_engine import EngineSpec, LLMBuild
 from placement_opt.executor.llm_probe import decode_host_seconds, probe_requests
-from placement_opt.executor.llm_sched import run_virtual
+from placement_opt.executor.llm_sched import VirtualJobs, run_virtual
 from placement_opt.executor.llm_trace import JOB_COLUMNS
 from placement_opt.llm_units import page_units, pages_per_block
 from placement_opt.executor.llm_worker import LLMWorkerSpec, MeshWork, llm_worker_main
@@ -458,14 +458,16 @@ def measured_jobs(run: _Run) -> List[tuple]:
     return [(g, *row) for g, tot in sorted(run.mesh_totals.items()) for row in tot.get("jobs", [])]
 
 
-def simulated_jobs(instance: Instance, placement: Placement, req: Requests, policy: str
+def simulated_jobs(instance: Instance, placement: Placement, req: Requests, policy: str,
+                   clock: Optional[Callable[[int, MeshLLMs, LatencyTables, MeshSettings], VirtualJobs]] = None
                    ) -> Tuple[List[tuple], np.ndarray]:
     """The simulator's job timeline of every mesh on ``req`` under ``policy``: the kernel's
     decisions and job times on the executor's virtual clock (:func:`~.llm_sched.run_virtual`,
     equality-tested against the kernel), one row per job as :func:`measured_jobs` (the GPU
     start and end are the kernel's; launch and launched its scheduling thread's; jobs still
     running at the horizon are not listed, where the executor's leader lets them end), and every
-    request's first-token time in it (-1: none)."""
+    request's first-token time in it (-1: none). ``clock(group, llms, tables, settings)``, when
+    given, times each mesh's jobs instead of the kernel's model (a replay of measured times)."""
     rules = placement_rules(placement)
     cfg = effective_llm_config(instance, rules)
     pools = simllm.check_llm_groups(instance, placement.groups, llm_specs(instance), rules)
@@ -474,8 +476,9 @@ def simulated_jobs(instance: Instance, placement: Placement, req: Requests, poli
     for p in plan_meshes(instance, placement, req, pools, policy):
         g = placement.groups[p.group]
         trace: List[tuple] = []
-        done = run_virtual(p.work.requests, *simllm.mesh_inputs(g, list(p.specs), pools[p.group], cfg, policy,
-                                                                p.work.settings.horizon), trace=trace)
+        inputs = simllm.mesh_inputs(g, list(p.specs), pools[p.group], cfg, policy, p.work.settings.horizon)
+        done = run_virtual(p.work.requests, *inputs, trace=trace,
+                           clock=clock(p.group, *inputs) if clock is not None else None)
         first[p.requests] = done.first
         rows += [(p.group, g.models[k], *rest) for k, *rest in trace]
     return rows, first

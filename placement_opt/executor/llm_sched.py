@@ -443,6 +443,7 @@ class VirtualJobs:
         self.factor = [1.0] * (2 * K)
         self.alone = [0.0] * (2 * K)
         self.graph_partition = [False] * (2 * K)  # a graph prefill on an SM partition (prefill_beside)
+        self.fixed = [False] * (2 * K)  # a job whose end a subclass set and :meth:`retime` keeps (a replay)
         self.share = [float(x) for x in llms.share]
         # per slot: its job, when its launch began and when it left the thread free (run_virtual's trace)
         self.launched: List[Optional[Tuple[Job, float, float]]] = [None] * (2 * K)
@@ -498,7 +499,8 @@ class VirtualJobs:
         """Work left brought up to t, then each running job re-stretched: HBM contention (when
         on) and a decode step beside its own LLM's running prefill (``own_prefill_decode``); a
         graph prefill on a partition beside any other running job by
-        :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` instead (when on)."""
+        :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` instead (when on). A
+        ``fixed`` job keeps its end (its demand still counts for the others)."""
         total = 0.0
         running = [self.end[j] < np.inf and self.start[j] <= t < self.end[j] for j in range(len(self.end))]
         for j in range(len(self.end)):
@@ -509,7 +511,7 @@ class VirtualJobs:
         cfg = self.cfg
         n_running = sum(running)
         for j in range(len(self.end)):
-            if running[j]:
+            if running[j] and not self.fixed[j]:
                 if j % 2 == 0 and prefill_beside_on(cfg) and self.graph_partition[j]:
                     factor = (prefill_beside_stretch(self.alone[j], cfg.prefill_beside, cfg.prefill_beside_delay,
                                                      total - self.demand[j], cfg.prefill_beside_gbps)
@@ -537,16 +539,18 @@ class VirtualJobs:
 
 
 def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, cfg: MeshSettings,
-                trace: Optional[List[tuple]] = None) -> MeshScheduler:
+                trace: Optional[List[tuple]] = None, clock: Optional[VirtualJobs] = None) -> MeshScheduler:
     """Drive a :class:`MeshScheduler` on a virtual clock with the kernel's job times (all its
     duration terms, :class:`VirtualJobs`) and its event loop (end due
     jobs, re-balance, schedule, drop, advance while the scheduling thread is free); returns
     it finished. ``trace``, when given, gets the simulator's job timeline: per finished job
     (LLM, kind, requests, longest context, its launch's begin and end on the thread, its GPU
     work's start and end, the time it was collected), the executor's ``jobs.csv`` columns
-    (:mod:`.llm_trace`) but the LLM's index for its name."""
+    (:mod:`.llm_trace`) but the LLM's index for its name. ``clock``: the job timing to use
+    instead of :class:`VirtualJobs` on these inputs (a subclass that replays measured job
+    times: ``benchmarks/fidelity/llm/job_replay.py``)."""
     s = MeshScheduler(requests, llms, cfg)
-    clock = VirtualJobs(llms, tables, cfg)
+    clock = clock if clock is not None else VirtualJobs(llms, tables, cfg)
     n = len(requests.arrival)
     t, done, arrived, host_free = 0.0, 0, 0, 0.0
     next_rebalance = cfg.period if cfg.policy == ADBS else np.inf

@@ -1,0 +1,146 @@
+"""Replay a run's job trace: the shared scheduler's decisions with the GPU's own job times.
+
+A run made with ``placeopt execute --job-trace`` has ``jobs.csv``: every job the mesh leaders
+ran, its launch on the host and its GPU start and end. This script drives the scheduler the
+executor and the simulator share (``executor.llm_sched.run_virtual``) on a virtual clock
+whose job times are the measured ones instead of the simulator's model: the n-th prefill (or
+decode step) of an LLM launched in the replay holds the thread, starts, runs and is collected
+as the n-th measured one of that LLM did (its host seconds, its delay to its GPU start, its
+GPU seconds and its collect lag, verbatim). Where the replay's decisions are the engine's,
+its first tokens are the measured ones; so a replay that reproduces the measured TTFT shows
+the policy decisions right on the GPU and puts the simulator's error in its job times.
+``--replay prefill`` replays the prefills only (decode steps keep the simulator's model and
+contention, the replayed prefills' HBM demand counted), ``decode`` the decode steps only:
+which job times the simulator's TTFT error comes from. After the first decision that differs
+(another batch, at 3 x load a different quota moment) the n-th job is another job and the
+replay only approximates.
+
+Prints per LLM the mean TTFT measured / replayed / simulated (the run's generation and its
+current calibration; ``--set FIELD=VALUE`` changes a field of the model the replay keeps).
+
+Usage: python benchmarks/fidelity/llm/job_replay.py RESULTS/RUN... [--replay prefill,decode]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter, defaultdict
+from typing import Dict, List, Sequence, Set, Tuple
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_fidelity
+
+import llm_fidelity as fid  # noqa: E402
+
+from placement_opt.executor.llm_sched import PREFILL, VirtualJobs  # noqa: E402
+
+
+class TracedJobs(VirtualJobs):
+    """:class:`VirtualJobs` whose jobs of the ``kinds`` replay the measured ones of the same LLM
+    and kind in launch order (``measured[(llm name, kind)]``): the thread's hold, the GPU start
+    delay, the GPU time and the collect lag as measured, never re-timed; jobs of other kinds
+    keep the model."""
+
+    def __init__(self, llms, tables, cfg, names: Sequence[str], measured: Dict[Tuple[str, str], List[dict]],
+                 kinds: Set[str]):
+        super().__init__(llms, tables, cfg)
+        self.names, self.measured, self.kinds = list(names), measured, kinds
+        self.taken: Counter = Counter()
+        self.timed = True
+
+    def launch(self, jobs, t, host_free):
+        for job in jobs:
+            j = self.slot(job.kind, job.llm)
+            self.fixed[j] = job.kind in self.kinds
+            if not self.fixed[j]:
+                host_free = super().launch([job], t, host_free)
+                continue
+            key = (self.names[job.llm], job.kind)
+            rows = self.measured[key]
+            m = rows[min(self.taken[key], len(rows) - 1)]
+            self.taken[key] += 1
+            begin = max(t, host_free)
+            host_free = begin + (m["launched_s"] - m["launch_s"])
+            self.start[j] = begin + max(0.0, m["device_start_s"] - m["launch_s"])
+            self.work[j] = (m["device_end_s"] - m["device_start_s"]) + max(0.0, m["seen_s"] - m["device_end_s"])
+            self.end[j] = self.start[j] + self.work[j]
+            self.mark[j], self.factor[j] = self.start[j], 1.0
+            alone = self.duration(job)
+            moved = self.weight_bytes[job.llm] + float(sum(job.contexts)) * self.kv_bytes[job.llm]
+            self.alone[j], self.demand[j] = alone, moved / alone / 1e9 if alone > 0 else 0.0
+            self.graph_partition[j] = False
+            self.launched[j] = (job, begin, host_free)
+        return host_free
+
+
+def replay(run: dict, kinds: Set[str], overrides: Dict[str, float]) -> Tuple[np.ndarray, np.ndarray]:
+    """Every request's first-token time in the replay of ``run``'s trace (the ``kinds`` of jobs
+    replayed) and in the simulator's own timeline (-1: none)."""
+    from placement_opt.executor.llm_run import simulated_jobs
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate import llm as simllm
+
+    inst = fid.run_instance(run, dict(fid.generation_model(fid.generation_of(run["folder"])), **overrides))
+    placement = load_placement(fid.run_inputs(run)[1])
+    policy = simllm.resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
+    measured: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
+    for row in sorted(fid.traced_jobs(run) or [], key=lambda r: r["launch_s"]):
+        measured[(row["llm"], row["kind"])].append(row)
+
+    def clock(group, llms, tables, cfg):
+        return TracedJobs(llms, tables, cfg, placement.groups[group].models, measured, kinds)
+
+    replayed = simulated_jobs(inst, placement, inst.requests(), policy, clock=clock)[1]
+    return replayed, simulated_jobs(inst, placement, inst.requests(), policy)[1]
+
+
+def report(spec: str, kinds: Set[str], overrides: Dict[str, float]) -> List[str]:
+    """The replay's lines for ``spec`` (RESULTS/RUN)."""
+    folder, _, name = spec.partition("/")
+    run = fid._find_run((folder, name))
+    replayed, simulated = replay(run, kinds, overrides)
+    rows = fid.request_rows(run)
+    arrival = np.array([float(r["arrival_s"]) for r in rows])
+    measured = np.array([float(r["first_token_s"]) if r["first_token_s"] not in ("", "dropped") else -1.0
+                         for r in rows])
+    models = np.array([r["model"] for r in rows])
+    lines = [f"== {spec}: replayed {', '.join(sorted(kinds))}" + (f" with {overrides}" if overrides else ""),
+             "llm       mean TTFT ms: measured  replayed  simulated"]
+
+    def ttft(first: np.ndarray, sel: np.ndarray) -> float:
+        ok = sel & (first >= 0)
+        return 1e3 * float(np.mean(first[ok] - arrival[ok])) if ok.any() else float("nan")
+
+    for m in sorted(set(models)) + ["all"]:
+        sel = models == m if m != "all" else np.ones(len(models), dtype=bool)
+        lines.append(f"{m:<9} {ttft(measured, sel):>18.1f}  {ttft(replayed, sel):>8.1f}  {ttft(simulated, sel):>9.1f}")
+    return lines
+
+
+def main(argv: Sequence[str] = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", help="RESULTS/RUN: a run made with --job-trace")
+    ap.add_argument("--replay", default="prefill,decode",
+                    help="the job kinds whose measured times are replayed (prefill, decode or both)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                    help=f"a calibration field of the model (one of {', '.join(fid.MODEL_FIELDS)})")
+    args = ap.parse_args(argv)
+    kinds = {k for k in args.replay.split(",") if k}
+    if not kinds <= {PREFILL, "decode"}:
+        ap.error(f"--replay {args.replay}: kinds are prefill and decode")
+    overrides = {}
+    for item in args.overrides:
+        field, _, value = item.partition("=")
+        if field not in fid.MODEL_FIELDS:
+            ap.error(f"--set {item}: unknown field {field!r}")
+        overrides[field] = float(value)
+    for spec in args.runs:
+        print("\n".join(report(spec, kinds, overrides)))
+
+
+if __name__ == "__main__":
+    main()
