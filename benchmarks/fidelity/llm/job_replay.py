@@ -16,7 +16,8 @@ which job times the simulator's TTFT error comes from. After the first decision 
 replay only approximates.
 
 Prints per LLM the mean TTFT measured / replayed / simulated (the run's generation and its
-current calibration; ``--set FIELD=VALUE`` changes a field of the model the replay keeps).
+current calibration, or the committed instance for a folder of no generation; ``--set
+FIELD=VALUE`` changes a field of the model the replay keeps).
 
 Usage: python benchmarks/fidelity/llm/job_replay.py RESULTS/RUN... [--replay prefill,decode]
 """
@@ -84,7 +85,8 @@ def replay(run: dict, kinds: Set[str], overrides: Dict[str, float]) -> Tuple[np.
     from placement_opt.placement import load_placement
     from placement_opt.simulate import llm as simllm
 
-    inst = fid.run_instance(run, dict(fid.generation_model(fid.generation_of(run["folder"])), **overrides))
+    gen = fid.generation_of(run["folder"])
+    inst = fid.run_instance(run, dict(fid.generation_model(gen), **overrides) if gen is not None else None)
     placement = load_placement(fid.run_inputs(run)[1])
     policy = simllm.resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
     measured: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
