@@ -266,7 +266,7 @@ GENERATIONS = {
                       fit_tp=("results-v3p-gpu4", "gpu4-poisson-temporal"),
                       fit_tp_wide=("results-v3p-gpu4", "gpu4-poisson-temporal4"),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
-    "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1"), "tables-v3", "results-v3", None, "calibration-v3f.json",
+    "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1", "results-v3f-x3a", "results-v3f-x3b"), "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, folder_tables=(("results-v3f-tp2", "tables-tp2"),
                                                               ("results-v3f-tp2s1", "tables-tp2")),
