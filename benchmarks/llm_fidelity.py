@@ -369,22 +369,25 @@ def _pair_differences(items: Dict[str, Tuple[float, float]]) -> List[str]:
     return out
 
 
-def repeat_spreads(runs: List[dict]) -> Dict[Tuple[str, str, str], Tuple[float, float]]:
+def repeat_spreads(runs: List[dict]) -> Dict[Tuple[str, str, str], Tuple[float, float, float]]:
     """Per (workload, placement, policy) measured complete in more than one folder: the relative
-    spreads (max - min) / max of its measured throughput and of its measured mean TTFT (the noise
-    the tolerance must cover, and how far the GPU repeats itself; cold first trials included, so
-    a spread may also hold the warm-up's effect)."""
-    seen: Dict[Tuple[str, str, str], List[Tuple[float, float]]] = {}
+    spreads (max - min) / max of its measured throughput and of its measured mean TTFT, and the
+    spread of its measured SLO attainment in points (the noise the tolerance must cover, and how
+    far the GPU repeats itself; cold first trials included, so a spread may also hold the
+    warm-up's effect)."""
+    seen: Dict[Tuple[str, str, str], List[Tuple[float, float, float]]] = {}
     for r in runs:
         if r["summary"]["status"] == "complete":
             key = (r["workload"], r["placement"], r["policy"])
             measured = r["summary"]["measured"]
-            seen.setdefault(key, []).append((measured["throughput_rps"], measured["ttft_mean_s"]))
+            seen.setdefault(key, []).append((measured["throughput_rps"], measured["ttft_mean_s"],
+                                             100.0 * measured["slo_attainment"]))
 
     def spread(values: List[float]) -> float:
         return (max(values) - min(values)) / max(values)
 
-    return {k: (spread([t for t, _ in v]), spread([f for _, f in v])) for k, v in seen.items() if len(v) > 1}
+    return {k: (spread([x[0] for x in v]), spread([x[1] for x in v]), max(x[2] for x in v) - min(x[2] for x in v))
+            for k, v in seen.items() if len(v) > 1}
 
 
 def _simulated_tput(run: dict) -> float:
@@ -1698,9 +1701,10 @@ def main() -> None:
     runs = [r for f in scope for r in reported[f][0]]
     # every ranking of the scope agrees, and there is at least one
     ranking_ok = all(reported[f][1] for f in scope) and any(reported[f][2] for f in scope)
-    for (w, placement, policy), (tput, ttft) in sorted(repeat_spreads(runs).items()):
+    for (w, placement, policy), (tput, ttft, attain) in sorted(repeat_spreads(runs).items()):
         print(f"repeat spread {w}-{placement}/{policy}: {100 * tput:.2f}% of throughput "
-              f"(ranking tolerance {100 * NOISE_TOLERANCE:.1f}%), {100 * ttft:.1f}% of mean TTFT")
+              f"(ranking tolerance {100 * NOISE_TOLERANCE:.1f}%), {100 * ttft:.1f}% of mean TTFT, "
+              f"{attain:.1f} points of SLO attainment")
     roofs = [f for f in folders if os.path.exists(os.path.join(f, "roofline.json"))]
     roof = roofs[-1] if roofs else (folders[-1] if folders else LLM)
     print(f"(last line: {', '.join(os.path.relpath(f, HERE) for f in scope) or '-'}; "
