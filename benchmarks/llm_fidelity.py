@@ -540,6 +540,22 @@ def run_instance(run: dict, model: Optional[Dict[str, float]]) -> Any:
     return inst
 
 
+def parse_overrides(items: List[str]) -> Dict[str, float]:
+    """``FIELD=VALUE`` items (the ``--set`` options of the trace scripts) as calibration fields;
+    ValueError naming the item whose field is not one of :data:`MODEL_FIELDS` or whose value is
+    not a number."""
+    out = {}
+    for item in items:
+        field, _, value = item.partition("=")
+        if field not in MODEL_FIELDS:
+            raise ValueError(f"--set {item}: unknown field {field!r}")
+        try:
+            out[field] = float(value)
+        except ValueError:
+            raise ValueError(f"--set {item}: {value!r} is not a number") from None
+    return out
+
+
 def run_file(run: dict, name: str) -> str:
     """The path of the file ``name`` of ``run``'s folder, or of its ``.gz`` where the folder is
     committed compressed (``gzip -n``)."""
@@ -912,6 +928,20 @@ def _find_run(where: Tuple[str, str]) -> dict:
     """The run ``where`` = (results folder, run name)."""
     folder, name = where
     return next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
+
+
+def traced_run(spec: str) -> dict:
+    """The run ``spec`` = ``RESULTS/RUN`` (a results folder under benchmarks/fidelity/llm and its
+    run's sub-folder) made with the job trace; ValueError saying which part is missing."""
+    folder, _, name = spec.partition("/")
+    if not os.path.isdir(os.path.join(LLM, folder)):
+        raise ValueError(f"{spec}: no results folder {folder!r} under {LLM}")
+    run = next((r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name), None)
+    if run is None:
+        raise ValueError(f"{spec}: {folder} has no run {name!r}")
+    if not os.path.exists(run_file(run, "jobs.csv")):
+        raise ValueError(f"{spec}: the run has no job trace (jobs.csv: made without --job-trace)")
+    return run
 
 
 def prefill_launch_silences(run: dict) -> Dict[bool, List[float]]:

@@ -120,8 +120,7 @@ def replay(run: dict, kinds: Set[str], overrides: Dict[str, float]) -> Tuple[np.
 
 def report(spec: str, kinds: Set[str], overrides: Dict[str, float]) -> List[str]:
     """The replay's lines for ``spec`` (RESULTS/RUN)."""
-    folder, _, name = spec.partition("/")
-    run = fid._find_run((folder, name))
+    run = fid.traced_run(spec)
     replayed, simulated = replay(run, kinds, overrides)
     rows = fid.request_rows(run)
     arrival = np.array([float(r["arrival_s"]) for r in rows])
@@ -152,12 +151,15 @@ def main(argv: Sequence[str] = None) -> None:
     kinds = {k for k in args.replay.split(",") if k}
     if not kinds <= {PREFILL, "decode"}:
         ap.error(f"--replay {args.replay}: kinds are prefill and decode")
-    overrides = {}
-    for item in args.overrides:
-        field, _, value = item.partition("=")
-        if field not in fid.MODEL_FIELDS:
-            ap.error(f"--set {item}: unknown field {field!r}")
-        overrides[field] = float(value)
+    try:
+        overrides = fid.parse_overrides(args.overrides)
+    except ValueError as e:
+        ap.error(str(e))
+    for spec in args.runs:
+        try:
+            fid.traced_run(spec)
+        except ValueError as e:
+            ap.error(str(e))
     for spec in args.runs:
         print("\n".join(report(spec, kinds, overrides)))
 

@@ -106,8 +106,7 @@ def _ms(x: float) -> str:
 
 
 def report(spec: str, overrides: Dict[str, float]) -> List[str]:
-    folder, _, name = spec.partition("/")
-    run = fid._find_run((folder, name))
+    run = fid.traced_run(spec)
     model = dict(fid.generation_model(fid.generation_of(run["folder"])), **overrides)
     inst = fid.run_instance(run, model)
     measured = fid.traced_jobs(run) or []
@@ -159,12 +158,15 @@ def main(argv: Sequence[str] = None) -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                     help=f"a calibration field for the simulated timeline (one of {', '.join(fid.MODEL_FIELDS)})")
     args = ap.parse_args(argv)
-    overrides = {}
-    for item in args.overrides:
-        field, _, value = item.partition("=")
-        if field not in fid.MODEL_FIELDS:
-            ap.error(f"--set {item}: unknown field {field!r}")
-        overrides[field] = float(value)
+    try:
+        overrides = fid.parse_overrides(args.overrides)
+    except ValueError as e:
+        ap.error(str(e))
+    for spec in args.runs:
+        try:
+            fid.traced_run(spec)
+        except ValueError as e:
+            ap.error(str(e))
     for spec in args.runs:
         print("\n".join(report(spec, overrides)))
 
