@@ -687,10 +687,11 @@ def fit_hbm_cap(hbm: float, rounds: List[List[dict]]) -> Tuple[float, float]:
     return best
 
 
-#: the prefill-beside rounds (1 x H100, docs/fidelity-llm.md "Prefills beside decodes, modelled"):
-#: the traced runs ``fit_prefill_trace=PREFILL_TRACES`` on v3f fits the prefill's demand-proportional stretch
-#: on (docs/fidelity-llm.md "The prefill's stretch on the job trace"; tried, not adopted)
+#: the traced runs the prefill's demand-proportional stretch is fitted on with
+#: ``fit_prefill_trace=PREFILL_TRACES`` on v3f (docs/fidelity-llm.md "The prefill's stretch on the
+#: job trace"; tried, not adopted)
 PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poisson-muxserve"))
+#: the prefill-beside rounds (1 x H100, docs/fidelity-llm.md "Prefills beside decodes, modelled"):
 #: ``prefill_rounds=PREFILL_ROUNDS`` on v3w reproduces that section's "with" column by ``--calibrate``
 PREFILL_ROUNDS = tuple(f"engine-v3p/engine-{n}-pf.json" for n in ("tp2-s05-b16-c128", "tp2-s05-b16-c512",
                                                                   "tp2-s05-b16-c1024", "b8-c512"))
@@ -933,7 +934,7 @@ def _find_run(where: Tuple[str, str]) -> dict:
 def traced_run(spec: str) -> dict:
     """The run ``spec`` = ``RESULTS/RUN`` (a results folder under benchmarks/fidelity/llm and its
     run's sub-folder) made with the job trace; ValueError saying which part is missing."""
-    folder, _, name = spec.partition("/")
+    folder, _, name = spec.strip("/").partition("/")
     if not os.path.isdir(os.path.join(LLM, folder)):
         raise ValueError(f"{spec}: no results folder {folder!r} under {LLM}")
     run = next((r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name), None)
@@ -976,8 +977,8 @@ TRACE_TIMES = ("launch_s", "launched_s", "device_start_s", "device_end_s", "seen
 
 
 def traced_jobs(run: dict) -> Optional[List[dict]]:
-    """The rows of ``run``'s job trace (``jobs.csv`` or its ``.gz``), times as floats and counts
-    as ints; None for a run without the trace."""
+    """The rows of ``run``'s job trace (``jobs.csv`` or its ``.gz``), times as floats, the group
+    (the placement's group index) and counts as ints; None for a run without the trace."""
     path = run_file(run, "jobs.csv")
     if not os.path.exists(path):
         return None
@@ -985,7 +986,7 @@ def traced_jobs(run: dict) -> Optional[List[dict]]:
     for r in rows:
         for c in TRACE_TIMES:
             r[c] = float(r[c])
-        r["requests"], r["longest_context"] = int(r["requests"]), int(r["longest_context"])
+        r["group"], r["requests"], r["longest_context"] = int(r["group"]), int(r["requests"]), int(r["longest_context"])
     return rows
 
 
@@ -1040,38 +1041,61 @@ def eager_launch_hold(run: dict) -> Tuple[float, str]:
                            f"{1e3 * graph:.1f} ms before a graph one ({len(silences[False])})")
 
 
+def traced_instance(run: dict, overrides: Dict[str, float]) -> Any:
+    """``run``'s instance as the trace scripts simulate it: its generation's tables and
+    calibration (:func:`run_instance`) or, for a folder of no generation, the committed
+    instance, with the calibration fields ``overrides`` set."""
+    gen = generation_of(run["folder"])
+    if gen is not None:
+        return run_instance(run, dict(generation_model(gen), **overrides))
+    inst = run_instance(run, None)
+    return dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **overrides)) if overrides else inst
+
+
+def requests_by_id(run: dict) -> Tuple[List[Dict[str, str]], np.ndarray, np.ndarray]:
+    """``run``'s request rows in request order, their arrival times and their measured first
+    tokens (-1: none)."""
+    rows = sorted(request_rows(run), key=lambda r: int(r["request"]))
+    arrival = np.array([float(r["arrival_s"]) for r in rows])
+    first = np.array([float(r["first_token_s"]) if r["first_token_s"] not in ("", "dropped") else -1.0 for r in rows])
+    return rows, arrival, first
+
+
 def traced_partition_prefills(run: dict) -> np.ndarray:
     """One row per graph prefill on an SM partition in ``run``'s job trace: (its table time
     alone, its GPU time, the HBM demand in GB/s of the other jobs of its mesh on the GPU while it
-    ran, time-weighted, and its launch's host seconds). A job's demand is counted as the
+    ran, time-weighted, and its launch's host seconds). A job's demand is counted about as the
     simulator's contention model counts it: its bytes per GPU (weights, and the KV of its
     requests, here at the longest context: the trace keeps no mean, so an upper bound) over its
-    table time."""
+    table time (the model: over its time alone, which adds the KV read and, on TP meshes, the
+    prefill's collect); ValueError for a run without the trace."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import _sm_shares, on_partition, resolve_policy
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
-    jobs = traced_jobs(run) or []
+    jobs = traced_jobs(run)
+    if jobs is None:
+        raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: the run has no job trace (jobs.csv)")
     inst_path, placement_path = run_inputs(run)
     inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
     specs = {s.name: s for s in llm_specs(inst)}
     placement = load_placement(placement_path)
     policy = resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
     share, tp = {}, {}
-    for g in placement.groups:
+    for gi, g in enumerate(placement.groups):
         for m, sh in zip(g.models, _sm_shares(g, policy)):
-            share[m], tp[m] = sh, g.tp
+            share[(gi, m)], tp[(gi, m)] = sh, g.tp
     table = np.array(traced_table_seconds(run, jobs))
     demand = np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["requests"]
-                        * j["longest_context"]) / tp[j["llm"]] / t / 1e9 if t > 0 else 0.0
+                        * j["longest_context"]) / tp[(j["group"], j["llm"])] / t / 1e9 if t > 0 else 0.0
                        for j, t in zip(jobs, table)])
     start = np.array([j["device_start_s"] for j in jobs])
     end = np.array([j["device_end_s"] for j in jobs])
     group = np.array([j["group"] for j in jobs])
     rows = []
     for i, j in enumerate(jobs):
-        if (j["kind"] != "prefill" or not on_partition(share[j["llm"]]) or end[i] <= start[i]
+        if (j["kind"] != "prefill" or not on_partition(share[(j["group"], j["llm"])]) or end[i] <= start[i]
                 or prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)):
             continue
         overlap = np.clip(np.minimum(end, end[i]) - np.maximum(start, start[i]), 0.0, None) * (group == group[i])
@@ -1089,6 +1113,8 @@ def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...]) -> Tuple[float, float, 
     0-10 ms in 0.1 ms steps), and the median host time of their launches; then the RMS log
     error and the number of prefills."""
     points = np.vstack([traced_partition_prefills(_find_run(r)) for r in runs])
+    if not len(points):
+        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
     table, gpu, others, host = points.T
     beside = others > 0
     best = (0.0, 0.0, math.inf)
@@ -1361,7 +1387,9 @@ def derived_calibration(gen: Generation) -> dict:
     :func:`plain_stream_decode_extra` at TP 1; ``decode_host_tp_s`` and ``decode_host_mesh_s`` on
     ``fit_tp`` and ``fit_tp_wide``: :func:`tp_decode_host`; ``prefill_eager_host_tp_s`` on them
     against the parent's TP-1 eager run: :func:`tp_eager_host`) and, where it names its own eager
-    runs (``fit_eager``), the eager-prefill fields fitted on them (:func:`eager_fields`)."""
+    runs (``fit_eager``), the eager-prefill fields fitted on them (:func:`eager_fields`), after
+    the graph prefill's fields measured on its traced runs (``fit_prefill_trace``:
+    :func:`apply_prefill_trace_fields`) where it names any."""
     with open(os.path.join(LLM, GENERATIONS[gen.derives].calibration)) as f:
         out = json.load(f)
     entry_s, out["fit"]["decode_page_entry_fit"] = page_entry_seconds(gen)

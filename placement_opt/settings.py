@@ -202,8 +202,8 @@ class LLMConfig:
                                            help="seconds such a prefill lasts more beside other jobs, "
                                                 "beyond prefill_beside_stretch (0: off)")
     prefill_beside_gbps: float = option(0.0, minimum=0,
-                                        help="GB/s: such a prefill also runs 1 + (the other running jobs' HBM "
-                                             "demand) / this times its time (0: off)")
+                                        help="GB/s: such a prefill's stretch beside others also adds (the other "
+                                             "running jobs' HBM demand) / this (0: off)")
     own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,
                                              help="while an LLM's prefill runs on its SM partition, the part of "
                                                   "its speed its decode step keeps (0: off)")

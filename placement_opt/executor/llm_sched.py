@@ -470,14 +470,20 @@ class VirtualJobs:
             dur += float(ctx) * self.kv_bytes[k] / (self.cfg.decode_kv_gbps * 1e9)
         return dur
 
+    def moved(self, job: Job) -> float:
+        """The bytes per GPU a job moves (its LLM's weights and its requests' KV: the contention
+        model's demand over its time)."""
+        return self.weight_bytes[job.llm] + float(sum(job.contexts)) * self.kv_bytes[job.llm]
+
     def launch(self, jobs: List[Job], t: float, host_free: float) -> float:
         """Time the jobs started at t (in start order); returns when the thread is free again."""
         for job in jobs:
             j, dur, k = self.slot(job.kind, job.llm), self.duration(job), job.llm
+            self.fixed[j] = False
             if not self.timed:
                 self.start[j], self.end[j], self.launched[j] = t, t + dur, (job, t, t)
                 continue
-            moved = self.weight_bytes[k] + float(sum(job.contexts)) * self.kv_bytes[k]
+            moved = self.moved(job)
             begin = max(t, host_free)
             if job.kind == PREFILL:
                 eager = self.eager(job)
@@ -546,9 +552,9 @@ def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, c
     it finished. ``trace``, when given, gets the simulator's job timeline: per finished job
     (LLM, kind, requests, longest context, its launch's begin and end on the thread, its GPU
     work's start and end, the time it was collected), the executor's ``jobs.csv`` columns
-    (:mod:`.llm_trace`) but the LLM's index for its name. ``clock``: the job timing to use
-    instead of :class:`VirtualJobs` on these inputs (a subclass that replays measured job
-    times: ``benchmarks/fidelity/llm/job_replay.py``)."""
+    (:mod:`.llm_trace`) but the LLM's index for its name. ``clock``: a fresh job timing for
+    these inputs to use instead of :class:`VirtualJobs` (it keeps the jobs' state; a subclass
+    that replays measured job times: ``benchmarks/fidelity/llm/job_replay.py``)."""
     s = MeshScheduler(requests, llms, cfg)
     clock = clock if clock is not None else VirtualJobs(llms, tables, cfg)
     n = len(requests.arrival)

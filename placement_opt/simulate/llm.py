@@ -270,7 +270,8 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
 def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: float, tp: int = 1) -> MeshSettings:
     """The kernel's settings of a mesh of TP degree ``tp`` under ``cfg``: scheduling, KV pool,
     the contention model (``llm.contention_hbm_gbps``, ``contention_hbm_cap_gbps``), the prefill
-    stretch beside other jobs (``prefill_beside_stretch``, ``prefill_beside_delay_s``), the
+    stretch beside other jobs (``prefill_beside_stretch``, ``prefill_beside_delay_s``,
+    ``prefill_beside_gbps``), the
     eager-prefill limit (when its cost is on) and the KV-read rate at that degree
     (:func:`kv_read_gbps`)."""
     return MeshSettings(policy=policy_code, pool=pool_kib, block=cfg.kv_block_tokens, max_batch=cfg.max_batch,

@@ -139,7 +139,7 @@ class MeshSettings(NamedTuple):
     hbm_cap_gbps: float = 0.0  # contention: a job stretches at least by (all running jobs' HBM demand) / max(this, its own); 0 off
     prefill_beside: float = 0.0  # a graph prefill on a partition beside other running jobs: 1 + this times slower; 0 off
     prefill_beside_delay: float = 0.0  # ... and this many seconds longer (prefill_beside_stretch); 0 off
-    prefill_beside_gbps: float = 0.0  # ... and 1 + (the other running jobs' HBM demand) / this (GB/s) slower; 0 off
+    prefill_beside_gbps: float = 0.0  # ... its stretch also adds (the other running jobs' HBM demand) / this (GB/s); 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -1001,8 +1001,9 @@ def _retime(t, llms, jobs, cfg):
     stretch it by :func:`contention_stretch` (when on), and a decode step, while its LLM's
     prefill runs too (the engine runs both on the LLM's one SM partition), by 1 /
     ``cfg.own_prefill_decode`` (when on); a graph prefill on a partition, with
-    ``cfg.prefill_beside``/``prefill_beside_delay`` on, by :func:`prefill_beside_stretch` while
-    another job runs (else not at all) instead; then re-time its end
+    ``cfg.prefill_beside``, ``prefill_beside_delay`` or ``prefill_beside_gbps`` on, by
+    :func:`prefill_beside_stretch` of the others' demand while another job runs (else not at
+    all) instead; then re-time its end
     where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
     the scheduling thread) take no part."""
     total = 0.0

@@ -378,6 +378,31 @@ def test_job_replay_with_the_gpus_job_times_reproduces_the_measured_ttft():
     assert mean_ttft("decode")[1] / measured - 1 < -0.1
 
 
+def test_the_trace_scripts_name_bad_input_in_one_line():
+    """``parse_overrides`` takes ``FIELD=VALUE`` of the calibration fields and names an unknown
+    field or a value that is not a number; ``traced_run`` names a missing folder, run or job
+    trace (and takes a trailing slash); ``fit_prefill_trace`` refuses a run without a trace
+    instead of fitting nothing; the repeat spreads give the attainment's in points."""
+    script = load_benchmark("llm_fidelity")
+    assert script.parse_overrides(["prefill_host_s=0.002"]) == {"prefill_host_s": 0.002}
+    for bad, words in ((["nope=1"], "unknown field 'nope'"), (["prefill_host_s=x"], "'x' is not a number"),
+                       (["prefill_host_s"], "is not a number")):
+        with pytest.raises(ValueError, match=words):
+            script.parse_overrides(bad)
+    assert script.traced_run("results-v3f/code-muxserve/")["name"] == "code-muxserve"
+    for spec, words in (("results-nope/x", "no results folder"), ("results-v3f/nope", "has no run 'nope'"),
+                        ("results-v3c/conv-muxserve", "no job trace")):
+        with pytest.raises(ValueError, match=words):
+            script.traced_run(spec)
+    with pytest.raises(ValueError, match="no job trace"):
+        script.fit_prefill_trace((("results-v3c", "conv-muxserve"),))
+    runs = [script._find_run((f"results-v3f-x3{x}", "poisson-x3-muxserve")) for x in "bc"]
+    spreads = script.repeat_spreads(runs)
+    (tput, ttft, attain), = spreads.values()
+    measured = [100 * r["summary"]["measured"]["slo_attainment"] for r in runs]
+    assert attain == pytest.approx(max(measured) - min(measured)) and 0 < tput < 0.05 and ttft > 0
+
+
 def test_job_timeline_sets_the_engine_beside_the_simulator_job_by_job():
     """``job_timeline.py`` on v3f's conv muxserve run (traced): a row per LLM and job kind with
     the measured and the simulated jobs (decode steps within 10% in number; every request

@@ -12,13 +12,13 @@ from placement_opt.simulate.llm import _POLICY_CODE
 from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs, simulate_mesh
 
 
-def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
-                  weights: float = 0.0) -> np.ndarray:
-    """First-token times on a mesh of two LLMs at SM ``share`` (every prefill 0.1 s in the
-    table, every decode step 0.01 s; no host model): LLM 1's request of 1000 output tokens at
-    t = 0 (it decodes until about t = 10), LLM 0's of ``prompt`` tokens at t = 1.005, beside
-    those decode steps, and again at t = 20, alone (``weights``: bytes every job of either LLM
-    reads, its HBM demand over its table time)."""
+def _inputs(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
+            weights: float = 0.0, hbm: float = 0.0):
+    """A mesh of two LLMs at SM ``share`` (every prefill 0.1 s in the table, every decode step
+    0.01 s; no host model): LLM 1's request of 1000 output tokens at t = 0 (it decodes until
+    about t = 10), LLM 0's of ``prompt`` tokens at t = 1.005, beside those decode steps, and
+    again at t = 20, alone (``weights``: bytes every job of either LLM reads, its HBM demand
+    over its table time; ``hbm``: the contention model's bandwidth)."""
     requests = MeshRequests(arrival=np.array([0.0, 1.005, 20.0]), llm=np.array([1, 0, 0], dtype=np.int64),
                             prompt=np.array([10, prompt, prompt], dtype=np.int64),
                             output=np.array([1000, 1, 1], dtype=np.int64))
@@ -28,7 +28,14 @@ def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int =
                            lgrid=np.array([1.0, 4096.0]))
     cfg = MeshSettings(policy=_POLICY_CODE["fcfs"], pool=100000, block=16, max_batch=4, token_budget=4096,
                        period=5.0, frac=0.5, horizon=100.0, graph_tokens=1024, prefill_beside=beside,
-                       prefill_beside_delay=delay, prefill_beside_gbps=gbps)
+                       prefill_beside_delay=delay, prefill_beside_gbps=gbps, hbm_gbps=hbm)
+    return requests, llms, tables, cfg
+
+
+def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
+                  weights: float = 0.0) -> np.ndarray:
+    """The kernel's first-token times on the mesh of :func:`_inputs`."""
+    requests, llms, tables, cfg = _inputs(beside, delay, share, prompt, gbps, weights)
     out = mesh_outputs(3, 2, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return out.first
@@ -57,3 +64,34 @@ def test_a_graph_prefill_beside_a_decode_stretches_in_proportion_to_its_hbm_dema
     first = _first_tokens(0.0, 0.002, gbps=4000.0, weights=20e9)
     assert first == pytest.approx([0.1, 1.005 + 0.15 + 0.002, 20.1])
     assert _first_tokens(0.0, 0.002, gbps=4000.0)[1] == pytest.approx(1.005 + 0.1 + 0.002)
+    # the demand term alone switches the model on
+    assert _first_tokens(0.0, 0.0, gbps=4000.0, weights=20e9)[1] == pytest.approx(1.005 + 0.15)
+
+
+def test_a_replay_clock_keeps_its_fixed_jobs_and_their_demand_still_stretches_the_others():
+    """``run_virtual(clock=)``: a fresh :class:`VirtualJobs` gives the default timeline; a
+    subclass that fixes LLM 1's decode steps at 0.02 s (a replay's measured times) keeps them
+    at that under HBM contention beside LLM 0's prefill (the request finishes at 0.1 + 999 x
+    0.02 s), while the prefill beside them still stretches by their demand (2000 GB/s at 4000:
+    1.5 x), as the executor's job replay relies on."""
+    from placement_opt.executor.llm_sched import DECODE, VirtualJobs, run_virtual
+
+    inputs = _inputs(0.0, 0.0, gbps=4000.0, weights=20e9, hbm=4000.0)
+    default = run_virtual(*inputs)
+    given = run_virtual(*inputs, clock=VirtualJobs(*inputs[1:]))
+    assert given.first == default.first and given.finish == default.finish
+
+    class SlowDecodes(VirtualJobs):
+        def launch(self, jobs, t, host_free):
+            host_free = super().launch(jobs, t, host_free)
+            for job in jobs:
+                if job.kind == DECODE and job.llm == 1:
+                    j = self.slot(DECODE, 1)
+                    self.work[j], self.fixed[j] = 0.02, True
+                    self.end[j] = self.start[j] + 0.02
+            return host_free
+
+    replayed = run_virtual(*inputs, clock=SlowDecodes(*inputs[1:]))
+    assert replayed.finish[0] == pytest.approx(0.1 + 999 * 0.02)
+    assert replayed.first[1] == pytest.approx(1.005 + 0.15)
+    assert default.finish[0] > 0.1 + 999 * 0.01  # unfixed, the steps beside the prefill stretch

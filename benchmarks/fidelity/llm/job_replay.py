@@ -17,9 +17,11 @@ replay only approximates.
 
 Prints per LLM the mean TTFT measured / replayed / simulated (the run's generation and its
 current calibration, or the committed instance for a folder of no generation; ``--set
-FIELD=VALUE`` changes a field of the model the replay keeps).
+FIELD=VALUE`` changes a calibration field of the model, for the jobs the replay models and for
+the simulated column).
 
 Usage: python benchmarks/fidelity/llm/job_replay.py RESULTS/RUN... [--replay prefill,decode]
+[--set FIELD=VALUE ...]
 """
 
 from __future__ import annotations
@@ -37,44 +39,46 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_f
 
 import llm_fidelity as fid  # noqa: E402
 
-from placement_opt.executor.llm_sched import PREFILL, VirtualJobs  # noqa: E402
+from placement_opt.executor.llm_sched import DECODE, PREFILL, VirtualJobs  # noqa: E402
 
 
 class TracedJobs(VirtualJobs):
     """:class:`VirtualJobs` whose jobs of the ``kinds`` replay the measured ones of the same LLM
-    and kind in launch order (``measured[(llm name, kind)]``): the thread's hold, the GPU start
-    delay, the GPU time and the collect lag as measured, never re-timed, launched ``gap``
-    seconds after the scheduler chose them at the earliest (:func:`loop_gap`); jobs of other
-    kinds keep the model."""
+    and kind of its mesh in launch order (``measured[(llm name, kind)]``): the thread's hold, the
+    GPU start delay, the GPU time and the collect lag as measured, never re-timed (their HBM
+    demand, bytes over their time alone, still counts for the modelled jobs beside them),
+    launched ``gap`` seconds after the scheduler chose them at the earliest (:func:`loop_gap`);
+    jobs of other kinds, and jobs beyond the measured ones of their LLM and kind (``unmatched``
+    counts them), keep the model."""
 
     def __init__(self, llms, tables, cfg, names: Sequence[str], measured: Dict[Tuple[str, str], List[dict]],
                  kinds: Set[str], gap: float):
         super().__init__(llms, tables, cfg)
         self.names, self.measured, self.kinds, self.gap = list(names), measured, kinds, gap
         self.taken: Counter = Counter()
+        self.unmatched = 0
         self.timed = True
 
     def launch(self, jobs, t, host_free):
         for job in jobs:
-            j = self.slot(job.kind, job.llm)
-            self.fixed[j] = job.kind in self.kinds
-            if not self.fixed[j]:
+            key = (self.names[job.llm], job.kind)
+            rows = self.measured.get(key, [])
+            if job.kind not in self.kinds or self.taken[key] >= len(rows):
+                self.unmatched += job.kind in self.kinds
                 host_free = super().launch([job], t, host_free)
                 continue
-            key = (self.names[job.llm], job.kind)
-            rows = self.measured[key]
-            m = rows[min(self.taken[key], len(rows) - 1)]
+            m = rows[self.taken[key]]
             self.taken[key] += 1
+            j = self.slot(job.kind, job.llm)
             begin = max(t + self.gap, host_free)
             host_free = begin + (m["launched_s"] - m["launch_s"])
             self.start[j] = begin + max(0.0, m["device_start_s"] - m["launch_s"])
             self.work[j] = (m["device_end_s"] - m["device_start_s"]) + max(0.0, m["seen_s"] - m["device_end_s"])
             self.end[j] = self.start[j] + self.work[j]
             self.mark[j], self.factor[j] = self.start[j], 1.0
-            alone = self.duration(job)
-            moved = self.weight_bytes[job.llm] + float(sum(job.contexts)) * self.kv_bytes[job.llm]
-            self.alone[j], self.demand[j] = alone, moved / alone / 1e9 if alone > 0 else 0.0
-            self.graph_partition[j] = False
+            self.alone[j] = self.duration(job)
+            self.demand[j] = self.moved(job) / self.alone[j] / 1e9 if self.alone[j] > 0 else 0.0
+            self.graph_partition[j], self.fixed[j] = False, True
             self.launched[j] = (job, begin, host_free)
         return host_free
 
@@ -93,41 +97,39 @@ def loop_gap(jobs: List[dict]) -> float:
     return float(np.median(gaps)) if gaps else 0.0
 
 
-def replay(run: dict, kinds: Set[str], overrides: Dict[str, float]) -> Tuple[np.ndarray, np.ndarray]:
+def replay(run: dict, kinds: Set[str], overrides: Dict[str, float]) -> Tuple[np.ndarray, np.ndarray, int]:
     """Every request's first-token time in the replay of ``run``'s trace (the ``kinds`` of jobs
-    replayed) and in the simulator's own timeline (-1: none)."""
+    replayed) and in the simulator's own timeline (-1: none), and how many jobs of those kinds
+    the replay launched beyond the measured ones (modelled)."""
     from placement_opt.executor.llm_run import simulated_jobs
     from placement_opt.placement import load_placement
     from placement_opt.simulate import llm as simllm
 
-    gen = fid.generation_of(run["folder"])
-    inst = fid.run_instance(run, dict(fid.generation_model(gen), **overrides) if gen is not None else None)
+    inst = fid.traced_instance(run, overrides)
     placement = load_placement(fid.run_inputs(run)[1])
     policy = simllm.resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
-    measured: Dict[Tuple[str, str], List[dict]] = defaultdict(list)
-    trace = fid.traced_jobs(run) or []
+    trace = fid.traced_jobs(run)
+    measured: Dict[int, Dict[Tuple[str, str], List[dict]]] = defaultdict(lambda: defaultdict(list))
     for row in sorted(trace, key=lambda r: r["launch_s"]):
-        measured[(row["llm"], row["kind"])].append(row)
-
-    gaps = {g: loop_gap([j for j in trace if int(j["group"]) == g]) for g in range(len(placement.groups))}
+        measured[row["group"]][(row["llm"], row["kind"])].append(row)
+    clocks: List[TracedJobs] = []
 
     def clock(group, llms, tables, cfg):
-        return TracedJobs(llms, tables, cfg, placement.groups[group].models, measured, kinds, gaps[group])
+        clocks.append(TracedJobs(llms, tables, cfg, placement.groups[group].models, measured[group], kinds,
+                                 loop_gap([j for j in trace if j["group"] == group])))
+        return clocks[-1]
 
     replayed = simulated_jobs(inst, placement, inst.requests(), policy, clock=clock)[1]
-    return replayed, simulated_jobs(inst, placement, inst.requests(), policy)[1]
+    return replayed, simulated_jobs(inst, placement, inst.requests(), policy)[1], sum(c.unmatched for c in clocks)
 
 
-def report(spec: str, kinds: Set[str], overrides: Dict[str, float]) -> List[str]:
-    """The replay's lines for ``spec`` (RESULTS/RUN)."""
-    run = fid.traced_run(spec)
-    replayed, simulated = replay(run, kinds, overrides)
-    rows = fid.request_rows(run)
-    arrival = np.array([float(r["arrival_s"]) for r in rows])
-    measured = np.array([float(r["first_token_s"]) if r["first_token_s"] not in ("", "dropped") else -1.0
-                         for r in rows])
+def report(spec: str, run: dict, kinds: Set[str], overrides: Dict[str, float]) -> List[str]:
+    """The replay's lines for ``run`` (a traced run, ``llm_fidelity.traced_run``; ``spec``: RESULTS/RUN)."""
+    replayed, simulated, unmatched = replay(run, kinds, overrides)
+    rows, arrival, measured = fid.requests_by_id(run)
     models = np.array([r["model"] for r in rows])
-    lines = [f"== {spec}: replayed {', '.join(sorted(kinds))}" + (f" with {overrides}" if overrides else ""),
+    lines = [f"== {spec}: replayed {', '.join(sorted(kinds))}" + (f" with {overrides}" if overrides else "")
+             + (f" ({unmatched} jobs beyond the measured ones modelled)" if unmatched else ""),
              "llm       mean TTFT ms: measured  replayed  simulated"]
 
     def ttft(first: np.ndarray, sel: np.ndarray) -> float:
@@ -149,19 +151,15 @@ def main(argv: Sequence[str] = None) -> None:
                     help=f"a calibration field of the model (one of {', '.join(fid.MODEL_FIELDS)})")
     args = ap.parse_args(argv)
     kinds = {k for k in args.replay.split(",") if k}
-    if not kinds <= {PREFILL, "decode"}:
-        ap.error(f"--replay {args.replay}: kinds are prefill and decode")
+    if not kinds or not kinds <= {PREFILL, DECODE}:
+        ap.error(f"--replay {args.replay}: kinds are {PREFILL} and {DECODE}")
     try:
         overrides = fid.parse_overrides(args.overrides)
+        runs = [(spec, fid.traced_run(spec)) for spec in args.runs]
     except ValueError as e:
         ap.error(str(e))
-    for spec in args.runs:
-        try:
-            fid.traced_run(spec)
-        except ValueError as e:
-            ap.error(str(e))
-    for spec in args.runs:
-        print("\n".join(report(spec, kinds, overrides)))
+    for spec, run in runs:
+        print("\n".join(report(spec, run, kinds, overrides)))
 
 
 if __name__ == "__main__":

@@ -42,10 +42,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_f
 
 import llm_fidelity as fid  # noqa: E402
 
+
 def as_rows(jobs: Sequence[tuple]) -> List[dict]:
     """``executor.llm_run.simulated_jobs`` tuples as ``llm_fidelity.traced_jobs`` rows."""
     names = ("group", "llm", "kind", "requests", "longest_context", *fid.TRACE_TIMES)
-    return [dict(zip(names, (str(j[0]), *j[1:]))) for j in jobs]
+    return [dict(zip(names, j)) for j in jobs]
 
 
 def co_runners(jobs: List[dict]) -> List[float]:
@@ -105,11 +106,10 @@ def _ms(x: float) -> str:
     return f"{1e3 * x:.2f}"
 
 
-def report(spec: str, overrides: Dict[str, float]) -> List[str]:
-    run = fid.traced_run(spec)
-    model = dict(fid.generation_model(fid.generation_of(run["folder"])), **overrides)
-    inst = fid.run_instance(run, model)
-    measured = fid.traced_jobs(run) or []
+def report(spec: str, run: dict, overrides: Dict[str, float]) -> List[str]:
+    """The report's lines for ``run`` (a traced run, ``llm_fidelity.traced_run``; ``spec``: RESULTS/RUN)."""
+    inst = fid.traced_instance(run, overrides)
+    measured = fid.traced_jobs(run)
     simulated, simulated_first = simulated_timeline(run, inst)
     lines = [f"== {spec}" + (f" with {overrides}" if overrides else "")]
     stats = {}
@@ -134,9 +134,7 @@ def report(spec: str, overrides: Dict[str, float]) -> List[str]:
         lines.append(f"{key[0]:<9} {key[1]:<8} {len(m):>5} / {len(s):<5}   {_ms(m[:, 0].mean()) if len(m) else '-':>6} / "
                      f"{_ms(s[:, 0].mean()) if len(s) else '-':<6}   {_ms(m[:, 1].mean()) if len(m) else '-':>6} / "
                      f"{_ms(s[:, 1].mean()) if len(s) else '-':<6}   {by_count(m)} | {by_count(s)}")
-    requests = fid.request_rows(run)
-    measured_first = [float(r["first_token_s"]) if r["first_token_s"] not in ("", "dropped") else -1.0
-                      for r in requests]
+    requests, _, measured_first = fid.requests_by_id(run)
     meas_w = prefill_waits(measured, requests, measured_first, 3e-3)
     sim_w = prefill_waits(simulated, requests, simulated_first, 1e-9)
     lines.append("llm       TTFT parts ms: arrival->launch meas/sim   launch->prefill end meas/sim")
@@ -160,15 +158,11 @@ def main(argv: Sequence[str] = None) -> None:
     args = ap.parse_args(argv)
     try:
         overrides = fid.parse_overrides(args.overrides)
+        runs = [(spec, fid.traced_run(spec)) for spec in args.runs]
     except ValueError as e:
         ap.error(str(e))
-    for spec in args.runs:
-        try:
-            fid.traced_run(spec)
-        except ValueError as e:
-            ap.error(str(e))
-    for spec in args.runs:
-        print("\n".join(report(spec, overrides)))
+    for spec, run in runs:
+        print("\n".join(report(spec, run, overrides)))
 
 
 if __name__ == "__main__":
