@@ -1041,6 +1041,18 @@ def eager_launch_hold(run: dict) -> Tuple[float, str]:
                            f"{1e3 * graph:.1f} ms before a graph one ({len(silences[False])})")
 
 
+def trace_script_inputs(ap: argparse.ArgumentParser, specs: List[str], items: List[str]
+                        ) -> Tuple[List[Tuple[str, dict]], Dict[str, float]]:
+    """The trace scripts' runs (``RESULTS/RUN`` each, :func:`traced_run`) and ``--set``
+    calibration fields (:func:`parse_overrides`); bad input ends the script through ``ap``
+    (one line, exit 2)."""
+    try:
+        return [(spec, traced_run(spec)) for spec in specs], parse_overrides(items)
+    except ValueError as e:
+        ap.error(str(e))
+        raise  # ap.error exits
+
+
 def traced_instance(run: dict, overrides: Dict[str, float]) -> Any:
     """``run``'s instance as the trace scripts simulate it: its generation's tables and
     calibration (:func:`run_instance`) or, for a folder of no generation, the committed

@@ -153,11 +153,7 @@ def main(argv: Sequence[str] = None) -> None:
     kinds = {k for k in args.replay.split(",") if k}
     if not kinds or not kinds <= {PREFILL, DECODE}:
         ap.error(f"--replay {args.replay}: kinds are {PREFILL} and {DECODE}")
-    try:
-        overrides = fid.parse_overrides(args.overrides)
-        runs = [(spec, fid.traced_run(spec)) for spec in args.runs]
-    except ValueError as e:
-        ap.error(str(e))
+    runs, overrides = fid.trace_script_inputs(ap, args.runs, args.overrides)
     for spec, run in runs:
         print("\n".join(report(spec, run, kinds, overrides)))
 

@@ -156,11 +156,7 @@ def main(argv: Sequence[str] = None) -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                     help=f"a calibration field for the simulated timeline (one of {', '.join(fid.MODEL_FIELDS)})")
     args = ap.parse_args(argv)
-    try:
-        overrides = fid.parse_overrides(args.overrides)
-        runs = [(spec, fid.traced_run(spec)) for spec in args.runs]
-    except ValueError as e:
-        ap.error(str(e))
+    runs, overrides = fid.trace_script_inputs(ap, args.runs, args.overrides)
     for spec, run in runs:
         print("\n".join(report(spec, run, overrides)))
 
