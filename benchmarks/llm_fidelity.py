@@ -267,7 +267,7 @@ GENERATIONS = {
                       fit_tp_wide=("results-v3p-gpu4", "gpu4-poisson-temporal4"),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
     "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1", "results-v3f-x3a", "results-v3f-x3b",
-                       "results-v3f-x3c"), "tables-v3", "results-v3", None, "calibration-v3f.json",
+                       "results-v3f-x3c", "results-v3f-tr2"), "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, folder_tables=(("results-v3f-tp2", "tables-tp2"),
                                                               ("results-v3f-tp2s1", "tables-tp2")),
@@ -978,7 +978,9 @@ TRACE_TIMES = ("launch_s", "launched_s", "device_start_s", "device_end_s", "seen
 
 def traced_jobs(run: dict) -> Optional[List[dict]]:
     """The rows of ``run``'s job trace (``jobs.csv`` or its ``.gz``), times as floats, the group
-    (the placement's group index) and counts as ints; None for a run without the trace."""
+    (the placement's group index) and counts as ints (``context_tokens``, the job's contexts
+    summed, is requests x longest context in traces made before it was recorded); None for a
+    run without the trace."""
     path = run_file(run, "jobs.csv")
     if not os.path.exists(path):
         return None
@@ -987,6 +989,8 @@ def traced_jobs(run: dict) -> Optional[List[dict]]:
         for c in TRACE_TIMES:
             r[c] = float(r[c])
         r["group"], r["requests"], r["longest_context"] = int(r["group"]), int(r["requests"]), int(r["longest_context"])
+        # traces before the column: an upper bound, every request at the longest context
+        r["context_tokens"] = int(r.get("context_tokens") or r["requests"] * r["longest_context"])
     return rows
 
 
@@ -1078,9 +1082,9 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     alone, its GPU time, the HBM demand in GB/s of the other jobs of its mesh on the GPU while it
     ran, time-weighted, and its launch's host seconds). A job's demand is counted about as the
     simulator's contention model counts it: its bytes per GPU (weights, and the KV of its
-    requests, here at the longest context: the trace keeps no mean, so an upper bound) over its
-    table time (the model: over its time alone, which adds the KV read and, on TP meshes, the
-    prefill's collect); ValueError for a run without the trace."""
+    requests' contexts: :func:`traced_jobs`' ``context_tokens``) over its table time (the model:
+    over its time alone, which adds the KV read and, on TP meshes, the prefill's collect);
+    ValueError for a run without the trace."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import _sm_shares, on_partition, resolve_policy
@@ -1099,9 +1103,8 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
         for m, sh in zip(g.models, _sm_shares(g, policy)):
             share[(gi, m)], tp[(gi, m)] = sh, g.tp
     table = np.array(traced_table_seconds(run, jobs))
-    demand = np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["requests"]
-                        * j["longest_context"]) / tp[(j["group"], j["llm"])] / t / 1e9 if t > 0 else 0.0
-                       for j, t in zip(jobs, table)])
+    demand = np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["context_tokens"])
+                       / tp[(j["group"], j["llm"])] / t / 1e9 if t > 0 else 0.0 for j, t in zip(jobs, table)])
     start = np.array([j["device_start_s"] for j in jobs])
     end = np.array([j["device_end_s"] for j in jobs])
     group = np.array([j["group"] for j in jobs])

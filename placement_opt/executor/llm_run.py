@@ -491,7 +491,7 @@ def jobs_csv(rows: List[tuple]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["group", *JOB_COLUMNS])
     for row in sorted(rows, key=lambda r: (r[0], r[5])):
-        w.writerow([*row[:5], *(f"{x:.6f}" for x in row[5:])])
+        w.writerow([*row[:6], *(f"{x:.6f}" for x in row[6:])])
     return buf.getvalue()
 
 

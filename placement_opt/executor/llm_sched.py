@@ -550,7 +550,7 @@ def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, c
     duration terms, :class:`VirtualJobs`) and its event loop (end due
     jobs, re-balance, schedule, drop, advance while the scheduling thread is free); returns
     it finished. ``trace``, when given, gets the simulator's job timeline: per finished job
-    (LLM, kind, requests, longest context, its launch's begin and end on the thread, its GPU
+    (LLM, kind, requests, longest context, contexts summed, its launch's begin and end on the thread, its GPU
     work's start and end, the time it was collected), the executor's ``jobs.csv`` columns
     (:mod:`.llm_trace`) but the LLM's index for its name. ``clock``: a fresh job timing for
     these inputs to use instead of :class:`VirtualJobs` (it keeps the jobs' state; a subclass
@@ -571,8 +571,8 @@ def run_virtual(requests: MeshRequests, llms: MeshLLMs, tables: LatencyTables, c
                         launched = clock.launched[j]
                         if trace is not None and launched is not None:  # every ending job was launched
                             job, begin, free = launched
-                            trace.append((k, kind, len(job.requests), max(job.contexts), begin, free, clock.start[j],
-                                          clock.end[j], t))
+                            trace.append((k, kind, len(job.requests), max(job.contexts), sum(job.contexts), begin, free,
+                                          clock.start[j], clock.end[j], t))
                         clock.end[j] = np.inf
                         done += len(s.complete(kind, k, t))
             if done == n:

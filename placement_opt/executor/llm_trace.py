@@ -1,7 +1,7 @@
 """A mesh leader's job trace: when each job was launched on the host and ran on the device.
 
 ``placeopt execute --job-trace`` (LLM instances) writes ``jobs.csv`` per trial: for every job a
-mesh's leader finished, its LLM, kind, requests and longest context, the host's monotonic time
+mesh's leader finished, its LLM, kind, requests, longest context and contexts summed, the host's monotonic time
 before and after :meth:`~.llm_engine.MeshEngine.launch` (what the scheduling thread spent on
 it), the device's start and end of its work, and the time the leader had it done. The device
 times come from CUDA timing events recorded on the job's stream before and after its work (the
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-JOB_COLUMNS = ("llm", "kind", "requests", "longest_context", "launch_s", "launched_s", "device_start_s",
+JOB_COLUMNS = ("llm", "kind", "requests", "longest_context", "context_tokens", "launch_s", "launched_s", "device_start_s",
                "device_end_s", "seen_s")
 
 
@@ -35,6 +35,7 @@ class TracedJob:
     kind: str
     requests: int
     longest_context: int
+    context_tokens: int  # its requests' contexts summed (the KV a decode step reads, a prefill writes)
     launch: float  # host monotonic seconds before launch
     launched: float  # ... after it returned
     start: Any  # timing event before its work (None on CPUs)
@@ -95,7 +96,7 @@ class JobTrace:
                 end = host_seconds(origin.elapsed_time(j.end) / 1e3, anchors)
             else:
                 start, end = j.launch, j.launched
-            out.append((names[j.llm], j.kind, j.requests, j.longest_context,
+            out.append((names[j.llm], j.kind, j.requests, j.longest_context, j.context_tokens,
                         *(round(x - t0, 6) for x in (j.launch, j.launched, start, end, j.seen))))
         self.jobs, self.active, self._origin = [], False, None
         return out

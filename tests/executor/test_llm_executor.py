@@ -194,8 +194,10 @@ def test_job_trace_lists_every_job(tmp_path):
     jobs = list(csv.DictReader(open(tmp_path / "o" / "jobs.csv")))
     requests = list(csv.DictReader(open(tmp_path / "o" / "requests.csv")))
     assert summary["measured"]["finished"] == len(requests) and not any(int(r["preemptions"]) for r in requests)
-    assert list(jobs[0]) == ["group", "llm", "kind", "requests", "longest_context", "launch_s", "launched_s",
-                             "device_start_s", "device_end_s", "seen_s"]
+    assert list(jobs[0]) == ["group", "llm", "kind", "requests", "longest_context", "context_tokens", "launch_s",
+                             "launched_s", "device_start_s", "device_end_s", "seen_s"]
+    for j in jobs:  # every request's context at least 1 and at most the longest
+        assert int(j["requests"]) <= int(j["context_tokens"]) <= int(j["requests"]) * int(j["longest_context"])
     assert {j["group"] for j in jobs} == {"0", "1"} and {j["kind"] for j in jobs} == {"prefill", "decode"}
     for llm in {r["model"] for r in requests}:
         mine = [r for r in requests if r["model"] == llm]
