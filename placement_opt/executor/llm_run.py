@@ -490,7 +490,7 @@ def jobs_csv(rows: List[tuple]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["group", *JOB_COLUMNS])
-    for row in sorted(rows, key=lambda r: (r[0], r[5])):
+    for row in sorted(rows, key=lambda r: (r[0], r[6])):
         w.writerow([*row[:6], *(f"{x:.6f}" for x in row[6:])])
     return buf.getvalue()
 

@@ -198,6 +198,8 @@ def test_job_trace_lists_every_job(tmp_path):
                              "launched_s", "device_start_s", "device_end_s", "seen_s"]
     for j in jobs:  # every request's context at least 1 and at most the longest
         assert int(j["requests"]) <= int(j["context_tokens"]) <= int(j["requests"]) * int(j["longest_context"])
+    order = [(int(j["group"]), float(j["launch_s"])) for j in jobs]
+    assert order == sorted(order)  # by group and launch
     assert {j["group"] for j in jobs} == {"0", "1"} and {j["kind"] for j in jobs} == {"prefill", "decode"}
     for llm in {r["model"] for r in requests}:
         mine = [r for r in requests if r["model"] == llm]
