@@ -390,6 +390,33 @@ def repeat_spreads(runs: List[dict]) -> Dict[Tuple[str, str, str], Tuple[float, 
             for k, v in seen.items() if len(v) > 1}
 
 
+def repeat_means(runs: List[dict]) -> Dict[Tuple[str, str, str, str], dict]:
+    """Per (generation, workload, placement, policy) re-predicted in at least three runs of one
+    engine: the simulated figures (one calibration, one prediction) against the measured runs'
+    mean: the errors of the mean throughput and mean TTFT, the attainment's in points, and
+    the runs' own attainment errors' range (where the GPU's repeats spread more than a target,
+    the mean is the figure a deterministic simulator can be held to)."""
+    groups: Dict[Tuple[str, str, str, str], List[dict]] = {}
+    for r in runs:
+        gen = generation_of(r["folder"])
+        if gen is not None and "after" in r:
+            name = next(k for k, g in GENERATIONS.items() if g is gen)
+            groups.setdefault((name, r["workload"], r["placement"], r["policy"]), []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        if len(rs) < 3:
+            continue
+        sim = rs[0]["after"]["simulated"]
+        pp = [r["after"]["errors"]["slo_attainment_pp"] for r in rs]
+        out[key] = {"runs": len(rs),
+                    "throughput_err": float(np.mean([r["summary"]["measured"]["throughput_rps"] for r in rs]))
+                    / sim["throughput_rps"] - 1,
+                    "ttft_err": float(np.mean([r["summary"]["measured"]["ttft_mean_s"] for r in rs]))
+                    / sim["ttft_mean_s"] - 1,
+                    "attainment_pp": float(np.mean(pp)), "attainment_pp_range": (min(pp), max(pp))}
+    return out
+
+
 def _simulated_tput(run: dict) -> float:
     """The run's simulated throughput: re-predicted (after) where there is one, else committed."""
     return (run["after"] if "after" in run else run["summary"])["simulated"]["throughput_rps"]
@@ -1778,6 +1805,11 @@ def main() -> None:
         print(f"repeat spread {w}-{placement}/{policy}: {100 * tput:.2f}% of throughput "
               f"(ranking tolerance {100 * NOISE_TOLERANCE:.1f}%), {100 * ttft:.1f}% of mean TTFT, "
               f"{attain:.1f} points of SLO attainment")
+    for (gen, w, placement, policy), m in sorted(repeat_means(runs).items()):
+        lo, hi = m["attainment_pp_range"]
+        print(f"repeat mean {gen} {w}-{placement}/{policy} ({m['runs']} runs): throughput {100 * m['throughput_err']:+.1f}%, "
+              f"mean TTFT {100 * m['ttft_err']:+.1f}%, attainment {m['attainment_pp']:+.2f} points "
+              f"(the runs: {lo:+.2f} to {hi:+.2f})")
     roofs = [f for f in folders if os.path.exists(os.path.join(f, "roofline.json"))]
     roof = roofs[-1] if roofs else (folders[-1] if folders else LLM)
     print(f"(last line: {', '.join(os.path.relpath(f, HERE) for f in scope) or '-'}; "

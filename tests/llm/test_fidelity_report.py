@@ -403,6 +403,27 @@ def test_the_trace_scripts_name_bad_input_in_one_line():
     assert attain == pytest.approx(max(measured) - min(measured)) and 0 < tput < 0.05 and ttft > 0
 
 
+def test_repeat_means_hold_the_simulator_to_the_mean_of_an_engines_repeats():
+    """``repeat_means``: three or more re-predicted runs of one generation, workload, placement
+    and policy give the simulated figures against the measured runs' mean (throughput and TTFT
+    relative, attainment in points, with the runs' own range); fewer runs, no line."""
+    script = load_benchmark("llm_fidelity")
+    sim = {"throughput_rps": 10.0, "ttft_mean_s": 1.0}
+
+    def run(folder: str, tput: float, ttft: float, pp: float) -> dict:
+        return {"folder": os.path.join(FIDELITY, folder), "workload": "poisson-x3", "placement": "muxserve",
+                "policy": "adbs", "summary": {"measured": {"throughput_rps": tput, "ttft_mean_s": ttft}},
+                "after": {"simulated": sim, "errors": {"slo_attainment_pp": pp}}}
+
+    runs = [run("results-v3f", 9.0, 1.2, -6.0), run("results-v3f-x3b", 10.0, 0.8, 4.0),
+            run("results-v3f-x3c", 11.0, 1.3, -1.0), run("results-v3p-x3", 9.0, 1.0, 1.0)]
+    means = script.repeat_means(runs)
+    assert list(means) == [("v3f", "poisson-x3", "muxserve", "adbs")]
+    m = means[("v3f", "poisson-x3", "muxserve", "adbs")]
+    assert m["runs"] == 3 and m["throughput_err"] == pytest.approx(0.0) and m["ttft_err"] == pytest.approx(0.1)
+    assert m["attainment_pp"] == pytest.approx(-1.0) and m["attainment_pp_range"] == (-6.0, 4.0)
+
+
 def test_job_timeline_sets_the_engine_beside_the_simulator_job_by_job():
     """``job_timeline.py`` on v3f's conv muxserve run (traced): a row per LLM and job kind with
     the measured and the simulated jobs (decode steps within 10% in number; every request
