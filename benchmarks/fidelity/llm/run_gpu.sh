@@ -106,6 +106,9 @@ if [ "$BACKEND" = nccl ] && command -v nvidia-smi >/dev/null; then
   GPU_LOG_PID=$!
   trap gpu_log_stop EXIT
 fi
+# `pack` packs this call's $RESULTS only: a call that ends without it leaves its results on the machine
+# (lost when the machine goes back), so say so before anything runs
+[ "${*: -1}" = pack ] || echo "warning: the last phase is not pack: $R stays on this machine unless a later pack packs it"
 for phase in "$@"; do
   cap_var="CAP_$phase"
   PHASE_CAP=${!cap_var:-0}
