@@ -822,14 +822,14 @@ def _mesh_step_tables(run: dict, at_shares: bool = False) -> Dict[str, Tuple[Any
     pool (:func:`~placement_opt.llm_units.pages_per_block`)."""
     from placement_opt.llm_units import llm_specs, pages_per_block
     from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import _mesh_tables, _sm_shares, resolve_policy
+    from placement_opt.simulate.llm import _mesh_tables, _sm_shares
     from placement_opt.simulate.meshsim import LatencyTables
 
     inst_path, placement_path = run_inputs(run)
     inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
     specs = {s.name: s for s in llm_specs(inst)}
     placement = load_placement(placement_path)
-    policy = resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"]) if at_shares else ""
+    policy = run_policy(run, inst, placement) if at_shares else ""
     out = {}
     for g in placement.groups:
         mesh = [specs[m] for m in g.models]
@@ -1104,6 +1104,24 @@ def requests_by_id(run: dict) -> Tuple[List[Dict[str, str]], np.ndarray, np.ndar
     return rows, arrival, first
 
 
+def run_policy(run: dict, inst: Any, placement: Any) -> str:
+    """The policy ``run`` ran under (its placement's or instance's own for a temporal run)."""
+    from placement_opt.simulate.llm import resolve_policy
+
+    return resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
+
+
+def simulated_run_jobs(run: dict, inst: Any, clock: Any = None) -> Tuple[List[tuple], np.ndarray]:
+    """The simulator's job timeline of ``run``'s requests on ``inst`` and every request's first
+    token in it (``executor.llm_run.simulated_jobs``; ``clock``: its job timing instead of the
+    model's, as that function takes it)."""
+    from placement_opt.executor.llm_run import simulated_jobs
+    from placement_opt.placement import load_placement
+
+    placement = load_placement(run_inputs(run)[1])
+    return simulated_jobs(inst, placement, inst.requests(), run_policy(run, inst, placement), clock=clock)
+
+
 def traced_partition_prefills(run: dict) -> np.ndarray:
     """One row per graph prefill on an SM partition in ``run``'s job trace: (its table time
     alone, its GPU time, the HBM demand in GB/s of the other jobs of its mesh on the GPU while it
@@ -1114,7 +1132,7 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     ValueError for a run without the trace."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import _sm_shares, on_partition, resolve_policy
+    from placement_opt.simulate.llm import _sm_shares, on_partition
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
     jobs = traced_jobs(run)
@@ -1124,7 +1142,7 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
     specs = {s.name: s for s in llm_specs(inst)}
     placement = load_placement(placement_path)
-    policy = resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
+    policy = run_policy(run, inst, placement)
     share, tp = {}, {}
     for gi, g in enumerate(placement.groups):
         for m, sh in zip(g.models, _sm_shares(g, policy)):

@@ -499,8 +499,8 @@ class MeshEngine:
             run.event.synchronize()
         if self.trace.active:
             timed = run.start is not None
-            self.trace.add(TracedJob(k, kind, len(run.job.requests), max(run.job.contexts), sum(run.job.contexts),
-                                     *run.launched,
+            job = run.job
+            self.trace.add(TracedJob(k, kind, len(job.requests), max(job.contexts), sum(job.contexts), *run.launched,
                                      run.start, run.event if timed else None, time.monotonic()))
         for r, t in zip(run.job.requests, run.tokens.tolist()):
             self.tokens[r].append(int(t))

@@ -490,8 +490,9 @@ def jobs_csv(rows: List[tuple]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["group", *JOB_COLUMNS])
-    for row in sorted(rows, key=lambda r: (r[0], r[6])):
-        w.writerow([*row[:6], *(f"{x:.6f}" for x in row[6:])])
+    first_time = 1 + JOB_COLUMNS.index("launch_s")  # the group, then the columns: counts, then times
+    for row in sorted(rows, key=lambda r: (r[0], r[first_time])):
+        w.writerow([*row[:first_time], *(f"{x:.6f}" for x in row[first_time:])])
     return buf.getvalue()
 
 

@@ -101,13 +101,10 @@ def replay(run: dict, kinds: Set[str], overrides: Dict[str, float]) -> Tuple[np.
     """Every request's first-token time in the replay of ``run``'s trace (the ``kinds`` of jobs
     replayed) and in the simulator's own timeline (-1: none), and how many jobs of those kinds
     the replay launched beyond the measured ones (modelled)."""
-    from placement_opt.executor.llm_run import simulated_jobs
     from placement_opt.placement import load_placement
-    from placement_opt.simulate import llm as simllm
 
     inst = fid.traced_instance(run, overrides)
     placement = load_placement(fid.run_inputs(run)[1])
-    policy = simllm.resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
     trace = fid.traced_jobs(run)
     measured: Dict[int, Dict[Tuple[str, str], List[dict]]] = defaultdict(lambda: defaultdict(list))
     for row in sorted(trace, key=lambda r: r["launch_s"]):
@@ -119,8 +116,8 @@ def replay(run: dict, kinds: Set[str], overrides: Dict[str, float]) -> Tuple[np.
                                  loop_gap([j for j in trace if j["group"] == group])))
         return clocks[-1]
 
-    replayed = simulated_jobs(inst, placement, inst.requests(), policy, clock=clock)[1]
-    return replayed, simulated_jobs(inst, placement, inst.requests(), policy)[1], sum(c.unmatched for c in clocks)
+    replayed = fid.simulated_run_jobs(run, inst, clock=clock)[1]
+    return replayed, fid.simulated_run_jobs(run, inst)[1], sum(c.unmatched for c in clocks)
 
 
 def report(spec: str, run: dict, kinds: Set[str], overrides: Dict[str, float]) -> List[str]:

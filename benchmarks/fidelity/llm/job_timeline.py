@@ -72,14 +72,8 @@ def co_runners(jobs: List[dict]) -> List[float]:
 
 def simulated_timeline(run: dict, inst) -> Tuple[List[dict], np.ndarray]:
     """The simulator's job timeline of ``run`` and its requests' first tokens
-    (``executor.llm_run.simulated_jobs``)."""
-    from placement_opt.executor.llm_run import simulated_jobs
-    from placement_opt.placement import load_placement
-    from placement_opt.simulate import llm as simllm
-
-    placement = load_placement(fid.run_inputs(run)[1])
-    policy = simllm.resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
-    jobs, first = simulated_jobs(inst, placement, inst.requests(), policy)
+    (``llm_fidelity.simulated_run_jobs``)."""
+    jobs, first = fid.simulated_run_jobs(run, inst)
     return as_rows(jobs), first
 
 
