@@ -122,7 +122,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "decode_kv_gbps", "decode_kv_tp_power", "decode_page_entry_s", "own_prefill_decode_share",
                 "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
                 "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s",
-                "prefill_beside_gbps")
+                "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +181,9 @@ class Generation:
     derives: Optional[str] = None
 
 
+#: the traced runs v3f's stretch of a prefill on an SM partition beside other jobs is fitted on
+#: (``fit_prefill_trace``; docs/fidelity-llm.md "The prefill's stretch on the job trace")
+PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poisson-muxserve"))
 # v2: disjoint green contexts, gather + SDPA decode, eager prefills; v3: Triton paged decode
 # attention, prefill CUDA graphs, each graph bucket captured the first time a trial meets it
 # (the workers' first trial runs cold); v3w: the same kernels, every CUDA-graph bucket captured
@@ -222,12 +225,15 @@ class Generation:
 # predicted and committed before it ran.
 # v3f: v3p with every eager prefill's attention by FlashAttention, not cuDNN (whose execution
 # plan for each new sequence length held the scheduling thread 60-100 ms per eager prefill:
-# eager_probe.py); derived from v3p (its calibration but for the eager-prefill fields, fitted on
-# its own conv runs, the partition hold measured on the job trace); its runs, all with the job
-# trace (1 x H100): results-v3f, the conv and code traces' muxserve and temporal placements and
-# poisson-x3's muxserve placement under adbs and round-robin. Its TP > 1 eager term
-# (prefill_eager_host_tp_s) stays v3p's, measured against v3p's cuDNN-era TP-1 eager time, so
-# likely too high for v3f; not measured again (no TP run of v3f yet).
+# eager_probe.py); derived from v3p (its calibration but for the prefill fields measured on its
+# job traces, PREFILL_TRACES, and the eager-prefill fields, fitted on its own conv runs, the
+# partition hold measured on the job trace); its runs, all with the job trace: results-v3f (1 x
+# H100), the conv and code traces' muxserve and temporal placements and poisson-x3's muxserve
+# placement under adbs and round-robin; results-v3f-tp2 and -tp2s1 (2 x H100), the 2-GPU seeds 0
+# and 1; results-v3f-x3a, -x3b, -x3c, the 3 x adbs run repeated; results-v3f-tr2, conv and code
+# again with context_tokens; results-v3f-tp2s2 (2-GPU seed 2), -x3s1 and -x3s2 (the 3 x load's
+# arrivals re-drawn), predicted after the prefill fields were adopted. Its TP > 1 eager term
+# (prefill_eager_host_tp_s) stays v3p's, measured against v3p's cuDNN-era TP-1 eager time.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -267,10 +273,11 @@ GENERATIONS = {
                       fit_tp_wide=("results-v3p-gpu4", "gpu4-poisson-temporal4"),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
     "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1", "results-v3f-x3a", "results-v3f-x3b",
-                       "results-v3f-x3c", "results-v3f-tr2"), "tables-v3", "results-v3", None, "calibration-v3f.json",
+                       "results-v3f-x3c", "results-v3f-tr2", "results-v3f-tp2s2", "results-v3f-x3s1", "results-v3f-x3s2"), "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
-                      measure_eager_hold=True, folder_tables=(("results-v3f-tp2", "tables-tp2"),
-                                                              ("results-v3f-tp2s1", "tables-tp2")),
+                      measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES, folder_tables=(("results-v3f-tp2", "tables-tp2"),
+                                                              ("results-v3f-tp2s1", "tables-tp2"),
+                                                              ("results-v3f-tp2s2", "tables-tp2")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3p"),
 }
 
@@ -562,9 +569,14 @@ def run_instance(run: dict, model: Optional[Dict[str, float]]) -> Any:
     if model is None and gen is not None:
         model = generation_model(gen)
     if model is not None:
-        fields = {f: float(model.get(f, 0.0)) for f in MODEL_FIELDS}
-        inst = dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **fields))
+        inst = dataclasses.replace(inst, llm=with_model(inst.llm_settings, {f: model.get(f, 0.0) for f in MODEL_FIELDS}))
     return inst
+
+
+def with_model(llm: Any, fields: Dict[str, float]) -> Any:
+    """The LLM settings ``llm`` with the calibration ``fields`` set, each as its setting's type
+    (a calibration file holds numbers; ``prefill_at_longest`` is a flag)."""
+    return dataclasses.replace(llm, **{f: type(getattr(llm, f))(v) for f, v in fields.items()})
 
 
 def parse_overrides(items: List[str]) -> Dict[str, float]:
@@ -714,10 +726,6 @@ def fit_hbm_cap(hbm: float, rounds: List[List[dict]]) -> Tuple[float, float]:
     return best
 
 
-#: the traced runs the prefill's demand-proportional stretch is fitted on with
-#: ``fit_prefill_trace=PREFILL_TRACES`` on v3f (docs/fidelity-llm.md "The prefill's stretch on the
-#: job trace"; tried, not adopted)
-PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poisson-muxserve"))
 #: the prefill-beside rounds (1 x H100, docs/fidelity-llm.md "Prefills beside decodes, modelled"):
 #: ``prefill_rounds=PREFILL_ROUNDS`` on v3w reproduces that section's "with" column by ``--calibrate``
 PREFILL_ROUNDS = tuple(f"engine-v3p/engine-{n}-pf.json" for n in ("tp2-s05-b16-c128", "tp2-s05-b16-c512",
@@ -1092,7 +1100,7 @@ def traced_instance(run: dict, overrides: Dict[str, float]) -> Any:
     if gen is not None:
         return run_instance(run, dict(generation_model(gen), **overrides))
     inst = run_instance(run, None)
-    return dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, **overrides)) if overrides else inst
+    return dataclasses.replace(inst, llm=with_model(inst.llm_settings, overrides)) if overrides else inst
 
 
 def requests_by_id(run: dict) -> Tuple[List[Dict[str, str]], np.ndarray, np.ndarray]:
@@ -1122,14 +1130,20 @@ def simulated_run_jobs(run: dict, inst: Any, clock: Any = None) -> Tuple[List[tu
     return simulated_jobs(inst, placement, inst.requests(), run_policy(run, inst, placement), clock=clock)
 
 
+#: the columns of :func:`traced_partition_prefills`
+PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "host_s", "decoding", "tokens", "eager")
+
+
 def traced_partition_prefills(run: dict) -> np.ndarray:
-    """One row per graph prefill on an SM partition in ``run``'s job trace: (its table time
-    alone, its GPU time, the HBM demand in GB/s of the other jobs of its mesh on the GPU while it
-    ran, time-weighted, and its launch's host seconds). A job's demand is counted about as the
-    simulator's contention model counts it: its bytes per GPU (weights, and the KV of its
-    requests' contexts: :func:`traced_jobs`' ``context_tokens``) over its table time (the model:
-    over its time alone, which adds the KV read and, on TP meshes, the prefill's collect);
-    ValueError for a run without the trace."""
+    """One row per prefill on an SM partition in ``run``'s job trace (:data:`PREFILL_COLUMNS`):
+    its table time alone, its GPU time, the HBM demand in GB/s of the other jobs of its mesh on
+    the GPU while it ran and the requests in their decode steps (both time-weighted), its
+    launch's host seconds, its padded prompt tokens (requests x longest context) and whether it
+    ran eagerly (1) or as a CUDA graph (0). A job's demand is counted about as the simulator's
+    contention model counts it: its bytes per GPU (weights, and the KV of its requests'
+    contexts: :func:`traced_jobs`' ``context_tokens``) over its table time (the model: over its
+    time alone, which adds the KV read and, on TP meshes, the prefill's collect); ValueError
+    for a run without the trace."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import _sm_shares, on_partition
@@ -1150,60 +1164,106 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     table = np.array(traced_table_seconds(run, jobs))
     demand = np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["context_tokens"])
                        / tp[(j["group"], j["llm"])] / t / 1e9 if t > 0 else 0.0 for j, t in zip(jobs, table)])
+    decoding = np.array([j["requests"] if j["kind"] == "decode" else 0 for j in jobs], dtype=float)
     start = np.array([j["device_start_s"] for j in jobs])
     end = np.array([j["device_end_s"] for j in jobs])
     group = np.array([j["group"] for j in jobs])
     rows = []
     for i, j in enumerate(jobs):
-        if (j["kind"] != "prefill" or not on_partition(share[(j["group"], j["llm"])]) or end[i] <= start[i]
-                or prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)):
+        if j["kind"] != "prefill" or not on_partition(share[(j["group"], j["llm"])]) or end[i] <= start[i]:
             continue
         overlap = np.clip(np.minimum(end, end[i]) - np.maximum(start, start[i]), 0.0, None) * (group == group[i])
         overlap[i] = 0.0
-        rows.append((table[i], end[i] - start[i], float(np.dot(overlap, demand)) / (end[i] - start[i]),
-                     j["launched_s"] - j["launch_s"]))
-    return np.array(rows).reshape(-1, 4)
+        took = end[i] - start[i]
+        rows.append((table[i], took, float(np.dot(overlap, demand)) / took, j["launched_s"] - j["launch_s"],
+                     float(np.dot(overlap, decoding)) / took, j["requests"] * j["longest_context"],
+                     float(prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS))))
+    return np.array(rows).reshape(-1, len(PREFILL_COLUMNS))
 
 
-def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...]) -> Tuple[float, float, float, float, int]:
-    """(``prefill_beside_gbps``, ``prefill_beside_delay_s``, ``prefill_host_s``) measured on the
-    job traces of ``runs`` (:func:`traced_partition_prefills`): the bandwidth and delay whose
-    ``T x (1 + D / gbps) + delay`` (beside others demanding D; T alone) best fits the graph
-    prefills' GPU times (least squares on log times; 500-20000 GB/s in 50 GB/s steps, delay
-    0-10 ms in 0.1 ms steps), and the median host time of their launches; then the RMS log
-    error and the number of prefills."""
+#: the knees (prompt tokens) :func:`fit_prefill_trace` tries: 100-10000, 2% apart
+PREFILL_KNEES = np.round(100.0 * 1.02 ** np.arange(233))
+
+
+def prefill_trace_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndarray:
+    """The GPU seconds of :func:`traced_partition_prefills`' ``points`` under the stretch
+    beside others of ``fields`` (``prefill_beside_gbps``, ``prefill_beside_requests``,
+    ``prefill_beside_knee_tokens``, ``prefill_beside_delay_s``; the simulator's
+    ``prefill_beside_stretch`` at each prefill's mean co-runners, the fixed stretch off)."""
+    table, _, others, _, decoding, tokens, _ = points.T
+    gbps, per, knee = (fields["prefill_beside_gbps"], fields["prefill_beside_requests"],
+                       fields["prefill_beside_knee_tokens"])
+    load = (others / gbps if gbps > 0 else 0.0) + (decoding / per if per > 0 else 0.0)
+    if knee > 0:
+        load = load / (1.0 + tokens / knee)
+    beside = (others > 0) | (decoding > 0)
+    return table * (1.0 + load * beside) + fields["prefill_beside_delay_s"] * beside
+
+
+def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...]) -> Tuple[Dict[str, float], float, int]:
+    """The stretch of a prefill on an SM partition beside other jobs and its launch's hold,
+    measured on the job traces of ``runs`` (:func:`traced_partition_prefills`, the graph
+    prefills): ``T x (1 + (D / gbps + R / requests) / (1 + tokens / knee)) + delay`` beside others
+    that demand D GB/s of HBM with R requests in their decode steps (T its table time, tokens its
+    padded prompt), least squares on the relative error for each knee (:data:`PREFILL_KNEES`) and
+    delay (0-10 ms in 0.1 ms steps), the pair of least RMS log error kept; ``prefill_host_s``
+    the median host time of their launches. Returns those fields (``prefill_beside_gbps``,
+    ``prefill_beside_requests``, ``prefill_beside_knee_tokens``, ``prefill_beside_delay_s``,
+    ``prefill_host_s``), the RMS log error and the number of prefills."""
     points = np.vstack([traced_partition_prefills(_find_run(r)) for r in runs])
+    points = points[points[:, 6] == 0]
     if not len(points):
         raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
-    table, gpu, others, host = points.T
-    beside = others > 0
-    best = (0.0, 0.0, math.inf)
-    delays = np.arange(0.0, 10.0 + 1e-9, 0.1)[:, None] / 1e3
-    for gbps in np.arange(500.0, 20000.0 + 1e-9, 50.0):
-        model = table * (1.0 + others / gbps) + delays * beside
-        rms = np.sqrt(np.mean(np.log(model / gpu) ** 2, axis=1))
-        i = int(np.argmin(rms))
-        if rms[i] < best[2]:
-            best = (float(gbps), round(float(delays[i, 0]), 6), float(rms[i]))
-    return best[0], best[1], round(float(np.median(host)), 6), best[2], len(points)
+    table, gpu, others, host, decoding, tokens, _ = points.T
+    beside = (others > 0) | (decoding > 0)
+    best: Tuple[float, Dict[str, float]] = (math.inf, {})
+    for knee in PREFILL_KNEES:
+        x = np.stack([others, decoding]) * beside / (1.0 + tokens / knee) * table / gpu
+        for delay in np.arange(0.0, 10.0 + 1e-9, 0.1) / 1e3:
+            y = (gpu - table - delay * beside) / gpu  # = a x[0] + b x[1]: a = 1 / gbps, b = 1 / requests
+            a, b = _nonnegative_pair(x, y)
+            fields = {"prefill_beside_gbps": round(1.0 / a, 1) if a > 0 else 0.0,
+                      "prefill_beside_requests": round(1.0 / b, 2) if b > 0 else 0.0,
+                      "prefill_beside_knee_tokens": float(knee), "prefill_beside_delay_s": round(float(delay), 6)}
+            rms = float(np.sqrt(np.mean(np.log(prefill_trace_model(points, fields) / gpu) ** 2)))
+            if rms < best[0]:
+                best = (rms, fields)
+    return dict(best[1], prefill_host_s=round(float(np.median(host)), 6)), best[0], len(points)
+
+
+def _nonnegative_pair(x: np.ndarray, y: np.ndarray) -> Tuple[float, float]:
+    """The least-squares ``(a, b) >= 0`` of ``y = a x[0] + b x[1]``."""
+    gram, rhs = x @ x.T, x @ y
+    det = gram[0, 0] * gram[1, 1] - gram[0, 1] ** 2
+    if det > 0:
+        a = (rhs[0] * gram[1, 1] - rhs[1] * gram[0, 1]) / det
+        b = (rhs[1] * gram[0, 0] - rhs[0] * gram[0, 1]) / det
+        if a >= 0 and b >= 0:
+            return float(a), float(b)
+    single = [(max(0.0, rhs[i] / gram[i, i]) if gram[i, i] > 0 else 0.0) for i in (0, 1)]
+    cost = [float(np.sum((y - single[i] * x[i]) ** 2)) for i in (0, 1)]
+    return (single[0], 0.0) if cost[0] <= cost[1] else (0.0, single[1])
 
 
 def apply_prefill_trace_fields(gen: Generation, out: dict) -> List[str]:
-    """Set the calibration ``out``'s graph-prefill fields on SM partitions to those measured on
+    """Set the calibration ``out``'s prefill fields on SM partitions to those measured on
     ``gen.fit_prefill_trace``'s job traces (:func:`fit_prefill_trace`): the stretch beside other
-    jobs in proportion to their HBM demand (``prefill_beside_gbps``, ``prefill_beside_delay_s``;
-    no fixed stretch, no partition stretch) and the launch's hold of the thread
-    (``prefill_host_s``); returns the fields set."""
-    gbps, delay, host, rms, count = fit_prefill_trace(gen.fit_prefill_trace)
-    out.update(prefill_beside_gbps=gbps, prefill_beside_delay_s=delay, prefill_beside_stretch=0.0,
-               prefill_partition_stretch=0.0, prefill_host_s=host)
+    jobs in proportion to their HBM demand and decode requests, over the prompt's length
+    (``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``,
+    ``prefill_beside_delay_s``; no fixed stretch, no partition stretch) and the launch's hold of
+    the thread (``prefill_host_s``); a prefill's table time at its longest prompt
+    (``prefill_at_longest``: the engine pads a batch to it, and the fit times the traced
+    prefills so, :func:`traced_table_seconds`); returns the fields set."""
+    fields, rms, count = fit_prefill_trace(gen.fit_prefill_trace)
+    out.update(fields, prefill_beside_stretch=0.0, prefill_partition_stretch=0.0, prefill_at_longest=True)
     names = ", ".join(f"{f}/{n}" for f, n in gen.fit_prefill_trace)
-    out["fit"]["prefill_trace_fit"] = (f"{names}: job traces, {count} graph prefills on SM partitions: GPU time = "
-                                       f"table time x (1 + others' HBM demand / {gbps:.0f} GB/s) + "
-                                       f"{1e3 * delay:.1f} ms beside others, RMS log error {rms:.4f}; "
-                                       f"prefill_host_s the median launch host time")
-    return ["prefill_beside_gbps", "prefill_beside_delay_s", "prefill_beside_stretch", "prefill_partition_stretch",
-            "prefill_host_s"]
+    out["fit"]["prefill_trace_fit"] = (
+        f"{names}: job traces, {count} graph prefills on SM partitions: GPU time = table time x (1 + (others' HBM "
+        f"demand / {fields['prefill_beside_gbps']:.0f} GB/s + requests in their decode steps / "
+        f"{fields['prefill_beside_requests']:.1f}) / (1 + prompt tokens / {fields['prefill_beside_knee_tokens']:.0f})) "
+        f"+ {1e3 * fields['prefill_beside_delay_s']:.1f} ms beside others, RMS log error {rms:.4f}; "
+        f"prefill_host_s the median launch host time")
+    return [*fields, "prefill_beside_stretch", "prefill_partition_stretch", "prefill_at_longest"]
 
 
 def fit_eager_host(run: dict, model: Dict[str, float], field: str) -> Tuple[float, float]:
@@ -1571,7 +1631,7 @@ def policy_load_lines(spec: str) -> List[str]:
     run = {"workload": "poisson", "placement": "muxserve", "folder": os.path.join(LLM, gen.results[0])}
     inst_path, placement_path = run_inputs(run)
     inst = generation_instance(inst_path, gen, run["folder"])
-    llm = dataclasses.replace(inst.llm_settings, **{f: float(v) for f, v in generation_model(gen).items()})
+    llm = with_model(inst.llm_settings, generation_model(gen))
     if reserve is not None:
         llm = dataclasses.replace(llm, kv_reserve_fraction=reserve)
     w = inst.workload

@@ -129,6 +129,16 @@ class LLMConfig:
       proportion to what the others demand of HBM (their bytes over their table times, as the
       contention model counts them): ``(1 + stretch + D / this) x T + delay`` beside others that
       demand D (fitted on the job trace of the runs on SM partitions; 0: off).
+      ``prefill_beside_requests`` adds ``R / this`` beside decode steps that hold R requests
+      in all (bigger decode batches slow a prefill more at the same HBM demand; 0: off), and
+      ``prefill_beside_knee_tokens`` divides both terms by ``1 + tokens / this`` (the
+      prefill's padded prompt tokens: a long prefill is compute-bound and slows less) and,
+      where set, applies the stretch to eager prefills too (0: off; both fitted on the job
+      trace).
+    * ``prefill_at_longest``: a prefill's time is its cost-table entry at its batch size and its
+      longest prompt (an engine that pads a batch's prompts to the longest, as placeopt's
+      executor does, computes that much), not at their mean (one that packs them: vLLM, the
+      default). Measured: docs/fidelity-llm.md.
     * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
       partition, so while its prefill runs its decode step keeps only this part of its speed
       (applies on a partition, share below 1; 0: off, the step keeps its table time).
@@ -204,6 +214,15 @@ class LLMConfig:
     prefill_beside_gbps: float = option(0.0, minimum=0,
                                         help="GB/s: such a prefill's stretch beside others also adds (the other "
                                              "running jobs' HBM demand) / this (0: off)")
+    prefill_beside_requests: float = option(0.0, minimum=0,
+                                            help="requests: such a prefill's stretch beside others also adds "
+                                                 "(the requests in the running decode steps) / this (0: off)")
+    prefill_beside_knee_tokens: float = option(0.0, minimum=0,
+                                               help="tokens: the demand and request terms of such a prefill's "
+                                                    "stretch are divided by 1 + its prompt tokens / this, and "
+                                                    "eager prefills stretch too (0: off)")
+    prefill_at_longest: bool = option(False, help="a prefill's table time at its longest prompt (an engine that "
+                                                  "pads to it), not at the mean")
     own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,
                                              help="while an LLM's prefill runs on its SM partition, the part of "
                                                   "its speed its decode step keeps (0: off)")

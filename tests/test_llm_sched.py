@@ -48,6 +48,9 @@ class Timing(NamedTuple):
     prefill_beside: float = 0.0
     prefill_beside_delay: float = 0.0
     prefill_beside_gbps: float = 0.0
+    prefill_beside_requests: float = 0.0
+    prefill_beside_knee: float = 0.0
+    prefill_at_longest: bool = False
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -78,7 +81,9 @@ def mesh_inputs(case, timing=None):
                        hbm_cap_gbps=tm.hbm_cap_gbps,
                        graph_tokens=tm.graph_tokens, decode_kv_gbps=tm.decode_kv_gbps,
                        own_prefill_decode=tm.own_prefill_decode, prefill_beside=tm.prefill_beside,
-                       prefill_beside_delay=tm.prefill_beside_delay, prefill_beside_gbps=tm.prefill_beside_gbps)
+                       prefill_beside_delay=tm.prefill_beside_delay, prefill_beside_gbps=tm.prefill_beside_gbps,
+                       prefill_beside_requests=tm.prefill_beside_requests, prefill_beside_knee=tm.prefill_beside_knee,
+                       prefill_at_longest=tm.prefill_at_longest)
     return requests, llms, tables, cfg
 
 
@@ -106,7 +111,9 @@ def timings(draw, n_llms):
     0-20 ms per decode step and 0-300 ms per prefill; page-table fills of 0-2 ms per KV block a
     decode step's requests hold; prefill collects of 0-50 ms and graph prefill stretches of
     1-3x, per LLM; graph prefills on partitions beside other jobs 1.37 or 3 times slower and
-    5 or 50 ms later. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
+    5 or 50 ms later, or by the others' demand at 10-100 GB/s and their decode requests at 2 or
+    20 per unit, over 1 + tokens / 8 or 64 (which stretches eager prefills too); prefills timed
+    at their longest prompt or the mean. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
     others."""
     def per_llm(values):
         return draw(st.lists(st.sampled_from(values), min_size=n_llms, max_size=n_llms))
@@ -129,7 +136,10 @@ def timings(draw, n_llms):
                   hbm_cap_gbps=draw(st.sampled_from([0.0, 1.0, 5.0, 20.0])),
                   prefill_beside=draw(st.sampled_from([0.0, 0.37, 2.0])),
                   prefill_beside_delay=draw(st.sampled_from([0.0, 0.005, 0.05])),
-                  prefill_beside_gbps=draw(st.sampled_from([0.0, 10.0, 100.0])))
+                  prefill_beside_gbps=draw(st.sampled_from([0.0, 10.0, 100.0])),
+                  prefill_beside_requests=draw(st.sampled_from([0.0, 2.0, 20.0])),
+                  prefill_beside_knee=draw(st.sampled_from([0.0, 8.0, 64.0])),
+                  prefill_at_longest=draw(st.booleans()))
 
 
 @st.composite
@@ -171,6 +181,9 @@ TERMS_OFF = {
     "prefill_beside": dict(prefill_beside=0.0),
     "prefill_beside_delay": dict(prefill_beside_delay=0.0),
     "prefill_beside_gbps": dict(prefill_beside_gbps=0.0),
+    "prefill_beside_requests": dict(prefill_beside_requests=0.0),
+    "prefill_beside_knee": dict(prefill_beside_knee=0.0),
+    "prefill_at_longest": dict(prefill_at_longest=False),
 }
 
 
@@ -181,10 +194,11 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     decode steps their page-table fill),
     ended jobs noticed when it is free, prefills stretched and collected, decode steps reading
     their KV, running jobs re-timed by HBM contention (and its bandwidth cap), by their own
-    LLM's prefill and, graph prefills on partitions, by the jobs beside them. Same
+    LLM's prefill and, prefills on partitions, by the jobs beside them (their demand, their
+    decode requests, over the prompt's length), prefills timed at their longest prompt. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
     changes the kernel's outcome in some cases (so the equality covers it; under the temporal
-    baseline, whose jobs never overlap, the six terms between running jobs change nothing)."""
+    baseline, whose jobs never overlap, the eight terms between running jobs change nothing)."""
     seen = {name: 0 for name in TERMS_OFF}
 
     @settings(max_examples=320, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
@@ -204,7 +218,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     check()
     # they act only between jobs running at once
     overlap = ("hbm_gbps", "hbm_cap_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay",
-               "prefill_beside_gbps")
+               "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee")
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}

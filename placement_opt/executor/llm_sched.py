@@ -29,8 +29,8 @@ from typing import List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
-                                            contention_on, contention_stretch, prefill_beside_on,
-                                            prefill_beside_stretch, prefill_runs_eagerly)
+                                            contention_on, contention_stretch, prefill_beside_stretch,
+                                            prefill_runs_eagerly, prefill_stretches_beside)
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -393,12 +393,13 @@ class MeshScheduler:
         return best
 
 
-def job_seconds(job: Job, tables: LatencyTables) -> float:
-    """The kernel's table time of ``job``: its table row at the batch size, at the mean context."""
+def job_seconds(job: Job, tables: LatencyTables, prefill_at_longest: bool = False) -> float:
+    """The kernel's table time of ``job``: its table row at the batch size, at the mean context
+    (a prefill at its longest where ``prefill_at_longest``: ``MeshSettings.prefill_at_longest``)."""
     b = len(job.requests)
-    mean = sum(job.contexts) / b
     rows = tables.prefill if job.kind == PREFILL else tables.decode
-    return len_interp(rows[job.llm, b], tables.lgrid, mean)
+    length = max(job.contexts) if job.kind == PREFILL and prefill_at_longest else sum(job.contexts) / b
+    return len_interp(rows[job.llm, b], tables.lgrid, float(length))
 
 
 def _per_llm(values: np.ndarray, K: int) -> List[float]:
@@ -442,7 +443,7 @@ class VirtualJobs:
         self.demand = [0.0] * (2 * K)
         self.factor = [1.0] * (2 * K)
         self.alone = [0.0] * (2 * K)
-        self.graph_partition = [False] * (2 * K)  # a graph prefill on an SM partition (prefill_beside)
+        self.beside = [False] * (2 * K)  # a prefill that stretches beside others (prefill_stretches_beside)
         self.fixed = [False] * (2 * K)  # a job whose end a subclass set and :meth:`retime` keeps (a replay)
         self.share = [float(x) for x in llms.share]
         # per slot: its job, when its launch began and when it left the thread free (run_virtual's trace)
@@ -464,7 +465,7 @@ class VirtualJobs:
         k, ctx = job.llm, sum(job.contexts)
         if job.kind == PREFILL:
             stretch = self.stretch[k] if self.stretch[k] > 0 and not self.eager(job) else 1.0
-            return stretch * job_seconds(job, self.tables) + self.collect[k]
+            return stretch * job_seconds(job, self.tables, self.cfg.prefill_at_longest) + self.collect[k]
         dur = job_seconds(job, self.tables)
         if self.cfg.decode_kv_gbps > 0:
             dur += float(ctx) * self.kv_bytes[k] / (self.cfg.decode_kv_gbps * 1e9)
@@ -490,7 +491,7 @@ class VirtualJobs:
                 delay = self.eager_host[k] if eager else 0.0
                 host_free = begin + self.prefill_host[k] + (self.eager_hold[k] if eager else 0.0)
                 self.start[j], self.work[j] = begin, delay + max(dur, self.prefill_host[k])
-                self.graph_partition[j] = not eager and self.share[k] < 1.0 - EPS
+                self.beside[j] = bool(prefill_stretches_beside(self.share[k], eager, self.cfg))
             else:
                 blocks = sum(_blocks(c + 1, self.cfg.block) for c in job.contexts)
                 host_free = begin + self.decode_host[k] + blocks * self.block_host[k]
@@ -504,23 +505,27 @@ class VirtualJobs:
     def retime(self, t: float) -> None:
         """Work left brought up to t, then each running job re-stretched: HBM contention (when
         on) and a decode step beside its own LLM's running prefill (``own_prefill_decode``); a
-        graph prefill on a partition beside any other running job by
-        :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` instead (when on). A
+        prefill on a partition beside any other running job by
+        :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` of the others' demand and
+        decode requests instead (where ``prefill_stretches_beside``). A
         ``fixed`` job keeps its end (its demand still counts for the others)."""
-        total = 0.0
+        total, decoding = 0.0, 0
         running = [self.end[j] < np.inf and self.start[j] <= t < self.end[j] for j in range(len(self.end))]
         for j in range(len(self.end)):
             if running[j]:
                 self.work[j] -= (t - self.mark[j]) / self.factor[j]
                 self.mark[j] = t
                 total += self.demand[j]
+                if j % 2 == 1:
+                    decoding += len(self.launched[j][0].requests)
         cfg = self.cfg
         n_running = sum(running)
         for j in range(len(self.end)):
             if running[j] and not self.fixed[j]:
-                if j % 2 == 0 and prefill_beside_on(cfg) and self.graph_partition[j]:
-                    factor = (prefill_beside_stretch(self.alone[j], cfg.prefill_beside, cfg.prefill_beside_delay,
-                                                     total - self.demand[j], cfg.prefill_beside_gbps)
+                if j % 2 == 0 and self.beside[j]:
+                    job = self.launched[j][0]
+                    factor = (prefill_beside_stretch(self.alone[j], len(job.requests) * max(job.contexts),
+                                                     total - self.demand[j], decoding, cfg)
                               if n_running > 1 else 1.0)
                 else:
                     factor = contention_stretch(total, self.demand[j], cfg.hbm_gbps, cfg.hbm_cap_gbps)

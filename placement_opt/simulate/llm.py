@@ -271,7 +271,8 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
     """The kernel's settings of a mesh of TP degree ``tp`` under ``cfg``: scheduling, KV pool,
     the contention model (``llm.contention_hbm_gbps``, ``contention_hbm_cap_gbps``), the prefill
     stretch beside other jobs (``prefill_beside_stretch``, ``prefill_beside_delay_s``,
-    ``prefill_beside_gbps``), the
+    ``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``), the
+    prefill's length (``prefill_at_longest``), the
     eager-prefill limit (when its cost is on) and the KV-read rate at that degree
     (:func:`kv_read_gbps`)."""
     return MeshSettings(policy=policy_code, pool=pool_kib, block=cfg.kv_block_tokens, max_batch=cfg.max_batch,
@@ -281,7 +282,9 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                                                                      cfg.prefill_eager_hold_s, cfg.prefill_eager_host_tp_s) > 0
                         else 0, decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
                         hbm_cap_gbps=cfg.contention_hbm_cap_gbps, prefill_beside=cfg.prefill_beside_stretch,
-                        prefill_beside_delay=cfg.prefill_beside_delay_s, prefill_beside_gbps=cfg.prefill_beside_gbps)
+                        prefill_beside_delay=cfg.prefill_beside_delay_s, prefill_beside_gbps=cfg.prefill_beside_gbps,
+                        prefill_beside_requests=cfg.prefill_beside_requests,
+                        prefill_beside_knee=cfg.prefill_beside_knee_tokens, prefill_at_longest=bool(cfg.prefill_at_longest))
 
 
 def kv_read_gbps(cfg: LLMConfig, tp: int) -> float:

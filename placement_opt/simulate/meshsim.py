@@ -59,8 +59,10 @@ running jobs' demand) / max(hbm_cap_gbps, its own)``: the GPU's HBM serves no mo
 in all, so jobs that together demand more share it (:func:`contention_stretch`; a job alone is
 never stretched). **Prefills beside others** (``MeshSettings.prefill_beside``,
 ``prefill_beside_delay``): a graph prefill on an SM partition, while any other job runs,
-stretches by :func:`prefill_beside_stretch` instead (``prefill_beside_gbps``: also in proportion
-to the other running jobs' HBM demand). Calibrated on an H100 in
+stretches by :func:`prefill_beside_stretch` instead (``prefill_beside_gbps``,
+``prefill_beside_requests``: also in proportion to the other running jobs' HBM demand and to the
+requests in the running decode steps; ``prefill_beside_knee``: those terms shrink as the
+prefill's prompt grows, and eager prefills stretch so too). Calibrated on an H100 in
 ``docs/fidelity-llm.md``.
 
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
@@ -140,6 +142,9 @@ class MeshSettings(NamedTuple):
     prefill_beside: float = 0.0  # a graph prefill on a partition beside other running jobs: 1 + this times slower; 0 off
     prefill_beside_delay: float = 0.0  # ... and this many seconds longer (prefill_beside_stretch); 0 off
     prefill_beside_gbps: float = 0.0  # ... its stretch also adds (the other running jobs' HBM demand) / this (GB/s); 0 off
+    prefill_beside_requests: float = 0.0  # ... and (the requests in the running decode steps) / this; 0 off
+    prefill_beside_knee: float = 0.0  # ... both terms over 1 + (its padded prompt tokens) / this, eager prefills too; 0 off
+    prefill_at_longest: bool = False  # a prefill's table time at its longest prompt (the engine pads to it), not the mean
 
 
 class MeshOutputs(NamedTuple):
@@ -211,6 +216,7 @@ LLM_STATE = np.dtype([
     ("eager_host", np.float64),     # seconds an eager prefill's GPU work starts later (its launch)
     ("eager_hold", np.float64),     # host seconds an eager prefill's launch holds the thread more
     ("prefill_eager", np.bool_),    # its prefill in flight runs eagerly (over the graph limit)
+    ("prefill_tokens", np.int64),   # its prefill in flight's padded prompt tokens (requests x longest context)
     ("prefill_collect", np.float64),  # seconds its prefill lasts beyond its table time (serial collect)
     ("prefill_stretch", np.float64),  # factor on its prefill's table time (0: 1; a partition beside others)
     ("decode_block_host", np.float64),  # host seconds of a decode step's launch per KV block its requests hold
@@ -809,9 +815,11 @@ def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
     if b == 0:
         return False
     llm.prefill_eager = prefill_runs_eagerly(b, longest, cfg.graph_tokens)
+    llm.prefill_tokens = b * longest
     # the stretch of a graph prefill beside the other LLMs' jobs (an eager one: its table time)
     stretch = llm.prefill_stretch if llm.prefill_stretch > 0 and not llm.prefill_eager else 1.0
-    llm.prefill_dur = stretch * _len_interp(tables.prefill[k, b], tables.lgrid, tokens / b) + llm.prefill_collect
+    length = float(longest) if cfg.prefill_at_longest else tokens / b
+    llm.prefill_dur = stretch * _len_interp(tables.prefill[k, b], tables.lgrid, length) + llm.prefill_collect
     llm.prefill_end = t + llm.prefill_dur
     llm.prefill_bytes = llm.weight_bytes + tokens * llm.kv_bytes
     llm.prefill_seq = _next_seq(llms)
@@ -974,25 +982,43 @@ def contention_on(cfg):
 
 
 @njit(cache=True, inline="always")
-def prefill_beside_stretch(alone, beside, delay, others_gbps, per_gbps):
-    """The factor a graph prefill on an SM partition stretches by while other jobs run on the
-    mesh (other LLMs', or its own LLM's decode step) that demand ``others_gbps`` of HBM
-    bandwidth: ``1 + beside + others_gbps / per_gbps + delay / alone`` (``alone``: its table
-    time, seconds; the demand term off where ``per_gbps`` is 0), so that beside the same others
-    throughout it lasts ``(1 + beside + others_gbps / per_gbps) x alone + delay``. Measured with
+def prefill_beside_stretch(alone, tokens, others_gbps, others_requests, cfg):
+    """The factor a prefill on an SM partition stretches by while other jobs run on the mesh
+    (other LLMs', or its own LLM's decode step) that demand ``others_gbps`` of HBM bandwidth
+    and whose decode steps hold ``others_requests`` requests: ``1 + beside + (others_gbps /
+    gbps + others_requests / requests) / (1 + tokens / knee) + delay / alone`` (``cfg``'s
+    ``prefill_beside``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
+    ``prefill_beside_knee``, ``prefill_beside_delay``; a term whose divisor is 0 is off;
+    ``alone``: its table time, seconds; ``tokens``: its padded prompt tokens), so that beside
+    the same others throughout it lasts ``(1 + ...) x alone + delay``. Measured with
     ``engine_bench.py --prefill-beside`` (a fixed stretch and delay) and on the job trace of the
-    runs on SM partitions (a stretch in proportion to what the others demand: a prefill beside
-    four decode steps on the five-LLM GPU slows 2.4-2.8 x, beside one 7B decode at half the GPU
-    1.8 x; docs/fidelity-llm.md). The one formula of the kernel and the executor's virtual
-    clock."""
-    return (1.0 + beside + (others_gbps / per_gbps if per_gbps > 0 else 0.0)
-            + (delay / alone if alone > 0 else 0.0))
+    runs on SM partitions: a prefill beside four decode steps on the five-LLM GPU slows 2.4-2.8 x,
+    beside one 7B decode at half the GPU 1.8 x (the others' demand); beside the 3 x load's
+    batches of 40 requests more than beside the 1 x load's of 10 at the same demand (the
+    requests); a prefill of a few hundred tokens twice as much as one of a few thousand, which
+    is compute-bound (the knee) (docs/fidelity-llm.md). The one formula of the kernel and the
+    executor's virtual clock."""
+    load = ((others_gbps / cfg.prefill_beside_gbps if cfg.prefill_beside_gbps > 0 else 0.0)
+            + (others_requests / cfg.prefill_beside_requests if cfg.prefill_beside_requests > 0 else 0.0))
+    if cfg.prefill_beside_knee > 0:
+        load /= 1.0 + tokens / cfg.prefill_beside_knee
+    return 1.0 + cfg.prefill_beside + load + (cfg.prefill_beside_delay / alone if alone > 0 else 0.0)
 
 
 @njit(cache=True, inline="always")
 def prefill_beside_on(cfg):
-    """Whether graph prefills on partitions stretch beside other running jobs."""
-    return cfg.prefill_beside > 0 or cfg.prefill_beside_delay > 0 or cfg.prefill_beside_gbps > 0
+    """Whether prefills on partitions stretch beside other running jobs."""
+    return (cfg.prefill_beside > 0 or cfg.prefill_beside_delay > 0 or cfg.prefill_beside_gbps > 0
+            or cfg.prefill_beside_requests > 0)
+
+
+@njit(cache=True, inline="always")
+def prefill_stretches_beside(share, eager, cfg):
+    """Whether a prefill of an LLM at SM ``share`` (``eager``: over the graph limit) stretches
+    by :func:`prefill_beside_stretch` beside other jobs: on a partition (share below 1) with
+    that model on; a graph prefill always, an eager one where the stretch follows the prompt's
+    length (``prefill_beside_knee``: the fixed stretch was measured on graph prefills only)."""
+    return prefill_beside_on(cfg) and share < 1.0 - EPS and (not eager or cfg.prefill_beside_knee > 0)
 
 
 @njit(cache=True)
@@ -1000,13 +1026,13 @@ def _retime(t, llms, jobs, cfg):
     """Contention: bring every running job's work left up to ``t`` at its old stretch, then
     stretch it by :func:`contention_stretch` (when on), and a decode step, while its LLM's
     prefill runs too (the engine runs both on the LLM's one SM partition), by 1 /
-    ``cfg.own_prefill_decode`` (when on); a graph prefill on a partition, with
-    ``cfg.prefill_beside``, ``prefill_beside_delay`` or ``prefill_beside_gbps`` on, by
-    :func:`prefill_beside_stretch` of the others' demand while another job runs (else not at
-    all) instead; then re-time its end
+    ``cfg.own_prefill_decode`` (when on); a prefill on a partition, where
+    :func:`prefill_stretches_beside`, by :func:`prefill_beside_stretch` of the others' demand
+    and decode requests while another job runs (else not at all) instead; then re-time its end
     where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
     the scheduling thread) take no part."""
     total = 0.0
+    decoding = 0
     n_running = 0
     for j in range(jobs.shape[0]):
         if _running(t, llms, jobs, j):
@@ -1014,13 +1040,15 @@ def _retime(t, llms, jobs, cfg):
             jobs[j].mark = t
             total += jobs[j].demand
             n_running += 1
+            if j % 2 == 1:
+                decoding += llms[j // 2].n_decode
     for k in range(llms.shape[0]):  # both of an LLM's flags before either end is re-timed
         prefill_running = _running(t, llms, jobs, 2 * k)
         decode_running = _running(t, llms, jobs, 2 * k + 1)
-        if prefill_running and prefill_beside_on(cfg) and llms[k].share < 1.0 - EPS and not llms[k].prefill_eager:
+        if prefill_running and prefill_stretches_beside(llms[k].share, llms[k].prefill_eager, cfg):
             _refactor(t, llms, jobs, 2 * k,
-                      prefill_beside_stretch(jobs[2 * k].alone, cfg.prefill_beside, cfg.prefill_beside_delay,
-                                             total - jobs[2 * k].demand, cfg.prefill_beside_gbps)
+                      prefill_beside_stretch(jobs[2 * k].alone, llms[k].prefill_tokens, total - jobs[2 * k].demand,
+                                             decoding, cfg)
                       if n_running > 1 else 1.0)
         elif prefill_running:
             _restretch(t, llms, jobs, 2 * k, total, cfg, 1.0)

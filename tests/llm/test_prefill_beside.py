@@ -1,7 +1,9 @@
-"""Graph prefills on SM partitions beside other jobs (``llm.prefill_beside_stretch``,
-``prefill_beside_delay_s``, ``prefill_beside_gbps``; ``MeshSettings.prefill_beside``,
-``prefill_beside_delay``, ``prefill_beside_gbps``; docs/fidelity-llm.md "Prefills beside decodes,
-modelled" and "The prefill's stretch on the job trace"): a hand-timed mesh."""
+"""Prefills on SM partitions beside other jobs (``llm.prefill_beside_stretch``,
+``prefill_beside_delay_s``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
+``prefill_beside_knee_tokens``; ``MeshSettings.prefill_beside``, ``prefill_beside_delay``,
+``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee``) and a prefill
+timed at its longest prompt (``prefill_at_longest``); docs/fidelity-llm.md "Prefills beside
+decodes, modelled" and "The prefill's stretch on the job trace"): a hand-timed mesh."""
 
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests
 
 
 def _inputs(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
-            weights: float = 0.0, hbm: float = 0.0):
+            weights: float = 0.0, hbm: float = 0.0, per_request: float = 0.0, knee: float = 0.0):
     """A mesh of two LLMs at SM ``share`` (every prefill 0.1 s in the table, every decode step
     0.01 s; no host model): LLM 1's request of 1000 output tokens at t = 0 (it decodes until
     about t = 10), LLM 0's of ``prompt`` tokens at t = 1.005, beside those decode steps, and
     again at t = 20, alone (``weights``: bytes every job of either LLM reads, its HBM demand
-    over its table time; ``hbm``: the contention model's bandwidth)."""
+    over its table time; ``hbm``: the contention model's bandwidth; ``per_request``, ``knee``:
+    the stretch's decode-request term and its knee)."""
     requests = MeshRequests(arrival=np.array([0.0, 1.005, 20.0]), llm=np.array([1, 0, 0], dtype=np.int64),
                             prompt=np.array([10, prompt, prompt], dtype=np.int64),
                             output=np.array([1000, 1, 1], dtype=np.int64))
@@ -28,14 +31,16 @@ def _inputs(beside: float, delay: float, share: float = 0.5, prompt: int = 100, 
                            lgrid=np.array([1.0, 4096.0]))
     cfg = MeshSettings(policy=_POLICY_CODE["fcfs"], pool=100000, block=16, max_batch=4, token_budget=4096,
                        period=5.0, frac=0.5, horizon=100.0, graph_tokens=1024, prefill_beside=beside,
-                       prefill_beside_delay=delay, prefill_beside_gbps=gbps, hbm_gbps=hbm)
+                       prefill_beside_delay=delay, prefill_beside_gbps=gbps, hbm_gbps=hbm,
+                       prefill_beside_requests=per_request, prefill_beside_knee=knee)
     return requests, llms, tables, cfg
 
 
 def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
-                  weights: float = 0.0) -> np.ndarray:
+                  weights: float = 0.0, per_request: float = 0.0, knee: float = 0.0) -> np.ndarray:
     """The kernel's first-token times on the mesh of :func:`_inputs`."""
-    requests, llms, tables, cfg = _inputs(beside, delay, share, prompt, gbps, weights)
+    requests, llms, tables, cfg = _inputs(beside, delay, share, prompt, gbps, weights, per_request=per_request,
+                                          knee=knee)
     out = mesh_outputs(3, 2, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return out.first
@@ -66,6 +71,40 @@ def test_a_graph_prefill_beside_a_decode_stretches_in_proportion_to_its_hbm_dema
     assert _first_tokens(0.0, 0.002, gbps=4000.0)[1] == pytest.approx(1.005 + 0.1 + 0.002)
     # the demand term alone switches the model on
     assert _first_tokens(0.0, 0.0, gbps=4000.0, weights=20e9)[1] == pytest.approx(1.005 + 0.15)
+
+
+def test_a_prefill_beside_decode_requests_stretches_by_them_over_its_length():
+    """LLM 1's decode steps hold one request: at 2 requests per unit the 0.1 s prefill of 100
+    tokens beside them runs 1 + 1 / 2 = 1.5 x slower; with a knee of 100 tokens the term halves
+    (1 + 0.5 / (1 + 100 / 100) = 1.25 x). With the knee an eager prefill (2000 tokens, over the
+    graph limit) stretches too, by 1 + 0.5 / 21; without it, not at all. Alone (t = 20): its
+    table time."""
+    assert _first_tokens(0.0, 0.0, per_request=2.0) == pytest.approx([0.1, 1.005 + 0.15, 20.1])
+    assert _first_tokens(0.0, 0.0, per_request=2.0, knee=100.0) == pytest.approx([0.1, 1.005 + 0.125, 20.1])
+    eager = _first_tokens(0.0, 0.0, prompt=2000, per_request=2.0, knee=100.0)
+    assert eager == pytest.approx([0.1, 1.005 + 0.1 * (1 + 0.5 / 21), 20.1])
+    assert _first_tokens(0.0, 0.0, prompt=2000, per_request=2.0)[1] == pytest.approx(1.105)
+    # the knee divides the demand term as well: 20 GB per 0.01 s step = 2000 GB/s at 4000 GB/s
+    demand = _first_tokens(0.0, 0.0, gbps=4000.0, weights=20e9, knee=100.0)[1]
+    assert demand == pytest.approx(1.005 + 0.1 * (1 + 0.5 / 2))
+
+
+def test_a_batched_prefill_is_timed_at_its_longest_prompt_where_the_engine_pads():
+    """Two prompts of 100 and 300 tokens batched in one prefill, the table 0.1 ms per token of
+    length: at their mean (200 tokens, a packing runtime) 20 ms, at the longest (the engine pads
+    the batch to it, ``prefill_at_longest``) 30 ms."""
+    requests = MeshRequests(arrival=np.zeros(2), llm=np.zeros(2, dtype=np.int64),
+                            prompt=np.array([100, 300], dtype=np.int64), output=np.ones(2, dtype=np.int64))
+    llms = MeshLLMs(share=np.ones(1), kv_kib=np.ones(1, dtype=np.int64), rate=np.ones(1))
+    lgrid = np.array([0.0, 1000.0])
+    tables = LatencyTables(prefill=np.broadcast_to(lgrid * 1e-4, (1, 5, 2)).copy(), decode=np.full((1, 5, 2), 0.01),
+                           lgrid=lgrid)
+    for at_longest, took in ((False, 0.02), (True, 0.03)):
+        cfg = MeshSettings(policy=_POLICY_CODE["fcfs"], pool=100000, block=16, max_batch=4, token_budget=4096,
+                           period=5.0, frac=0.5, horizon=10.0, prefill_at_longest=at_longest)
+        out = mesh_outputs(2, 1, 10)
+        simulate_mesh(requests, llms, tables, cfg, out)
+        assert out.first == pytest.approx([took, took])
 
 
 def test_a_replay_clock_keeps_its_fixed_jobs_and_their_demand_still_stretches_the_others():

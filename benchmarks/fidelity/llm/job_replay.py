@@ -78,7 +78,7 @@ class TracedJobs(VirtualJobs):
             self.mark[j], self.factor[j] = self.start[j], 1.0
             self.alone[j] = self.duration(job)
             self.demand[j] = self.moved(job) / self.alone[j] / 1e9 if self.alone[j] > 0 else 0.0
-            self.graph_partition[j], self.fixed[j] = False, True
+            self.beside[j], self.fixed[j] = False, True
             self.launched[j] = (job, begin, host_free)
         return host_free
 
