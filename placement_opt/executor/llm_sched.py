@@ -502,6 +502,12 @@ class VirtualJobs:
             self.launched[j] = (job, begin, host_free)
         return host_free
 
+    def running_job(self, j: int) -> Job:
+        """The job last launched in slot ``j`` (one is: the slot's job runs)."""
+        launched = self.launched[j]
+        assert launched is not None, f"slot {j} never launched"
+        return launched[0]
+
     def retime(self, t: float) -> None:
         """Work left brought up to t, then each running job re-stretched: HBM contention (when
         on) and a decode step beside its own LLM's running prefill (``own_prefill_decode``); a
@@ -517,13 +523,13 @@ class VirtualJobs:
                 self.mark[j] = t
                 total += self.demand[j]
                 if j % 2 == 1:
-                    decoding += len(self.launched[j][0].requests)
+                    decoding += len(self.running_job(j).requests)
         cfg = self.cfg
         n_running = sum(running)
         for j in range(len(self.end)):
             if running[j] and not self.fixed[j]:
                 if j % 2 == 0 and self.beside[j]:
-                    job = self.launched[j][0]
+                    job = self.running_job(j)
                     factor = (prefill_beside_stretch(self.alone[j], len(job.requests) * max(job.contexts),
                                                      total - self.demand[j], decoding, cfg)
                               if n_running > 1 else 1.0)
