@@ -167,9 +167,10 @@ class Generation:
     # ``prefill_beside_delay_s`` (:func:`fit_prefill_beside`); empty: off
     prefill_rounds: Tuple[str, ...] = ()  # (tried, not adopted on v3w: PREFILL_ROUNDS)
     # traced runs (``jobs.csv``) whose graph prefills on SM partitions measure the prefill's stretch
-    # beside other jobs in proportion to their HBM demand and its launch's hold
-    # (:func:`apply_prefill_trace_fields`; a derived generation, before its eager fields); empty: off
-    fit_prefill_trace: Tuple[Tuple[str, str], ...] = ()  # (tried, not adopted on v3f: PREFILL_TRACES)
+    # beside other jobs (their HBM demand and decode requests, over its prompt's length), its
+    # launch's hold and its timing at the longest prompt (:func:`apply_prefill_trace_fields`; a
+    # derived generation, before its eager fields); empty: off
+    fit_prefill_trace: Tuple[Tuple[str, str], ...] = ()  # v3f: PREFILL_TRACES
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
@@ -273,11 +274,12 @@ GENERATIONS = {
                       fit_tp_wide=("results-v3p-gpu4", "gpu4-poisson-temporal4"),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
     "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1", "results-v3f-x3a", "results-v3f-x3b",
-                       "results-v3f-x3c", "results-v3f-tr2", "results-v3f-tp2s2", "results-v3f-x3s1", "results-v3f-x3s2"), "tables-v3", "results-v3", None, "calibration-v3f.json",
+                       "results-v3f-x3c", "results-v3f-tr2", "results-v3f-tp2s2", "results-v3f-x3s1",
+                       "results-v3f-x3s2"), "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
-                      measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES, folder_tables=(("results-v3f-tp2", "tables-tp2"),
-                                                              ("results-v3f-tp2s1", "tables-tp2"),
-                                                              ("results-v3f-tp2s2", "tables-tp2")),
+                      measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES,
+                      folder_tables=(("results-v3f-tp2", "tables-tp2"), ("results-v3f-tp2s1", "tables-tp2"),
+                                     ("results-v3f-tp2s2", "tables-tp2")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3p"),
 }
 
@@ -574,9 +576,11 @@ def run_instance(run: dict, model: Optional[Dict[str, float]]) -> Any:
 
 
 def with_model(llm: Any, fields: Dict[str, float]) -> Any:
-    """The LLM settings ``llm`` with the calibration ``fields`` set, each as its setting's type
-    (a calibration file holds numbers; ``prefill_at_longest`` is a flag)."""
-    return dataclasses.replace(llm, **{f: type(getattr(llm, f))(v) for f, v in fields.items()})
+    """The LLM settings ``llm`` with the calibration ``fields`` set, each as its setting's declared
+    type (``LLMConfig``'s default: a calibration file and ``--set`` hold numbers, and the flag
+    ``prefill_at_longest`` is 0 or 1 there)."""
+    defaults = LLMConfig()
+    return dataclasses.replace(llm, **{f: type(getattr(defaults, f))(v) for f, v in fields.items()})
 
 
 def parse_overrides(items: List[str]) -> Dict[str, float]:
@@ -1142,8 +1146,10 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     ran eagerly (1) or as a CUDA graph (0). A job's demand is counted about as the simulator's
     contention model counts it: its bytes per GPU (weights, and the KV of its requests'
     contexts: :func:`traced_jobs`' ``context_tokens``) over its table time (the model: over its
-    time alone, which adds the KV read and, on TP meshes, the prefill's collect); ValueError
-    for a run without the trace."""
+    time alone, which adds the KV read and, on TP meshes, the prefill's collect; likewise the
+    kernel stretches a prefill's table time and collect together, where the table time here has
+    no collect: the same on TP-1 meshes, as ``PREFILL_TRACES``'); ValueError for a run without
+    the trace."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import _sm_shares, on_partition
@@ -1189,7 +1195,8 @@ def prefill_trace_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndar
     """The GPU seconds of :func:`traced_partition_prefills`' ``points`` under the stretch
     beside others of ``fields`` (``prefill_beside_gbps``, ``prefill_beside_requests``,
     ``prefill_beside_knee_tokens``, ``prefill_beside_delay_s``; the simulator's
-    ``prefill_beside_stretch`` at each prefill's mean co-runners, the fixed stretch off)."""
+    ``meshsim.prefill_beside_stretch`` at each prefill's mean co-runners, the fixed stretch off;
+    a test holds the two equal)."""
     table, _, others, _, decoding, tokens, _ = points.T
     gbps, per, knee = (fields["prefill_beside_gbps"], fields["prefill_beside_requests"],
                        fields["prefill_beside_knee_tokens"])
@@ -1211,7 +1218,7 @@ def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...]) -> Tuple[Dict[str, floa
     ``prefill_beside_requests``, ``prefill_beside_knee_tokens``, ``prefill_beside_delay_s``,
     ``prefill_host_s``), the RMS log error and the number of prefills."""
     points = np.vstack([traced_partition_prefills(_find_run(r)) for r in runs])
-    points = points[points[:, 6] == 0]
+    points = points[points[:, PREFILL_COLUMNS.index("eager")] == 0]
     if not len(points):
         raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
     table, gpu, others, host, decoding, tokens, _ = points.T
@@ -1232,10 +1239,11 @@ def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...]) -> Tuple[Dict[str, floa
 
 
 def _nonnegative_pair(x: np.ndarray, y: np.ndarray) -> Tuple[float, float]:
-    """The least-squares ``(a, b) >= 0`` of ``y = a x[0] + b x[1]``."""
+    """The least-squares ``(a, b) >= 0`` of ``y = a x[0] + b x[1]`` (where the two columns are
+    collinear, or the free optimum has a negative part, the better of the two one-column fits)."""
     gram, rhs = x @ x.T, x @ y
     det = gram[0, 0] * gram[1, 1] - gram[0, 1] ** 2
-    if det > 0:
+    if det > 1e-9 * gram[0, 0] * gram[1, 1]:  # else the columns are (nearly) collinear: one of them
         a = (rhs[0] * gram[1, 1] - rhs[1] * gram[0, 1]) / det
         b = (rhs[1] * gram[0, 0] - rhs[0] * gram[0, 1]) / det
         if a >= 0 and b >= 0:
@@ -1508,8 +1516,9 @@ def derived_calibration(gen: Generation) -> dict:
     ``fit_tp`` and ``fit_tp_wide``: :func:`tp_decode_host`; ``prefill_eager_host_tp_s`` on them
     against the parent's TP-1 eager run: :func:`tp_eager_host`) and, where it names its own eager
     runs (``fit_eager``), the eager-prefill fields fitted on them (:func:`eager_fields`), after
-    the graph prefill's fields measured on its traced runs (``fit_prefill_trace``:
-    :func:`apply_prefill_trace_fields`) where it names any."""
+    the prefill fields measured on its traced runs (the stretch beside others, the launch hold,
+    ``prefill_at_longest``; ``fit_prefill_trace``: :func:`apply_prefill_trace_fields`) where it
+    names any."""
     with open(os.path.join(LLM, GENERATIONS[gen.derives].calibration)) as f:
         out = json.load(f)
     entry_s, out["fit"]["decode_page_entry_fit"] = page_entry_seconds(gen)

@@ -57,6 +57,13 @@ excess over the prefill also counts in ``f`` above (mean-value approximation). A
 prefill's ``llm.prefill_eager_host_tp_s`` per rank beyond the first comes with its eager host
 seconds (:func:`host_seconds`).
 
+Not in the estimate: the simulator's partition and beside-others stretches of a prefill
+(``llm.prefill_partition_stretch``, ``prefill_beside_stretch``, ``prefill_beside_delay_s``,
+``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``) and its
+timing at the longest prompt (``prefill_at_longest``): Eq. 3 runs a prefill at its table time of
+``b`` mean-length prompts, one at a time, so the estimate of a calibration that sets them (the
+fidelity runs' v3f) reads prefills short; the simulator scores the chosen placement with them.
+
 Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
 decode step of ``b`` requests at the mean context) are precomputed per (LLM, TP degree) at
 the candidate SM share, so the kernels below touch only flat arrays. :class:`Headroom`

@@ -409,14 +409,17 @@ def _per_llm(values: np.ndarray, K: int) -> List[float]:
 
 class VirtualJobs:
     """The kernel's job timing on a virtual clock: the jobs in flight (slot ``2k``: LLM k's
-    prefill, ``2k + 1``: its decode step) with their durations (table time, a graph prefill's
+    prefill, ``2k + 1``: its decode step) with their durations (table time, a prefill's at its
+    longest prompt with ``MeshSettings.prefill_at_longest``, a graph prefill's
     ``MeshLLMs.prefill_stretch``, ``prefill_collect_s``, a decode step's KV read at
     ``MeshSettings.decode_kv_gbps``), their launch on the one scheduling thread under the host
     model (``MeshLLMs.decode_host_s``, ``decode_block_host_s`` per KV block a decode step's
     requests hold, ``prefill_host_s``; an eager prefill over
     ``MeshSettings.graph_tokens``: ``prefill_eager_host_s``, ``prefill_eager_hold_s``) and their
     re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``, ``hbm_cap_gbps``:
-    :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``). The
+    :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``; a prefill
+    on a partition beside others: ``prefill_beside``, ``_delay``, ``_gbps``, ``_requests``,
+    ``_knee``, :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch`). The
     same arithmetic in the same order as ``meshsim._llm_state``, ``_start_prefill``,
     ``_start_decode``, ``_launch_started``, ``_retime`` and ``_next_event``."""
 

@@ -139,7 +139,7 @@ class MeshSettings(NamedTuple):
     decode_kv_gbps: float = 0.0  # a decode step lasts (KV bytes it reads per GPU) / this (GB/s) beyond its table time; 0 off
     own_prefill_decode: float = 0.0  # shared partition: an LLM's decode step runs at this part of its speed while its own prefill runs; 0 off
     hbm_cap_gbps: float = 0.0  # contention: a job stretches at least by (all running jobs' HBM demand) / max(this, its own); 0 off
-    prefill_beside: float = 0.0  # a graph prefill on a partition beside other running jobs: 1 + this times slower; 0 off
+    prefill_beside: float = 0.0  # a prefill on a partition beside other running jobs (prefill_stretches_beside): 1 + this times slower; 0 off
     prefill_beside_delay: float = 0.0  # ... and this many seconds longer (prefill_beside_stretch); 0 off
     prefill_beside_gbps: float = 0.0  # ... its stretch also adds (the other running jobs' HBM demand) / this (GB/s); 0 off
     prefill_beside_requests: float = 0.0  # ... and (the requests in the running decode steps) / this; 0 off
@@ -816,7 +816,8 @@ def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
         return False
     llm.prefill_eager = prefill_runs_eagerly(b, longest, cfg.graph_tokens)
     llm.prefill_tokens = b * longest
-    # the stretch of a graph prefill beside the other LLMs' jobs (an eager one: its table time)
+    # the partition stretch of a graph prefill (an eager one keeps its table time here; beside other
+    # jobs both may stretch later, _retime)
     stretch = llm.prefill_stretch if llm.prefill_stretch > 0 and not llm.prefill_eager else 1.0
     length = float(longest) if cfg.prefill_at_longest else tokens / b
     llm.prefill_dur = stretch * _len_interp(tables.prefill[k, b], tables.lgrid, length) + llm.prefill_collect
@@ -1017,7 +1018,9 @@ def prefill_stretches_beside(share, eager, cfg):
     """Whether a prefill of an LLM at SM ``share`` (``eager``: over the graph limit) stretches
     by :func:`prefill_beside_stretch` beside other jobs: on a partition (share below 1) with
     that model on; a graph prefill always, an eager one where the stretch follows the prompt's
-    length (``prefill_beside_knee``: the fixed stretch was measured on graph prefills only)."""
+    length (``prefill_beside_knee`` set: the whole formula then applies to it, the fixed stretch
+    and delay included, which were measured on graph prefills only; the trace-fitted
+    calibration sets those to 0)."""
     return prefill_beside_on(cfg) and share < 1.0 - EPS and (not eager or cfg.prefill_beside_knee > 0)
 
 

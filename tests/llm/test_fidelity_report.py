@@ -363,6 +363,55 @@ def test_the_traced_prefill_stretch_closes_the_tp2_muxserve_ttft_miss():
     assert abs(errors("results-v3f", "conv-muxserve", committed)["ttft_err"]) < 0.02
 
 
+def test_the_trace_fits_prefill_model_is_the_simulators_stretch():
+    """``prefill_trace_model`` (what ``fit_prefill_trace`` fits) times a prefill as the kernel's
+    ``prefill_beside_stretch`` does at the same co-runners (HBM demand, decode requests, prompt
+    tokens; the fixed stretch off), and a prefill with nothing beside it at its table time."""
+    from placement_opt.simulate.meshsim import MeshSettings, prefill_beside_stretch
+
+    script = load_benchmark("llm_fidelity")
+    rng = np.random.default_rng(0)
+    n = 50
+    points = np.column_stack([rng.uniform(0.005, 0.5, n), np.ones(n), rng.uniform(0, 6000, n), np.zeros(n),
+                              rng.uniform(0, 50, n), rng.integers(16, 4096, n), np.zeros(n)])
+    points[:5, 2] = points[:5, 4] = 0.0  # alone
+    fields = {"prefill_beside_gbps": 3250.3, "prefill_beside_requests": 96.55, "prefill_beside_knee_tokens": 1312.0,
+              "prefill_beside_delay_s": 0.002}
+    cfg = MeshSettings(policy=0, pool=1, block=16, max_batch=1, token_budget=1, period=1.0, frac=0.5, horizon=1.0,
+                       prefill_beside_gbps=3250.3, prefill_beside_requests=96.55, prefill_beside_knee=1312.0,
+                       prefill_beside_delay=0.002)
+    kernel = [t * prefill_beside_stretch(t, int(tok), d, r, cfg) if d > 0 or r > 0 else t
+              for t, _, d, _, r, tok, _ in points]
+    assert script.prefill_trace_model(points, fields) == pytest.approx(kernel, rel=1e-12)
+
+
+def test_the_nonnegative_pair_is_least_squares_with_its_bounds():
+    """``_nonnegative_pair``: the exact pair where one exists; where the free optimum has a
+    negative part, the better one-column fit; collinear columns (rank 1): a one-column fit, not
+    what rounding in the determinant would give."""
+    script = load_benchmark("llm_fidelity")
+    x = np.array([[1.0, 2.0, 0.5, 3.0], [0.2, 0.1, 1.0, 0.4]])
+    assert script._nonnegative_pair(x, 0.3 * x[0] + 2.0 * x[1]) == pytest.approx((0.3, 2.0))
+    a, b = script._nonnegative_pair(x, 0.3 * x[0] - 2.0 * x[1])
+    assert b == 0.0 and a == pytest.approx(float(x[0] @ (0.3 * x[0] - 2.0 * x[1]) / (x[0] @ x[0])))
+    collinear = np.array([[0.1, 0.2, 0.3], [0.3, 0.6, 0.9]])
+    a, b = script._nonnegative_pair(collinear, np.array([1.0, 2.0, 3.1]))
+    fit = a * collinear[0] + b * collinear[1]
+    best = collinear[1] * float(collinear[1] @ np.array([1.0, 2.0, 3.1]) / (collinear[1] @ collinear[1]))
+    assert fit == pytest.approx(best)
+
+
+def test_calibration_fields_take_their_settings_types():
+    """``with_model`` sets calibration numbers as the settings' declared types: the flag
+    ``prefill_at_longest`` from 1 / 0 as a bool, the rest as floats."""
+    script = load_benchmark("llm_fidelity")
+    from placement_opt.settings import LLMConfig
+
+    llm = script.with_model(LLMConfig(), {"prefill_at_longest": 1.0, "prefill_beside_knee_tokens": 1312})
+    assert llm.prefill_at_longest is True and isinstance(llm.prefill_beside_knee_tokens, float)
+    assert script.with_model(llm, {"prefill_at_longest": 0.0}).prefill_at_longest is False
+
+
 def test_job_replay_with_the_gpus_job_times_reproduces_the_measured_ttft():
     """``job_replay.py`` on v3f's code muxserve run: the shared scheduler driven with the traced
     job times gives the measured mean TTFT within 1% (the decisions are the engine's), and so
