@@ -9,9 +9,13 @@ runs with the instance's settings. ``--own-share F`` sets ``own_prefill_decode_s
 instances first (the measured instances carry the calibrated value of
 ``benchmarks/fidelity/llm/calibration.json``, 0.25: the option tries another). ``--blind F1,F2`` names the ``llm`` fields set to 0 for the "before"
 estimate instead (e.g. ``prefill_eager_hold_s,prefill_host_tp_s``: the estimator before it had
-the eager thread hold and the TP prefill collect).
+the eager thread hold and the TP prefill collect). ``--calibration FILE`` sets the instances'
+``llm`` fields to those of a fidelity calibration file first (e.g.
+``benchmarks/fidelity/llm/calibration-v3f.json``, whose prefill stretch beside others the
+estimator follows in mean-value form: ``--blind prefill_beside_gbps,prefill_beside_requests``).
 
-Run: ``python benchmarks/estimator_vs_sim.py [--own-share 0.25] [--rate-scale 3] [--blind F1,F2]``. Last line:
+Run: ``python benchmarks/estimator_vs_sim.py [--own-share 0.25] [--rate-scale 3] [--blind F1,F2]
+[--calibration FILE]``. Last line:
 ``mean_abs_err_before=<x> mean_abs_err_after=<y> pairs=<n>`` (relative per-LLM errors of
 the estimate against the simulation, over the LLMs with a non-zero simulated throughput). At the instances' rates
 most estimates are capped at the rate (Eq. 3's ``min(..., rate)``) and the decode models
@@ -24,7 +28,7 @@ import argparse
 import glob
 import json
 import os
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Dict, List, Tuple
 
 from placement_opt.instance import Instance, instance_from_dict
@@ -40,6 +44,16 @@ DECODE_MODELS = ("decode_kv_gbps", "own_prefill_decode_share")
 def _with(instance: Instance, **fields: float) -> Instance:
     """``instance`` with the given ``llm`` settings replaced."""
     return replace(instance, llm=replace(instance.llm_settings, **fields))
+
+
+def calibrated(instance: Instance, path: str) -> Instance:
+    """``instance`` with the ``llm`` fields of the calibration file ``path`` (its numbers as each
+    setting's type; the fit record and keys that are no setting left out)."""
+    with open(path) as f:
+        cal = json.load(f)
+    llm = instance.llm_settings
+    names = {f.name for f in fields(llm)}
+    return _with(instance, **{k: type(getattr(llm, k))(v) for k, v in cal.items() if k in names})
 
 
 def load_scaled(path: str, rate_scale: float) -> Instance:
@@ -86,6 +100,8 @@ def main() -> None:
     ap.add_argument("--blind", default=",".join(DECODE_MODELS),
                     help="comma-separated llm fields set to 0 for the 'before' estimate "
                          "(default: the two decode models)")
+    ap.add_argument("--calibration", default=None,
+                    help="a fidelity calibration file whose llm fields the instances take first")
     args = ap.parse_args()
     before: List[float] = []
     after: List[float] = []
@@ -93,6 +109,8 @@ def main() -> None:
     blind_fields = tuple(f for f in args.blind.split(",") if f)
     for label, inst_path, placement_path in cases():
         instance = load_scaled(inst_path, args.rate_scale)
+        if args.calibration:
+            instance = calibrated(instance, args.calibration)
         if args.own_share is not None:
             instance = _with(instance, own_prefill_decode_share=args.own_share)
         for m, (sim, blind, seen) in compare(instance, placement_path, blind_fields).items():

@@ -233,7 +233,8 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # placement under adbs and round-robin; results-v3f-tp2 and -tp2s1 (2 x H100), the 2-GPU seeds 0
 # and 1; results-v3f-x3a, -x3b, -x3c, the 3 x adbs run repeated; results-v3f-tr2, conv and code
 # again with context_tokens; results-v3f-tp2s2 (2-GPU seed 2), -x3s1 and -x3s2 (the 3 x load's
-# arrivals re-drawn), predicted after the prefill fields were adopted. Its TP > 1 eager term
+# arrivals re-drawn), predicted after the prefill fields were adopted; results-v3f-x3p, the policy
+# ablation (adbs, round-robin, fcfs) on those two seeds. Its TP > 1 eager term
 # (prefill_eager_host_tp_s) stays v3p's, measured against v3p's cuDNN-era TP-1 eager time.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -275,7 +276,7 @@ GENERATIONS = {
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
     "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1", "results-v3f-x3a", "results-v3f-x3b",
                        "results-v3f-x3c", "results-v3f-tr2", "results-v3f-tp2s2", "results-v3f-x3s1",
-                       "results-v3f-x3s2"), "tables-v3", "results-v3", None, "calibration-v3f.json",
+                       "results-v3f-x3s2", "results-v3f-x3p"), "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES,
                       folder_tables=(("results-v3f-tp2", "tables-tp2"), ("results-v3f-tp2s1", "tables-tp2"),

@@ -57,12 +57,17 @@ excess over the prefill also counts in ``f`` above (mean-value approximation). A
 prefill's ``llm.prefill_eager_host_tp_s`` per rank beyond the first comes with its eager host
 seconds (:func:`host_seconds`).
 
-Not in the estimate: the simulator's partition and beside-others stretches of a prefill
-(``llm.prefill_partition_stretch``, ``prefill_beside_stretch``, ``prefill_beside_delay_s``,
-``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``) and its
-timing at the longest prompt (``prefill_at_longest``): Eq. 3 runs a prefill at its table time of
-``b`` mean-length prompts, one at a time, so the estimate of a calibration that sets them (the
-fidelity runs' v3f) reads prefills short; the simulator scores the chosen placement with them.
+The prefill's stretch beside other jobs enters in mean-value form (off when its fields are 0):
+with ``llm.prefill_beside_stretch`` s, ``_delay_s`` d, ``_gbps`` g, ``_requests`` q and
+``_knee_tokens`` n, member ``m``'s prefill in a unit of several (not ``serial_decode``) lasts
+``(1 + s + (demand / (g x mesh GPUs) + requests / q) / (1 + b_m x prompt_m / n)) x prefill_m(b_m)
++ d``, ``demand`` the other members' decode demand as above and ``requests`` their batches: Eq.
+3 runs prefills one at a time while the others' decode steps run beside them (the simulator's
+:func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` over its co-runners of the
+moment, which spares eager prefills without a knee; here every prefill). The stretches depend
+on the batches and are re-evaluated with them (:func:`_prefill_beside`). Not in the estimate:
+``llm.prefill_partition_stretch`` and the timing at the longest prompt (``prefill_at_longest``):
+Eq. 3 has no batch composition, only ``b`` mean-length prompts.
 
 Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
 decode step of ``b`` requests at the mean context) are precomputed per (LLM, TP degree) at
@@ -111,19 +116,21 @@ def _cycle(prefills: float, decodes: float, own_prefill: float, own_decode: floa
 
 @njit(cache=True)
 def _smallest_batch(r: int, m: int, others_p: float, others_d: float, P: np.ndarray, D: np.ndarray,
-                    out_len: np.ndarray, rate: np.ndarray, hi: int, stretch: float, slow: float) -> int:
+                    out_len: np.ndarray, rate: np.ndarray, hi: int, stretch: float, slow: float,
+                    p_factor: float, p_extra: float) -> int:
     """The smallest batch (at most ``hi``) whose Eq. 3 estimate meets the rate, given the other
     members' prefill seconds ``others_p`` and decode-step seconds ``others_d`` per round, the
-    contention ``stretch`` of this member's decode steps and its shared-partition ``slow``
-    (:func:`_cycle`)."""
+    contention ``stretch`` of this member's decode steps, its shared-partition ``slow``
+    (:func:`_cycle`) and its prefill's ``p_factor x P + p_extra`` beside the others
+    (:func:`_prefill_beside`, at the current batches)."""
     lo = 1
-    if hi / _cycle(others_p + P[r, hi], others_d + D[r, hi] * stretch, P[r, hi], D[r, hi] * stretch, out_len[m],
-                   slow) < rate[m]:
+    if hi / _cycle(others_p + P[r, hi] * p_factor + p_extra, others_d + D[r, hi] * stretch,
+                   P[r, hi] * p_factor + p_extra, D[r, hi] * stretch, out_len[m], slow) < rate[m]:
         return hi
     while lo < hi:
         mid = (lo + hi) // 2
-        if mid / _cycle(others_p + P[r, mid], others_d + D[r, mid] * stretch, P[r, mid], D[r, mid] * stretch,
-                        out_len[m], slow) >= rate[m]:
+        if mid / _cycle(others_p + P[r, mid] * p_factor + p_extra, others_d + D[r, mid] * stretch,
+                        P[r, mid] * p_factor + p_extra, D[r, mid] * stretch, out_len[m], slow) >= rate[m]:
             hi = mid
         else:
             lo = mid + 1
@@ -152,11 +159,68 @@ def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len:
     return contention_stretch(total, own, hbm_mesh_gbps, hbm_cap_mesh_gbps)
 
 
+#: the fields of a prefill-beside parameter vector (:func:`prefill_beside_params`), in order
+PREFILL_BESIDE = ("prefill_beside_stretch", "prefill_beside_delay_s", "prefill_beside_gbps",
+                  "prefill_beside_requests", "prefill_beside_knee_tokens")
+
+
+def prefill_beside_params(llm: Optional[LLMConfig], mesh_gpus: float = 1.0) -> np.ndarray:
+    """``llm``'s prefill stretch beside other jobs as the estimator takes it: the fields of
+    :data:`PREFILL_BESIDE`, the bandwidth for a mesh of ``mesh_gpus`` GPUs (the members' demand
+    is the mesh's, as the contention stretch counts it); zeros (off) without settings."""
+    if llm is None:
+        return np.zeros(len(PREFILL_BESIDE))
+    out = np.array([float(getattr(llm, f)) for f in PREFILL_BESIDE])
+    out[2] *= mesh_gpus
+    return out
+
+
+@njit(cache=True)
+def _prefill_beside(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len: np.ndarray,
+                    weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray,
+                    beside: np.ndarray) -> Tuple[float, float]:
+    """(factor, seconds) by which member ``i``'s prefill lasts longer beside the other members'
+    decode steps: ``factor x prefill + seconds`` (module docstring), the simulator's
+    :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` in mean-value form: the
+    others decode throughout it at their batches (Eq. 3 runs prefills one at a time while the
+    decode steps overlap), their HBM demand as :func:`_stretch` counts it, their requests their
+    batches, its prompt tokens its batch x its mean prompt. (1, 0) alone or with the terms off."""
+    on = beside[0] > 0 or beside[1] > 0 or beside[2] > 0 or beside[3] > 0
+    if not on or rows.shape[0] < 2:
+        return 1.0, 0.0
+    demand = 0.0
+    requests = 0.0
+    for j in range(rows.shape[0]):
+        if j == i:
+            continue
+        m = llms[j]
+        context = tokens[m] - out_len[m] / 2.0
+        demand += (weights[m] + batch[j] * context * kv[m]) / D[rows[j], batch[j]] / 1e9
+        requests += batch[j]
+    load = (demand / beside[2] if beside[2] > 0 else 0.0) + (requests / beside[3] if beside[3] > 0 else 0.0)
+    if beside[4] > 0:
+        load /= 1.0 + batch[i] * (tokens[llms[i]] - out_len[llms[i]]) / beside[4]
+    return 1.0 + beside[0] + load, beside[1]
+
+
+@njit(cache=True)
+def _prefills_beside(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
+                     weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, beside: np.ndarray,
+                     factor: np.ndarray, extra: np.ndarray) -> float:
+    """Every member's :func:`_prefill_beside` at the current batches into ``factor`` and
+    ``extra``; returns the members' prefill seconds per round so stretched."""
+    total = 0.0
+    for i in range(rows.shape[0]):
+        factor[i], extra[i] = _prefill_beside(i, rows, llms, D, out_len, weights, kv, tokens, batch, beside)
+        total += P[rows[i], batch[i]] * factor[i] + extra[i]
+    return total
+
+
 @njit(cache=True)
 def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
                     rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
                     reserve: float, max_batch: int, serial_decode: bool, tpt: np.ndarray, batch: np.ndarray,
-                    hbm_mesh_gbps: float, hbm_cap_mesh_gbps: float, slow: np.ndarray) -> float:
+                    hbm_mesh_gbps: float, hbm_cap_mesh_gbps: float, slow: np.ndarray, beside: np.ndarray) -> float:
     """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
     bytes where every LLM reserves ``reserve`` bytes; writes per-member throughput and batch
     into ``tpt``/``batch`` and returns their sum, or -1 when weights and reserves leave no
@@ -166,7 +230,9 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     bandwidth and bandwidth cap of the whole mesh for the contention stretch of overlapping
     decode steps (0: off; unused with
     ``serial_decode``). ``slow[row]``: the shared-partition slowdown of the decode steps of that
-    latency row beside its own prefill (:func:`_cycle`; 0: off; unused with ``serial_decode``)."""
+    latency row beside its own prefill (:func:`_cycle`; 0: off; unused with ``serial_decode``).
+    ``beside``: the prefill's stretch beside the others' decode steps (:func:`prefill_beside_params`
+    for the mesh, :func:`_prefill_beside`; zeros: off; unused with ``serial_decode``)."""
     k = rows.shape[0]
     pool = cap
     need = 0.0
@@ -192,18 +258,26 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         total_d += D[rows[i], 1]
     hbm = 0.0 if serial_decode else hbm_mesh_gbps
     hbm_cap = 0.0 if serial_decode else hbm_cap_mesh_gbps
+    # each member's prefill beside the others' decode steps: factor x its table seconds + extra
+    factor = np.ones(k)
+    extra = np.zeros(k)
+    on = not serial_decode and (beside[0] > 0 or beside[1] > 0 or beside[2] > 0 or beside[3] > 0)
     for _ in range(FIXED_POINT_ROUNDS):
         for i in range(k):
             r = rows[i]
-            others_p = total_p - P[r, batch[i]]
+            if on:  # the stretches follow every member's current batch: the sum afresh
+                total_p = _prefills_beside(rows, llms, P, D, out_len, weights, kv, tokens, batch, beside, factor, extra)
+            others_p = total_p - (P[r, batch[i]] * factor[i] + extra[i])
             others_d = total_d - D[r, batch[i]]
             stretch = _stretch(i, rows, llms, D, out_len, weights, kv, tokens, batch, hbm, hbm_cap)
             own = 0.0 if serial_decode else slow[r]
             b = _smallest_batch(r, llms[i], others_p, others_d if serial_decode else 0.0, P, D, out_len, rate, maxb[i],
-                                stretch, own)
+                                stretch, own, factor[i], extra[i])
             batch[i] = b
-            total_p = others_p + P[r, b]
+            total_p = others_p + (P[r, b] * factor[i] + extra[i])
             total_d = others_d + D[r, b]
+    if on:
+        total_p = _prefills_beside(rows, llms, P, D, out_len, weights, kv, tokens, batch, beside, factor, extra)
     s = 0.0
     for i in range(k):
         m = llms[i]
@@ -211,7 +285,8 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         step = total_d if serial_decode else D[r, batch[i]] * _stretch(i, rows, llms, D, out_len, weights, kv, tokens,
                                                                        batch, hbm, hbm_cap)
         own = 0.0 if serial_decode else slow[r]
-        tpt[i] = min(batch[i] / _cycle(total_p, step, P[r, batch[i]], step, out_len[m], own), rate[m])
+        tpt[i] = min(batch[i] / _cycle(total_p, step, P[r, batch[i]] * factor[i] + extra[i], step, out_len[m], own),
+                     rate[m])
         s += tpt[i]
     return s
 
@@ -238,6 +313,10 @@ class EstimatorTables:
     hbm_cap_gbps: float = 0.0  # llm.contention_hbm_cap_gbps: HBM GB/s per GPU colocated steps share (0: off)
     host: LLMConfig = LLMConfig()  # the settings whose host seconds (by share) P and D include
 
+    def beside(self, size: float) -> np.ndarray:
+        """The prefill-beside parameters of ``host`` for a mesh of ``size`` GPUs (:func:`prefill_beside_params`)."""
+        return prefill_beside_params(self.host, size)
+
     def row(self, llm: int, t: int) -> int:
         return llm * len(self.tps) + t
 
@@ -251,7 +330,7 @@ class EstimatorTables:
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
                             self.serial_decode, tpt, batch, self.hbm_gbps * size, self.hbm_cap_gbps * size,
-                            self.slow)
+                            self.slow, self.beside(size))
         return s, tpt, batch
 
 
@@ -439,9 +518,11 @@ class Headroom:
         size = float(tb.tps[t])
         tpt = np.zeros(len(members))
         batch = np.zeros(len(members), dtype=np.int64)
+        beside = tb.beside(size)
         return tuple(unit_throughput(rows, members, P, D, tb.out_len, tb.rate * scale, tb.weights, tb.kv, tb.tokens,
                                      tb.memory.per_gpu * size, tb.memory.reserve * size, tb.max_batch,
-                                     tb.serial_decode, tpt, batch, tb.hbm_gbps * size, tb.hbm_cap_gbps * size, slow)
+                                     tb.serial_decode, tpt, batch, tb.hbm_gbps * size, tb.hbm_cap_gbps * size, slow,
+                                     beside)
                      for scale in self.scales)
 
 
@@ -474,7 +555,8 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
                         columns["output_tokens"], columns["rate"], columns["weight_bytes"],
                         columns["kv_bytes_per_token"], columns["tokens_per_request"], memory.per_gpu * g.n_gpus,
                         memory.reserve * g.n_gpus, cfg.max_batch, temporal, tpt, batch,
-                        cfg.contention_hbm_gbps * g.n_gpus, cfg.contention_hbm_cap_gbps * g.n_gpus, slow)
+                        cfg.contention_hbm_gbps * g.n_gpus, cfg.contention_hbm_cap_gbps * g.n_gpus, slow,
+                        prefill_beside_params(cfg, g.n_gpus))
         for j, i in enumerate(members):
             out[specs[i].name] = float(tpt[j])
     return out

@@ -49,13 +49,19 @@ def _preferred(sm_fit: bool, val: float, members: int, best_fit: bool, best_val:
 @njit(cache=True)
 def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
                     max_batch, per_gpu, reserve, weight_cap, sm_limit, max_members, serial_decode, assign, unit_tpt,
-                    hbm_gbps, hbm_cap_gbps, slow):
+                    hbm_gbps, hbm_cap_gbps, slow, beside):
     """Fill ``assign[m]`` (mesh of LLM m) and ``unit_tpt[d]`` (estimate of mesh d); memory
     figures are bytes per GPU (``per_gpu`` shared, ``reserve`` per LLM, ``weight_cap``);
     ``hbm_gbps``, ``hbm_cap_gbps``: HBM GB/s per GPU of the estimator's contention stretch and
     its bandwidth cap (0: off); ``slow``:
-    per latency row, the estimator's shared-partition slowdown (``EstimatorTables.slow``)."""
+    per latency row, the estimator's shared-partition slowdown (``EstimatorTables.slow``);
+    ``beside``: the prefill-beside parameters per GPU (``llm_estimator.prefill_beside_params``
+    for one GPU; zeros: off), their bandwidth scaled to each mesh here."""
     nd = mesh_t.shape[0]
+    beside_of = np.empty((nd, beside.shape[0]))
+    for d in range(nd):
+        beside_of[d] = beside
+        beside_of[d, 2] = beside[2] * mesh_size[d]
     n = order.shape[0]
     spread_ties = rule == GAIN and not serial_decode
     nt = feasible.shape[1]
@@ -97,7 +103,7 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[c] = m * nt + t
                 new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
                                       per_gpu * size, reserve * size, max_batch, serial_decode, tpt, batch,
-                                      hbm_gbps * size, hbm_cap_gbps * size, slow)
+                                      hbm_gbps * size, hbm_cap_gbps * size, slow, beside_of[d])
                 if new < 0:
                     continue
                 val = new - unit_tpt[d]
@@ -125,6 +131,7 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[q] = members[d, q] * nt + t
             unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
                                           per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, serial_decode,
-                                          tpt, batch, hbm_gbps * mesh_size[d], hbm_cap_gbps * mesh_size[d], slow)
+                                          tpt, batch, hbm_gbps * mesh_size[d], hbm_cap_gbps * mesh_size[d], slow,
+                                          beside_of[d])
         total += unit_tpt[d]
     return total
