@@ -22,7 +22,8 @@
 #             $TABLES2 with its tp1/ and tp2/ tables (the 4-GPU set's temporal4 placement: one TP-4 mesh)
 #   measured2 the 2-GPU set's instances that use those tables ($TP2/measured/)
 #   tp2       the set's placements $PLACEMENTS2 (default spatial muxserve temporal colocated), each on
-#             fresh workers, into $RESULTS/<set folder name>-poisson-<placement>
+#             fresh workers, into $RESULTS/<set folder name>-poisson-<placement> (POLICIES2, e.g.
+#             adbs,round-robin,fcfs: one trial per policy on those workers; default the placement's own)
 #   pack      benchmarks/fidelity/llm/{tables,results}/ and instances/fidelity-llm/measured/ into
 #             $OUT/llm-fidelity-<time>.tar.gz: end every call with it and unpack the tarball at the
 #             repository root here (tar xzf), then later calls carry the tables.
@@ -198,6 +199,7 @@ for phase in "$@"; do
     tp2)
       for p in $PLACEMENTS2; do
         run_capped placeopt execute $TP2/measured/poisson.json $TP2/poisson-$p.placement.json --backend "$BACKEND" "$PROBE" "${TRACE[@]}" \
+          ${POLICIES2:+--policy "$POLICIES2"} \
           -o "$R/$(basename "$TP2")-poisson-$p" 2>&1 | tail -20
       done ;;
     pack)
