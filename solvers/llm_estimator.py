@@ -27,9 +27,9 @@ and, with the bandwidth cap, at least by ``sum over all members j of demand_j / 
 GPUs, demand_m)`` (the simulator's :func:`~placement_opt.simulate.meshsim.contention_stretch`),
 ``demand_j = (weights_j + b_j x context_j x KV bytes per token_j) / decode_j(b_j)`` (GB/s;
 context = prompt + output / 2). The stretch depends on the others' batches, so it is
-re-evaluated in every round of the fixed-point iteration. Prefills are not stretched (they are
-compute-bound and Eq. 3 runs them one at a time); temporal units (``serial_decode``) have no
-overlap, so no stretch.
+re-evaluated in every round of the fixed-point iteration. Prefills are not stretched by this
+term (they are compute-bound and Eq. 3 runs them one at a time; their own stretch beside decode
+steps: below); temporal units (``serial_decode``) have no overlap, so no stretch.
 
 The simulator's two decode models enter in mean-value form (off when their fields are 0):
 ``llm.decode_kv_gbps``: a decode step of ``b`` requests lasts ``b x context x KV bytes per token
@@ -61,11 +61,13 @@ The prefill's stretch beside other jobs enters in mean-value form (off when its 
 with ``llm.prefill_beside_stretch`` s, ``_delay_s`` d, ``_gbps`` g, ``_requests`` q and
 ``_knee_tokens`` n, member ``m``'s prefill in a unit of several (not ``serial_decode``) lasts
 ``(1 + s + (demand / (g x mesh GPUs) + requests / q) / (1 + b_m x prompt_m / n)) x prefill_m(b_m)
-+ d``, ``demand`` the other members' decode demand as above and ``requests`` their batches: Eq.
-3 runs prefills one at a time while the others' decode steps run beside them (the simulator's
++ d`` on an SM partition (share below 1), ``demand`` the decode demand as above and ``requests``
+the batches of the other members (and of its own where two jobs of its share fit): Eq. 3 runs
+prefills one at a time while those decode steps run beside them (the simulator's
 :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` over its co-runners of the
-moment, which spares eager prefills without a knee; here every prefill). The stretches depend
-on the batches and are re-evaluated with them (:func:`_prefill_beside`). Not in the estimate:
+moment, at the padded prompt and sparing eager prefills without a knee; here the mean prompt
+and every prefill). The stretches depend on the batches and are re-evaluated with them, a
+member's own at each batch its search tries (:func:`_beside_terms`). Not in the estimate:
 ``llm.prefill_partition_stretch`` and the timing at the longest prompt (``prefill_at_longest``):
 Eq. 3 has no batch composition, only ``b`` mean-length prompts.
 
@@ -117,20 +119,22 @@ def _cycle(prefills: float, decodes: float, own_prefill: float, own_decode: floa
 @njit(cache=True)
 def _smallest_batch(r: int, m: int, others_p: float, others_d: float, P: np.ndarray, D: np.ndarray,
                     out_len: np.ndarray, rate: np.ndarray, hi: int, stretch: float, slow: float,
-                    p_factor: float, p_extra: float) -> int:
+                    beside: np.ndarray) -> int:
     """The smallest batch (at most ``hi``) whose Eq. 3 estimate meets the rate, given the other
     members' prefill seconds ``others_p`` and decode-step seconds ``others_d`` per round, the
     contention ``stretch`` of this member's decode steps, its shared-partition ``slow``
-    (:func:`_cycle`) and its prefill's ``p_factor x P + p_extra`` beside the others
-    (:func:`_prefill_beside`, at the current batches)."""
+    (:func:`_cycle`) and its prefill's stretch beside the others at each candidate batch
+    (``beside``: :func:`_beside_terms`, :func:`_beside_seconds`)."""
     lo = 1
-    if hi / _cycle(others_p + P[r, hi] * p_factor + p_extra, others_d + D[r, hi] * stretch,
-                   P[r, hi] * p_factor + p_extra, D[r, hi] * stretch, out_len[m], slow) < rate[m]:
+    p_hi = _beside_seconds(P[r, hi], hi, beside)
+    if hi / _cycle(others_p + p_hi, others_d + D[r, hi] * stretch, p_hi, D[r, hi] * stretch, out_len[m],
+                   slow) < rate[m]:
         return hi
     while lo < hi:
         mid = (lo + hi) // 2
-        if mid / _cycle(others_p + P[r, mid] * p_factor + p_extra, others_d + D[r, mid] * stretch,
-                        P[r, mid] * p_factor + p_extra, D[r, mid] * stretch, out_len[m], slow) >= rate[m]:
+        p_mid = _beside_seconds(P[r, mid], mid, beside)
+        if mid / _cycle(others_p + p_mid, others_d + D[r, mid] * stretch, p_mid, D[r, mid] * stretch,
+                        out_len[m], slow) >= rate[m]:
             hi = mid
         else:
             lo = mid + 1
@@ -176,43 +180,57 @@ def prefill_beside_params(llm: Optional[LLMConfig], mesh_gpus: float = 1.0) -> n
 
 
 @njit(cache=True)
-def _prefill_beside(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len: np.ndarray,
-                    weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray,
-                    beside: np.ndarray) -> Tuple[float, float]:
-    """(factor, seconds) by which member ``i``'s prefill lasts longer beside the other members'
-    decode steps: ``factor x prefill + seconds`` (module docstring), the simulator's
-    :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` in mean-value form: the
-    others decode throughout it at their batches (Eq. 3 runs prefills one at a time while the
-    decode steps overlap), their HBM demand as :func:`_stretch` counts it, their requests their
-    batches, its prompt tokens its batch x its mean prompt. (1, 0) alone or with the terms off."""
-    on = beside[0] > 0 or beside[1] > 0 or beside[2] > 0 or beside[3] > 0
-    if not on or rows.shape[0] < 2:
-        return 1.0, 0.0
+def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len: np.ndarray,
+                  weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, row_share: np.ndarray,
+                  params: np.ndarray, out: np.ndarray) -> None:
+    """Member ``i``'s prefill stretch beside the decode steps running with it, into ``out`` =
+    (base, load, seconds per prompt token of the knee, delay): at batch ``b`` its prefill lasts
+    ``(base + load / (1 + b x prompt / knee)) x P(b) + delay`` (:func:`_beside_seconds`), the
+    simulator's :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` in mean-value form:
+    the other members decode throughout it at their batches (Eq. 3 runs prefills one at a time
+    while the decode steps overlap), and its own LLM's too where two jobs of its share fit
+    (share at most 0.5: the simulator then runs its prefill and decode step together); their HBM
+    demand as :func:`_stretch` counts it, their requests their batches, its prompt its mean
+    prompt (the simulator's knee: the padded prompt, a little longer). Only on an SM partition
+    (``row_share`` below 1, as the simulator); (1, 0, 0, 0) alone, on the whole GPU or with the
+    terms off (``params``: :func:`prefill_beside_params`)."""
+    out[0], out[1], out[2], out[3] = 1.0, 0.0, 0.0, 0.0
+    on = params[0] > 0 or params[1] > 0 or params[2] > 0 or params[3] > 0
+    share = row_share[rows[i]]
+    if not on or rows.shape[0] < 2 or share >= 1.0 - 1e-9:
+        return
     demand = 0.0
     requests = 0.0
     for j in range(rows.shape[0]):
-        if j == i:
+        if j == i and 2.0 * share > 1.0 + 1e-9:
             continue
         m = llms[j]
         context = tokens[m] - out_len[m] / 2.0
         demand += (weights[m] + batch[j] * context * kv[m]) / D[rows[j], batch[j]] / 1e9
         requests += batch[j]
-    load = (demand / beside[2] if beside[2] > 0 else 0.0) + (requests / beside[3] if beside[3] > 0 else 0.0)
-    if beside[4] > 0:
-        load /= 1.0 + batch[i] * (tokens[llms[i]] - out_len[llms[i]]) / beside[4]
-    return 1.0 + beside[0] + load, beside[1]
+    out[0] = 1.0 + params[0]
+    out[1] = (demand / params[2] if params[2] > 0 else 0.0) + (requests / params[3] if params[3] > 0 else 0.0)
+    out[2] = (tokens[llms[i]] - out_len[llms[i]]) / params[4] if params[4] > 0 else 0.0
+    out[3] = params[1]
+
+
+@njit(cache=True)
+def _beside_seconds(p: float, b: int, terms: np.ndarray) -> float:
+    """A prefill of table seconds ``p`` at batch ``b`` under :func:`_beside_terms`' ``terms``
+    (exactly ``p`` with the terms off)."""
+    return p * (terms[0] + terms[1] / (1.0 + b * terms[2])) + terms[3]
 
 
 @njit(cache=True)
 def _prefills_beside(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
-                     weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, beside: np.ndarray,
-                     factor: np.ndarray, extra: np.ndarray) -> float:
-    """Every member's :func:`_prefill_beside` at the current batches into ``factor`` and
-    ``extra``; returns the members' prefill seconds per round so stretched."""
+                     weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, row_share: np.ndarray,
+                     params: np.ndarray, terms: np.ndarray) -> float:
+    """Every member's :func:`_beside_terms` at the current batches into ``terms[i]``; returns the
+    members' prefill seconds per round so stretched."""
     total = 0.0
     for i in range(rows.shape[0]):
-        factor[i], extra[i] = _prefill_beside(i, rows, llms, D, out_len, weights, kv, tokens, batch, beside)
-        total += P[rows[i], batch[i]] * factor[i] + extra[i]
+        _beside_terms(i, rows, llms, D, out_len, weights, kv, tokens, batch, row_share, params, terms[i])
+        total += _beside_seconds(P[rows[i], batch[i]], batch[i], terms[i])
     return total
 
 
@@ -220,7 +238,8 @@ def _prefills_beside(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nd
 def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
                     rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
                     reserve: float, max_batch: int, serial_decode: bool, tpt: np.ndarray, batch: np.ndarray,
-                    hbm_mesh_gbps: float, hbm_cap_mesh_gbps: float, slow: np.ndarray, beside: np.ndarray) -> float:
+                    hbm_mesh_gbps: float, hbm_cap_mesh_gbps: float, slow: np.ndarray, beside: np.ndarray,
+                    row_share: np.ndarray) -> float:
     """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
     bytes where every LLM reserves ``reserve`` bytes; writes per-member throughput and batch
     into ``tpt``/``batch`` and returns their sum, or -1 when weights and reserves leave no
@@ -232,7 +251,8 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     ``serial_decode``). ``slow[row]``: the shared-partition slowdown of the decode steps of that
     latency row beside its own prefill (:func:`_cycle`; 0: off; unused with ``serial_decode``).
     ``beside``: the prefill's stretch beside the others' decode steps (:func:`prefill_beside_params`
-    for the mesh, :func:`_prefill_beside`; zeros: off; unused with ``serial_decode``)."""
+    for the mesh, :func:`_beside_terms`; zeros: off; unused with ``serial_decode``), which applies
+    to the latency rows whose SM share ``row_share[row]`` is below 1."""
     k = rows.shape[0]
     pool = cap
     need = 0.0
@@ -258,26 +278,27 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         total_d += D[rows[i], 1]
     hbm = 0.0 if serial_decode else hbm_mesh_gbps
     hbm_cap = 0.0 if serial_decode else hbm_cap_mesh_gbps
-    # each member's prefill beside the others' decode steps: factor x its table seconds + extra
-    factor = np.ones(k)
-    extra = np.zeros(k)
+    # each member's prefill beside the decode steps running with it (_beside_terms; off: exactly P)
+    terms = np.zeros((k, 4))
+    terms[:, 0] = 1.0
     on = not serial_decode and (beside[0] > 0 or beside[1] > 0 or beside[2] > 0 or beside[3] > 0)
     for _ in range(FIXED_POINT_ROUNDS):
         for i in range(k):
             r = rows[i]
             if on:  # the stretches follow every member's current batch: the sum afresh
-                total_p = _prefills_beside(rows, llms, P, D, out_len, weights, kv, tokens, batch, beside, factor, extra)
-            others_p = total_p - (P[r, batch[i]] * factor[i] + extra[i])
+                total_p = _prefills_beside(rows, llms, P, D, out_len, weights, kv, tokens, batch, row_share, beside,
+                                           terms)
+            others_p = total_p - _beside_seconds(P[r, batch[i]], batch[i], terms[i])
             others_d = total_d - D[r, batch[i]]
             stretch = _stretch(i, rows, llms, D, out_len, weights, kv, tokens, batch, hbm, hbm_cap)
             own = 0.0 if serial_decode else slow[r]
             b = _smallest_batch(r, llms[i], others_p, others_d if serial_decode else 0.0, P, D, out_len, rate, maxb[i],
-                                stretch, own, factor[i], extra[i])
+                                stretch, own, terms[i])
             batch[i] = b
-            total_p = others_p + (P[r, b] * factor[i] + extra[i])
+            total_p = others_p + _beside_seconds(P[r, b], b, terms[i])  # (recomputed next, while on)
             total_d = others_d + D[r, b]
     if on:
-        total_p = _prefills_beside(rows, llms, P, D, out_len, weights, kv, tokens, batch, beside, factor, extra)
+        total_p = _prefills_beside(rows, llms, P, D, out_len, weights, kv, tokens, batch, row_share, beside, terms)
     s = 0.0
     for i in range(k):
         m = llms[i]
@@ -285,8 +306,8 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         step = total_d if serial_decode else D[r, batch[i]] * _stretch(i, rows, llms, D, out_len, weights, kv, tokens,
                                                                        batch, hbm, hbm_cap)
         own = 0.0 if serial_decode else slow[r]
-        tpt[i] = min(batch[i] / _cycle(total_p, step, P[r, batch[i]] * factor[i] + extra[i], step, out_len[m], own),
-                     rate[m])
+        tpt[i] = min(batch[i] / _cycle(total_p, step, _beside_seconds(P[r, batch[i]], batch[i], terms[i]), step,
+                                       out_len[m], own), rate[m])
         s += tpt[i]
     return s
 
@@ -330,7 +351,7 @@ class EstimatorTables:
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
                             self.serial_decode, tpt, batch, self.hbm_gbps * size, self.hbm_cap_gbps * size,
-                            self.slow, self.beside(size))
+                            self.slow, self.beside(size), self.share.reshape(-1))
         return s, tpt, batch
 
 
@@ -506,6 +527,7 @@ class Headroom:
         rows = members * len(tb.tps) + t
         P, D, slow = tb.P, tb.D, tb.slow
         shares = tb.share[members, t]
+        row_share = tb.share.reshape(-1)
         if self.fit_shares and shares.sum() > 1.0 + 1e-9:
             tp = int(tb.tps[t])
             fitted_shares = shares / shares.sum()
@@ -515,6 +537,7 @@ class Headroom:
             D = np.stack([f[1] for f in fitted])
             slow = np.array([own_prefill_slowdown(tb.host, float(sh), tb.serial_decode) for sh in fitted_shares])
             rows = np.arange(len(members), dtype=np.int64)
+            row_share = fitted_shares
         size = float(tb.tps[t])
         tpt = np.zeros(len(members))
         batch = np.zeros(len(members), dtype=np.int64)
@@ -522,7 +545,7 @@ class Headroom:
         return tuple(unit_throughput(rows, members, P, D, tb.out_len, tb.rate * scale, tb.weights, tb.kv, tb.tokens,
                                      tb.memory.per_gpu * size, tb.memory.reserve * size, tb.max_batch,
                                      tb.serial_decode, tpt, batch, tb.hbm_gbps * size, tb.hbm_cap_gbps * size, slow,
-                                     beside)
+                                     beside, row_share)
                      for scale in self.scales)
 
 
@@ -556,7 +579,7 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
                         columns["kv_bytes_per_token"], columns["tokens_per_request"], memory.per_gpu * g.n_gpus,
                         memory.reserve * g.n_gpus, cfg.max_batch, temporal, tpt, batch,
                         cfg.contention_hbm_gbps * g.n_gpus, cfg.contention_hbm_cap_gbps * g.n_gpus, slow,
-                        prefill_beside_params(cfg, g.n_gpus))
+                        prefill_beside_params(cfg, g.n_gpus), np.asarray(shares, dtype=np.float64))
         for j, i in enumerate(members):
             out[specs[i].name] = float(tpt[j])
     return out

@@ -56,8 +56,10 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
     its bandwidth cap (0: off); ``slow``:
     per latency row, the estimator's shared-partition slowdown (``EstimatorTables.slow``);
     ``beside``: the prefill-beside parameters per GPU (``llm_estimator.prefill_beside_params``
-    for one GPU; zeros: off), their bandwidth scaled to each mesh here."""
+    for one GPU; zeros: off), their bandwidth scaled to each mesh here, for the rows whose
+    candidate share (``share``) is below 1."""
     nd = mesh_t.shape[0]
+    row_share = share.reshape(-1)
     beside_of = np.empty((nd, beside.shape[0]))
     for d in range(nd):
         beside_of[d] = beside
@@ -103,7 +105,7 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[c] = m * nt + t
                 new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
                                       per_gpu * size, reserve * size, max_batch, serial_decode, tpt, batch,
-                                      hbm_gbps * size, hbm_cap_gbps * size, slow, beside_of[d])
+                                      hbm_gbps * size, hbm_cap_gbps * size, slow, beside_of[d], row_share)
                 if new < 0:
                     continue
                 val = new - unit_tpt[d]
@@ -132,6 +134,6 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
             unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
                                           per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, serial_decode,
                                           tpt, batch, hbm_gbps * mesh_size[d], hbm_cap_gbps * mesh_size[d], slow,
-                                          beside_of[d])
+                                          beside_of[d], row_share)
         total += unit_tpt[d]
     return total

@@ -14,8 +14,8 @@ import pytest
 from placement_opt import load_instance
 from placement_opt.placement import load_placement
 from placement_opt.settings import LLMConfig
-from placement_opt.solvers.llm_estimator import (PREFILL_BESIDE, _prefill_beside, placement_estimates,
-                                                 prefill_beside_params, unit_throughput)
+from placement_opt.solvers.llm_estimator import (PREFILL_BESIDE, _beside_seconds, _beside_terms, build_tables,
+                                                 placement_estimates, prefill_beside_params, unit_throughput)
 
 from .helpers import ROOT
 
@@ -30,26 +30,39 @@ KV = np.array([1e5, 1e5])
 TOKENS = np.array([300.0, 300.0])  # prompt 200 + output 100
 
 
+def _terms(i: int, batch: np.ndarray, params: np.ndarray, shares=(0.4, 0.6)) -> np.ndarray:
+    out = np.zeros(4)
+    _beside_terms(i, np.array([0, 1]), np.array([0, 1]), D, OUT, WEIGHTS, KV, TOKENS, batch,
+                  np.asarray(shares, dtype=np.float64), params, out)
+    return out
+
+
 def test_the_stretch_counts_the_other_members_demand_requests_and_its_prompt():
-    """Member 0 beside member 1 at batch 3: demand (4e9 + 3 x 250 x 1e5) / 0.01 s = 407.5 GB/s,
-    3 requests; its own batch 2 of 200-token prompts (400 tokens): at 100 GB/s, 6 requests per
-    unit and a knee of 400 tokens the factor is 1 + 0.1 + (4.075 + 0.5) / 2, plus the delay;
-    alone, or with every term off, (1, 0)."""
-    rows = np.array([0, 1])
-    llms = np.array([0, 1])
+    """Member 0 (share 0.4, so its own decode step runs beside its prefill too) beside member 1
+    at batch 3, itself at batch 2: demand (2e9 + 2 x 250 x 1e5) / 0.01 s + (4e9 + 3 x 250 x 1e5)
+    / 0.01 s = 612.5 GB/s, 5 requests; at 100 GB/s, 5 requests per unit and a knee of 400 tokens
+    (200-token prompts: half a unit per request of its batch) its prefill of 50 ms at batch 2
+    lasts (1.1 + (6.125 + 1) / 2) x 50 ms + 2 ms. Member 1 (share 0.6: no own decode beside)
+    counts member 0 only. Alone, on the whole GPU, or with every term off: exactly its table
+    time."""
+    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0])
     batch = np.array([2, 3])
-    beside = np.array([0.1, 0.002, 100.0, 6.0, 400.0])
-    factor, extra = _prefill_beside(0, rows, llms, D, OUT, WEIGHTS, KV, TOKENS, batch, beside)
-    assert factor == pytest.approx(1.1 + (4.075 + 0.5) / 2) and extra == 0.002
-    assert _prefill_beside(0, rows[:1], llms[:1], D, OUT, WEIGHTS, KV, TOKENS, batch, beside) == (1.0, 0.0)
-    assert _prefill_beside(0, rows, llms, D, OUT, WEIGHTS, KV, TOKENS, batch, np.zeros(5)) == (1.0, 0.0)
+    terms = _terms(0, batch, params)
+    assert _beside_seconds(0.05, 2, terms) == pytest.approx((1.1 + (6.125 + 1.0) / 2) * 0.05 + 0.002)
+    other = _terms(1, batch, params)
+    assert other[1] == pytest.approx(2.05 / 100 * 100 + 2 / 5)  # member 0's 205 GB/s and 2 requests
+    alone = np.zeros(4)
+    _beside_terms(0, np.array([0]), np.array([0]), D, OUT, WEIGHTS, KV, TOKENS, batch, np.array([0.4]), params, alone)
+    for t in (alone, _terms(0, batch, params, shares=(1.0, 1.0)), _terms(0, batch, np.zeros(5))):
+        assert _beside_seconds(0.05, 2, t) == 0.05
 
 
-def _estimate(P_: np.ndarray, beside: np.ndarray, serial: bool = False) -> float:
+def _estimate(P_: np.ndarray, beside: np.ndarray, serial: bool = False, shares=(0.5, 0.5)) -> float:
     tpt = np.zeros(2)
     batch = np.zeros(2, dtype=np.int64)
     return unit_throughput(np.array([0, 1]), np.array([0, 1]), P_, D, OUT, np.array([50.0, 50.0]), WEIGHTS, KV,
-                           TOKENS, 80e9, 1e9, 8, serial, tpt, batch, 0.0, 0.0, np.zeros(2), beside)
+                           TOKENS, 80e9, 1e9, 8, serial, tpt, batch, 0.0, 0.0, np.zeros(2), beside,
+                           np.asarray(shares, dtype=np.float64))
 
 
 def test_a_fixed_stretch_is_the_same_unit_with_longer_prefills():
@@ -60,6 +73,57 @@ def test_a_fixed_stretch_is_the_same_unit_with_longer_prefills():
     assert stretched == _estimate(2.0 * P, np.zeros(5))
     assert stretched < _estimate(P, np.zeros(5))
     assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0]), serial=True) == _estimate(P, np.zeros(5), serial=True)
+    # on the whole GPU (share 1) the simulator does not stretch a prefill beside others: neither here
+    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0]), shares=(1.0, 1.0)) == _estimate(P, np.zeros(5))
+    # a knee alone divides nothing: bit-identical to off
+    assert _estimate(P, np.array([0.0, 0.0, 0.0, 0.0, 400.0])) == _estimate(P, np.zeros(5))
+
+
+def test_a_members_own_batch_search_prices_each_candidate_at_its_own_knee():
+    """With a knee the stretch falls as the member's own batch grows; the Eq. 3 batch search
+    prices each batch it tries at that batch's stretch, so the estimate with the request term on
+    and a knee is at least the one without the knee (a shorter stretch at every batch) and at
+    most the one without the term."""
+    with_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 200.0]))
+    no_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 0.0]))
+    assert no_knee < with_knee < _estimate(P, np.zeros(5))
+
+
+def test_the_mesh_greedy_estimates_its_meshes_as_the_tables_do():
+    """``place_on_meshes`` (the search's inner loop) scales the stretch's bandwidth to each mesh
+    as ``EstimatorTables.estimate`` does: on the measured 2-GPU set with the stretch on, the
+    group's estimate of every mesh equals the tables' estimate of its LLMs there (at 3 x the
+    rates, where the estimates are capacities and the stretch lowers them)."""
+    from placement_opt.llm_units import llm_specs, mesh_memory
+    from placement_opt.settings import rule_set
+    from placement_opt.solvers.mesh_greedy import GAIN, place_on_meshes
+
+    inst = load_instance(os.path.join(FIDELITY, "tp2", "measured", "poisson.json"))
+    llm = dataclasses.replace(inst.llm_settings, prefill_beside_gbps=3250.3, prefill_beside_requests=96.55,
+                              prefill_beside_knee_tokens=1312.0)
+    specs = llm_specs(inst)
+    rules = rule_set("placeopt")
+    memory = mesh_memory(inst, rules)
+    tables = build_tables(specs, inst.cluster, llm.max_batch, memory, llm=llm)
+    tables = dataclasses.replace(tables, rate=3.0 * tables.rate)  # capacities, not the rates they cap at
+    off = dataclasses.replace(tables, host=dataclasses.replace(llm, prefill_beside_gbps=0.0,
+                                                               prefill_beside_requests=0.0))
+    assert tables.estimate([0, 1], 1)[0] < off.estimate([0, 1], 1)[0]  # the stretch acts on the TP-2 mesh
+    for sizes in ([2.0], [1.0, 1.0]):
+        sizes = np.array(sizes)
+        mesh_t = np.array([list(tables.tps).index(int(x)) for x in sizes], dtype=np.int64)
+        assign = np.full(len(specs), -1, dtype=np.int64)
+        unit_tpt = np.zeros(len(sizes))
+        est = place_on_meshes(mesh_t, sizes, np.arange(len(specs)), GAIN, tables.feasible, tables.share, tables.P,
+                              tables.D, tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
+                              tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap, 1.0,
+                              rules.max_llms_per_mesh, False, assign, unit_tpt, tables.hbm_gbps, tables.hbm_cap_gbps,
+                              tables.slow, tables.beside(1.0))
+        assert est >= 0
+        for d in range(len(sizes)):
+            members = np.flatnonzero(assign == d)
+            if len(members):
+                assert unit_tpt[d] == pytest.approx(tables.estimate(members, mesh_t[d])[0], rel=1e-12)
 
 
 def test_the_parameters_come_from_the_settings_with_the_meshs_bandwidth():
