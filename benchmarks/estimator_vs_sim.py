@@ -28,11 +28,12 @@ import argparse
 import glob
 import json
 import os
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Dict, List, Tuple
 
 from placement_opt.instance import Instance, instance_from_dict
 from placement_opt.placement import load_placement
+from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import simulate_llm
 from placement_opt.solvers.llm_estimator import placement_estimates
 
@@ -47,13 +48,11 @@ def _with(instance: Instance, **fields: float) -> Instance:
 
 
 def calibrated(instance: Instance, path: str) -> Instance:
-    """``instance`` with the ``llm`` fields of the calibration file ``path`` (its numbers as each
-    setting's type; the fit record and keys that are no setting left out)."""
+    """``instance`` with the ``llm`` fields of the calibration file ``path`` (its fit record left
+    out), read and checked as an instance's ``llm`` section is (``LLMConfig.from_dict``)."""
     with open(path) as f:
-        cal = json.load(f)
-    llm = instance.llm_settings
-    names = {f.name for f in fields(llm)}
-    return _with(instance, **{k: type(getattr(llm, k))(v) for k, v in cal.items() if k in names})
+        cal = {k: v for k, v in json.load(f).items() if k != "fit"}
+    return replace(instance, llm=LLMConfig.from_dict({**instance.llm_settings.to_dict(), **cal}, path))
 
 
 def load_scaled(path: str, rate_scale: float) -> Instance:

@@ -142,6 +142,16 @@ def _smallest_batch(r: int, m: int, others_p: float, others_d: float, P: np.ndar
 
 
 @njit(cache=True)
+def _decode_demand(j: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len: np.ndarray,
+                   weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray) -> float:
+    """Member ``j``'s decode-step HBM demand at its batch (GB/s, the mesh's bytes): its weights
+    and its batch's KV at the mean context (prompt + output / 2) over the step's seconds."""
+    m = llms[j]
+    context = tokens[m] - out_len[m] / 2.0
+    return (weights[m] + batch[j] * context * kv[m]) / D[rows[j], batch[j]] / 1e9
+
+
+@njit(cache=True)
 def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len: np.ndarray, weights: np.ndarray,
              kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, hbm_mesh_gbps: float,
              hbm_cap_mesh_gbps: float) -> float:
@@ -154,9 +164,7 @@ def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len:
     total = 0.0
     own = 0.0
     for j in range(rows.shape[0]):
-        m = llms[j]
-        context = tokens[m] - out_len[m] / 2.0
-        demand = (weights[m] + batch[j] * context * kv[m]) / D[rows[j], batch[j]] / 1e9
+        demand = _decode_demand(j, rows, llms, D, out_len, weights, kv, tokens, batch)
         total += demand
         if j == i:
             own = demand
@@ -204,9 +212,7 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
     for j in range(rows.shape[0]):
         if j == i and 2.0 * share > 1.0 + 1e-9:
             continue
-        m = llms[j]
-        context = tokens[m] - out_len[m] / 2.0
-        demand += (weights[m] + batch[j] * context * kv[m]) / D[rows[j], batch[j]] / 1e9
+        demand += _decode_demand(j, rows, llms, D, out_len, weights, kv, tokens, batch)
         requests += batch[j]
     out[0] = 1.0 + params[0]
     out[1] = (demand / params[2] if params[2] > 0 else 0.0) + (requests / params[3] if params[3] > 0 else 0.0)
