@@ -82,7 +82,9 @@ TP decode host time and the prefill collect each split into a per-rank and a per
 (where the generation sets ``measure_eager_hold``: how much longer an eager prefill's launch
 holds the scheduling thread than a graph one, from the silences after prefill ends in the
 partition eager fit run's ``requests.csv``) before the eager-prefill times, which are fitted on
-TTFT with it in place.
+TTFT with it in place; last, where a generation names a run of LLMs colocated on a TP > 1 mesh
+(``fit_contention_tp``), ``contention_tp_power`` (the contention rate over ``tp**power`` on
+such a mesh) on its mean TPOT with everything else in place (:func:`fit_contention_tp_power`).
 Every other run is held out; the report marks the fit runs.
 
 ``--policy-load SCALE[:RESERVE]`` simulates the Poisson muxserve placement under the three
@@ -122,7 +124,8 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "decode_kv_gbps", "decode_kv_tp_power", "decode_page_entry_s", "own_prefill_decode_share",
                 "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
                 "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s",
-                "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest")
+                "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
+                "contention_tp_power")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +174,10 @@ class Generation:
     # launch's hold and its timing at the longest prompt (:func:`apply_prefill_trace_fields`; a
     # derived generation, before its eager fields); empty: off
     fit_prefill_trace: Tuple[Tuple[str, str], ...] = ()  # v3f: PREFILL_TRACES
+    # a run of LLMs colocated on SM partitions of a TP > 1 mesh whose mean TPOT fits
+    # ``contention_tp_power`` (:func:`fit_contention_tp_power`; a derived generation, after its other
+    # fields); None: the parent's
+    fit_contention_tp: Optional[Tuple[str, str]] = None
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
@@ -234,7 +241,8 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # and 1; results-v3f-x3a, -x3b, -x3c, the 3 x adbs run repeated; results-v3f-tr2, conv and code
 # again with context_tokens; results-v3f-tp2s2 (2-GPU seed 2), -x3s1 and -x3s2 (the 3 x load's
 # arrivals re-drawn), predicted after the prefill fields were adopted; results-v3f-x3p, the policy
-# ablation (adbs, round-robin, fcfs) on those two seeds. Its TP > 1 eager term
+# ablation (adbs, round-robin, fcfs) on those two seeds; results-v3f-tp2s3 (2-GPU seed 3, the four
+# placements), predicted after the contention rate's TP power was fitted. Its TP > 1 eager term
 # (prefill_eager_host_tp_s) stays v3p's, measured against v3p's cuDNN-era TP-1 eager time.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -276,11 +284,12 @@ GENERATIONS = {
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
     "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1", "results-v3f-x3a", "results-v3f-x3b",
                        "results-v3f-x3c", "results-v3f-tr2", "results-v3f-tp2s2", "results-v3f-x3s1",
-                       "results-v3f-x3s2", "results-v3f-x3p"), "tables-v3", "results-v3", None, "calibration-v3f.json",
+                       "results-v3f-x3s2", "results-v3f-x3p", "results-v3f-tp2s3"), "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES,
+                      fit_contention_tp=("results-v3f-tp2", "tp2-poisson-colocated"),
                       folder_tables=(("results-v3f-tp2", "tables-tp2"), ("results-v3f-tp2s1", "tables-tp2"),
-                                     ("results-v3f-tp2s2", "tables-tp2")),
+                                     ("results-v3f-tp2s2", "tables-tp2"), ("results-v3f-tp2s3", "tables-tp2")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3p"),
 }
 
@@ -289,7 +298,8 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     """The runs ``gen``'s calibration was fitted on (folder, run name)."""
     return ([gen.fit] if gen.fit else []) + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
         [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv) + [
-        r for r in gen.fit_prefill_trace if r not in gen.fit_eager]
+        r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + (
+        [gen.fit_contention_tp] if gen.fit_contention_tp else [])
 
 
 def is_fit_run(run: dict) -> bool:
@@ -1499,6 +1509,36 @@ def apply_eager_fields(gen: Generation, out: dict) -> List[str]:
     return fields
 
 
+#: the TP powers of the contention rate :func:`fit_contention_tp_power` tries
+CONTENTION_TP_POWERS = tuple(np.round(np.arange(0.0, 2.0 + 1e-9, 0.05), 2))
+
+
+def fit_contention_tp_power(run: dict, model: Dict[str, float]) -> Tuple[float, float]:
+    """``contention_tp_power`` (:data:`CONTENTION_TP_POWERS`) whose re-prediction of ``run`` (LLMs
+    colocated on SM partitions of a TP > 1 mesh; the other fields ``model``) has the smallest
+    |mean TPOT error|; returns it and that error."""
+    best = (0.0, math.inf)
+    for power in CONTENTION_TP_POWERS:
+        e = errors(run["summary"]["measured"], predict(run, dict(model, contention_tp_power=float(power)))[0])
+        if abs(e["tpot_err"] or math.inf) < best[1]:
+            best = (float(power), abs(e["tpot_err"] or math.inf))
+    return best
+
+
+def apply_contention_tp_power(gen: Generation, out: dict) -> List[str]:
+    """Set the calibration ``out``'s ``contention_tp_power`` to the one fitted on
+    ``gen.fit_contention_tp`` with ``out``'s other fields (:func:`fit_contention_tp_power`) and
+    its source in ``out["fit"]``; returns the field set."""
+    where = gen.fit_contention_tp
+    assert where is not None
+    power, err = fit_contention_tp_power(_find_run(where), {k: v for k, v in out.items() if k in MODEL_FIELDS})
+    out["contention_tp_power"] = power
+    out["fit"]["contention_tp_power_fit"] = (
+        f"{where[0]}/{where[1]}: |mean TPOT error| {err:.4f}, the stretch's rate "
+        f"{out['contention_hbm_gbps'] / 2 ** power:.0f} GB/s per GPU at TP 2")
+    return ["contention_tp_power"]
+
+
 def _write_calibration(gen: Generation, out: dict) -> dict:
     path = os.path.join(LLM, gen.calibration)
     with open(path + ".tmp", "w") as f:
@@ -1519,7 +1559,8 @@ def derived_calibration(gen: Generation) -> dict:
     runs (``fit_eager``), the eager-prefill fields fitted on them (:func:`eager_fields`), after
     the prefill fields measured on its traced runs (the stretch beside others, the launch hold,
     ``prefill_at_longest``; ``fit_prefill_trace``: :func:`apply_prefill_trace_fields`) where it
-    names any."""
+    names any; last, where it names a colocated TP run (``fit_contention_tp``), the contention
+    rate's TP power fitted on it (:func:`apply_contention_tp_power`)."""
     with open(os.path.join(LLM, GENERATIONS[gen.derives].calibration)) as f:
         out = json.load(f)
     entry_s, out["fit"]["decode_page_entry_fit"] = page_entry_seconds(gen)
@@ -1544,6 +1585,8 @@ def derived_calibration(gen: Generation) -> dict:
         own += apply_prefill_trace_fields(gen, out)
     if gen.fit_eager:
         own += apply_eager_fields(gen, out)
+    if gen.fit_contention_tp:
+        own += apply_contention_tp_power(gen, out)
     out["fit"]["derived_from"] = (f"{gen.derives} ({GENERATIONS[gen.derives].calibration}): every field but "
                                   f"{', '.join(own)}")
     return out

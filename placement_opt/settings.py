@@ -76,6 +76,11 @@ class LLMConfig:
       together they demand more: a running job's time stretches at least by (all the running
       jobs' demand) / max(this, its own demand) (0: off; a job alone is never stretched).
       Measured on H100s: docs/fidelity-llm.md.
+    * ``contention_tp_power``: on a mesh of TP degree ``tp`` the contention stretch runs at
+      ``contention_hbm_gbps / tp**this``: colocated tensor-parallel jobs slow each other more per
+      GB/s of demand than jobs on one GPU (every all-reduce of a step waits for the rank the
+      co-runners slowed most; measured on two 7B/8B LLMs on halves of two H100s: 0.9,
+      docs/fidelity-llm.md; 0: the same rate at every degree).
     * ``decode_host_s`` / ``prefill_host_s``: host seconds the mesh's one scheduling thread
       spends per decode step (launch and collect) and per prefill launch of an LLM on an SM
       partition (share below 1); ``decode_host_full_s`` / ``prefill_host_full_s`` the same for
@@ -162,6 +167,9 @@ class LLMConfig:
                                         help="HBM GB/s per GPU that colocated jobs' demands stretch each other by (0: off)")
     contention_hbm_cap_gbps: float = option(0.0, minimum=0,
                                             help="HBM GB/s per GPU that colocated jobs share when they demand more (0: off)")
+    contention_tp_power: float = option(0.0, minimum=0, maximum=4,
+                                        help="on a mesh of tp GPUs the contention stretch runs at "
+                                             "contention_hbm_gbps / tp**this (0: the same rate at every TP degree)")
     decode_host_s: float = option(0.0, minimum=0,
                                   help="host seconds of a mesh's scheduling thread per decode step (SM partition)")
     prefill_host_s: float = option(0.0, minimum=0,

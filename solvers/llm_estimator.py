@@ -23,6 +23,8 @@ step takes its host seconds longer (its launch on the mesh's one scheduling thre
 at least its host seconds (plus the eager seconds where its padded size at the mean prompt
 exceeds ``prefill_graph_tokens``), and colocated decode steps, which overlap, stretch each other:
 member ``m``'s step by ``1 + sum over the other members j of demand_j / (hbm x mesh GPUs)``
+(``hbm`` divided by ``tp**llm.contention_tp_power`` on a mesh of TP degree ``tp``,
+:func:`mesh_contention_gbps`)
 and, with the bandwidth cap, at least by ``sum over all members j of demand_j / max(cap x mesh
 GPUs, demand_m)`` (the simulator's :func:`~placement_opt.simulate.meshsim.contention_stretch`),
 ``demand_j = (weights_j + b_j x context_j x KV bytes per token_j) / decode_j(b_j)`` (GB/s;
@@ -92,7 +94,7 @@ from placement_opt.llm_rules import tp_violations
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
-from placement_opt.simulate.llm import (host_seconds, kv_read_gbps, on_partition, page_fill_seconds,
+from placement_opt.simulate.llm import (contention_gbps, host_seconds, kv_read_gbps, on_partition, page_fill_seconds,
                                         prefill_collect_seconds)
 from placement_opt.simulate.meshsim import contention_stretch, prefill_runs_eagerly
 
@@ -241,6 +243,15 @@ def _prefills_beside(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nd
 
 
 @njit(cache=True)
+def mesh_contention_gbps(gbps: float, tp_power: float, size: float) -> float:
+    """The contention stretch's rate of a mesh of ``size`` GPUs (TP degree) in the estimator's
+    units, GB/s of the whole mesh (its demands are whole-model bytes over a step's time): the
+    simulator's rate per GPU, ``gbps / size**tp_power``
+    (:func:`~placement_opt.simulate.llm.contention_gbps`), times the GPUs."""
+    return gbps / size ** tp_power * size
+
+
+@njit(cache=True)
 def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.ndarray, out_len: np.ndarray,
                     rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
                     reserve: float, max_batch: int, serial_decode: bool, tpt: np.ndarray, batch: np.ndarray,
@@ -338,6 +349,7 @@ class EstimatorTables:
     serial_decode: bool = False  # colocated LLMs' decode steps run one after another (temporal multiplexing)
     hbm_gbps: float = 0.0  # llm.contention_hbm_gbps: HBM GB/s per GPU of the contention stretch (0: off)
     hbm_cap_gbps: float = 0.0  # llm.contention_hbm_cap_gbps: HBM GB/s per GPU colocated steps share (0: off)
+    hbm_tp_power: float = 0.0  # llm.contention_tp_power: the stretch's rate over tp**this on a TP mesh
     host: LLMConfig = LLMConfig()  # the settings whose host seconds (by share) P and D include
 
     def beside(self, size: float) -> np.ndarray:
@@ -356,7 +368,8 @@ class EstimatorTables:
         size = float(self.tps[t])
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
-                            self.serial_decode, tpt, batch, self.hbm_gbps * size, self.hbm_cap_gbps * size,
+                            self.serial_decode, tpt, batch, mesh_contention_gbps(self.hbm_gbps, self.hbm_tp_power, size),
+                            self.hbm_cap_gbps * size,
                             self.slow, self.beside(size), self.share.reshape(-1))
         return s, tpt, batch
 
@@ -471,6 +484,7 @@ def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory:
                              tokens=np.array([s.tokens_per_request for s in specs]), max_batch=max_batch, memory=memory,
                              serial_decode=serial_decode, hbm_gbps=llm.contention_hbm_gbps if llm else 0.0,
                              hbm_cap_gbps=llm.contention_hbm_cap_gbps if llm else 0.0,
+                             hbm_tp_power=llm.contention_tp_power if llm else 0.0,
                              host=llm or LLMConfig())
     for i, spec in enumerate(specs):
         for t, tp in enumerate(tp_degrees):
@@ -550,7 +564,9 @@ class Headroom:
         beside = tb.beside(size)
         return tuple(unit_throughput(rows, members, P, D, tb.out_len, tb.rate * scale, tb.weights, tb.kv, tb.tokens,
                                      tb.memory.per_gpu * size, tb.memory.reserve * size, tb.max_batch,
-                                     tb.serial_decode, tpt, batch, tb.hbm_gbps * size, tb.hbm_cap_gbps * size, slow,
+                                     tb.serial_decode, tpt, batch,
+                                     mesh_contention_gbps(tb.hbm_gbps, tb.hbm_tp_power, size),
+                                     tb.hbm_cap_gbps * size, slow,
                                      beside, row_share)
                      for scale in self.scales)
 
@@ -584,7 +600,8 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
                         columns["output_tokens"], columns["rate"], columns["weight_bytes"],
                         columns["kv_bytes_per_token"], columns["tokens_per_request"], memory.per_gpu * g.n_gpus,
                         memory.reserve * g.n_gpus, cfg.max_batch, temporal, tpt, batch,
-                        cfg.contention_hbm_gbps * g.n_gpus, cfg.contention_hbm_cap_gbps * g.n_gpus, slow,
+                        contention_gbps(cfg, g.tp) * g.n_gpus,
+                        cfg.contention_hbm_cap_gbps * g.n_gpus, slow,
                         prefill_beside_params(cfg, g.n_gpus), np.asarray(shares, dtype=np.float64))
         for j, i in enumerate(members):
             out[specs[i].name] = float(tpt[j])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from placement_opt.solvers.llm_estimator import unit_throughput
+from placement_opt.solvers.llm_estimator import mesh_contention_gbps, unit_throughput
 
 GAIN = 0
 FREE_MEMORY = 1
@@ -49,11 +49,12 @@ def _preferred(sm_fit: bool, val: float, members: int, best_fit: bool, best_val:
 @njit(cache=True)
 def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
                     max_batch, per_gpu, reserve, weight_cap, sm_limit, max_members, serial_decode, assign, unit_tpt,
-                    hbm_gbps, hbm_cap_gbps, slow, beside):
+                    hbm_gbps, hbm_cap_gbps, slow, beside, hbm_tp_power=0.0):
     """Fill ``assign[m]`` (mesh of LLM m) and ``unit_tpt[d]`` (estimate of mesh d); memory
     figures are bytes per GPU (``per_gpu`` shared, ``reserve`` per LLM, ``weight_cap``);
     ``hbm_gbps``, ``hbm_cap_gbps``: HBM GB/s per GPU of the estimator's contention stretch and
-    its bandwidth cap (0: off); ``slow``:
+    its bandwidth cap (0: off), the former over ``size**hbm_tp_power`` on a mesh of ``size``
+    GPUs (:func:`~placement_opt.solvers.llm_estimator.mesh_contention_gbps`); ``slow``:
     per latency row, the estimator's shared-partition slowdown (``EstimatorTables.slow``);
     ``beside``: the prefill-beside parameters per GPU (``llm_estimator.prefill_beside_params``
     for one GPU; zeros: off), their bandwidth scaled to each mesh here, for the rows whose
@@ -105,7 +106,8 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[c] = m * nt + t
                 new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
                                       per_gpu * size, reserve * size, max_batch, serial_decode, tpt, batch,
-                                      hbm_gbps * size, hbm_cap_gbps * size, slow, beside_of[d], row_share)
+                                      mesh_contention_gbps(hbm_gbps, hbm_tp_power, size), hbm_cap_gbps * size,
+                                      slow, beside_of[d], row_share)
                 if new < 0:
                     continue
                 val = new - unit_tpt[d]
@@ -133,7 +135,8 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[q] = members[d, q] * nt + t
             unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
                                           per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, serial_decode,
-                                          tpt, batch, hbm_gbps * mesh_size[d], hbm_cap_gbps * mesh_size[d], slow,
+                                          tpt, batch, mesh_contention_gbps(hbm_gbps, hbm_tp_power, mesh_size[d]),
+                                          hbm_cap_gbps * mesh_size[d], slow,
                                           beside_of[d], row_share)
         total += unit_tpt[d]
     return total

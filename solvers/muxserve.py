@@ -210,7 +210,8 @@ def _place_group(group: Tuple[Tuple[int, ...], ...], gi: int, specs: Sequence[LL
                               tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
                               tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap,
                               1.0 if full_share else rules.sm_limit, rules.max_llms_per_mesh, tables.serial_decode,
-                              assign, unit_tpt, tables.hbm_gbps, tables.hbm_cap_gbps, tables.slow, tables.beside(1.0))
+                              assign, unit_tpt, tables.hbm_gbps, tables.hbm_cap_gbps, tables.slow, tables.beside(1.0),
+                              tables.hbm_tp_power)
         if est >= 0:
             return GroupResult(est, group, assign, unit_tpt, gi)
     return None

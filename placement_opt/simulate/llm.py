@@ -269,7 +269,7 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
 
 def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: float, tp: int = 1) -> MeshSettings:
     """The kernel's settings of a mesh of TP degree ``tp`` under ``cfg``: scheduling, KV pool,
-    the contention model (``llm.contention_hbm_gbps``, ``contention_hbm_cap_gbps``), the prefill
+    the contention model (:func:`contention_gbps` at that degree, ``contention_hbm_cap_gbps``), the prefill
     stretch beside other jobs (``prefill_beside_stretch``, ``prefill_beside_delay_s``,
     ``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``), the
     prefill's length (``prefill_at_longest``), the
@@ -277,7 +277,7 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
     (:func:`kv_read_gbps`)."""
     return MeshSettings(policy=policy_code, pool=pool_kib, block=cfg.kv_block_tokens, max_batch=cfg.max_batch,
                         token_budget=cfg.prefill_token_budget, period=cfg.rebalance_period_s,
-                        frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=cfg.contention_hbm_gbps,
+                        frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=contention_gbps(cfg, tp),
                         graph_tokens=cfg.prefill_graph_tokens if max(cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s,
                                                                      cfg.prefill_eager_hold_s, cfg.prefill_eager_host_tp_s) > 0
                         else 0, decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
@@ -285,6 +285,13 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         prefill_beside_delay=cfg.prefill_beside_delay_s, prefill_beside_gbps=cfg.prefill_beside_gbps,
                         prefill_beside_requests=cfg.prefill_beside_requests,
                         prefill_beside_knee=cfg.prefill_beside_knee_tokens, prefill_at_longest=bool(cfg.prefill_at_longest))
+
+
+def contention_gbps(cfg: LLMConfig, tp: int) -> float:
+    """The contention stretch's rate (GB/s per GPU) on a mesh of TP degree ``tp``: a running
+    job slows by 1 + (the other running jobs' HBM demand) / this; ``llm.contention_hbm_gbps /
+    tp**llm.contention_tp_power`` (0: the stretch is off)."""
+    return cfg.contention_hbm_gbps / float(tp) ** cfg.contention_tp_power
 
 
 def kv_read_gbps(cfg: LLMConfig, tp: int) -> float:
