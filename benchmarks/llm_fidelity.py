@@ -242,7 +242,8 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # again with context_tokens; results-v3f-tp2s2 (2-GPU seed 2), -x3s1 and -x3s2 (the 3 x load's
 # arrivals re-drawn), predicted after the prefill fields were adopted; results-v3f-x3p, the policy
 # ablation (adbs, round-robin, fcfs) on those two seeds; results-v3f-tp2s3 (2-GPU seed 3, the four
-# placements), predicted after the contention rate's TP power was fitted. Its TP > 1 eager term
+# placements), predicted after the contention rate's TP power was fitted, and results-v3f-gpu4s4 (the
+# 4-GPU set's four placements on arrivals drawn with seed 4, v3f's first 4-GPU runs). Its TP > 1 eager term
 # (prefill_eager_host_tp_s) stays v3p's, measured against v3p's cuDNN-era TP-1 eager time.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -284,12 +285,13 @@ GENERATIONS = {
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
     "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1", "results-v3f-x3a", "results-v3f-x3b",
                        "results-v3f-x3c", "results-v3f-tr2", "results-v3f-tp2s2", "results-v3f-x3s1",
-                       "results-v3f-x3s2", "results-v3f-x3p", "results-v3f-tp2s3"), "tables-v3", "results-v3", None, "calibration-v3f.json",
+                       "results-v3f-x3s2", "results-v3f-x3p", "results-v3f-tp2s3", "results-v3f-gpu4s4"), "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES,
                       fit_contention_tp=("results-v3f-tp2", "tp2-poisson-colocated"),
                       folder_tables=(("results-v3f-tp2", "tables-tp2"), ("results-v3f-tp2s1", "tables-tp2"),
-                                     ("results-v3f-tp2s2", "tables-tp2"), ("results-v3f-tp2s3", "tables-tp2")),
+                                     ("results-v3f-tp2s2", "tables-tp2"), ("results-v3f-tp2s3", "tables-tp2"),
+                                     ("results-v3f-gpu4s4", "tables-gpu4")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3p"),
 }
 
