@@ -1522,8 +1522,9 @@ def fit_contention_tp_power(run: dict, model: Dict[str, float]) -> Tuple[float, 
     best = (0.0, math.inf)
     for power in CONTENTION_TP_POWERS:
         e = errors(run["summary"]["measured"], predict(run, dict(model, contention_tp_power=float(power)))[0])
-        if abs(e["tpot_err"] or math.inf) < best[1]:
-            best = (float(power), abs(e["tpot_err"] or math.inf))
+        err = math.inf if e["tpot_err"] is None else abs(e["tpot_err"])
+        if err < best[1]:
+            best = (float(power), err)
     return best
 
 
@@ -1533,11 +1534,13 @@ def apply_contention_tp_power(gen: Generation, out: dict) -> List[str]:
     its source in ``out["fit"]``; returns the field set."""
     where = gen.fit_contention_tp
     assert where is not None
-    power, err = fit_contention_tp_power(_find_run(where), {k: v for k, v in out.items() if k in MODEL_FIELDS})
+    run = _find_run(where)
+    power, err = fit_contention_tp_power(run, {k: v for k, v in out.items() if k in MODEL_FIELDS})
     out["contention_tp_power"] = power
+    tp = _tp_degree(run)
     out["fit"]["contention_tp_power_fit"] = (
         f"{where[0]}/{where[1]}: |mean TPOT error| {err:.4f}, the stretch's rate "
-        f"{out['contention_hbm_gbps'] / 2 ** power:.0f} GB/s per GPU at TP 2")
+        f"{out['contention_hbm_gbps'] / tp ** power:.0f} GB/s per GPU at TP {tp}")
     return ["contention_tp_power"]
 
 
@@ -1663,6 +1666,8 @@ def calibrate(gen: Generation) -> dict:
     if len(gen.fit_eager) > 1:
         tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, gen.fit_eager[1])
         out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
+    if gen.fit_contention_tp:
+        apply_contention_tp_power(gen, out)
     return _write_calibration(gen, out)
 
 

@@ -69,8 +69,8 @@ class LLMConfig:
       reference latency when the workload has no ``lengths`` (ShareGPT means, MuxServe paper).
     * ``contention_hbm_gbps``: colocated jobs contend for memory bandwidth: a job's time
       stretches by 1 + (the HBM demand, GB/s per GPU, of the other jobs running on its mesh) /
-      this, re-timed whenever the set of running jobs changes (0: off, jobs take their table
-      time). A job's demand is the bytes it moves (weights, KV cache read or written) over its
+      this (over ``tp**contention_tp_power`` on a mesh of TP degree ``tp``), re-timed whenever
+      the set of running jobs changes (0: off, jobs take their table time). A job's demand is the bytes it moves (weights, KV cache read or written) over its
       table time. Measured H100 values: docs/fidelity-llm.md.
     * ``contention_hbm_cap_gbps``: the HBM bandwidth (GB/s per GPU) colocated jobs share when
       together they demand more: a running job's time stretches at least by (all the running

@@ -244,10 +244,13 @@ def _prefills_beside(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nd
 
 @njit(cache=True)
 def mesh_contention_gbps(gbps: float, tp_power: float, size: float) -> float:
-    """The contention stretch's rate of a mesh of ``size`` GPUs (TP degree) in the estimator's
-    units, GB/s of the whole mesh (its demands are whole-model bytes over a step's time): the
-    simulator's rate per GPU, ``gbps / size**tp_power``
-    (:func:`~placement_opt.simulate.llm.contention_gbps`), times the GPUs."""
+    """The contention stretch's rate of a mesh of ``size`` GPUs in the estimator's units, GB/s
+    of the whole mesh (its demands are whole-model bytes over a step's time): the simulator's
+    rate per GPU, ``gbps / size**tp_power``
+    (:func:`~placement_opt.simulate.llm.contention_gbps`), times the GPUs. The search's meshes
+    are tensor-parallel only, so their size is their TP degree (:func:`placement_estimates`,
+    which takes placements with pipeline stages too, uses ``contention_gbps`` at the group's TP
+    degree times its GPUs instead)."""
     return gbps / size ** tp_power * size
 
 

@@ -17,8 +17,10 @@ from placement_opt.placement import load_placement
 from placement_opt.settings import LLMConfig, rule_set
 from placement_opt.simulate.llm import contention_gbps, mesh_settings, simulate_llm
 from placement_opt.simulate.meshsim import FCFS
-from placement_opt.solvers.llm_estimator import build_tables, mesh_contention_gbps, placement_estimates
-from placement_opt.solvers.mesh_greedy import GAIN, place_on_meshes
+from placement_opt.solvers.llm_estimator import (build_tables, mesh_contention_gbps, placement_estimates,
+                                                 unit_throughput)
+from placement_opt.solvers.mesh_greedy import FREE_MEMORY, GAIN, place_on_meshes
+from placement_opt.solvers.muxserve import _place_group
 
 from .helpers import ROOT, load_benchmark
 
@@ -69,42 +71,71 @@ def test_the_power_slows_only_the_tp_meshes_colocated_llms():
             == simulate_llm(_with(tp1, contention_tp_power=0.0), one_gpu))
 
 
-def test_the_estimator_follows_on_tp_meshes_only():
-    """At 3 x the 2-GPU set's rates (capacities): with the power the colocated TP-2 unit of the
-    7B and 8B is estimated lower, the one-GPU unit (muxserve) exactly as without it; power 0 is
-    bit-identical to the field's default; the mesh greedy's estimate of each mesh equals the
-    tables' (the rate scaled per mesh the same way)."""
+def _powered_tables():
+    """The 2-GPU set at 3 x its rates (capacities) with power 0.9, its tables with and without it."""
     script = load_benchmark("estimator_vs_sim")
     inst = script.load_scaled(os.path.join(FIDELITY, "tp2", "measured", "poisson.json"), 3.0)
     assert inst.llm_settings.contention_hbm_gbps > 0 and inst.llm_settings.contention_tp_power == 0
-    colocated = load_placement(os.path.join(FIDELITY, "tp2", "poisson-colocated.placement.json"))
-    one_gpu = load_placement(os.path.join(FIDELITY, "tp2", "poisson-muxserve.placement.json"))
     powered = _with(inst, contention_tp_power=0.9)
-    before, after = placement_estimates(inst, colocated), placement_estimates(powered, colocated)
-    assert all(after[m] < before[m] for m in before)
-    assert placement_estimates(powered, one_gpu) == placement_estimates(inst, one_gpu)
-
     specs = llm_specs(inst)
     rules = rule_set("placeopt")
     memory = mesh_memory(inst, rules)
     plain = build_tables(specs, inst.cluster, inst.llm_settings.max_batch, memory, llm=inst.llm_settings)
-    zero = build_tables(specs, inst.cluster, inst.llm_settings.max_batch, memory,
-                        llm=dataclasses.replace(inst.llm_settings, contention_tp_power=0.0))
     tables = build_tables(specs, inst.cluster, inst.llm_settings.max_batch, memory, llm=powered.llm_settings)
+    return inst, powered, specs, rules, memory, plain, tables
+
+
+def test_the_estimator_follows_on_tp_meshes_only():
+    """With the power the colocated TP-2 unit of the 7B and 8B is estimated lower, the one-GPU
+    unit (muxserve) exactly as without it; power 0 gives the whole-mesh rate of before (the
+    per-GPU rate times the GPUs, exactly), so the estimates are bit-identical."""
+    inst, powered, specs, rules, memory, plain, tables = _powered_tables()
+    colocated = load_placement(os.path.join(FIDELITY, "tp2", "poisson-colocated.placement.json"))
+    one_gpu = load_placement(os.path.join(FIDELITY, "tp2", "poisson-muxserve.placement.json"))
+    before, after = placement_estimates(inst, colocated), placement_estimates(powered, colocated)
+    assert all(after[m] < before[m] for m in before)
+    assert placement_estimates(powered, one_gpu) == placement_estimates(inst, one_gpu)
+    for gbps in (5400.0, 2800.3, 1e-3):
+        for size in (1.0, 2.0, 4.0, 8.0):
+            assert mesh_contention_gbps(gbps, 0.0, size) == gbps * size
     tp2 = list(tables.tps).index(2)
-    assert zero.estimate([0, 1], tp2)[0] == plain.estimate([0, 1], tp2)[0]
-    assert tables.estimate([0, 1], tp2)[0] < plain.estimate([0, 1], tp2)[0]
-    sizes = np.array([2.0])
-    mesh_t = np.array([tp2], dtype=np.int64)
-    assign = np.full(len(specs), -1, dtype=np.int64)
-    unit_tpt = np.zeros(1)
-    est = place_on_meshes(mesh_t, sizes, np.arange(len(specs)), GAIN, tables.feasible, tables.share, tables.P,
-                          tables.D, tables.out_len, tables.rate, tables.weights, tables.kv, tables.tokens,
-                          tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap, 1.0,
-                          rules.max_llms_per_mesh, False, assign, unit_tpt, tables.hbm_gbps, tables.hbm_cap_gbps,
-                          tables.slow, tables.beside(1.0), tables.hbm_tp_power)
-    assert est >= 0 and (assign == 0).all()
-    assert unit_tpt[0] == pytest.approx(tables.estimate(np.arange(len(specs)), tp2)[0], rel=1e-12)
+    members = np.arange(len(specs), dtype=np.int64)
+    tpt, batch = np.zeros(len(specs)), np.zeros(len(specs), dtype=np.int64)
+    old_form = unit_throughput(members * len(plain.tps) + tp2, members, plain.P, plain.D, plain.out_len, plain.rate,
+                               plain.weights, plain.kv, plain.tokens, plain.memory.per_gpu * 2.0,
+                               plain.memory.reserve * 2.0, plain.max_batch, plain.serial_decode, tpt, batch,
+                               plain.hbm_gbps * 2.0, plain.hbm_cap_gbps * 2.0, plain.slow, plain.beside(2.0),
+                               plain.share.reshape(-1))
+    assert plain.estimate(members, tp2)[0] == old_form
+    assert tables.estimate(members, tp2)[0] < old_form
+
+
+@pytest.mark.parametrize("rule", [GAIN, FREE_MEMORY])
+def test_the_mesh_greedy_and_the_search_scale_the_rate_per_mesh(rule):
+    """The mesh greedy (either rule) and the MuxServe search's group placement put both LLMs on
+    one TP-2 mesh with the estimate the tables give them there (the rate scaled by the power the
+    same way); without passing the power the greedy's estimate would be higher."""
+    inst, powered, specs, rules, memory, plain, tables = _powered_tables()
+    tp2 = list(tables.tps).index(2)
+    members = np.arange(len(specs), dtype=np.int64)
+    expected = tables.estimate(members, tp2)[0]
+
+    def greedy(*power):
+        assign = np.full(len(specs), -1, dtype=np.int64)
+        unit_tpt = np.zeros(1)
+        est = place_on_meshes(np.array([tp2], dtype=np.int64), np.array([2.0]), members, rule, tables.feasible,
+                              tables.share, tables.P, tables.D, tables.out_len, tables.rate, tables.weights, tables.kv,
+                              tables.tokens, tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap, 1.0,
+                              rules.max_llms_per_mesh, False, assign, unit_tpt, tables.hbm_gbps, tables.hbm_cap_gbps,
+                              tables.slow, tables.beside(1.0), *power)
+        assert est >= 0 and (assign == 0).all()
+        return unit_tpt[0]
+
+    assert greedy(tables.hbm_tp_power) == pytest.approx(expected, rel=1e-12)
+    assert greedy() > expected * (1 + 1e-6)
+    found = _place_group(((2,),), 0, specs, tables, {int(t): i for i, t in enumerate(tables.tps)}, [members], rule,
+                         memory, rules, True)
+    assert found is not None and found.unit_tpt[0] == pytest.approx(expected, rel=1e-12)
 
 
 def test_the_fit_takes_the_power_of_least_tpot_error(monkeypatch):
