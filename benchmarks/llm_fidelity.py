@@ -285,7 +285,8 @@ GENERATIONS = {
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3w"),
     "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1", "results-v3f-x3a", "results-v3f-x3b",
                        "results-v3f-x3c", "results-v3f-tr2", "results-v3f-tp2s2", "results-v3f-x3s1",
-                       "results-v3f-x3s2", "results-v3f-x3p", "results-v3f-tp2s3", "results-v3f-gpu4s4"), "tables-v3", "results-v3", None, "calibration-v3f.json",
+                       "results-v3f-x3s2", "results-v3f-x3p", "results-v3f-tp2s3", "results-v3f-gpu4s4"),
+                      "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES,
                       fit_contention_tp=("results-v3f-tp2", "tp2-poisson-colocated"),
@@ -1287,16 +1288,24 @@ def apply_prefill_trace_fields(gen: Generation, out: dict) -> List[str]:
     return [*fields, "prefill_beside_stretch", "prefill_partition_stretch", "prefill_at_longest"]
 
 
+def fit_on_run(run: dict, model: Dict[str, float], field: str, values: Any, error: str) -> Tuple[float, float]:
+    """The value of calibration ``field`` among ``values`` whose re-prediction of ``run`` (the
+    other fields ``model``) has the smallest |``error``| (a key of :func:`errors`: the first of
+    equals kept); returns it and that error."""
+    best = (0.0, math.inf)
+    for value in values:
+        e = errors(run["summary"]["measured"], predict(run, dict(model, **{field: float(value)}))[0])[error]
+        err = math.inf if e is None else abs(e)
+        if err < best[1]:
+            best = (float(value), err)
+    return best
+
+
 def fit_eager_host(run: dict, model: Dict[str, float], field: str) -> Tuple[float, float]:
     """The ``field`` (an eager-prefill host time; 0-100 ms in 1 ms steps) whose re-prediction
     of ``run`` (the other parameters ``model``) has the smallest |mean TTFT error|; returns it
-    and that error."""
-    best = (0.0, math.inf)
-    for eager in np.arange(0.0, 0.100 + 1e-12, 0.001):
-        e = errors(run["summary"]["measured"], predict(run, dict(model, **{field: float(eager)}))[0])
-        if abs(e["ttft_err"] or math.inf) < best[1]:
-            best = (float(eager), abs(e["ttft_err"] or math.inf))
-    return best
+    and that error (:func:`fit_on_run`)."""
+    return fit_on_run(run, model, field, np.arange(0.0, 0.100 + 1e-12, 0.001), "ttft_err")
 
 
 def _tp_degree(run: dict) -> int:
@@ -1518,14 +1527,8 @@ CONTENTION_TP_POWERS = tuple(np.round(np.arange(0.0, 2.0 + 1e-9, 0.05), 2))
 def fit_contention_tp_power(run: dict, model: Dict[str, float]) -> Tuple[float, float]:
     """``contention_tp_power`` (:data:`CONTENTION_TP_POWERS`) whose re-prediction of ``run`` (LLMs
     colocated on SM partitions of a TP > 1 mesh; the other fields ``model``) has the smallest
-    |mean TPOT error|; returns it and that error."""
-    best = (0.0, math.inf)
-    for power in CONTENTION_TP_POWERS:
-        e = errors(run["summary"]["measured"], predict(run, dict(model, contention_tp_power=float(power)))[0])
-        err = math.inf if e["tpot_err"] is None else abs(e["tpot_err"])
-        if err < best[1]:
-            best = (float(power), err)
-    return best
+    |mean TPOT error|; returns it and that error (:func:`fit_on_run`)."""
+    return fit_on_run(run, model, "contention_tp_power", CONTENTION_TP_POWERS, "tpot_err")
 
 
 def apply_contention_tp_power(gen: Generation, out: dict) -> List[str]:

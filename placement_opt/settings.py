@@ -70,8 +70,9 @@ class LLMConfig:
     * ``contention_hbm_gbps``: colocated jobs contend for memory bandwidth: a job's time
       stretches by 1 + (the HBM demand, GB/s per GPU, of the other jobs running on its mesh) /
       this (over ``tp**contention_tp_power`` on a mesh of TP degree ``tp``), re-timed whenever
-      the set of running jobs changes (0: off, jobs take their table time). A job's demand is the bytes it moves (weights, KV cache read or written) over its
-      table time. Measured H100 values: docs/fidelity-llm.md.
+      the set of running jobs changes (0: off, jobs take their table time). A job's demand is
+      the bytes it moves (weights, KV cache read or written) over its table time. Measured H100
+      values: docs/fidelity-llm.md.
     * ``contention_hbm_cap_gbps``: the HBM bandwidth (GB/s per GPU) colocated jobs share when
       together they demand more: a running job's time stretches at least by (all the running
       jobs' demand) / max(this, its own demand) (0: off; a job alone is never stretched).

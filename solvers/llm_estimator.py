@@ -355,6 +355,11 @@ class EstimatorTables:
     hbm_tp_power: float = 0.0  # llm.contention_tp_power: the stretch's rate over tp**this on a TP mesh
     host: LLMConfig = LLMConfig()  # the settings whose host seconds (by share) P and D include
 
+    def contention(self, size: float) -> Tuple[float, float]:
+        """The contention rate and bandwidth cap of a mesh of ``size`` GPUs in the estimator's
+        whole-mesh units (:func:`mesh_contention_gbps`; the cap times the GPUs)."""
+        return mesh_contention_gbps(self.hbm_gbps, self.hbm_tp_power, size), self.hbm_cap_gbps * size
+
     def beside(self, size: float) -> np.ndarray:
         """The prefill-beside parameters of ``host`` for a mesh of ``size`` GPUs (:func:`prefill_beside_params`)."""
         return prefill_beside_params(self.host, size)
@@ -371,9 +376,8 @@ class EstimatorTables:
         size = float(self.tps[t])
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
-                            self.serial_decode, tpt, batch, mesh_contention_gbps(self.hbm_gbps, self.hbm_tp_power, size),
-                            self.hbm_cap_gbps * size,
-                            self.slow, self.beside(size), self.share.reshape(-1))
+                            self.serial_decode, tpt, batch, *self.contention(size), self.slow, self.beside(size),
+                            self.share.reshape(-1))
         return s, tpt, batch
 
 
@@ -564,13 +568,11 @@ class Headroom:
         size = float(tb.tps[t])
         tpt = np.zeros(len(members))
         batch = np.zeros(len(members), dtype=np.int64)
+        hbm, hbm_cap = tb.contention(size)
         beside = tb.beside(size)
         return tuple(unit_throughput(rows, members, P, D, tb.out_len, tb.rate * scale, tb.weights, tb.kv, tb.tokens,
                                      tb.memory.per_gpu * size, tb.memory.reserve * size, tb.max_batch,
-                                     tb.serial_decode, tpt, batch,
-                                     mesh_contention_gbps(tb.hbm_gbps, tb.hbm_tp_power, size),
-                                     tb.hbm_cap_gbps * size, slow,
-                                     beside, row_share)
+                                     tb.serial_decode, tpt, batch, hbm, hbm_cap, slow, beside, row_share)
                      for scale in self.scales)
 
 
