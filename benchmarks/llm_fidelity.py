@@ -82,7 +82,11 @@ TP decode host time and the prefill collect each split into a per-rank and a per
 (where the generation sets ``measure_eager_hold``: how much longer an eager prefill's launch
 holds the scheduling thread than a graph one, from the silences after prefill ends in the
 partition eager fit run's ``requests.csv``) before the eager-prefill times, which are fitted on
-TTFT with it in place; last, where a generation names a run of LLMs colocated on a TP > 1 mesh
+TTFT with it in place; where a derived generation names traced plain-stream runs
+(``fit_decode_full``), ``decode_full_stretch`` (a decode step on a whole GPU of a one-GPU mesh
+over its table time, from the traced GPU times) and, with it in place of the KV term there,
+``decode_host_full_s`` on their back-to-back steps (:func:`apply_decode_full_fields`), before the
+prefill and eager fields; last, where a generation names a run of LLMs colocated on a TP > 1 mesh
 (``fit_contention_tp``), ``contention_tp_power`` (the contention rate over ``tp**power`` on
 such a mesh) on its mean TPOT with everything else in place (:func:`fit_contention_tp_power`).
 Every other run is held out; the report marks the fit runs.
@@ -107,7 +111,7 @@ import json
 import math
 import os
 import statistics
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -125,7 +129,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
                 "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s",
                 "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
-                "contention_tp_power")
+                "contention_tp_power", "decode_full_stretch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +182,10 @@ class Generation:
     # ``contention_tp_power`` (:func:`fit_contention_tp_power`; a derived generation, after its other
     # fields); None: the parent's
     fit_contention_tp: Optional[Tuple[str, str]] = None
+    # traced plain-stream runs (``jobs.csv`` with its ``context_tokens`` column) whose decode steps on
+    # whole GPUs of one-GPU meshes measure ``decode_full_stretch`` and, with it, ``decode_host_full_s``
+    # (:func:`apply_decode_full_fields`; a derived generation, before its prefill fields); empty: off
+    fit_decode_full: Tuple[Tuple[str, str], ...] = ()
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
@@ -189,6 +197,9 @@ class Generation:
     derives: Optional[str] = None
 
 
+#: the traced plain-stream runs (the 7B and 8B each on a whole GPU; traces with the contexts) v3f's
+#: decode step on a whole GPU is measured on (``Generation.fit_decode_full``)
+DECODE_FULL_TRACES = (("results-v3f-tp2s2", "tp2s2-poisson-spatial"), ("results-v3f-tp2s3", "tp2s3-poisson-spatial"))
 #: the traced runs v3f's stretch of a prefill on an SM partition beside other jobs is fitted on
 #: (``fit_prefill_trace``; docs/fidelity-llm.md "The prefill's stretch on the job trace")
 PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poisson-muxserve"))
@@ -290,6 +301,7 @@ GENERATIONS = {
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES,
                       fit_contention_tp=("results-v3f-tp2", "tp2-poisson-colocated"),
+                      fit_decode_full=DECODE_FULL_TRACES,
                       folder_tables=(("results-v3f-tp2", "tables-tp2"), ("results-v3f-tp2s1", "tables-tp2"),
                                      ("results-v3f-tp2s2", "tables-tp2"), ("results-v3f-tp2s3", "tables-tp2"),
                                      ("results-v3f-gpu4s4", "tables-gpu4")),
@@ -301,7 +313,7 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     """The runs ``gen``'s calibration was fitted on (folder, run name)."""
     return ([gen.fit] if gen.fit else []) + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
         [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv) + [
-        r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + (
+        r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + list(gen.fit_decode_full) + (
         [gen.fit_contention_tp] if gen.fit_contention_tp else [])
 
 
@@ -874,7 +886,7 @@ def plain_stream_steps(run: dict) -> np.ndarray:
     decode steps of the same LLM (nothing ran on that mesh between them), (gap - the table time of
     the second step at its batch and mean context, the GB of KV cache per GPU that step reads, the
     mesh's TP degree, the entries of the step's page table: its requests' KV blocks x pages per
-    block), one row per pair."""
+    block, that table time), one row per pair."""
     from placement_opt.executor.llm_sched import len_interp
     from placement_opt.placement import load_placement
 
@@ -892,34 +904,40 @@ def plain_stream_steps(run: dict) -> np.ndarray:
             table, k, kv_bytes, pages = tables[m1]
             context = sum(p + j for p, j, _ in step)
             entries = pages * sum((p + j + block) // block for p, j, _ in step)  # blocks of context + 1 tokens
-            steps.append((t1 - t0 - len_interp(table.decode[k, len(step)], table.lgrid, context / len(step)),
-                          context * kv_bytes / 1e9, group.tp, entries))
-    return np.array(steps, dtype=np.float64).reshape(-1, 4)
+            seconds = len_interp(table.decode[k, len(step)], table.lgrid, context / len(step))
+            steps.append((t1 - t0 - seconds, context * kv_bytes / 1e9, group.tp, entries, seconds))
+    return np.array(steps, dtype=np.float64).reshape(-1, 5)
 
 
-def _modelled_seconds(steps: np.ndarray, kv_gbps: float, power: float, entry_s: float) -> np.ndarray:
+def _modelled_seconds(steps: np.ndarray, kv_gbps: float, power: float, entry_s: float,
+                      stretch: float = 0.0) -> np.ndarray:
     """The modelled excess of each of :func:`plain_stream_steps`' steps over its table time: its
     KV GB per GPU / the rate at its mesh's TP degree (``kv_gbps / tp**power``, the simulator's
-    :func:`~placement_opt.simulate.llm.kv_read_gbps`; 0: off) and its page-table entries x
-    ``entry_s`` (the simulator's page-table fill)."""
-    kv = steps[:, 1] * steps[:, 2] ** power / kv_gbps if kv_gbps > 0 else 0.0
+    :func:`~placement_opt.simulate.llm.kv_read_gbps`; 0: off) or, on a one-GPU mesh with a decode
+    ``stretch`` (``llm.decode_full_stretch``: these steps are on whole GPUs), its table time x
+    (stretch - 1) in its place; and its page-table entries x ``entry_s`` (the simulator's
+    page-table fill)."""
+    kv = steps[:, 1] * steps[:, 2] ** power / kv_gbps if kv_gbps > 0 else np.zeros(len(steps))
+    if stretch > 0:
+        kv = np.where(steps[:, 2] == 1, steps[:, 4] * (stretch - 1.0), kv)
     return kv + steps[:, 3] * entry_s
 
 
-def plain_stream_decode_extra(run: dict, kv_gbps: float = 0.0, power: float = 0.0,
-                              entry_s: float = 0.0, tp: Optional[int] = None) -> Tuple[float, int]:
+def plain_stream_decode_extra(runs: Sequence[dict], kv_gbps: float = 0.0, power: float = 0.0, entry_s: float = 0.0,
+                              tp: Optional[int] = None, stretch: float = 0.0) -> Tuple[float, int]:
     """Seconds a decode step takes beyond its table time (and beyond the KV term at ``kv_gbps``
-    and TP power ``power``: ``llm.decode_kv_gbps``, ``decode_kv_tp_power``; and beyond its
-    page-table fill at ``entry_s``: ``decode_page_entry_s``) on plain streams: the median over
-    :func:`plain_stream_steps` (only the meshes of TP degree ``tp``; None: every mesh). Returns
-    it and the number of steps. The median ignores the few steps that wait for a cold prefill's
-    capture."""
-    steps = plain_stream_steps(run)
+    and TP power ``power``: ``llm.decode_kv_gbps``, ``decode_kv_tp_power``, or on one-GPU meshes
+    beyond its table time x ``stretch``: ``decode_full_stretch``; and beyond its page-table fill
+    at ``entry_s``: ``decode_page_entry_s``) on plain streams: the median over the
+    :func:`plain_stream_steps` of ``runs`` (only the meshes of TP degree ``tp``; None: every
+    mesh). Returns it and the number of steps. The median ignores the few steps that wait for a
+    cold prefill's capture."""
+    steps = np.vstack([plain_stream_steps(r) for r in runs])
     if tp is not None:
         steps = steps[steps[:, 2] == tp]
     if not len(steps):
         return math.nan, 0
-    return float(np.median(steps[:, 0] - _modelled_seconds(steps, kv_gbps, power, entry_s))), len(steps)
+    return float(np.median(steps[:, 0] - _modelled_seconds(steps, kv_gbps, power, entry_s, stretch))), len(steps)
 
 
 #: the fewest back-to-back eager prefills a TP > 1 run needs to measure ``prefill_eager_host_tp_s``
@@ -972,7 +990,7 @@ def full_decode_host(where: Tuple[str, str], kv_gbps: float, entry_s: float) -> 
     """``decode_host_full_s`` measured on the plain-stream run ``where``: the median time its
     TP-1 decode steps take beyond the table, the KV term at ``kv_gbps`` and the page-table fill
     at ``entry_s`` (:func:`plain_stream_decode_extra`), and where it comes from."""
-    decode, pairs = plain_stream_decode_extra(_find_run(where), kv_gbps, 0.0, entry_s, tp=1)
+    decode, pairs = plain_stream_decode_extra([_find_run(where)], kv_gbps, 0.0, entry_s, tp=1)
     return decode, (f"{'/'.join(where)}: median decode-step time beyond the table"
                     f"{' and the KV term' if kv_gbps > 0 else ''}{' and the page-table fill' if entry_s > 0 else ''} "
                     f"over {pairs} back-to-back steps")
@@ -1027,6 +1045,15 @@ def prefill_launch_silences(run: dict) -> Dict[bool, List[float]]:
 
 #: the times of a job trace row (``jobs.csv``, ``placeopt execute --job-trace``), seconds
 TRACE_TIMES = ("launch_s", "launched_s", "device_start_s", "device_end_s", "seen_s")
+
+
+def trace_has_contexts(run: dict) -> bool:
+    """Whether ``run``'s job trace records each job's contexts summed (``context_tokens``, the
+    column traces have had since results-v3f-tr2); :func:`traced_jobs` puts an upper bound in its
+    place for the older ones."""
+    path = run_file(run, "jobs.csv")
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return "context_tokens" in f.readline().strip().split(",")
 
 
 def traced_jobs(run: dict) -> Optional[List[dict]]:
@@ -1288,6 +1315,83 @@ def apply_prefill_trace_fields(gen: Generation, out: dict) -> List[str]:
     return [*fields, "prefill_beside_stretch", "prefill_partition_stretch", "prefill_at_longest"]
 
 
+def traced_full_decode_steps(run: dict) -> np.ndarray:
+    """(GPU seconds, table seconds) of every decode step of ``run``'s job trace on a whole GPU
+    of a one-GPU mesh that ran alone on its GPU (no other job of its mesh overlapping it), its
+    table time at its batch and mean context (the trace's ``context_tokens`` over its requests,
+    as the simulator takes it); ValueError for a run without the trace or whose trace does not
+    record the contexts (its mean context unknown: :func:`trace_has_contexts`)."""
+    from placement_opt.executor.llm_sched import len_interp
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate.llm import _sm_shares, on_partition
+
+    jobs = traced_jobs(run)
+    if jobs is None or not trace_has_contexts(run):
+        raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace with the "
+                         "context_tokens column")
+    inst_path, placement_path = run_inputs(run)
+    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    placement = load_placement(placement_path)
+    policy = run_policy(run, inst, placement)
+    tables = _mesh_step_tables(run, at_shares=True)
+    rows = []
+    for gi, g in enumerate(placement.groups):
+        if g.tp != 1 or any(on_partition(sh) for sh in _sm_shares(g, policy)):
+            continue
+        mesh = sorted((j for j in jobs if j["group"] == gi), key=lambda j: j["device_start_s"])
+        ended = -math.inf  # the latest end of the mesh's jobs before job i
+        for i, j in enumerate(mesh):
+            after = mesh[i + 1]["device_start_s"] if i + 1 < len(mesh) else math.inf
+            beside = ended > j["device_start_s"] or after < j["device_end_s"]
+            ended = max(ended, j["device_end_s"])
+            if j["kind"] != "decode" or beside:
+                continue
+            table, k = tables[j["llm"]][:2]
+            n = j["requests"]
+            seconds = len_interp(table.decode[k][min(n, table.decode.shape[1] - 1)], table.lgrid,
+                                 j["context_tokens"] / n)
+            rows.append((j["device_end_s"] - j["device_start_s"], seconds))
+    return np.array(rows, dtype=np.float64).reshape(-1, 2)
+
+
+def fit_decode_full_stretch(runs: Sequence[dict]) -> Tuple[float, int]:
+    """``decode_full_stretch``: the factor on the table time that fits the GPU time of the traced
+    decode steps on whole GPUs of one-GPU meshes in ``runs`` (:func:`traced_full_decode_steps`;
+    least squares through the origin: the long steps, which set a loaded mesh's pace, weigh
+    most); returns it and the number of steps."""
+    steps = np.vstack([traced_full_decode_steps(r) for r in runs])
+    if not len(steps):
+        raise ValueError("no decode step on a whole GPU of a one-GPU mesh traced")
+    gpu, table = steps.T
+    return float(gpu @ table / (table @ table)), len(steps)
+
+
+def apply_decode_full_fields(gen: Generation, out: dict) -> List[str]:
+    """Set the calibration ``out``'s decode step on whole GPUs of one-GPU meshes to the one
+    measured on ``gen.fit_decode_full``'s job traces: ``decode_full_stretch``
+    (:func:`fit_decode_full_stretch`, in place of the KV term there) and, with it in place,
+    ``decode_host_full_s`` (the median time their back-to-back TP-1 steps take beyond it and the
+    page-table fill, :func:`plain_stream_decode_extra`); ``decode_host_mesh_s`` takes the change
+    of ``decode_host_full_s``, so the decode host time of a mesh of several GPUs (where the KV
+    term stays and whose fit measured that time whole) is unchanged. Returns the fields set."""
+    runs = [_find_run(w) for w in gen.fit_decode_full]
+    stretch, count = fit_decode_full_stretch(runs)
+    stretch = round(stretch, 4)
+    host, pairs = plain_stream_decode_extra(runs, out["decode_kv_gbps"], out["decode_kv_tp_power"],
+                                            out["decode_page_entry_s"], tp=1, stretch=stretch)
+    before = out["decode_host_full_s"]
+    out["decode_full_stretch"] = stretch
+    out["decode_host_full_s"] = round(host, 6)
+    out["decode_host_mesh_s"] = round(out["decode_host_mesh_s"] + before - out["decode_host_full_s"], 6)
+    names = ", ".join(f"{f}/{n}" for f, n in gen.fit_decode_full)
+    out["fit"]["decode_full_fit"] = (
+        f"{names}: job traces, {count} decode steps alone on whole GPUs of one-GPU meshes: GPU time = "
+        f"{stretch:.4f} x table time (least squares); decode_host_full_s the median of {pairs} back-to-back "
+        f"steps beyond it and the page-table fill; decode_host_mesh_s {1e3 * (before - out['decode_host_full_s']):.3f} "
+        f"ms more (the host time of a mesh of several GPUs unchanged)")
+    return ["decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s"]
+
+
 def fit_on_run(run: dict, model: Dict[str, float], field: str, values: Any, error: str) -> Tuple[float, float]:
     """The value of calibration ``field`` among ``values`` whose re-prediction of ``run`` (the
     other fields ``model``) has the smallest |``error``| (a key of :func:`errors`: the first of
@@ -1346,7 +1450,7 @@ def tp_decode_host(gen: Generation, decode_host_full: float, kv_gbps: float = 0.
     for where in _tp_runs(gen):
         run = _find_run(where)
         tp = _tp_degree(run)
-        extra, pairs = plain_stream_decode_extra(run, kv_gbps, kv_power, entry_s, tp=tp)
+        extra, pairs = plain_stream_decode_extra([run], kv_gbps, kv_power, entry_s, tp=tp)
         points.append((tp, extra - decode_host_full))
         notes.append(f"{where[0]}/{where[1]}: median decode-step time beyond the TP-{tp} table"
                      f"{' and the KV term' if kv_gbps > 0 else ''}{' and the page-table fill' if entry_s > 0 else ''} "
@@ -1565,10 +1669,12 @@ def derived_calibration(gen: Generation) -> dict:
     ``fit_tp`` and ``fit_tp_wide``: :func:`tp_decode_host`; ``prefill_eager_host_tp_s`` on them
     against the parent's TP-1 eager run: :func:`tp_eager_host`) and, where it names its own eager
     runs (``fit_eager``), the eager-prefill fields fitted on them (:func:`eager_fields`), after
-    the prefill fields measured on its traced runs (the stretch beside others, the launch hold,
-    ``prefill_at_longest``; ``fit_prefill_trace``: :func:`apply_prefill_trace_fields`) where it
-    names any; last, where it names a colocated TP run (``fit_contention_tp``), the contention
-    rate's TP power fitted on it (:func:`apply_contention_tp_power`)."""
+    the decode step on whole GPUs measured on its traced plain-stream runs (``fit_decode_full``:
+    :func:`apply_decode_full_fields`) and the prefill fields measured on its traced runs (the
+    stretch beside others, the launch hold, ``prefill_at_longest``; ``fit_prefill_trace``:
+    :func:`apply_prefill_trace_fields`) where it names any; last, where it names a colocated TP
+    run (``fit_contention_tp``), the contention rate's TP power fitted on it
+    (:func:`apply_contention_tp_power`)."""
     with open(os.path.join(LLM, GENERATIONS[gen.derives].calibration)) as f:
         out = json.load(f)
     entry_s, out["fit"]["decode_page_entry_fit"] = page_entry_seconds(gen)
@@ -1589,6 +1695,8 @@ def derived_calibration(gen: Generation) -> dict:
                 tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, parent.fit_eager[1])
                 out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
                 own.append("prefill_eager_host_tp_s")
+    if gen.fit_decode_full:
+        own += apply_decode_full_fields(gen, out)
     if gen.fit_prefill_trace:
         own += apply_prefill_trace_fields(gen, out)
     if gen.fit_eager:
@@ -1665,6 +1773,8 @@ def calibrate(gen: Generation) -> dict:
     out["prefill_host_tp_s"] = round(prefill_tp, 6)
     out["prefill_host_mesh_s"] = round(prefill_mesh, 6)
     out["fit"]["prefill_tp_fit"] = prefill_tp_source
+    if gen.fit_decode_full:
+        apply_decode_full_fields(gen, out)
     apply_eager_fields(gen, out)
     if len(gen.fit_eager) > 1:
         tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, gen.fit_eager[1])

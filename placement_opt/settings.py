@@ -120,6 +120,11 @@ class LLMConfig:
       ``decode_kv_gbps / tp**this``: the engine's steps read their shard of the cache slower per
       byte the more ranks share them (measured at TP 1, 2 and 4, the page-table fill apart:
       0.10 / 0.35 / 0.90 ms per GB per GPU beyond the tables; 0: the same rate at every degree).
+    * ``decode_full_stretch``: a decode step of an LLM on a whole GPU (no SM partition) of a
+      one-GPU mesh lasts this times its cost-table time, in place of the KV read above: the
+      engine's steps there run a fixed share over the profiled ones at every batch, for every
+      LLM size, and not by the KV bytes they read (measured on job traces of H100 runs: 1.066,
+      docs/fidelity-llm.md; 0: off, the table time plus the KV read as on every mesh).
     * ``decode_page_entry_s``: the host seconds the engine spends per entry of a decode step's
       page table (built on the host before the launch, one entry per page of every KV block
       the step's requests hold; a block is one page for an LLM alone on its mesh, several for
@@ -207,6 +212,9 @@ class LLMConfig:
     decode_kv_tp_power: float = option(0.0, minimum=0, maximum=4,
                                        help="on a mesh of tp GPUs the KV read runs at decode_kv_gbps / tp**this "
                                             "(0: the same rate at every TP degree)")
+    decode_full_stretch: float = option(0.0, minimum=0, maximum=4,
+                                        help="a decode step on a whole GPU of a one-GPU mesh lasts this x its table "
+                                             "time, in place of the KV read (0: off)")
     decode_page_entry_s: float = option(0.0, minimum=0,
                                         help="host seconds per page-table entry a decode step's launch takes (0: off)")
     prefill_graph_tokens: int = option(1024, minimum=1,

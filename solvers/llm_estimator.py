@@ -37,6 +37,8 @@ The simulator's two decode models enter in mean-value form (off when their field
 ``llm.decode_kv_gbps``: a decode step of ``b`` requests lasts ``b x context x KV bytes per token
 per GPU / decode_kv_gbps`` longer, that rate divided by ``tp**llm.decode_kv_tp_power`` on a
 mesh of TP degree ``tp`` (the simulator adds the KV bytes of the step's actual contexts);
+``llm.decode_full_stretch``: on a whole GPU of a one-GPU mesh a decode step lasts that many
+times its table time instead (no KV term there, as in the simulator);
 ``llm.decode_page_entry_s``: a decode step lasts ``b x blocks at the mean context x pages per
 block x decode_page_entry_s`` longer (the simulator's page-table fill on the scheduling thread;
 the search's per-LLM tables take a block as one page, as alone on a mesh, and
@@ -94,8 +96,8 @@ from placement_opt.llm_rules import tp_violations
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
-from placement_opt.simulate.llm import (contention_gbps, host_seconds, kv_read_gbps, on_partition, page_fill_seconds,
-                                        prefill_collect_seconds)
+from placement_opt.simulate.llm import (contention_gbps, decode_stretch, host_seconds, kv_read_gbps, on_partition,
+                                        page_fill_seconds, prefill_collect_seconds)
 from placement_opt.simulate.meshsim import contention_stretch, prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
@@ -391,7 +393,9 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     seconds longer (the simulator's host model; the TP collect and the eager thread hold too:
     :func:`_prefill_with_host`); with ``llm.decode_kv_gbps`` a decode step of ``b`` requests
     lasts their KV bytes per GPU at the mean context / that rate at its TP degree longer (the
-    simulator's KV-read term, :func:`kv_read_gbps`); with ``llm.decode_page_entry_s`` it lasts
+    simulator's KV-read term, :func:`kv_read_gbps`), or where the LLM has a decode stretch
+    (:func:`decode_stretch`: ``llm.decode_full_stretch`` on a whole GPU of a one-GPU mesh) its
+    table time that many times; with ``llm.decode_page_entry_s`` it lasts
     the host fill of its page table longer: ``b`` x the blocks of the mean context x the
     simulator's fill seconds per block (:func:`page_fill_seconds`) on a mesh serving ``mesh``
     (None: the LLM alone, as the search's tables, built before any colocation, take it; the
@@ -405,9 +409,12 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     if llm is None:
         return pre, dec
     decode_host, prefill_host, eager_host = host_seconds(llm, share, tp)
+    stretch = decode_stretch(llm, share, tp)
+    if stretch > 0:
+        dec = dec * stretch
     if decode_host > 0:
         dec = dec + decode_host
-    if llm.decode_kv_gbps > 0:
+    if llm.decode_kv_gbps > 0 and stretch == 0:
         dec = dec + b * context * (spec.kv_bytes_per_token / tp) / (kv_read_gbps(llm, tp) * 1e9)
     if llm.decode_page_entry_s > 0:
         blocks = np.ceil((context + 1.0) / llm.kv_block_tokens)

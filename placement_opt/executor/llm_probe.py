@@ -96,6 +96,7 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
     ordered = sorted(events)
     fill = [simllm.page_fill_seconds(cfg, s, list(specs), tp) for s in specs]
     kv_gbps = simllm.kv_read_gbps(cfg, tp)
+    stretch = [simllm.decode_stretch(cfg, sh, tp) for sh in shares]
     excess: List[List[float]] = [[] for _ in specs]
     for t0, t1 in zip(ordered, ordered[1:]):
         before, step = events[t0], events[t1]
@@ -106,7 +107,9 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
         context = [int(requests.prompt[i]) + j for i, j in step]  # tokens in the cache when the step ran
         b, total = len(step), float(sum(context))
         modelled = len_interp(D[k, min(b, max_batch)], lgrid, total / b)
-        if kv_gbps > 0:
+        if stretch[k] > 0:
+            modelled *= stretch[k]
+        elif kv_gbps > 0:
             modelled += total * specs[k].kv_bytes_per_token / tp / (kv_gbps * 1e9)
         modelled += fill[k] * sum((c + cfg.kv_block_tokens) // cfg.kv_block_tokens for c in context)
         excess[k].append(t1 - t0 - modelled)

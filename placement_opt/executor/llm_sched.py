@@ -412,7 +412,7 @@ class VirtualJobs:
     prefill, ``2k + 1``: its decode step) with their durations (table time, a prefill's at its
     longest prompt with ``MeshSettings.prefill_at_longest``, a graph prefill's
     ``MeshLLMs.prefill_stretch``, ``prefill_collect_s``, a decode step's KV read at
-    ``MeshSettings.decode_kv_gbps``), their launch on the one scheduling thread under the host
+    ``MeshSettings.decode_kv_gbps`` or, where set, its ``MeshLLMs.decode_stretch``), their launch on the one scheduling thread under the host
     model (``MeshLLMs.decode_host_s``, ``decode_block_host_s`` per KV block a decode step's
     requests hold, ``prefill_host_s``; an eager prefill over
     ``MeshSettings.graph_tokens``: ``prefill_eager_host_s``, ``prefill_eager_hold_s``) and their
@@ -436,6 +436,7 @@ class VirtualJobs:
         self.collect = _per_llm(llms.prefill_collect_s, K)
         self.stretch = _per_llm(llms.prefill_stretch, K)
         self.block_host = _per_llm(llms.decode_block_host_s, K)
+        self.decode_stretch = _per_llm(llms.decode_stretch, K)
         self.retimed = bool(contention_on(cfg))
         host_costs = self.decode_host + self.prefill_host + self.eager_host + self.eager_hold + self.block_host
         self.timed = self.retimed or any(h > 0 for h in host_costs)
@@ -464,13 +465,15 @@ class VirtualJobs:
     def duration(self, job: Job) -> float:
         """The job's time alone (``_start_prefill``'s ``prefill_dur``, ``_start_decode``'s
         ``decode_dur``): a graph prefill's table time stretched, plus the collect; a decode
-        step's table time plus its KV read."""
+        step's table time times its decode stretch where set, else plus its KV read."""
         k, ctx = job.llm, sum(job.contexts)
         if job.kind == PREFILL:
             stretch = self.stretch[k] if self.stretch[k] > 0 and not self.eager(job) else 1.0
             return stretch * job_seconds(job, self.tables, self.cfg.prefill_at_longest) + self.collect[k]
         dur = job_seconds(job, self.tables)
-        if self.cfg.decode_kv_gbps > 0:
+        if self.decode_stretch[k] > 0:
+            dur *= self.decode_stretch[k]
+        elif self.cfg.decode_kv_gbps > 0:
             dur += float(ctx) * self.kv_bytes[k] / (self.cfg.decode_kv_gbps * 1e9)
         return dur
 

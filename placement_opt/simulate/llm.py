@@ -262,7 +262,8 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
                     prefill_collect_s=np.full(len(shares), prefill_collect_seconds(cfg, g.tp), dtype=np.float64),
                     prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if on_partition(sh) else 0.0 for sh in shares]),
                     prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]),
-                    decode_block_host_s=np.array([page_fill_seconds(cfg, s, mesh_specs, g.tp) for s in mesh_specs]))
+                    decode_block_host_s=np.array([page_fill_seconds(cfg, s, mesh_specs, g.tp) for s in mesh_specs]),
+                    decode_stretch=np.array([decode_stretch(cfg, sh, g.tp) for sh in shares], dtype=np.float64))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
     return llms, tables, mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon, g.tp)
 
@@ -292,6 +293,14 @@ def contention_gbps(cfg: LLMConfig, tp: int) -> float:
     job slows by 1 + (the other running jobs' HBM demand) / this; ``llm.contention_hbm_gbps /
     tp**llm.contention_tp_power`` (0: the stretch is off)."""
     return cfg.contention_hbm_gbps / float(tp) ** cfg.contention_tp_power
+
+
+def decode_stretch(cfg: LLMConfig, share: float, tp: int) -> float:
+    """The factor on the table time of a decode step of an LLM at SM ``share`` on a mesh of TP
+    degree ``tp``, in place of the KV read (:func:`kv_read_gbps`): ``llm.decode_full_stretch``
+    on a whole GPU (no partition) of a one-GPU mesh, where it was measured; 0 (off) elsewhere
+    or when that field is 0."""
+    return cfg.decode_full_stretch if tp == 1 and not on_partition(share) else 0.0
 
 
 def kv_read_gbps(cfg: LLMConfig, tp: int) -> float:

@@ -43,7 +43,10 @@ set, is the thread's hold apart from the job's delay: the engine's hold is measu
 the part of it the job waits for is fitted). **KV read** (``MeshSettings.decode_kv_gbps``):
 a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.kv_bytes``) /
 ``decode_kv_gbps`` longer than its table time (the engine's steps over mixed context lengths
-exceed the profiled ones, which hold every request at the mean context). **Page-table fill**
+exceed the profiled ones, which hold every request at the mean context); an LLM with a
+**decode stretch** (``MeshLLMs.decode_stretch``) instead has its steps last that factor times
+their table time (the engine's steps on a whole GPU exceed the profiled ones by a fixed share,
+not by the KV bytes read). **Page-table fill**
 (``MeshLLMs.decode_block_host_s``): a decode step's launch holds the thread that many seconds
 per KV block its requests hold (the engine builds the step's page table on the host, an entry
 per page of every block; a block is several pages for an LLM beside others of other block
@@ -113,6 +116,7 @@ class MeshLLMs(NamedTuple):
     prefill_collect_s: np.ndarray = np.zeros(0)  # float64 seconds a prefill lasts beyond its table time (TP ranks' collect)
     prefill_stretch: np.ndarray = np.zeros(0)  # float64 factor on a prefill's table time (0 or empty: 1; shared SM partition)
     decode_block_host_s: np.ndarray = np.zeros(0)  # float64 host seconds of a decode launch per KV block held (page fill)
+    decode_stretch: np.ndarray = np.zeros(0)  # float64 factor on a decode step's table time in place of the KV read (0 or empty: off)
 
 
 class LatencyTables(NamedTuple):
@@ -220,6 +224,7 @@ LLM_STATE = np.dtype([
     ("prefill_collect", np.float64),  # seconds its prefill lasts beyond its table time (serial collect)
     ("prefill_stretch", np.float64),  # factor on its prefill's table time (0: 1; a partition beside others)
     ("decode_block_host", np.float64),  # host seconds of a decode step's launch per KV block its requests hold
+    ("decode_stretch", np.float64),     # factor on its decode step's table time in place of the KV read (0: off)
     ("decode_fill", np.float64),        # host seconds of its decode step in flight's page-table fill
 ], align=True)
 
@@ -389,6 +394,8 @@ def _llm_state(requests, mesh_llms, cfg, out):
             llms[k].prefill_stretch = mesh_llms.prefill_stretch[k]
         if mesh_llms.decode_block_host_s.shape[0] == K:
             llms[k].decode_block_host = mesh_llms.decode_block_host_s[k]
+        if mesh_llms.decode_stretch.shape[0] == K:
+            llms[k].decode_stretch = mesh_llms.decode_stretch[k]
         llms[k].eager_hold = llms[k].eager_host
         if mesh_llms.prefill_eager_hold_s.shape[0] == K and mesh_llms.prefill_eager_hold_s[k] > 0:
             llms[k].eager_hold = mesh_llms.prefill_eager_hold_s[k]
@@ -848,7 +855,9 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
     llm.n_decode = llm.n_running
     llm.decode_fill = blocks * llm.decode_block_host
     llm.decode_dur = _len_interp(tables.decode[k, llm.n_running], tables.lgrid, ctx / llm.n_running)
-    if cfg.decode_kv_gbps > 0:
+    if llm.decode_stretch > 0:
+        llm.decode_dur *= llm.decode_stretch
+    elif cfg.decode_kv_gbps > 0:
         llm.decode_dur += ctx * llm.kv_bytes / (cfg.decode_kv_gbps * 1e9)
     llm.decode_end = t + llm.decode_dur
     llm.decode_bytes = llm.weight_bytes + ctx * llm.kv_bytes

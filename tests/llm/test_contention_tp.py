@@ -158,7 +158,7 @@ def test_the_calibrated_power_predicts_the_held_out_colocated_runs():
     """v3f's calibration holds the power fitted on the seed-0 colocated run (0.9: 2894 GB/s per
     GPU at TP 2 against 5400 on one GPU); on the held-out seeds 1 and 2 the two LLMs' mean TPOT is
     then within 3% of the GPU's and the throughput within 1%, where without it the TPOT misses by
-    over 13% (the 7B and 8B on SM halves of two H100s slow each other more than on one)."""
+    over 12% (the 7B and 8B on SM halves of two H100s slow each other more than on one)."""
     script = load_benchmark("llm_fidelity")
     model = script.generation_model(script.GENERATIONS["v3f"])
     assert model["contention_tp_power"] == pytest.approx(0.9)
@@ -170,4 +170,4 @@ def test_the_calibrated_power_predicts_the_held_out_colocated_runs():
         on = script.errors(measured, script.predict(run, model)[0])
         off = script.errors(measured, script.predict(run, dict(model, contention_tp_power=0.0))[0])
         assert abs(on["tpot_err"]) < 0.03 and abs(on["throughput_err"]) < 0.01
-        assert off["tpot_err"] > 0.13
+        assert off["tpot_err"] > 0.12

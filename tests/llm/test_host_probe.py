@@ -55,7 +55,8 @@ def test_probe_requests_keep_to_the_job_bounds_and_the_pool():
 
 def _token_times(req, specs, cfg, tp, host, max_batch=32):
     """Token times of the probe requests as if each LLM's steps took the simulator's step time
-    without host seconds plus ``host[k]``, each LLM's batch alone (its prefill 10 ms)."""
+    without host seconds (on whole GPUs: its table time plus the KV read, or x the decode
+    stretch) plus ``host[k]``, each LLM's batch alone (its prefill 10 ms)."""
     P, D, lgrid = simllm._mesh_tables(list(specs), tp, [1.0] * len(specs), max_batch)
     times = [[] for _ in req.arrival]
     for k in range(len(specs)):
@@ -67,7 +68,11 @@ def _token_times(req, specs, cfg, tp, host, max_batch=32):
         for j in range(1, o):
             ctx = p + j
             step = len_interp(D[k, len(mine)], lgrid.astype(np.float64), float(ctx))
-            step += len(mine) * ctx * specs[k].kv_bytes_per_token / tp / (simllm.kv_read_gbps(cfg, tp) * 1e9)
+            stretch = simllm.decode_stretch(cfg, 1.0, tp)
+            if stretch > 0:
+                step *= stretch
+            else:
+                step += len(mine) * ctx * specs[k].kv_bytes_per_token / tp / (simllm.kv_read_gbps(cfg, tp) * 1e9)
             step += simllm.page_fill_seconds(cfg, specs[k], list(specs), tp) * len(mine) * (
                 (ctx + cfg.kv_block_tokens) // cfg.kv_block_tokens)
             t += step + host[k]
@@ -84,6 +89,21 @@ def test_reading_recovers_the_host_time_of_each_llm():
     host = [1.2e-3, 1.5e-3, 2.3e-3, 0.9e-3]
     got = decode_host_seconds(specs, 4, [1.0] * 4, cfg, 32, req, _token_times(req, specs, cfg, 4, host))
     assert got == pytest.approx(host, abs=2e-6)
+
+
+def test_reading_is_beyond_the_decode_stretch_on_a_one_gpu_mesh():
+    """With ``decode_full_stretch`` the probe's modelled step on a whole GPU of a one-GPU mesh is
+    the stretched table time (no KV read), so steps that took it + h_k read back as h_k; the
+    same steps read against the KV read instead give other values."""
+    _, specs, cfg = _mesh()
+    stretched = dataclasses.replace(cfg, decode_full_stretch=1.07)
+    bounds = [{"max_batch": 32, "longest": 2048}] * 4
+    req, _ = probe_requests(specs, bounds, 1, [1.0] * 4, stretched, 32, [1, 1, 1, 1], 10**6)
+    host = [2e-4, 3e-4, 2.5e-4, 1.5e-4]
+    times = _token_times(req, specs, stretched, 1, host)
+    assert decode_host_seconds(specs, 1, [1.0] * 4, stretched, 32, req, times) == pytest.approx(host, abs=2e-6)
+    other = decode_host_seconds(specs, 1, [1.0] * 4, cfg, 32, req, times)
+    assert all(abs(o - h) > 1e-5 for o, h in zip(other, host))
 
 
 def test_reading_skips_mixed_steps_and_needs_enough_of_them():

@@ -1,0 +1,160 @@
+"""The decode step on a whole GPU of a one-GPU mesh (``llm.decode_full_stretch``): where it
+applies, its form in the mesh kernel and the Eq. 3 estimator, its fit on v3f's job traces (only
+traces that record each step's contexts), and what it changes on the held-out GPU runs.
+
+(The executor's virtual clock: ``tests/test_llm_sched.py``'s duration models; the host probe:
+``test_host_probe.py``; the measurements: docs/fidelity-llm.md.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from placement_opt import load_instance
+from placement_opt.llm_units import llm_specs
+from placement_opt.placement import load_placement
+from placement_opt.settings import LLMConfig
+from placement_opt.simulate import llm as simllm
+from placement_opt.solvers.llm_estimator import latency_vectors
+
+from .helpers import ROOT, load_benchmark, lone_request
+
+GPU4S4 = os.path.join(ROOT, "instances", "fidelity-llm", "gpu4s4")
+
+
+def test_only_whole_gpus_of_one_gpu_meshes_stretch():
+    """The stretch applies to an LLM on a whole GPU of a one-GPU mesh only; an SM partition and
+    a tensor-parallel mesh keep the KV read; 0 is off everywhere."""
+    cfg = LLMConfig(decode_full_stretch=1.07, decode_kv_gbps=7000.0)
+    assert simllm.decode_stretch(cfg, 1.0, 1) == 1.07
+    assert simllm.decode_stretch(cfg, 0.5, 1) == 0.0
+    assert simllm.decode_stretch(cfg, 1.0, 2) == 0.0
+    assert simllm.decode_stretch(LLMConfig(), 1.0, 1) == 0.0
+
+
+def test_a_stretched_decode_step_lasts_the_factor_times_its_table_without_the_kv_read():
+    """A 1000-token prompt, 3 output tokens (prefill 0.1 s, decode steps 0.01 s in the table), 1 MB
+    of KV per token read at 1000 GB/s: with a stretch of 1.5 the two steps last 15 ms each and
+    read nothing more; without it each lasts its table time plus its KV read."""
+    llm = dict(weight_bytes=0.0, kv_bytes=1e6)
+    settings = dict(decode_kv_gbps=1000.0)
+    assert lone_request(1000, 3, dict(llm, decode_stretch=1.5), settings)[1] == pytest.approx(0.1 + 2 * 0.015)
+    assert lone_request(1000, 3, dict(llm, decode_stretch=0.0), settings)[1] == \
+        pytest.approx(0.12 + 1.001e-3 + 1.002e-3)
+
+
+def test_mesh_inputs_give_the_stretch_to_whole_gpu_llms_only():
+    """On the 4-GPU set's placements: every LLM of the spatial placement (one per GPU) has the
+    stretch; the muxserve placement's two LLMs on SM halves of a GPU and the TP-4 temporal
+    mesh's LLMs have none (they keep the KV read)."""
+    inst = load_instance(os.path.join(GPU4S4, "measured", "poisson.json"))
+    inst = dataclasses.replace(inst, llm=dataclasses.replace(inst.llm_settings, decode_full_stretch=1.07))
+    specs = {s.name: s for s in llm_specs(inst)}
+    seen = {}
+    for name in ("poisson-spatial", "poisson-muxserve", "poisson-temporal4"):
+        placement = load_placement(os.path.join(GPU4S4, f"{name}.placement.json"))
+        policy = simllm.resolve_policy(inst, placement, None)
+        for g in placement.groups:
+            llms = simllm.mesh_inputs(g, [specs[m] for m in g.models], 1e9, inst.llm_settings, policy, 10.0)[0]
+            for share, stretch in zip(llms.share, llms.decode_stretch):
+                whole = g.tp == 1 and share >= 1.0
+                assert stretch == (1.07 if whole else 0.0)
+                seen[whole] = True
+    assert seen == {True: True, False: True}
+
+
+def test_estimator_stretches_the_table_time_in_place_of_the_kv_read():
+    """The Eq. 3 estimator's decode step on a whole GPU of a one-GPU mesh is its table time x the
+    stretch plus the host time (no KV term); at a partition share or TP 2 the stretch changes
+    nothing; prefills never change."""
+    inst = load_instance(os.path.join(GPU4S4, "measured", "poisson.json"))
+    spec = llm_specs(inst)[2]  # llm-7b: the largest KV read per token of the set
+    cfg = inst.llm_settings
+    assert cfg.decode_kv_gbps > 0
+    on = dataclasses.replace(cfg, decode_full_stretch=1.07)
+    table = latency_vectors(spec, 1, 1.0, 32)[1]
+    pre_off, off = latency_vectors(spec, 1, 1.0, 32, cfg)  # table + host + KV read (+ page fill)
+    pre_on, stretched = latency_vectors(spec, 1, 1.0, 32, on)  # table x 1.07 + host (+ page fill)
+    assert np.array_equal(pre_off, pre_on)
+    assert np.allclose(stretched - off, 0.07 * table - _kv_term(spec, cfg, 1), rtol=1e-9, atol=1e-12)
+    for share, tp in ((0.5, 1), (1.0, 2)):
+        assert np.array_equal(latency_vectors(spec, tp, share, 32, cfg)[1], latency_vectors(spec, tp, share, 32, on)[1])
+
+
+def _kv_term(spec, cfg, tp):
+    """The estimator's KV-read term of batches 0..32 (batch 0 counted as 1) at the mean context."""
+    b = np.maximum(np.arange(33), 1)
+    context = spec.prompt_tokens + spec.output_tokens / 2.0
+    return b * context * spec.kv_bytes_per_token / tp / (simllm.kv_read_gbps(cfg, tp) * 1e9)
+
+
+def test_the_fit_refuses_a_trace_without_the_contexts():
+    """Traces made before the ``context_tokens`` column put requests x longest context in its
+    place (an upper bound): the stretch's fit refuses them rather than time their steps at it."""
+    script = load_benchmark("llm_fidelity")
+    old = script._find_run(("results-v3f-tp2", "tp2-poisson-spatial"))
+    assert not script.trace_has_contexts(old)
+    with pytest.raises(ValueError, match="context_tokens"):
+        script.traced_full_decode_steps(old)
+
+
+def test_the_fit_is_least_squares_through_the_origin(monkeypatch):
+    """Steps whose GPU time is 1.05 x their table time give 1.05, whatever their lengths."""
+    script = load_benchmark("llm_fidelity")
+    table = np.array([0.002, 0.006, 0.009, 0.0015])
+    monkeypatch.setattr(script, "traced_full_decode_steps", lambda run: np.column_stack([1.05 * table, table]))
+    stretch, count = script.fit_decode_full_stretch([{}, {}])
+    assert stretch == pytest.approx(1.05) and count == 8
+
+
+def test_v3f_measures_the_stretch_on_its_traces_and_a_held_out_machine_agrees():
+    """v3f's calibration holds the stretch measured on its two traced 2-GPU spatial runs (the 7B
+    and 8B each on a whole H100: 18,086 steps, 1.066) and the host time beyond it; the held-out
+    4-GPU machine's steps (four LLMs, 1B to 8B) give a stretch within 1% of it. The decode host
+    time of a whole mesh of several GPUs is the parent's (the change of the whole-GPU one moves to
+    the per-mesh term, as that mesh's fit measured its total); an SM partition of such a mesh
+    pays the per-mesh term too, so its host time rises by that change."""
+    script = load_benchmark("llm_fidelity")
+    gen = script.GENERATIONS["v3f"]
+    model = script.generation_model(gen)
+    parent = script.generation_model(script.GENERATIONS[gen.derives])
+    stretch, count = script.fit_decode_full_stretch([script._find_run(w) for w in gen.fit_decode_full])
+    assert count == 18086 and model["decode_full_stretch"] == pytest.approx(stretch, abs=1e-4)
+    assert 1.05 < stretch < 1.08
+    assert model["decode_host_full_s"] < parent["decode_host_full_s"]
+    held_out = [script._find_run(("results-v3f-gpu4s4", f"gpu4s4-poisson-{p}")) for p in ("spatial", "temporal")]
+    assert not any(script.is_fit_run(r) for r in held_out)
+    assert script.fit_decode_full_stretch(held_out)[0] == pytest.approx(stretch, rel=0.01)
+    change = parent["decode_host_full_s"] - model["decode_host_full_s"]
+    for tp in (2, 4):
+        for share, more in ((1.0, 0.0), (0.5, change)):
+            now = simllm.host_seconds(script.with_model(LLMConfig(), model), share, tp)[0]
+            before = simllm.host_seconds(script.with_model(LLMConfig(), parent), share, tp)[0]
+            assert now == pytest.approx(before + more, abs=1e-9)
+
+
+def test_the_stretch_predicts_the_held_out_4gpu_ttft_and_the_code_trace_tpot():
+    """With the parent's whole-GPU decode step (the KV read and its host time) the held-out 4-GPU
+    seed's mean TTFT was half the simulated (the 7B alone on its GPU near saturation, its steps
+    simulated 2.6% long); with the measured stretch each placement's is within 30%, and the code
+    trace's temporal run's TPOT (+12%) within 5%."""
+    script = load_benchmark("llm_fidelity")
+    gen = script.GENERATIONS["v3f"]
+    model = script.generation_model(gen)
+    parent = script.generation_model(script.GENERATIONS[gen.derives])
+    before = dict(model, **{f: parent[f] for f in ("decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s")})
+    for name in ("gpu4s4-poisson-spatial", "gpu4s4-poisson-muxserve", "gpu4s4-poisson-temporal"):
+        run = script._find_run(("results-v3f-gpu4s4", name))
+        measured = run["summary"]["measured"]
+        was = script.errors(measured, script.predict(run, before)[0])
+        now = script.errors(measured, script.predict(run, model)[0])
+        assert was["ttft_err"] < -0.45 and abs(now["ttft_err"]) < 0.3
+        assert abs(now["throughput_err"]) < 0.01 and abs(now["tpot_err"]) < 0.07
+    run = script._find_run(("results-v3f", "code-temporal"))
+    measured = run["summary"]["measured"]
+    assert script.errors(measured, script.predict(run, before)[0])["tpot_err"] > 0.1
+    assert abs(script.errors(measured, script.predict(run, model)[0])["tpot_err"]) < 0.05
