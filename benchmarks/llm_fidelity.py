@@ -108,6 +108,7 @@ import functools
 import glob
 import gzip
 import json
+import lzma
 import math
 import os
 import statistics
@@ -629,16 +630,33 @@ def parse_overrides(items: List[str]) -> Dict[str, float]:
     return out
 
 
+#: the suffixes of a committed result file, compressed to keep the repository small (``xz -9e``;
+#: the older ``gzip -n -9``), after the plain file a run writes
+COMPRESSED = (".xz", ".gz")
+
+
+def stored(path: str) -> str:
+    """``path`` where it exists, else its compressed twin (:data:`COMPRESSED`) that exists, else
+    ``path`` + the first suffix."""
+    return next((p for p in [path] + [path + c for c in COMPRESSED] if os.path.exists(p)), path + COMPRESSED[0])
+
+
+def open_text(path: str) -> Any:
+    """A text file plain, xz- or gzip-compressed, by its suffix, opened for reading."""
+    if path.endswith(".xz"):
+        return lzma.open(path, "rt", newline="")
+    return gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")
+
+
 def run_file(run: dict, name: str) -> str:
-    """The path of the file ``name`` of ``run``'s folder, or of its ``.gz`` where the folder is
-    committed compressed (``gzip -n``)."""
-    path = os.path.join(run["folder"], run["name"], name)
-    return path if os.path.exists(path) else path + ".gz"
+    """The path of the file ``name`` of ``run``'s folder, or of its compressed twin where the
+    folder is committed compressed (:func:`stored`)."""
+    return stored(os.path.join(run["folder"], run["name"], name))
 
 
 def read_csv(path: str) -> List[Dict[str, str]]:
-    """The rows of a CSV file, plain or gzipped (``.gz``)."""
-    with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
+    """The rows of a CSV file, plain or compressed (:func:`open_text`)."""
+    with open_text(path) as f:
         return list(csv.DictReader(f))
 
 
@@ -1056,7 +1074,7 @@ def trace_has_contexts(run: dict) -> bool:
     column traces have had since results-v3f-tr2); :func:`traced_jobs` puts an upper bound in its
     place for the older ones."""
     path = run_file(run, "jobs.csv")
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+    with open_text(path) as f:
         return "context_tokens" in f.readline().strip().split(",")
 
 
@@ -1877,16 +1895,14 @@ def _reading(cell: str) -> float:
 
 
 def gpu_log(results: str) -> Optional[np.ndarray]:
-    """``run_gpu.sh``'s ``gpu-log.csv`` (or ``.csv.gz``) of a results folder as rows (Unix time, GPU
-    index, SM MHz, memory MHz, power W, temperature C, utilisation %, clock-event reasons); None
-    without one (folders measured before the log existed)."""
-    path = os.path.join(results, "gpu-log.csv")
-    opened = open(path) if os.path.exists(path) else (
-        gzip.open(path + ".gz", "rt") if os.path.exists(path + ".gz") else None)
-    if opened is None:
+    """``run_gpu.sh``'s ``gpu-log.csv`` (or its compressed twin) of a results folder as rows (Unix
+    time, GPU index, SM MHz, memory MHz, power W, temperature C, utilisation %, clock-event
+    reasons); None without one (folders measured before the log existed)."""
+    path = stored(os.path.join(results, "gpu-log.csv"))
+    if not os.path.exists(path):
         return None
     rows = []
-    with opened as f:
+    with open_text(path) as f:
         for line in f:
             cells = [c.strip() for c in line.split(",")]
             if len(cells) != 8:  # a line cut by the logger's stop
