@@ -23,6 +23,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from placement_opt.settings import LLMConfig
+
 from .helpers import ROOT, load_benchmark
 
 FIDELITY = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
@@ -114,10 +116,30 @@ def test_tp2_runs_use_their_own_tables_where_they_exist(fidelity_copy):
     assert script.cost_table_paths(refs, inst_dir, tp2) == {"llm-8b": os.path.join(tp2, "llm-8b.json")}
 
 
+def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_path):
+    """``measured_instances.py`` writes a set's copies with the newest generation's calibrated
+    fields (v3f's file, its ``fit`` record left out), so the executor's own prediction and host
+    probe on a new set's runs use the model the report re-predicts them with."""
+    import importlib.util
+
+    path = os.path.join(ROOT, "benchmarks", "fidelity", "llm", "measured_instances.py")
+    spec = importlib.util.spec_from_file_location("measured_instances", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert os.path.basename(module.CALIBRATION) == "calibration-v3f.json"
+    with open(module.CALIBRATION) as f:
+        cal = json.load(f)
+    fields = module.calibrated_llm_fields()
+    assert "fit" not in fields and fields == {k: v for k, v in cal.items() if k != "fit"}
+    assert fields["decode_full_stretch"] > 1.0
+    LLMConfig(**fields)  # every calibrated field is an LLM setting
+
+
 def test_each_generation_is_calibrated_on_its_own_runs():
     """A generation's calibration is fitted only on runs of its own engine: every fit run lies in
-    one of its results folders, the warm-start engine (v3w) writes ``calibration.json`` (what
-    ``measured_instances.py`` copies), and the cold-capture v3 runs keep their own file. v3p (v3w
+    one of its results folders, the warm-start engine (v3w) writes ``calibration.json``, and the
+    cold-capture v3 runs keep their own file. v3p (v3w
     with the vectorised page-table fill) derives from v3w: only its decode host seconds are
     measured on its own runs; the newest, v3f (v3p with FlashAttention eager prefills), derives
     from v3p: only its eager-prefill fields are."""

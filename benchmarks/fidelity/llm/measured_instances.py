@@ -4,8 +4,11 @@ For every instance of ``instances/fidelity-llm/`` writes ``instances/fidelity-ll
 a copy whose models reference ``benchmarks/fidelity/llm/tables/<model>.json`` (written by
 ``placeopt profile --llm`` in ``run_gpu.sh``), and whose cluster GPU is the profiled one
 (name from the tables). The simulator's predictions of the fidelity runs use these tables,
-and the host and contention parameters of ``calibration.json`` (the newest engine generation's,
-written by ``benchmarks/llm_fidelity.py --calibrate``) when it exists, in their ``llm`` section.
+and the host and contention parameters of the newest engine generation's calibration file (the
+last of ``benchmarks/llm_fidelity.py``'s ``GENERATIONS``, written by its ``--calibrate``) when it
+exists, in their ``llm`` section: what the executor's own prediction and its host probe (which
+measures the decode host time beyond the instance's model of the step) then use. A copy records
+what its runs ran with: a set's copies are written once, before its runs.
 
 Usage: python benchmarks/fidelity/llm/measured_instances.py [TABLES_DIR [INSTANCES_DIR]]
 (default ``benchmarks/fidelity/llm/tables``; ``run_gpu.sh`` passes its ``$TABLES``;
@@ -24,13 +27,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 SRC = os.path.join(ROOT, "instances", "fidelity-llm")
 TABLES = os.path.join(HERE, "tables")
-CALIBRATION = os.path.join(HERE, "calibration.json")
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_fidelity
+import llm_fidelity as fid  # noqa: E402
+
+CALIBRATION = os.path.join(HERE, fid.GENERATIONS[list(fid.GENERATIONS)[-1]].calibration)
 
 
 def calibrated_llm_fields() -> dict:
     """The simulator's ``llm`` parameters fitted on the GPU runs of the newest engine generation:
-    every field of ``calibration.json`` but its ``fit`` record (none without a fit; a field it
-    lacks stays the instance's). The calibration file is the one list of calibrated fields."""
+    every field of its calibration file (:data:`CALIBRATION`) but its ``fit`` record (none without
+    a fit; a field it lacks stays the instance's). The calibration file is the one list of
+    calibrated fields."""
     if not os.path.exists(CALIBRATION):
         return {}
     with open(CALIBRATION) as f:
