@@ -938,8 +938,9 @@ def _modelled_seconds(steps: np.ndarray, kv_gbps: float, power: float, entry_s: 
     """The modelled excess of each of :func:`plain_stream_steps`' steps over its table time: its
     KV GB per GPU / the rate at its mesh's TP degree (``kv_gbps / tp**power``, the simulator's
     :func:`~placement_opt.simulate.llm.kv_read_gbps`; 0: off) or, on a one-GPU mesh with a decode
-    ``stretch`` (``llm.decode_full_stretch``: these steps are on whole GPUs), its table time x
-    (stretch - 1) in its place; and its page-table entries x ``entry_s`` (the simulator's
+    ``stretch`` (``llm.decode_full_stretch``), its table time x (stretch - 1) in its place (the
+    simulator's :func:`~placement_opt.simulate.llm.decode_stretch` at share 1: a plain-stream
+    run's LLMs hold whole GPUs); and its page-table entries x ``entry_s`` (the simulator's
     page-table fill)."""
     kv = steps[:, 1] * steps[:, 2] ** power / kv_gbps if kv_gbps > 0 else np.zeros(len(steps))
     if stretch > 0:
@@ -1081,10 +1082,10 @@ def trace_has_contexts(run: dict) -> bool:
 
 
 def traced_jobs(run: dict) -> Optional[List[dict]]:
-    """The rows of ``run``'s job trace (``jobs.csv`` or its ``.gz``), times as floats, the group
-    (the placement's group index) and counts as ints (``context_tokens``, the job's contexts
-    summed, is requests x longest context in traces made before it was recorded); None for a
-    run without the trace."""
+    """The rows of ``run``'s job trace (``jobs.csv`` or its compressed twin, :func:`stored`), times
+    as floats, the group (the placement's group index) and counts as ints (``context_tokens``,
+    the job's contexts summed, is requests x longest context in traces made before it was
+    recorded: :func:`trace_has_contexts`); None for a run without the trace."""
     path = run_file(run, "jobs.csv")
     if not os.path.exists(path):
         return None
@@ -1339,6 +1340,20 @@ def apply_prefill_trace_fields(gen: Generation, out: dict) -> List[str]:
     return [*fields, "prefill_beside_stretch", "prefill_partition_stretch", "prefill_at_longest"]
 
 
+def jobs_alone(mesh: List[dict]) -> List[dict]:
+    """The traced jobs of one mesh (:func:`traced_jobs`' rows) that ran alone on its GPUs: no
+    other job's GPU time overlaps theirs (in GPU start order)."""
+    mesh = sorted(mesh, key=lambda j: j["device_start_s"])
+    out = []
+    ended = -math.inf  # the latest end of the jobs before job i
+    for i, j in enumerate(mesh):
+        after = mesh[i + 1]["device_start_s"] if i + 1 < len(mesh) else math.inf
+        if ended <= j["device_start_s"] and after >= j["device_end_s"]:
+            out.append(j)
+        ended = max(ended, j["device_end_s"])
+    return out
+
+
 def traced_full_decode_steps(run: dict) -> np.ndarray:
     """(GPU seconds, table seconds) of every decode step of ``run``'s job trace on a whole GPU
     of a one-GPU mesh that ran alone on its GPU (no other job of its mesh overlapping it), its
@@ -1362,13 +1377,8 @@ def traced_full_decode_steps(run: dict) -> np.ndarray:
     for gi, g in enumerate(placement.groups):
         if g.tp != 1 or any(on_partition(sh) for sh in _sm_shares(g, policy)):
             continue
-        mesh = sorted((j for j in jobs if j["group"] == gi), key=lambda j: j["device_start_s"])
-        ended = -math.inf  # the latest end of the mesh's jobs before job i
-        for i, j in enumerate(mesh):
-            after = mesh[i + 1]["device_start_s"] if i + 1 < len(mesh) else math.inf
-            beside = ended > j["device_start_s"] or after < j["device_end_s"]
-            ended = max(ended, j["device_end_s"])
-            if j["kind"] != "decode" or beside:
+        for j in jobs_alone([j for j in jobs if j["group"] == gi]):
+            if j["kind"] != "decode":
                 continue
             table, k = tables[j["llm"]][:2]
             n = j["requests"]
@@ -1396,8 +1406,9 @@ def apply_decode_full_fields(gen: Generation, out: dict) -> List[str]:
     (:func:`fit_decode_full_stretch`, in place of the KV term there) and, with it in place,
     ``decode_host_full_s`` (the median time their back-to-back TP-1 steps take beyond it and the
     page-table fill, :func:`plain_stream_decode_extra`); ``decode_host_mesh_s`` takes the change
-    of ``decode_host_full_s``, so the decode host time of a mesh of several GPUs (where the KV
-    term stays and whose fit measured that time whole) is unchanged. Returns the fields set."""
+    of ``decode_host_full_s``, so the decode host time of a whole mesh of several GPUs (where the
+    KV term stays and whose fit measured that time whole) is unchanged, and an SM partition of
+    such a mesh, which pays the per-mesh term too, takes the change. Returns the fields set."""
     runs = [_find_run(w) for w in gen.fit_decode_full]
     stretch, count = fit_decode_full_stretch(runs)
     stretch = round(stretch, 4)
@@ -1412,7 +1423,7 @@ def apply_decode_full_fields(gen: Generation, out: dict) -> List[str]:
         f"{names}: job traces, {count} decode steps alone on whole GPUs of one-GPU meshes: GPU time = "
         f"{stretch:.4f} x table time (least squares); decode_host_full_s the median of {pairs} back-to-back "
         f"steps beyond it and the page-table fill; decode_host_mesh_s {1e3 * (before - out['decode_host_full_s']):.3f} "
-        f"ms more (the host time of a mesh of several GPUs unchanged)")
+        f"ms more (a whole mesh of several GPUs keeps its host time, its SM partitions take the change)")
     return ["decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s"]
 
 
@@ -1737,6 +1748,9 @@ def calibrate(gen: Generation) -> dict:
     generation: :func:`derived_calibration`)."""
     if gen.derives:
         return _write_calibration(gen, derived_calibration(gen))
+    if gen.fit_decode_full:  # a root generation's host fits take the KV term on whole GPUs
+        raise ValueError(f"{gen.calibration}: only a derived generation measures the whole-GPU decode step "
+                         "(fit_decode_full)")
     assert gen.fit is not None
     with open(os.path.join(LLM, gen.engine, "engine.json")) as f:
         engine = json.load(f)
@@ -1797,8 +1811,6 @@ def calibrate(gen: Generation) -> dict:
     out["prefill_host_tp_s"] = round(prefill_tp, 6)
     out["prefill_host_mesh_s"] = round(prefill_mesh, 6)
     out["fit"]["prefill_tp_fit"] = prefill_tp_source
-    if gen.fit_decode_full:
-        apply_decode_full_fields(gen, out)
     apply_eager_fields(gen, out)
     if len(gen.fit_eager) > 1:
         tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, gen.fit_eager[1])

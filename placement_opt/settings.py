@@ -122,9 +122,10 @@ class LLMConfig:
       0.10 / 0.35 / 0.90 ms per GB per GPU beyond the tables; 0: the same rate at every degree).
     * ``decode_full_stretch``: a decode step of an LLM on a whole GPU (no SM partition) of a
       one-GPU mesh lasts this times its cost-table time, in place of the KV read above: the
-      engine's steps there run a fixed share over the profiled ones at every batch, for every
-      LLM size, and not by the KV bytes they read (measured on job traces of H100 runs: 1.066,
-      docs/fidelity-llm.md; 0: off, the table time plus the KV read as on every mesh).
+      engine's steps there run a share over the profiled ones, for every LLM size, not by the
+      KV bytes they read (one factor, fitted on job traces of H100 runs where their batches
+      mostly are, 5-16 requests: 1.066; measured 1.00-1.04 at 1-4 requests, 1.08-1.14 at
+      17-32; docs/fidelity-llm.md; 0: off, the table time plus the KV read as on every mesh).
     * ``decode_page_entry_s``: the host seconds the engine spends per entry of a decode step's
       page table (built on the host before the launch, one entry per page of every KV block
       the step's requests hold; a block is one page for an LLM alone on its mesh, several for

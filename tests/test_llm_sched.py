@@ -12,7 +12,7 @@ own-prefill contention) off and on. If either side changes a rule, this test fai
 
 from __future__ import annotations
 
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Sequence
 
 import numpy as np
 import pytest
@@ -51,7 +51,7 @@ class Timing(NamedTuple):
     prefill_beside_requests: float = 0.0
     prefill_beside_knee: float = 0.0
     prefill_at_longest: bool = False
-    decode_stretch: List[float] = []
+    decode_stretch: Sequence[float] = ()
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])

@@ -6,10 +6,12 @@ of one kind, and between runs on one machine, by up to 40% (4 x H100: 1.5-2.3 ms
 docs/fidelity-llm.md). Where a run is bound by it (a TP-4 mesh serving four LLMs one job at a
 time) that is a 13% throughput miss. So before its trials the executor runs a short probe on
 the same workers: on every mesh each LLM in turn decodes a batch of short requests alone,
-and the steps' time beyond the cost table (and the simulator's KV-read and page-fill terms) is
-that LLM's decode host time on this machine, at its SM share and TP degree, for short
-contexts. The prediction beside the measurement is then made a second time with those host
-times (:func:`placement_opt.simulate.llm.simulate_llm`'s ``decode_host``). What it showed on
+and the steps' time beyond the cost table (and the simulator's KV-read and page-fill terms, or
+on a whole GPU of a one-GPU mesh beyond the table x its decode stretch) is that LLM's decode
+host time on this machine, at its SM share and TP degree, for short contexts (at a batch of
+``PROBE_BATCH``: where the stretch depends on the batch, a trial at larger batches differs).
+The prediction beside the measurement is then made a second time with those host times
+(:func:`placement_opt.simulate.llm.simulate_llm`'s ``decode_host``). What it showed on
 the H100s: at TP 1 and 2 that prediction is as close as the calibrated one; at TP 4 the probe
 orders runs by their host time but reads 0.1-0.3 ms per step below the trial's own steps, so
 its prediction is no closer than the calibrated one; and a GPU that slows during the trial is
@@ -82,8 +84,10 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
                         max_batch: int, requests: MeshRequests, token_times: Sequence[Sequence[float]]
                         ) -> List[Optional[float]]:
     """Per LLM of one mesh, the median time its probe decode steps took beyond the simulator's
-    step time without host seconds (the cost table at the step's batch and mean context, the
-    KV-read term at this TP degree and the page-table fill): over every pair of consecutive
+    step time without host seconds (the cost table at the step's batch and mean context, plus
+    the KV-read term at this TP degree or, where the LLM has a decode stretch
+    (:func:`~placement_opt.simulate.llm.decode_stretch`), times the stretch; and the page-table
+    fill): over every pair of consecutive
     token events of the mesh that are both decode steps of that LLM (nothing else ran between).
     ``token_times[i]``: the times of request i's tokens. None where an LLM has fewer than
     ``MIN_STEPS`` such steps."""

@@ -412,9 +412,10 @@ class VirtualJobs:
     prefill, ``2k + 1``: its decode step) with their durations (table time, a prefill's at its
     longest prompt with ``MeshSettings.prefill_at_longest``, a graph prefill's
     ``MeshLLMs.prefill_stretch``, ``prefill_collect_s``, a decode step's KV read at
-    ``MeshSettings.decode_kv_gbps`` or, where set, its ``MeshLLMs.decode_stretch``), their launch on the one scheduling thread under the host
-    model (``MeshLLMs.decode_host_s``, ``decode_block_host_s`` per KV block a decode step's
-    requests hold, ``prefill_host_s``; an eager prefill over
+    ``MeshSettings.decode_kv_gbps`` or, where set, its ``MeshLLMs.decode_stretch``), their
+    launch on the one scheduling thread under the host model (``MeshLLMs.decode_host_s``,
+    ``decode_block_host_s`` per KV block a decode step's requests hold, ``prefill_host_s``; an
+    eager prefill over
     ``MeshSettings.graph_tokens``: ``prefill_eager_host_s``, ``prefill_eager_hold_s``) and their
     re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``, ``hbm_cap_gbps``:
     :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``; a prefill

@@ -298,8 +298,9 @@ def contention_gbps(cfg: LLMConfig, tp: int) -> float:
 def decode_stretch(cfg: LLMConfig, share: float, tp: int) -> float:
     """The factor on the table time of a decode step of an LLM at SM ``share`` on a mesh of TP
     degree ``tp``, in place of the KV read (:func:`kv_read_gbps`): ``llm.decode_full_stretch``
-    on a whole GPU (no partition) of a one-GPU mesh, where it was measured; 0 (off) elsewhere
-    or when that field is 0."""
+    on a whole GPU (no partition) of a one-GPU mesh, where it was measured (one LLM per GPU, or
+    several taking the GPU in turns or side by side on plain streams); 0 (off) elsewhere or when
+    that field is 0."""
     return cfg.decode_full_stretch if tp == 1 and not on_partition(share) else 0.0
 
 

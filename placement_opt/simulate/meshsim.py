@@ -45,8 +45,8 @@ a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.k
 ``decode_kv_gbps`` longer than its table time (the engine's steps over mixed context lengths
 exceed the profiled ones, which hold every request at the mean context); an LLM with a
 **decode stretch** (``MeshLLMs.decode_stretch``) instead has its steps last that factor times
-their table time (the engine's steps on a whole GPU exceed the profiled ones by a fixed share,
-not by the KV bytes read). **Page-table fill**
+their table time (the engine's steps on a whole GPU exceed the profiled ones by a share,
+not by the KV bytes they read). **Page-table fill**
 (``MeshLLMs.decode_block_host_s``): a decode step's launch holds the thread that many seconds
 per KV block its requests hold (the engine builds the step's page table on the host, an entry
 per page of every block; a block is several pages for an LLM beside others of other block
@@ -116,7 +116,8 @@ class MeshLLMs(NamedTuple):
     prefill_collect_s: np.ndarray = np.zeros(0)  # float64 seconds a prefill lasts beyond its table time (TP ranks' collect)
     prefill_stretch: np.ndarray = np.zeros(0)  # float64 factor on a prefill's table time (0 or empty: 1; shared SM partition)
     decode_block_host_s: np.ndarray = np.zeros(0)  # float64 host seconds of a decode launch per KV block held (page fill)
-    decode_stretch: np.ndarray = np.zeros(0)  # float64 factor on a decode step's table time in place of the KV read (0 or empty: off)
+    # float64 factor on a decode step's table time, in place of the KV read (0 or empty: off)
+    decode_stretch: np.ndarray = np.zeros(0)
 
 
 class LatencyTables(NamedTuple):

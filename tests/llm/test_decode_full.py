@@ -158,3 +158,28 @@ def test_the_stretch_predicts_the_held_out_4gpu_ttft_and_the_code_trace_tpot():
     measured = run["summary"]["measured"]
     assert script.errors(measured, script.predict(run, before)[0])["tpot_err"] > 0.1
     assert abs(script.errors(measured, script.predict(run, model)[0])["tpot_err"]) < 0.05
+
+
+def test_only_jobs_alone_on_their_gpus_are_timed():
+    """The fit times a step only where no other job of its mesh overlapped it on the GPU: a job
+    overlapping the one before or after it, or one that started inside a long earlier job, is
+    left out; jobs that touch end to start are alone."""
+    script = load_benchmark("llm_fidelity")
+
+    def job(name, start, end):
+        return {"llm": name, "device_start_s": start, "device_end_s": end}
+
+    mesh = [job("a", 0.0, 1.0), job("b", 1.0, 2.0), job("long", 3.0, 6.0), job("inside", 4.0, 4.5),
+            job("after", 5.0, 7.0), job("c", 7.0, 8.0), job("d", 7.5, 9.0), job("e", 9.5, 10.0)]
+    alone = script.jobs_alone(list(reversed(mesh)))
+    assert [j["llm"] for j in alone] == ["a", "b", "e"]
+
+
+def test_only_a_derived_generation_measures_the_whole_gpu_step():
+    """A generation of its own fits its host times with the KV term on whole GPUs: naming traces
+    for the whole-GPU step there is refused before any fit."""
+    script = load_benchmark("llm_fidelity")
+    gen = dataclasses.replace(script.GENERATIONS["v3w"], fit_decode_full=script.DECODE_FULL_TRACES)
+    assert gen.derives is None
+    with pytest.raises(ValueError, match="derived generation"):
+        script.calibrate(gen)

@@ -8,7 +8,8 @@ and the host and contention parameters of the newest engine generation's calibra
 last of ``benchmarks/llm_fidelity.py``'s ``GENERATIONS``, written by its ``--calibrate``) when it
 exists, in their ``llm`` section: what the executor's own prediction and its host probe (which
 measures the decode host time beyond the instance's model of the step) then use. A copy records
-what its runs ran with: a set's copies are written once, before its runs.
+what its runs ran with: write a set's copies once, before its runs (running this again on a
+committed set rewrites them with the calibration of the day).
 
 Usage: python benchmarks/fidelity/llm/measured_instances.py [TABLES_DIR [INSTANCES_DIR]]
 (default ``benchmarks/fidelity/llm/tables``; ``run_gpu.sh`` passes its ``$TABLES``;
