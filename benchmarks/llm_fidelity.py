@@ -83,9 +83,9 @@ TP decode host time and the prefill collect each split into a per-rank and a per
 holds the scheduling thread than a graph one, from the silences after prefill ends in the
 partition eager fit run's ``requests.csv``) before the eager-prefill times, which are fitted on
 TTFT with it in place; where a derived generation names traced plain-stream runs
-(``fit_decode_full``), ``decode_full_stretch`` (a decode step on a whole GPU of a one-GPU mesh
+(``fit_whole_gpu``), ``decode_full_stretch`` (a decode step on a whole GPU of a one-GPU mesh
 over its table time, from the traced GPU times) and, with it in place of the KV term there,
-``decode_host_full_s`` on their back-to-back steps (:func:`apply_decode_full_fields`), before the
+``decode_host_full_s`` on their back-to-back steps (:func:`apply_whole_gpu_fields`), before the
 prefill and eager fields; last, where a generation names a run of LLMs colocated on a TP > 1 mesh
 (``fit_contention_tp``), ``contention_tp_power`` (the contention rate over ``tp**power`` on
 such a mesh) on its mean TPOT with everything else in place (:func:`fit_contention_tp_power`).
@@ -130,7 +130,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
                 "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s",
                 "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
-                "contention_tp_power", "decode_full_stretch")
+                "contention_tp_power", "decode_full_stretch", "prefill_start_full_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,10 +183,11 @@ class Generation:
     # ``contention_tp_power`` (:func:`fit_contention_tp_power`; a derived generation, after its other
     # fields); None: the parent's
     fit_contention_tp: Optional[Tuple[str, str]] = None
-    # traced plain-stream runs (``jobs.csv`` with its ``context_tokens`` column) whose decode steps on
-    # whole GPUs of one-GPU meshes measure ``decode_full_stretch`` and, with it, ``decode_host_full_s``
-    # (:func:`apply_decode_full_fields`; a derived generation, before its prefill fields); empty: off
-    fit_decode_full: Tuple[Tuple[str, str], ...] = ()
+    # traced plain-stream runs (``jobs.csv`` with its ``context_tokens`` column) whose jobs on whole
+    # GPUs of one-GPU meshes measure ``decode_full_stretch`` and, with it, ``decode_host_full_s``, and
+    # ``prefill_start_full_s`` (:func:`apply_whole_gpu_fields`; a derived generation, before its
+    # prefill fields); empty: off
+    fit_whole_gpu: Tuple[Tuple[str, str], ...] = ()
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
@@ -199,8 +200,8 @@ class Generation:
 
 
 #: the traced plain-stream runs (the 7B and 8B each on a whole GPU; traces with the contexts) v3f's
-#: decode step on a whole GPU is measured on (``Generation.fit_decode_full``)
-DECODE_FULL_TRACES = (("results-v3f-tp2s2", "tp2s2-poisson-spatial"), ("results-v3f-tp2s3", "tp2s3-poisson-spatial"))
+#: decode step and graph prefill start on a whole GPU are measured on (``Generation.fit_whole_gpu``)
+WHOLE_GPU_TRACES = (("results-v3f-tp2s2", "tp2s2-poisson-spatial"), ("results-v3f-tp2s3", "tp2s3-poisson-spatial"))
 #: the traced runs v3f's stretch of a prefill on an SM partition beside other jobs is fitted on
 #: (``fit_prefill_trace``; docs/fidelity-llm.md "The prefill's stretch on the job trace")
 PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poisson-muxserve"))
@@ -307,7 +308,7 @@ GENERATIONS = {
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES,
                       fit_contention_tp=("results-v3f-tp2", "tp2-poisson-colocated"),
-                      fit_decode_full=DECODE_FULL_TRACES,
+                      fit_whole_gpu=WHOLE_GPU_TRACES,
                       folder_tables=(("results-v3f-tp2", "tables-tp2"), ("results-v3f-tp2s1", "tables-tp2"),
                                      ("results-v3f-tp2s2", "tables-tp2"), ("results-v3f-tp2s3", "tables-tp2"),
                                      ("results-v3f-gpu4s4", "tables-gpu4"), ("results-v3f-gpu4s5", "tables-gpu4"),
@@ -320,7 +321,7 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     """The runs ``gen``'s calibration was fitted on (folder, run name)."""
     return ([gen.fit] if gen.fit else []) + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
         [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv) + [
-        r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + list(gen.fit_decode_full) + (
+        r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + list(gen.fit_whole_gpu) + (
         [gen.fit_contention_tp] if gen.fit_contention_tp else [])
 
 
@@ -1388,6 +1389,28 @@ def traced_full_decode_steps(run: dict) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(-1, 2)
 
 
+def traced_full_prefill_starts(run: dict) -> List[float]:
+    """Seconds from the launch of each graph prefill (one the engine runs as a CUDA graph) on a
+    whole GPU of a one-GPU mesh in ``run``'s job trace to its GPU start; ValueError for a run
+    without the trace."""
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate.llm import _sm_shares, on_partition
+    from placement_opt.simulate.meshsim import prefill_runs_eagerly
+
+    jobs = traced_jobs(run)
+    if jobs is None:
+        raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace")
+    inst_path, placement_path = run_inputs(run)
+    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    placement = load_placement(placement_path)
+    policy = run_policy(run, inst, placement)
+    whole = {gi for gi, g in enumerate(placement.groups)
+             if g.tp == 1 and not any(on_partition(sh) for sh in _sm_shares(g, policy))}
+    return [j["device_start_s"] - j["launch_s"] for j in jobs
+            if j["kind"] == "prefill" and j["group"] in whole
+            and not prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)]
+
+
 def fit_decode_full_stretch(runs: Sequence[dict]) -> Tuple[float, int]:
     """``decode_full_stretch``: the factor on the table time that fits the GPU time of the traced
     decode steps on whole GPUs of one-GPU meshes in ``runs`` (:func:`traced_full_decode_steps`;
@@ -1400,16 +1423,18 @@ def fit_decode_full_stretch(runs: Sequence[dict]) -> Tuple[float, int]:
     return float(gpu @ table / (table @ table)), len(steps)
 
 
-def apply_decode_full_fields(gen: Generation, out: dict) -> List[str]:
+def apply_whole_gpu_fields(gen: Generation, out: dict) -> List[str]:
     """Set the calibration ``out``'s decode step on whole GPUs of one-GPU meshes to the one
-    measured on ``gen.fit_decode_full``'s job traces: ``decode_full_stretch``
+    measured on ``gen.fit_whole_gpu``'s job traces: ``decode_full_stretch``
     (:func:`fit_decode_full_stretch`, in place of the KV term there) and, with it in place,
     ``decode_host_full_s`` (the median time their back-to-back TP-1 steps take beyond it and the
     page-table fill, :func:`plain_stream_decode_extra`); ``decode_host_mesh_s`` takes the change
     of ``decode_host_full_s``, so the decode host time of a whole mesh of several GPUs (where the
     KV term stays and whose fit measured that time whole) is unchanged, and an SM partition of
-    such a mesh, which pays the per-mesh term too, takes the change. Returns the fields set."""
-    runs = [_find_run(w) for w in gen.fit_decode_full]
+    such a mesh, which pays the per-mesh term too, takes the change; and
+    ``prefill_start_full_s``, the median time from a graph prefill's launch to its GPU start there
+    (:func:`traced_full_prefill_starts`). Returns the fields set."""
+    runs = [_find_run(w) for w in gen.fit_whole_gpu]
     stretch, count = fit_decode_full_stretch(runs)
     stretch = round(stretch, 4)
     host, pairs = plain_stream_decode_extra(runs, out["decode_kv_gbps"], out["decode_kv_tp_power"],
@@ -1418,13 +1443,16 @@ def apply_decode_full_fields(gen: Generation, out: dict) -> List[str]:
     out["decode_full_stretch"] = stretch
     out["decode_host_full_s"] = round(host, 6)
     out["decode_host_mesh_s"] = round(out["decode_host_mesh_s"] + before - out["decode_host_full_s"], 6)
-    names = ", ".join(f"{f}/{n}" for f, n in gen.fit_decode_full)
-    out["fit"]["decode_full_fit"] = (
+    starts = [s for r in runs for s in traced_full_prefill_starts(r)]
+    out["prefill_start_full_s"] = round(statistics.median(starts), 6)
+    names = ", ".join(f"{f}/{n}" for f, n in gen.fit_whole_gpu)
+    out["fit"]["whole_gpu_fit"] = (
         f"{names}: job traces, {count} decode steps alone on whole GPUs of one-GPU meshes: GPU time = "
         f"{stretch:.4f} x table time (least squares); decode_host_full_s the median of {pairs} back-to-back "
         f"steps beyond it and the page-table fill; decode_host_mesh_s {1e3 * (before - out['decode_host_full_s']):.3f} "
-        f"ms more (a whole mesh of several GPUs keeps its host time, its SM partitions take the change)")
-    return ["decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s"]
+        f"ms more (a whole mesh of several GPUs keeps its host time, its SM partitions take the change); "
+        f"prefill_start_full_s the median of {len(starts)} graph prefills' launch to GPU start")
+    return ["decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s", "prefill_start_full_s"]
 
 
 def fit_on_run(run: dict, model: Dict[str, float], field: str, values: Any, error: str) -> Tuple[float, float]:
@@ -1704,8 +1732,8 @@ def derived_calibration(gen: Generation) -> dict:
     ``fit_tp`` and ``fit_tp_wide``: :func:`tp_decode_host`; ``prefill_eager_host_tp_s`` on them
     against the parent's TP-1 eager run: :func:`tp_eager_host`) and, where it names its own eager
     runs (``fit_eager``), the eager-prefill fields fitted on them (:func:`eager_fields`), after
-    the decode step on whole GPUs measured on its traced plain-stream runs (``fit_decode_full``:
-    :func:`apply_decode_full_fields`) and the prefill fields measured on its traced runs (the
+    the decode step on whole GPUs measured on its traced plain-stream runs (``fit_whole_gpu``:
+    :func:`apply_whole_gpu_fields`) and the prefill fields measured on its traced runs (the
     stretch beside others, the launch hold, ``prefill_at_longest``; ``fit_prefill_trace``:
     :func:`apply_prefill_trace_fields`) where it names any; last, where it names a colocated TP
     run (``fit_contention_tp``), the contention rate's TP power fitted on it
@@ -1730,8 +1758,8 @@ def derived_calibration(gen: Generation) -> dict:
                 tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, parent.fit_eager[1])
                 out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
                 own.append("prefill_eager_host_tp_s")
-    if gen.fit_decode_full:
-        own += apply_decode_full_fields(gen, out)
+    if gen.fit_whole_gpu:
+        own += apply_whole_gpu_fields(gen, out)
     if gen.fit_prefill_trace:
         own += apply_prefill_trace_fields(gen, out)
     if gen.fit_eager:
@@ -1748,9 +1776,9 @@ def calibrate(gen: Generation) -> dict:
     generation: :func:`derived_calibration`)."""
     if gen.derives:
         return _write_calibration(gen, derived_calibration(gen))
-    if gen.fit_decode_full:  # a root generation's host fits take the KV term on whole GPUs
+    if gen.fit_whole_gpu:  # a root generation's host fits take the KV term on whole GPUs
         raise ValueError(f"{gen.calibration}: only a derived generation measures the whole-GPU decode step "
-                         "(fit_decode_full)")
+                         "(fit_whole_gpu)")
     assert gen.fit is not None
     with open(os.path.join(LLM, gen.engine, "engine.json")) as f:
         engine = json.load(f)

@@ -126,6 +126,10 @@ class LLMConfig:
       KV bytes they read (one factor, fitted on job traces of H100 runs where their batches
       mostly are, 5-16 requests: 1.066; measured 1.00-1.04 at 1-4 requests, 1.08-1.14 at
       17-32; docs/fidelity-llm.md; 0: off, the table time plus the KV read as on every mesh).
+    * ``prefill_start_full_s``: a graph prefill of an LLM on a whole GPU of a one-GPU mesh lasts
+      this much longer than its table time: the engine's GPU work starts that far into its
+      launch (the simulator's starts with the launch; measured on job traces of H100 runs: 0.38
+      ms, docs/fidelity-llm.md; 0: off).
     * ``decode_page_entry_s``: the host seconds the engine spends per entry of a decode step's
       page table (built on the host before the launch, one entry per page of every KV block
       the step's requests hold; a block is one page for an LLM alone on its mesh, several for
@@ -216,6 +220,9 @@ class LLMConfig:
     decode_full_stretch: float = option(0.0, minimum=0, maximum=4,
                                         help="a decode step on a whole GPU of a one-GPU mesh lasts this x its table "
                                              "time, in place of the KV read (0: off)")
+    prefill_start_full_s: float = option(0.0, minimum=0,
+                                         help="seconds a graph prefill on a whole GPU of a one-GPU mesh lasts "
+                                              "beyond its table time: its GPU work starts that far into its launch")
     decode_page_entry_s: float = option(0.0, minimum=0,
                                         help="host seconds per page-table entry a decode step's launch takes (0: off)")
     prefill_graph_tokens: int = option(1024, minimum=1,

@@ -97,7 +97,7 @@ from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, 
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import (contention_gbps, decode_stretch, host_seconds, kv_read_gbps, on_partition,
-                                        page_fill_seconds, prefill_collect_seconds)
+                                        page_fill_seconds, prefill_extra_seconds)
 from placement_opt.simulate.meshsim import contention_stretch, prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
@@ -426,14 +426,16 @@ def _prefill_with_host(pre: np.ndarray, b: np.ndarray, spec: LLMSpec, llm: LLMCo
                        prefill_host: float, eager_host: float) -> np.ndarray:
     """The prefill seconds ``pre`` (batches ``b``) under the simulator's host model, in its
     order: the ranks' collect (:func:`prefill_collect_seconds`: ``llm.prefill_host_tp_s`` per TP
-    rank beyond the first, ``llm.prefill_host_mesh_s`` on any mesh of several) added to the
-    table time, at least the launch's ``prefill_host``, an eager prefill (padded size
-    at the mean prompt over ``prefill_graph_tokens``) ``eager_host`` longer; and, on an SM
+    rank beyond the first, ``llm.prefill_host_mesh_s`` on any mesh of several) and on a whole
+    GPU of a one-GPU mesh the start into its launch (``llm.prefill_start_full_s``; together
+    :func:`prefill_extra_seconds`) added to the table time, at least the launch's
+    ``prefill_host``, an eager prefill (padded size at the mean prompt over
+    ``prefill_graph_tokens``) ``eager_host`` longer; and, on an SM
     partition with ``llm.prefill_eager_hold_s``, an eager prefill's round share at least the
     thread's hold ``prefill_host + prefill_eager_hold_s``: the mesh's one scheduling thread
     launches nothing else that long, so every member's round waits for it as Eq. 3 waits for
     a prefill (mean value; the hold only counts where it outlasts the prefill)."""
-    collect = prefill_collect_seconds(llm, tp)
+    collect = prefill_extra_seconds(llm, share, tp)
     if collect > 0:
         pre = pre + collect
     if prefill_host > 0:

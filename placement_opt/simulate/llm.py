@@ -259,7 +259,8 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
                     weight_bytes=np.array([s.weight_bytes / g.tp for s in mesh_specs], dtype=np.float64),
                     kv_bytes=np.array([s.kv_bytes_per_token / g.tp for s in mesh_specs], dtype=np.float64),
                     decode_host_s=decode_host, prefill_host_s=prefill_host, prefill_eager_host_s=eager_host,
-                    prefill_collect_s=np.full(len(shares), prefill_collect_seconds(cfg, g.tp), dtype=np.float64),
+                    prefill_collect_s=np.array([prefill_extra_seconds(cfg, sh, g.tp) for sh in shares],
+                                               dtype=np.float64),
                     prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if on_partition(sh) else 0.0 for sh in shares]),
                     prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]),
                     decode_block_host_s=np.array([page_fill_seconds(cfg, s, mesh_specs, g.tp) for s in mesh_specs]),
@@ -342,6 +343,15 @@ def prefill_collect_seconds(cfg: LLMConfig, tp: int) -> float:
     collect of its first tokens, ``prefill_host_tp_s`` per rank beyond the first and, on a mesh of
     more than one GPU, ``prefill_host_mesh_s``."""
     return _tp_seconds(cfg.prefill_host_tp_s, cfg.prefill_host_mesh_s, tp)
+
+
+def prefill_extra_seconds(cfg: LLMConfig, share: float, tp: int) -> float:
+    """Seconds a prefill of an LLM at SM ``share`` on a mesh of TP degree ``tp`` lasts beyond its
+    table time (``MeshLLMs.prefill_collect_s``): the ranks' collect (:func:`prefill_collect_seconds`)
+    and, on a whole GPU of a one-GPU mesh, ``llm.prefill_start_full_s`` (the engine's GPU work
+    starts that far into its launch; measured there only)."""
+    start = cfg.prefill_start_full_s if tp == 1 and not on_partition(share) else 0.0
+    return prefill_collect_seconds(cfg, tp) + start
 
 
 def _tp_seconds(per_rank: float, per_mesh: float, tp: int) -> float:

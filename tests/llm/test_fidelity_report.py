@@ -208,8 +208,8 @@ TRACE_FIELDS = ("prefill_beside_gbps", "prefill_beside_requests", "prefill_besid
                 "prefill_host_s", "prefill_beside_stretch", "prefill_partition_stretch", "prefill_at_longest")
 #: the field v3f's colocated TP-2 run sets (``fit_contention_tp``: ``apply_contention_tp_power``)
 CONTENTION_TP_FIELDS = ("contention_tp_power",)
-#: the fields v3f's traced plain-stream runs set (``fit_decode_full``: ``apply_decode_full_fields``)
-DECODE_FULL_FIELDS = ("decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s")
+#: the fields v3f's traced plain-stream runs set (``fit_whole_gpu``: ``apply_whole_gpu_fields``)
+WHOLE_GPU_FIELDS = ("decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s", "prefill_start_full_s")
 
 
 def test_the_flash_eager_engine_measures_its_eager_fields_and_predicts_the_code_trace():
@@ -224,7 +224,7 @@ def test_the_flash_eager_engine_measures_its_eager_fields_and_predicts_the_code_
     points)."""
     script = load_benchmark("llm_fidelity")
     gen, derived, parent = derived_and_parent(script, "v3f")
-    assert same_but(derived, parent, EAGER_FIELDS + TRACE_FIELDS + CONTENTION_TP_FIELDS + DECODE_FULL_FIELDS)
+    assert same_but(derived, parent, EAGER_FIELDS + TRACE_FIELDS + CONTENTION_TP_FIELDS + WHOLE_GPU_FIELDS)
     assert "job trace" in derived["fit"]["prefill_eager_hold_s_fit"]
     assert 0.015 < derived["prefill_eager_hold_s"] < 0.035 < parent["prefill_eager_hold_s"]
     holds = script.traced_launch_holds(script._find_run(gen.fit_eager[0]))

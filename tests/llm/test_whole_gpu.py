@@ -1,6 +1,8 @@
-"""The decode step on a whole GPU of a one-GPU mesh (``llm.decode_full_stretch``): where it
-applies, its form in the mesh kernel and the Eq. 3 estimator, its fit on v3f's job traces (only
-traces that record each step's contexts), and what it changes on the held-out GPU runs.
+"""Jobs on a whole GPU of a one-GPU mesh: the decode step's factor on its table time
+(``llm.decode_full_stretch``) and the graph prefill's start into its launch
+(``llm.prefill_start_full_s``): where they apply, their form in the mesh kernel and the Eq. 3
+estimator, their fit on v3f's job traces (only traces that record each step's contexts), and
+what they change on the held-out GPU runs.
 
 (The executor's virtual clock: ``tests/test_llm_sched.py``'s duration models; the host probe:
 ``test_host_probe.py``; the measurements: docs/fidelity-llm.md.)
@@ -122,7 +124,7 @@ def test_v3f_measures_the_stretch_on_its_traces_and_a_held_out_machine_agrees():
     gen = script.GENERATIONS["v3f"]
     model = script.generation_model(gen)
     parent = script.generation_model(script.GENERATIONS[gen.derives])
-    stretch, count = script.fit_decode_full_stretch([script._find_run(w) for w in gen.fit_decode_full])
+    stretch, count = script.fit_decode_full_stretch([script._find_run(w) for w in gen.fit_whole_gpu])
     assert count == 18086 and model["decode_full_stretch"] == pytest.approx(stretch, abs=1e-4)
     assert 1.05 < stretch < 1.08
     assert model["decode_host_full_s"] < parent["decode_host_full_s"]
@@ -179,7 +181,51 @@ def test_only_a_derived_generation_measures_the_whole_gpu_step():
     """A generation of its own fits its host times with the KV term on whole GPUs: naming traces
     for the whole-GPU step there is refused before any fit."""
     script = load_benchmark("llm_fidelity")
-    gen = dataclasses.replace(script.GENERATIONS["v3w"], fit_decode_full=script.DECODE_FULL_TRACES)
+    gen = dataclasses.replace(script.GENERATIONS["v3w"], fit_whole_gpu=script.WHOLE_GPU_TRACES)
     assert gen.derives is None
     with pytest.raises(ValueError, match="derived generation"):
         script.calibrate(gen)
+
+
+def test_only_whole_gpus_of_one_gpu_meshes_start_prefills_late():
+    """A prefill lasts its TP collect beyond its table time and, on a whole GPU of a one-GPU mesh,
+    ``prefill_start_full_s`` more; the mesh inputs carry it per LLM (the kernel and the virtual
+    clock add ``prefill_collect_s`` to every prefill) and the estimator adds it to its prefill
+    vector there only."""
+    cfg = LLMConfig(prefill_start_full_s=4e-4, prefill_host_tp_s=1e-3)
+    assert simllm.prefill_extra_seconds(cfg, 1.0, 1) == pytest.approx(4e-4)
+    assert simllm.prefill_extra_seconds(cfg, 0.5, 1) == 0.0
+    assert simllm.prefill_extra_seconds(cfg, 1.0, 2) == pytest.approx(simllm.prefill_collect_seconds(cfg, 2))
+    inst = load_instance(os.path.join(GPU4S4, "measured", "poisson.json"))
+    on = dataclasses.replace(inst.llm_settings, prefill_start_full_s=4e-4)
+    specs = {s.name: s for s in llm_specs(inst)}
+    for name in ("poisson-spatial", "poisson-muxserve"):
+        placement = load_placement(os.path.join(GPU4S4, f"{name}.placement.json"))
+        policy = simllm.resolve_policy(inst, placement, None)
+        for g in placement.groups:
+            mesh = [specs[m] for m in g.models]
+            before = simllm.mesh_inputs(g, mesh, 1e9, inst.llm_settings, policy, 10.0)[0]
+            after = simllm.mesh_inputs(g, mesh, 1e9, on, policy, 10.0)[0]
+            whole = (before.share >= 1.0) & (g.tp == 1)
+            assert np.allclose(after.prefill_collect_s - before.prefill_collect_s, 4e-4 * whole)
+    spec = specs["llm-7b"]
+    for share, more in ((1.0, 4e-4), (0.5, 0.0)):
+        pre_off = latency_vectors(spec, 1, share, 32, inst.llm_settings)[0]
+        pre_on = latency_vectors(spec, 1, share, 32, on)[0]
+        assert np.allclose(pre_on - pre_off, more, rtol=0, atol=1e-12)
+    assert lone_request(10, 2, dict(prefill_collect_s=4e-4))[0] == pytest.approx(0.1 + 4e-4)
+
+
+def test_v3f_measures_the_prefill_start_on_its_traces():
+    """v3f's ``prefill_start_full_s`` is the median launch-to-GPU-start time of the graph prefills on
+    whole GPUs in its two traced 2-GPU spatial runs (418 prefills, about 0.38 ms); the held-out
+    4-GPU machines' prefills start 0.25-0.45 ms into their launch."""
+    script = load_benchmark("llm_fidelity")
+    gen = script.GENERATIONS["v3f"]
+    model = script.generation_model(gen)
+    starts = [s for w in gen.fit_whole_gpu for s in script.traced_full_prefill_starts(script._find_run(w))]
+    assert len(starts) == 418 and model["prefill_start_full_s"] == pytest.approx(np.median(starts), abs=1e-6)
+    assert 3e-4 < model["prefill_start_full_s"] < 4.5e-4
+    for seed in ("gpu4s4", "gpu4s5", "gpu4s6"):
+        run = script._find_run((f"results-v3f-{seed}", f"{seed}-poisson-spatial"))
+        assert 2.5e-4 < np.median(script.traced_full_prefill_starts(run)) < 4.5e-4
