@@ -222,7 +222,8 @@ class LLMConfig:
                                              "time, in place of the KV read (0: off)")
     prefill_start_full_s: float = option(0.0, minimum=0,
                                          help="seconds a graph prefill on a whole GPU of a one-GPU mesh lasts "
-                                              "beyond its table time: its GPU work starts that far into its launch")
+                                              "beyond its table time: its GPU work starts that far into its launch "
+                                              "(0: off)")
     decode_page_entry_s: float = option(0.0, minimum=0,
                                         help="host seconds per page-table entry a decode step's launch takes (0: off)")
     prefill_graph_tokens: int = option(1024, minimum=1,
