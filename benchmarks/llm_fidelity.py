@@ -112,7 +112,7 @@ import lzma
 import math
 import os
 import statistics
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -1355,6 +1355,20 @@ def jobs_alone(mesh: List[dict]) -> List[dict]:
     return out
 
 
+def whole_gpu_groups(run: dict) -> Set[int]:
+    """The indices of ``run``'s placement groups whose LLMs each hold a whole GPU of a one-GPU
+    mesh under the run's policy (:func:`~placement_opt.simulate.llm.on_whole_gpu`)."""
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate.llm import _sm_shares, on_whole_gpu
+
+    inst_path, placement_path = run_inputs(run)
+    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    placement = load_placement(placement_path)
+    policy = run_policy(run, inst, placement)
+    return {gi for gi, g in enumerate(placement.groups)
+            if all(on_whole_gpu(sh, g.tp) for sh in _sm_shares(g, policy))}
+
+
 def traced_full_decode_steps(run: dict) -> np.ndarray:
     """(GPU seconds, table seconds) of every decode step of ``run``'s job trace on a whole GPU
     of a one-GPU mesh that ran alone on its GPU (no other job of its mesh overlapping it), its
@@ -1362,22 +1376,14 @@ def traced_full_decode_steps(run: dict) -> np.ndarray:
     as the simulator takes it); ValueError for a run without the trace or whose trace does not
     record the contexts (its mean context unknown: :func:`trace_has_contexts`)."""
     from placement_opt.executor.llm_sched import len_interp
-    from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import _sm_shares, on_partition
 
     jobs = traced_jobs(run)
     if jobs is None or not trace_has_contexts(run):
         raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace with the "
                          "context_tokens column")
-    inst_path, placement_path = run_inputs(run)
-    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
-    placement = load_placement(placement_path)
-    policy = run_policy(run, inst, placement)
     tables = _mesh_step_tables(run, at_shares=True)
     rows = []
-    for gi, g in enumerate(placement.groups):
-        if g.tp != 1 or any(on_partition(sh) for sh in _sm_shares(g, policy)):
-            continue
+    for gi in sorted(whole_gpu_groups(run)):
         for j in jobs_alone([j for j in jobs if j["group"] == gi]):
             if j["kind"] != "decode":
                 continue
@@ -1393,19 +1399,12 @@ def traced_full_prefill_starts(run: dict) -> List[float]:
     """Seconds from the launch of each graph prefill (one the engine runs as a CUDA graph) on a
     whole GPU of a one-GPU mesh in ``run``'s job trace to its GPU start; ValueError for a run
     without the trace."""
-    from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import _sm_shares, on_partition
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
     jobs = traced_jobs(run)
     if jobs is None:
         raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace")
-    inst_path, placement_path = run_inputs(run)
-    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
-    placement = load_placement(placement_path)
-    policy = run_policy(run, inst, placement)
-    whole = {gi for gi, g in enumerate(placement.groups)
-             if g.tp == 1 and not any(on_partition(sh) for sh in _sm_shares(g, policy))}
+    whole = whole_gpu_groups(run)
     return [j["device_start_s"] - j["launch_s"] for j in jobs
             if j["kind"] == "prefill" and j["group"] in whole
             and not prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)]

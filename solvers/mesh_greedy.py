@@ -62,9 +62,11 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
     nd = mesh_t.shape[0]
     row_share = share.reshape(-1)
     beside_of = np.empty((nd, beside.shape[0]))
+    hbm_of = np.empty(nd)  # each mesh's contention rate, whole-mesh units
     for d in range(nd):
         beside_of[d] = beside
         beside_of[d, 2] = beside[2] * mesh_size[d]
+        hbm_of[d] = mesh_contention_gbps(hbm_gbps, hbm_tp_power, mesh_size[d])
     n = order.shape[0]
     spread_ties = rule == GAIN and not serial_decode
     nt = feasible.shape[1]
@@ -106,8 +108,7 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[c] = m * nt + t
                 new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
                                       per_gpu * size, reserve * size, max_batch, serial_decode, tpt, batch,
-                                      mesh_contention_gbps(hbm_gbps, hbm_tp_power, size), hbm_cap_gbps * size,
-                                      slow, beside_of[d], row_share)
+                                      hbm_of[d], hbm_cap_gbps * size, slow, beside_of[d], row_share)
                 if new < 0:
                     continue
                 val = new - unit_tpt[d]
@@ -135,8 +136,7 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[q] = members[d, q] * nt + t
             unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
                                           per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, serial_decode,
-                                          tpt, batch, mesh_contention_gbps(hbm_gbps, hbm_tp_power, mesh_size[d]),
-                                          hbm_cap_gbps * mesh_size[d], slow,
+                                          tpt, batch, hbm_of[d], hbm_cap_gbps * mesh_size[d], slow,
                                           beside_of[d], row_share)
         total += unit_tpt[d]
     return total

@@ -302,7 +302,14 @@ def decode_stretch(cfg: LLMConfig, share: float, tp: int) -> float:
     on a whole GPU (no partition) of a one-GPU mesh, where it was measured (one LLM per GPU, or
     several taking the GPU in turns or side by side on plain streams); 0 (off) elsewhere or when
     that field is 0."""
-    return cfg.decode_full_stretch if tp == 1 and not on_partition(share) else 0.0
+    return cfg.decode_full_stretch if on_whole_gpu(share, tp) else 0.0
+
+
+def on_whole_gpu(share: float, tp: int) -> bool:
+    """Whether an LLM at SM ``share`` on a mesh of TP degree ``tp`` holds a whole GPU of a
+    one-GPU mesh: where the engine's job timing beyond its tables was measured
+    (:func:`decode_stretch`, :func:`prefill_extra_seconds`)."""
+    return tp == 1 and not on_partition(share)
 
 
 def kv_read_gbps(cfg: LLMConfig, tp: int) -> float:
@@ -350,7 +357,7 @@ def prefill_extra_seconds(cfg: LLMConfig, share: float, tp: int) -> float:
     table time (``MeshLLMs.prefill_collect_s``): the ranks' collect (:func:`prefill_collect_seconds`)
     and, on a whole GPU of a one-GPU mesh, ``llm.prefill_start_full_s`` (the engine's GPU work
     starts that far into its launch; measured there only)."""
-    start = cfg.prefill_start_full_s if tp == 1 and not on_partition(share) else 0.0
+    start = cfg.prefill_start_full_s if on_whole_gpu(share, tp) else 0.0
     return prefill_collect_seconds(cfg, tp) + start
 
 
