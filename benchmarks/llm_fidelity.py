@@ -130,7 +130,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
                 "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s",
                 "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
-                "contention_tp_power", "decode_full_stretch", "prefill_start_full_s")
+                "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +188,10 @@ class Generation:
     # ``prefill_start_full_s`` (:func:`apply_whole_gpu_fields`; a derived generation, before its
     # prefill fields); empty: off
     fit_whole_gpu: Tuple[Tuple[str, str], ...] = ()
+    # with ``fit_whole_gpu``: the SM count of its GPUs (``llm.decode_attention_sms``: a decode step on a
+    # whole GPU read at its effective context; the GPU's own count, not fitted: 132 on an H100 SXM,
+    # where the traces' steps fit best, 132 +- 15); 0: at the mean context
+    decode_attention_sms: int = 0
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
@@ -260,7 +264,9 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # and -tp2s4 (the 4-GPU set with seed 5, the 2-GPU set with seed 4, the four placements each),
 # predicted after the whole-GPU decode step was measured on the traces; results-v3f-gpu4s6 (the 4-GPU set
 # with seed 6, its measured instance the first with v3f's calibration: the executor's host probe
-# measures beyond the stretch). Its TP > 1 eager term
+# measures beyond the stretch); results-v3f-gpu4s7 and -gpu4s8 (the 4-GPU set with seeds 7 and 8),
+# predicted after the decode step on a whole GPU was read at its effective context
+# (decode_attention_sms). Its TP > 1 eager term
 # (prefill_eager_host_tp_s) stays v3p's, measured against v3p's cuDNN-era TP-1 eager time.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -303,16 +309,18 @@ GENERATIONS = {
     "v3f": Generation(("results-v3f", "results-v3f-tp2", "results-v3f-tp2s1", "results-v3f-x3a", "results-v3f-x3b",
                        "results-v3f-x3c", "results-v3f-tr2", "results-v3f-tp2s2", "results-v3f-x3s1",
                        "results-v3f-x3s2", "results-v3f-x3p", "results-v3f-tp2s3", "results-v3f-gpu4s4",
-                       "results-v3f-gpu4s5", "results-v3f-tp2s4", "results-v3f-gpu4s6"),
+                       "results-v3f-gpu4s5", "results-v3f-tp2s4", "results-v3f-gpu4s6", "results-v3f-gpu4s7",
+                       "results-v3f-gpu4s8"),
                       "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES,
                       fit_contention_tp=("results-v3f-tp2", "tp2-poisson-colocated"),
-                      fit_whole_gpu=WHOLE_GPU_TRACES,
+                      fit_whole_gpu=WHOLE_GPU_TRACES, decode_attention_sms=132,
                       folder_tables=(("results-v3f-tp2", "tables-tp2"), ("results-v3f-tp2s1", "tables-tp2"),
                                      ("results-v3f-tp2s2", "tables-tp2"), ("results-v3f-tp2s3", "tables-tp2"),
                                      ("results-v3f-gpu4s4", "tables-gpu4"), ("results-v3f-gpu4s5", "tables-gpu4"),
-                                     ("results-v3f-tp2s4", "tables-tp2"), ("results-v3f-gpu4s6", "tables-gpu4")),
+                                     ("results-v3f-tp2s4", "tables-tp2"), ("results-v3f-gpu4s6", "tables-gpu4"),
+                                     ("results-v3f-gpu4s7", "tables-gpu4"), ("results-v3f-gpu4s8", "tables-gpu4")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3p"),
 }
 
@@ -905,17 +913,42 @@ def _mesh_step_tables(run: dict, at_shares: bool = False) -> Dict[str, Tuple[Any
     return out
 
 
-def plain_stream_steps(run: dict) -> np.ndarray:
+def decode_waves(run: dict, attention_sms: int, at_shares: bool = False) -> Dict[str, float]:
+    """Per model of ``run``'s placement its decode wave (the simulator's
+    :func:`~placement_opt.simulate.llm.decode_wave`) under ``llm.decode_attention_sms`` =
+    ``attention_sms``, at share 1 (``at_shares``: at the SM shares the run's policy gives)."""
+    from placement_opt.llm_units import llm_specs
+    from placement_opt.placement import load_placement
+    from placement_opt.simulate.llm import _sm_shares, decode_wave
+
+    inst_path, placement_path = run_inputs(run)
+    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    cfg = dataclasses.replace(LLMConfig(), decode_attention_sms=attention_sms)
+    specs = {s.name: s for s in llm_specs(inst)}
+    placement = load_placement(placement_path)
+    policy = run_policy(run, inst, placement) if at_shares else ""
+    out = {}
+    for g in placement.groups:
+        shares = _sm_shares(g, policy) if at_shares else [1.0] * len(g.models)
+        for m, share in zip(g.models, shares):
+            out[m] = decode_wave(cfg, specs[m], share, g.tp)
+    return out
+
+
+def plain_stream_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
     """The back-to-back decode steps of a plain-stream run (one job at a time per mesh: a temporal
     run, or a spatial one): over every pair of consecutive token events of one mesh that are
     decode steps of the same LLM (nothing ran on that mesh between them), (gap - the table time of
-    the second step at its batch and mean context, the GB of KV cache per GPU that step reads, the
+    the second step at its batch and mean context (with ``attention_sms``, ``llm.decode_attention_sms``,
+    at its effective context: :func:`decode_waves`), the GB of KV cache per GPU that step reads, the
     mesh's TP degree, the entries of the step's page table: its requests' KV blocks x pages per
     block, that table time), one row per pair."""
     from placement_opt.executor.llm_sched import len_interp
     from placement_opt.placement import load_placement
+    from placement_opt.simulate.meshsim import decode_context
 
     tables = _mesh_step_tables(run)
+    waves = decode_waves(run, attention_sms)
     events = token_events(run)
     inst = generation_instance(run_inputs(run)[0], generation_of(run["folder"]), run["folder"])
     block = inst.llm_settings.kv_block_tokens
@@ -929,7 +962,8 @@ def plain_stream_steps(run: dict) -> np.ndarray:
             table, k, kv_bytes, pages = tables[m1]
             context = sum(p + j for p, j, _ in step)
             entries = pages * sum((p + j + block) // block for p, j, _ in step)  # blocks of context + 1 tokens
-            seconds = len_interp(table.decode[k, len(step)], table.lgrid, context / len(step))
+            length = decode_context(float(context), float(max(p + j for p, j, _ in step)), len(step), waves[m1])
+            seconds = len_interp(table.decode[k, len(step)], table.lgrid, length)
             steps.append((t1 - t0 - seconds, context * kv_bytes / 1e9, group.tp, entries, seconds))
     return np.array(steps, dtype=np.float64).reshape(-1, 5)
 
@@ -950,15 +984,16 @@ def _modelled_seconds(steps: np.ndarray, kv_gbps: float, power: float, entry_s: 
 
 
 def plain_stream_decode_extra(runs: Sequence[dict], kv_gbps: float = 0.0, power: float = 0.0, entry_s: float = 0.0,
-                              tp: Optional[int] = None, stretch: float = 0.0) -> Tuple[float, int]:
+                              tp: Optional[int] = None, stretch: float = 0.0, attention_sms: int = 0
+                              ) -> Tuple[float, int]:
     """Seconds a decode step takes beyond its table time (and beyond the KV term at ``kv_gbps``
     and TP power ``power``: ``llm.decode_kv_gbps``, ``decode_kv_tp_power``, or on one-GPU meshes
     beyond its table time x ``stretch``: ``decode_full_stretch``; and beyond its page-table fill
     at ``entry_s``: ``decode_page_entry_s``) on plain streams: the median over the
     :func:`plain_stream_steps` of ``runs`` (only the meshes of TP degree ``tp``; None: every
-    mesh). Returns it and the number of steps. The median ignores the few steps that wait for a
-    cold prefill's capture."""
-    steps = np.vstack([plain_stream_steps(r) for r in runs])
+    mesh; ``attention_sms``: their table times at the effective context). Returns it and the
+    number of steps. The median ignores the few steps that wait for a cold prefill's capture."""
+    steps = np.vstack([plain_stream_steps(r, attention_sms) for r in runs])
     if tp is not None:
         steps = steps[steps[:, 2] == tp]
     if not len(steps):
@@ -1369,19 +1404,23 @@ def whole_gpu_groups(run: dict) -> Set[int]:
             if all(on_whole_gpu(sh, g.tp) for sh in _sm_shares(g, policy))}
 
 
-def traced_full_decode_steps(run: dict) -> np.ndarray:
+def traced_full_decode_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
     """(GPU seconds, table seconds) of every decode step of ``run``'s job trace on a whole GPU
     of a one-GPU mesh that ran alone on its GPU (no other job of its mesh overlapping it), its
     table time at its batch and mean context (the trace's ``context_tokens`` over its requests,
-    as the simulator takes it); ValueError for a run without the trace or whose trace does not
-    record the contexts (its mean context unknown: :func:`trace_has_contexts`)."""
+    as the simulator takes it; with ``attention_sms``, ``llm.decode_attention_sms``, at its
+    effective context between that and the trace's ``longest_context``: :func:`decode_waves`);
+    ValueError for a run without the trace or whose trace does not record the contexts (its
+    mean context unknown: :func:`trace_has_contexts`)."""
     from placement_opt.executor.llm_sched import len_interp
+    from placement_opt.simulate.meshsim import decode_context
 
     jobs = traced_jobs(run)
     if jobs is None or not trace_has_contexts(run):
         raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace with the "
                          "context_tokens column")
     tables = _mesh_step_tables(run, at_shares=True)
+    waves = decode_waves(run, attention_sms, at_shares=True)
     rows = []
     for gi in sorted(whole_gpu_groups(run)):
         for j in jobs_alone([j for j in jobs if j["group"] == gi]):
@@ -1389,8 +1428,8 @@ def traced_full_decode_steps(run: dict) -> np.ndarray:
                 continue
             table, k = tables[j["llm"]][:2]
             n = j["requests"]
-            seconds = len_interp(table.decode[k][min(n, table.decode.shape[1] - 1)], table.lgrid,
-                                 j["context_tokens"] / n)
+            length = decode_context(float(j["context_tokens"]), float(j["longest_context"]), n, waves[j["llm"]])
+            seconds = len_interp(table.decode[k][min(n, table.decode.shape[1] - 1)], table.lgrid, length)
             rows.append((j["device_end_s"] - j["device_start_s"], seconds))
     return np.array(rows, dtype=np.float64).reshape(-1, 2)
 
@@ -1410,12 +1449,12 @@ def traced_full_prefill_starts(run: dict) -> List[float]:
             and not prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)]
 
 
-def fit_decode_full_stretch(runs: Sequence[dict]) -> Tuple[float, int]:
+def fit_decode_full_stretch(runs: Sequence[dict], attention_sms: int = 0) -> Tuple[float, int]:
     """``decode_full_stretch``: the factor on the table time that fits the GPU time of the traced
     decode steps on whole GPUs of one-GPU meshes in ``runs`` (:func:`traced_full_decode_steps`;
     least squares through the origin: the long steps, which set a loaded mesh's pace, weigh
     most); returns it and the number of steps."""
-    steps = np.vstack([traced_full_decode_steps(r) for r in runs])
+    steps = np.vstack([traced_full_decode_steps(r, attention_sms) for r in runs])
     if not len(steps):
         raise ValueError("no decode step on a whole GPU of a one-GPU mesh traced")
     gpu, table = steps.T
@@ -1432,13 +1471,17 @@ def apply_whole_gpu_fields(gen: Generation, out: dict) -> List[str]:
     KV term stays and whose fit measured that time whole) is unchanged, and an SM partition of
     such a mesh, which pays the per-mesh term too, takes the change; and
     ``prefill_start_full_s``, the median time from a graph prefill's launch to its GPU start there
-    (:func:`traced_full_prefill_starts`). Returns the fields set."""
+    (:func:`traced_full_prefill_starts`); every step's table time at its effective context where
+    ``gen.decode_attention_sms`` is set (which ``llm.decode_attention_sms`` takes). Returns the
+    fields set."""
     runs = [_find_run(w) for w in gen.fit_whole_gpu]
-    stretch, count = fit_decode_full_stretch(runs)
+    sms = gen.decode_attention_sms
+    stretch, count = fit_decode_full_stretch(runs, sms)
     stretch = round(stretch, 4)
     host, pairs = plain_stream_decode_extra(runs, out["decode_kv_gbps"], out["decode_kv_tp_power"],
-                                            out["decode_page_entry_s"], tp=1, stretch=stretch)
+                                            out["decode_page_entry_s"], tp=1, stretch=stretch, attention_sms=sms)
     before = out["decode_host_full_s"]
+    out["decode_attention_sms"] = sms
     out["decode_full_stretch"] = stretch
     out["decode_host_full_s"] = round(host, 6)
     out["decode_host_mesh_s"] = round(out["decode_host_mesh_s"] + before - out["decode_host_full_s"], 6)
@@ -1447,11 +1490,13 @@ def apply_whole_gpu_fields(gen: Generation, out: dict) -> List[str]:
     names = ", ".join(f"{f}/{n}" for f, n in gen.fit_whole_gpu)
     out["fit"]["whole_gpu_fit"] = (
         f"{names}: job traces, {count} decode steps alone on whole GPUs of one-GPU meshes: GPU time = "
-        f"{stretch:.4f} x table time (least squares); decode_host_full_s the median of {pairs} back-to-back "
+        f"{stretch:.4f} x table time (least squares"
+        f"{f'; at the effective context, {sms} SMs' if sms else ''}); decode_host_full_s the median of {pairs} back-to-back "
         f"steps beyond it and the page-table fill; decode_host_mesh_s {1e3 * (before - out['decode_host_full_s']):.3f} "
         f"ms more (a whole mesh of several GPUs keeps its host time, its SM partitions take the change); "
         f"prefill_start_full_s the median of {len(starts)} graph prefills' launch to GPU start")
-    return ["decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s", "prefill_start_full_s"]
+    return ["decode_attention_sms"] * bool(sms) + ["decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s",
+                                                  "prefill_start_full_s"]
 
 
 def fit_on_run(run: dict, model: Dict[str, float], field: str, values: Any, error: str) -> Tuple[float, float]:

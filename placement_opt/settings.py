@@ -126,6 +126,14 @@ class LLMConfig:
       KV bytes they read (one factor, fitted on job traces of H100 runs where their batches
       mostly are, 5-16 requests: 1.066; measured 1.00-1.04 at 1-4 requests, 1.08-1.14 at
       17-32; docs/fidelity-llm.md; 0: off, the table time plus the KV read as on every mesh).
+    * ``decode_attention_sms``: on a whole GPU of a one-GPU mesh, a decode step of ``n``
+      requests is read off its cost table at an effective context between its requests' mean
+      and their longest: ``mean + min(1, w / n) x (longest - mean)``, ``w`` this SM count over
+      the LLM's KV heads. The engine's paged attention runs one program per (request, KV
+      head); while they fit on the GPU's SMs at once the step waits for its longest request's
+      programs, and the profiled steps, which hold every request at one context, do not show
+      it (the GPU's SM count: 132 on an H100 SXM; job traces of H100 runs fit 132 +- 15 best,
+      docs/fidelity-llm.md; 0: off, at the mean).
     * ``prefill_start_full_s``: a graph prefill of an LLM on a whole GPU of a one-GPU mesh lasts
       this much longer than its table time: the engine's GPU work starts that far into its
       launch (the simulator's starts with the launch; measured on job traces of H100 runs: 0.38
@@ -220,6 +228,10 @@ class LLMConfig:
     decode_full_stretch: float = option(0.0, minimum=0, maximum=4,
                                         help="a decode step on a whole GPU of a one-GPU mesh lasts this x its table "
                                              "time, in place of the KV read (0: off)")
+    decode_attention_sms: int = option(0, minimum=0,
+                                       help="SMs a whole GPU's decode attention programs spread over: a decode step "
+                                            "on a whole GPU of a one-GPU mesh is timed at mean + min(1, SMs / (KV "
+                                            "heads x requests)) x (longest - mean) context (0: off, at the mean)")
     prefill_start_full_s: float = option(0.0, minimum=0,
                                          help="seconds a graph prefill on a whole GPU of a one-GPU mesh lasts "
                                               "beyond its table time: its GPU work starts that far into its launch "

@@ -90,15 +90,15 @@ import numpy as np
 from numba import njit
 
 from placement_opt.cluster import Cluster
-from placement_opt.costs.interp import lookup_batches
+from placement_opt.costs.interp import lookup, lookup_batches
 from placement_opt.instance import Instance
 from placement_opt.llm_rules import tp_violations
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
-from placement_opt.simulate.llm import (contention_gbps, decode_stretch, host_seconds, kv_read_gbps, on_partition,
-                                        page_fill_seconds, prefill_extra_seconds)
-from placement_opt.simulate.meshsim import contention_stretch, prefill_runs_eagerly
+from placement_opt.simulate.llm import (contention_gbps, decode_stretch, decode_wave, host_seconds, kv_read_gbps,
+                                        on_partition, page_fill_seconds, prefill_extra_seconds)
+from placement_opt.simulate.meshsim import contention_stretch, decode_context, prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
 FIXED_POINT_ROUNDS = 4
@@ -395,7 +395,10 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     lasts their KV bytes per GPU at the mean context / that rate at its TP degree longer (the
     simulator's KV-read term, :func:`kv_read_gbps`), or where the LLM has a decode stretch
     (:func:`decode_stretch`: ``llm.decode_full_stretch`` on a whole GPU of a one-GPU mesh) its
-    table time that many times; with ``llm.decode_page_entry_s`` it lasts
+    table time that many times, read there with ``llm.decode_attention_sms`` at the step's
+    effective context (:func:`decode_wave`, the kernel's ``decode_context``; mean-value form: the
+    longest of ``b`` requests whose decode progress is spread evenly, prompt + output x b / (b + 1)
+    tokens, the mean context at one request); with ``llm.decode_page_entry_s`` it lasts
     the host fill of its page table longer: ``b`` x the blocks of the mean context x the
     simulator's fill seconds per block (:func:`page_fill_seconds`) on a mesh serving ``mesh``
     (None: the LLM alone, as the search's tables, built before any colocation, take it; the
@@ -408,6 +411,10 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     dec = lookup_batches(d2, bgrid, lgrid, b, context)
     if llm is None:
         return pre, dec
+    wave = decode_wave(llm, spec, share, tp)
+    if wave > 0:  # each batch at its effective context, its n requests' decode progress spread evenly
+        dec = np.array([lookup(d2, bgrid, lgrid, n, decode_context(context * n, spec.prompt_tokens + spec.output_tokens
+                                                                   * n / (n + 1.0), n, wave)) for n in b])
     decode_host, prefill_host, eager_host = host_seconds(llm, share, tp)
     stretch = decode_stretch(llm, share, tp)
     if stretch > 0:

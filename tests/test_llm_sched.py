@@ -52,6 +52,7 @@ class Timing(NamedTuple):
     prefill_beside_knee: float = 0.0
     prefill_at_longest: bool = False
     decode_stretch: Sequence[float] = ()
+    decode_wave: Sequence[float] = ()
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -76,7 +77,7 @@ def mesh_inputs(case, timing=None):
                     prefill_host_s=_f64(tm.prefill_host), prefill_eager_host_s=_f64(tm.eager_host),
                     prefill_eager_hold_s=_f64(tm.eager_hold), prefill_collect_s=_f64(tm.collect),
                     prefill_stretch=_f64(tm.stretch), decode_block_host_s=_f64(tm.block_host),
-                    decode_stretch=_f64(tm.decode_stretch))
+                    decode_stretch=_f64(tm.decode_stretch), decode_wave=_f64(tm.decode_wave))
     tables = LatencyTables(prefill=_f64(P), decode=_f64(D), lgrid=_f64(lgrid))
     cfg = MeshSettings(policy=POLICY_CODE[policy], pool=pool, block=block, max_batch=max_batch,
                        token_budget=token_budget, period=period, frac=frac, horizon=horizon, hbm_gbps=tm.hbm_gbps,
@@ -143,7 +144,7 @@ def timings(draw, n_llms):
                   prefill_beside_requests=draw(st.sampled_from([0.0, 2.0, 20.0])),
                   prefill_beside_knee=draw(st.sampled_from([0.0, 8.0, 64.0])),
                   prefill_at_longest=draw(st.booleans()),
-                  decode_stretch=optional([0.0, 1.07, 1.5]))
+                  decode_stretch=optional([0.0, 1.07, 1.5]), decode_wave=optional([0.0, 0.5, 2.0, 8.0]))
 
 
 @st.composite
@@ -189,6 +190,7 @@ TERMS_OFF = {
     "prefill_beside_knee": dict(prefill_beside_knee=0.0),
     "prefill_at_longest": dict(prefill_at_longest=False),
     "decode_stretch": dict(decode_stretch=[]),
+    "decode_wave": dict(decode_wave=[]),
 }
 
 
@@ -201,7 +203,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     their KV, running jobs re-timed by HBM contention (and its bandwidth cap), by their own
     LLM's prefill and, prefills on partitions, by the jobs beside them (their demand, their
     decode requests, over the prompt's length), prefills timed at their longest prompt, decode
-    steps stretched in place of their KV read. Same
+    steps stretched in place of their KV read, decode steps timed at their effective context. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
     changes the kernel's outcome in some cases (so the equality covers it; under the temporal
     baseline, whose jobs never overlap, the eight terms between running jobs change nothing)."""

@@ -35,7 +35,7 @@ from placement_opt.executor.llm_sched import len_interp
 from placement_opt.llm_units import LLMSpec
 from placement_opt.settings import LLMConfig
 from placement_opt.simulate import llm as simllm
-from placement_opt.simulate.meshsim import MeshRequests
+from placement_opt.simulate.meshsim import MeshRequests, decode_context
 
 PROBE_BATCH = 16  # requests one LLM decodes together in the probe (at most its job bound)
 PROBE_PROMPT = 32  # prompt tokens of a probe request (at most half its LLM's longest request)
@@ -84,7 +84,8 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
                         max_batch: int, requests: MeshRequests, token_times: Sequence[Sequence[float]]
                         ) -> List[Optional[float]]:
     """Per LLM of one mesh, the median time its probe decode steps took beyond the simulator's
-    step time without host seconds (the cost table at the step's batch and mean context, plus
+    step time without host seconds (the cost table at the step's batch and mean context, or its
+    effective context with a decode wave (:func:`~placement_opt.simulate.llm.decode_wave`), plus
     the KV-read term at this TP degree or, where the LLM has a decode stretch
     (:func:`~placement_opt.simulate.llm.decode_stretch`), times the stretch; and the page-table
     fill): over every pair of consecutive
@@ -101,6 +102,7 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
     fill = [simllm.page_fill_seconds(cfg, s, list(specs), tp) for s in specs]
     kv_gbps = simllm.kv_read_gbps(cfg, tp)
     stretch = [simllm.decode_stretch(cfg, sh, tp) for sh in shares]
+    wave = [simllm.decode_wave(cfg, s, sh, tp) for s, sh in zip(specs, shares)]
     excess: List[List[float]] = [[] for _ in specs]
     for t0, t1 in zip(ordered, ordered[1:]):
         before, step = events[t0], events[t1]
@@ -110,7 +112,7 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
         k = ks.pop()
         context = [int(requests.prompt[i]) + j for i, j in step]  # tokens in the cache when the step ran
         b, total = len(step), float(sum(context))
-        modelled = len_interp(D[k, min(b, max_batch)], lgrid, total / b)
+        modelled = len_interp(D[k, min(b, max_batch)], lgrid, decode_context(total, float(max(context)), b, wave[k]))
         if stretch[k] > 0:
             modelled *= stretch[k]
         elif kv_gbps > 0:

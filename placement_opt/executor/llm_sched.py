@@ -29,7 +29,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
-                                            contention_on, contention_stretch, prefill_beside_stretch,
+                                            contention_on, contention_stretch, decode_context, prefill_beside_stretch,
                                             prefill_runs_eagerly, prefill_stretches_beside)
 
 PREFILL = "prefill"
@@ -393,13 +393,17 @@ class MeshScheduler:
         return best
 
 
-def job_seconds(job: Job, tables: LatencyTables, prefill_at_longest: bool = False) -> float:
+def job_seconds(job: Job, tables: LatencyTables, prefill_at_longest: bool = False, decode_wave: float = 0.0) -> float:
     """The kernel's table time of ``job``: its table row at the batch size, at the mean context
-    (a prefill at its longest where ``prefill_at_longest``: ``MeshSettings.prefill_at_longest``)."""
+    (a prefill at its longest where ``prefill_at_longest``: ``MeshSettings.prefill_at_longest``;
+    a decode step at :func:`~placement_opt.simulate.meshsim.decode_context` with its LLM's
+    ``decode_wave``, ``MeshLLMs.decode_wave``)."""
     b = len(job.requests)
-    rows = tables.prefill if job.kind == PREFILL else tables.decode
-    length = max(job.contexts) if job.kind == PREFILL and prefill_at_longest else sum(job.contexts) / b
-    return len_interp(rows[job.llm, b], tables.lgrid, float(length))
+    if job.kind == PREFILL:
+        length = max(job.contexts) if prefill_at_longest else sum(job.contexts) / b
+        return len_interp(tables.prefill[job.llm, b], tables.lgrid, float(length))
+    length = decode_context(float(sum(job.contexts)), float(max(job.contexts)), b, decode_wave)
+    return len_interp(tables.decode[job.llm, b], tables.lgrid, float(length))
 
 
 def _per_llm(values: np.ndarray, K: int) -> List[float]:
@@ -412,7 +416,8 @@ class VirtualJobs:
     prefill, ``2k + 1``: its decode step) with their durations (table time, a prefill's at its
     longest prompt with ``MeshSettings.prefill_at_longest``, a graph prefill's
     ``MeshLLMs.prefill_stretch``, ``prefill_collect_s``, a decode step's KV read at
-    ``MeshSettings.decode_kv_gbps`` or, where set, its ``MeshLLMs.decode_stretch``), their
+    ``MeshSettings.decode_kv_gbps`` or, where set, its ``MeshLLMs.decode_stretch``; at its effective
+    context with ``MeshLLMs.decode_wave``), their
     launch on the one scheduling thread under the host model (``MeshLLMs.decode_host_s``,
     ``decode_block_host_s`` per KV block a decode step's requests hold, ``prefill_host_s``; an
     eager prefill over
@@ -438,6 +443,7 @@ class VirtualJobs:
         self.stretch = _per_llm(llms.prefill_stretch, K)
         self.block_host = _per_llm(llms.decode_block_host_s, K)
         self.decode_stretch = _per_llm(llms.decode_stretch, K)
+        self.decode_wave = _per_llm(llms.decode_wave, K)
         self.retimed = bool(contention_on(cfg))
         host_costs = self.decode_host + self.prefill_host + self.eager_host + self.eager_hold + self.block_host
         self.timed = self.retimed or any(h > 0 for h in host_costs)
@@ -466,12 +472,13 @@ class VirtualJobs:
     def duration(self, job: Job) -> float:
         """The job's time alone (``_start_prefill``'s ``prefill_dur``, ``_start_decode``'s
         ``decode_dur``): a graph prefill's table time stretched, plus the collect; a decode
-        step's table time times its decode stretch where set, else plus its KV read."""
+        step's table time (at :func:`~placement_opt.simulate.meshsim.decode_context`) times its
+        decode stretch where set, else plus its KV read."""
         k, ctx = job.llm, sum(job.contexts)
         if job.kind == PREFILL:
             stretch = self.stretch[k] if self.stretch[k] > 0 and not self.eager(job) else 1.0
             return stretch * job_seconds(job, self.tables, self.cfg.prefill_at_longest) + self.collect[k]
-        dur = job_seconds(job, self.tables)
+        dur = job_seconds(job, self.tables, decode_wave=self.decode_wave[k])
         if self.decode_stretch[k] > 0:
             dur *= self.decode_stretch[k]
         elif self.cfg.decode_kv_gbps > 0:

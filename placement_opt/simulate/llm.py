@@ -264,7 +264,9 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
                     prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if on_partition(sh) else 0.0 for sh in shares]),
                     prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]),
                     decode_block_host_s=np.array([page_fill_seconds(cfg, s, mesh_specs, g.tp) for s in mesh_specs]),
-                    decode_stretch=np.array([decode_stretch(cfg, sh, g.tp) for sh in shares], dtype=np.float64))
+                    decode_stretch=np.array([decode_stretch(cfg, sh, g.tp) for sh in shares], dtype=np.float64),
+                    decode_wave=np.array([decode_wave(cfg, s, sh, g.tp) for s, sh in zip(mesh_specs, shares)],
+                                         dtype=np.float64))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
     return llms, tables, mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon, g.tp)
 
@@ -303,6 +305,19 @@ def decode_stretch(cfg: LLMConfig, share: float, tp: int) -> float:
     several taking the GPU in turns or side by side on plain streams); 0 (off) elsewhere or when
     that field is 0."""
     return cfg.decode_full_stretch if on_whole_gpu(share, tp) else 0.0
+
+
+def decode_wave(cfg: LLMConfig, spec: LLMSpec, share: float, tp: int) -> float:
+    """The requests of ``spec`` whose decode attention programs (one per request and KV head)
+    fit on its SMs at once, the simulator's ``MeshLLMs.decode_wave``
+    (:func:`~placement_opt.simulate.meshsim.decode_context`): ``llm.decode_attention_sms`` over
+    the LLM's KV heads, on a whole GPU of a one-GPU mesh, where the job traces measured it
+    beside the decode stretch (:func:`decode_stretch`); 0 (steps at their mean context)
+    elsewhere or when that field is 0."""
+    if cfg.decode_attention_sms <= 0 or not on_whole_gpu(share, tp):
+        return 0.0
+    arch = spec.architecture
+    return cfg.decode_attention_sms / float(arch.kv_heads or arch.heads)
 
 
 def on_whole_gpu(share: float, tp: int) -> bool:

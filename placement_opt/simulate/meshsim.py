@@ -46,7 +46,9 @@ a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.k
 exceed the profiled ones, which hold every request at the mean context); an LLM with a
 **decode stretch** (``MeshLLMs.decode_stretch``) instead has its steps last that factor times
 their table time (the engine's steps on a whole GPU exceed the profiled ones by a share,
-not by the KV bytes they read). **Page-table fill**
+not by the KV bytes they read). **Effective context** (``MeshLLMs.decode_wave``): a decode
+step is read off its table at :func:`decode_context`, between its requests' mean and longest
+context, not at the mean. **Page-table fill**
 (``MeshLLMs.decode_block_host_s``): a decode step's launch holds the thread that many seconds
 per KV block its requests hold (the engine builds the step's page table on the host, an entry
 per page of every block; a block is several pages for an LLM beside others of other block
@@ -119,6 +121,8 @@ class MeshLLMs(NamedTuple):
     decode_block_host_s: np.ndarray = np.zeros(0)  # float64 host seconds of a decode launch per KV block held (page fill)
     # float64 factor on a decode step's table time, in place of the KV read (0 or empty: off)
     decode_stretch: np.ndarray = np.zeros(0)
+    # float64 requests whose decode attention programs fit on the LLM's SMs at once (:func:`decode_context`; 0 or empty: off)
+    decode_wave: np.ndarray = np.zeros(0)
 
 
 class LatencyTables(NamedTuple):
@@ -227,6 +231,7 @@ LLM_STATE = np.dtype([
     ("prefill_stretch", np.float64),  # factor on its prefill's table time (0: 1; a partition beside others)
     ("decode_block_host", np.float64),  # host seconds of a decode step's launch per KV block its requests hold
     ("decode_stretch", np.float64),     # factor on its decode step's table time in place of the KV read (0: off)
+    ("decode_wave", np.float64),        # requests whose attention programs fit on its SMs at once (0: steps at the mean)
     ("decode_fill", np.float64),        # host seconds of its decode step in flight's page-table fill
 ], align=True)
 
@@ -398,6 +403,8 @@ def _llm_state(requests, mesh_llms, cfg, out):
             llms[k].decode_block_host = mesh_llms.decode_block_host_s[k]
         if mesh_llms.decode_stretch.shape[0] == K:
             llms[k].decode_stretch = mesh_llms.decode_stretch[k]
+        if mesh_llms.decode_wave.shape[0] == K:
+            llms[k].decode_wave = mesh_llms.decode_wave[k]
         llms[k].eager_hold = llms[k].eager_host
         if mesh_llms.prefill_eager_hold_s.shape[0] == K and mesh_llms.prefill_eager_hold_s[k] > 0:
             llms[k].eager_hold = mesh_llms.prefill_eager_hold_s[k]
@@ -445,6 +452,21 @@ def _arrival_lists(reqs, llms):
 
 
 # ---------------------------------------------------------------- small rules
+
+
+@njit(cache=True)
+def decode_context(total, longest, n, wave):
+    """The context a decode step of ``n`` requests (contexts summing to ``total``, the longest
+    ``longest`` tokens) is read off its cost table at: their mean, or with ``wave`` > 0 (the
+    requests whose attention programs fit on the LLM's SMs at once, ``MeshLLMs.decode_wave``)
+    ``mean + min(1, wave / n) x (longest - mean)``. Why: the engine's paged attention runs one
+    program per (request, KV head); while they all fit on the SMs the step lasts as long as
+    the longest request's programs, and as more queue up the SMs even the load out towards
+    the mean; the table was profiled with every request at one context."""
+    mean = total / n
+    if wave <= 0.0:
+        return mean
+    return mean + min(1.0, wave / n) * (longest - mean)
 
 
 @njit(cache=True)
@@ -845,6 +867,7 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
     if llm.n_running == 0:
         return False
     ctx = 0.0
+    longest = 0.0
     blocks = 0
     for q in range(llm.n_running):
         r = slots[llm.first_slot + q].running
@@ -853,10 +876,12 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
             llm.used += (need - reqs[r].held) * llm.block_kib
             reqs[r].held = need
         ctx += reqs[r].prompt + reqs[r].generated
+        longest = max(longest, float(reqs[r].prompt + reqs[r].generated))
         blocks += reqs[r].held
     llm.n_decode = llm.n_running
     llm.decode_fill = blocks * llm.decode_block_host
-    llm.decode_dur = _len_interp(tables.decode[k, llm.n_running], tables.lgrid, ctx / llm.n_running)
+    llm.decode_dur = _len_interp(tables.decode[k, llm.n_running], tables.lgrid,
+                                 decode_context(ctx, longest, llm.n_running, llm.decode_wave))
     if llm.decode_stretch > 0:
         llm.decode_dur *= llm.decode_stretch
     elif cfg.decode_kv_gbps > 0:

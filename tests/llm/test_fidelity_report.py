@@ -209,7 +209,8 @@ TRACE_FIELDS = ("prefill_beside_gbps", "prefill_beside_requests", "prefill_besid
 #: the field v3f's colocated TP-2 run sets (``fit_contention_tp``: ``apply_contention_tp_power``)
 CONTENTION_TP_FIELDS = ("contention_tp_power",)
 #: the fields v3f's traced plain-stream runs set (``fit_whole_gpu``: ``apply_whole_gpu_fields``)
-WHOLE_GPU_FIELDS = ("decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s", "prefill_start_full_s")
+WHOLE_GPU_FIELDS = ("decode_attention_sms", "decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s",
+                    "prefill_start_full_s")
 
 
 def test_the_flash_eager_engine_measures_its_eager_fields_and_predicts_the_code_trace():
