@@ -84,7 +84,8 @@ holds the scheduling thread than a graph one, from the silences after prefill en
 partition eager fit run's ``requests.csv``) before the eager-prefill times, which are fitted on
 TTFT with it in place; where a derived generation names traced plain-stream runs
 (``fit_whole_gpu``), ``decode_full_stretch`` (a decode step on a whole GPU of a one-GPU mesh
-over its table time, from the traced GPU times) and, with it in place of the KV term there,
+over its table time, from the traced GPU times, each step read at its effective context where
+the generation sets ``decode_attention_sms``) and, with it in place of the KV term there,
 ``decode_host_full_s`` on their back-to-back steps (:func:`apply_whole_gpu_fields`), before the
 prefill and eager fields; last, where a generation names a run of LLMs colocated on a TP > 1 mesh
 (``fit_contention_tp``), ``contention_tp_power`` (the contention rate over ``tp**power`` on
@@ -190,7 +191,7 @@ class Generation:
     fit_whole_gpu: Tuple[Tuple[str, str], ...] = ()
     # with ``fit_whole_gpu``: the SM count of its GPUs (``llm.decode_attention_sms``: a decode step on a
     # whole GPU read at its effective context; the GPU's own count, not fitted: 132 on an H100 SXM,
-    # where the traces' steps fit best, 132 +- 15); 0: at the mean context
+    # which the traces' steps also fit best); 0: at the mean context
     decode_attention_sms: int = 0
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off

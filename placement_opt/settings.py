@@ -123,16 +123,17 @@ class LLMConfig:
     * ``decode_full_stretch``: a decode step of an LLM on a whole GPU (no SM partition) of a
       one-GPU mesh lasts this times its cost-table time, in place of the KV read above: the
       engine's steps there run a share over the profiled ones, for every LLM size, not by the
-      KV bytes they read (one factor, fitted on job traces of H100 runs where their batches
-      mostly are, 5-16 requests: 1.066; measured 1.00-1.04 at 1-4 requests, 1.08-1.14 at
-      17-32; docs/fidelity-llm.md; 0: off, the table time plus the KV read as on every mesh).
+      KV bytes they read (one factor, fitted on job traces of H100 runs: 1.066 at the mean
+      context, where it runs 1.00-1.04 at 1-4 requests and 1.08-1.14 at 17-32; 1.025 and flat
+      over the batch at the effective context of ``decode_attention_sms`` below;
+      docs/fidelity-llm.md; 0: off, the table time plus the KV read as on every mesh).
     * ``decode_attention_sms``: on a whole GPU of a one-GPU mesh, a decode step of ``n``
       requests is read off its cost table at an effective context between its requests' mean
       and their longest: ``mean + min(1, w / n) x (longest - mean)``, ``w`` this SM count over
       the LLM's KV heads. The engine's paged attention runs one program per (request, KV
       head); while they fit on the GPU's SMs at once the step waits for its longest request's
       programs, and the profiled steps, which hold every request at one context, do not show
-      it (the GPU's SM count: 132 on an H100 SXM; job traces of H100 runs fit 132 +- 15 best,
+      it (the GPU's SM count: 132 on an H100 SXM, which job traces of H100 runs also fit best,
       docs/fidelity-llm.md; 0: off, at the mean).
     * ``prefill_start_full_s``: a graph prefill of an LLM on a whole GPU of a one-GPU mesh lasts
       this much longer than its table time: the engine's GPU work starts that far into its
