@@ -4,10 +4,11 @@ For every placement of ``instances/fidelity-llm`` whose instance has a calibrate
 ``measured/`` (the 1-GPU set and ``tp2/``), prints each LLM's simulated throughput and the
 estimator's (``placement_estimates``) with the estimator blind to the decode models
 ``llm.decode_kv_gbps``, ``llm.own_prefill_decode_share``, ``llm.decode_full_stretch`` and
-``llm.decode_attention_sms`` (set to 0 for the estimate only: what the estimator computed before it had them) and with them. The simulator always
-runs with the instance's settings. ``--own-share F`` sets ``own_prefill_decode_share`` on the
-instances first (the measured instances carry the calibrated value of
-``benchmarks/fidelity/llm/calibration.json``, 0.25: the option tries another). ``--blind F1,F2`` names the ``llm`` fields set to 0 for the "before"
+``llm.decode_attention_sms`` (set to 0 for the estimate only: what the estimator computed before
+it had them) and with them. The simulator always runs with the instance's settings.
+``--own-share F`` sets ``own_prefill_decode_share`` on the instances first (the measured
+instances carry the calibrated value of ``benchmarks/fidelity/llm/calibration.json``, 0.25: the
+option tries another). ``--blind F1,F2`` names the ``llm`` fields set to 0 for the "before"
 estimate instead (e.g. ``prefill_eager_hold_s,prefill_host_tp_s``: the estimator before it had
 the eager thread hold and the TP prefill collect). ``--calibration FILE`` sets the instances'
 ``llm`` fields to those of a fidelity calibration file first (e.g.

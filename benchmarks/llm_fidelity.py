@@ -915,10 +915,10 @@ def _mesh_step_tables(run: dict, at_shares: bool = False) -> Dict[str, Tuple[Any
     return out
 
 
-def decode_waves(run: dict, attention_sms: int, at_shares: bool = False) -> Dict[str, float]:
+def decode_waves(run: dict, attention_sms: int) -> Dict[str, float]:
     """Per model of ``run``'s placement its decode wave (the simulator's
     :func:`~placement_opt.simulate.llm.decode_wave`) under ``llm.decode_attention_sms`` =
-    ``attention_sms``, at share 1 (``at_shares``: at the SM shares the run's policy gives)."""
+    ``attention_sms``, at the SM share the run's policy gives it (0 on a partition)."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import _sm_shares, decode_wave
@@ -928,11 +928,10 @@ def decode_waves(run: dict, attention_sms: int, at_shares: bool = False) -> Dict
     cfg = dataclasses.replace(LLMConfig(), decode_attention_sms=attention_sms)
     specs = {s.name: s for s in llm_specs(inst)}
     placement = load_placement(placement_path)
-    policy = run_policy(run, inst, placement) if at_shares else ""
+    policy = run_policy(run, inst, placement)
     out = {}
     for g in placement.groups:
-        shares = _sm_shares(g, policy) if at_shares else [1.0] * len(g.models)
-        for m, share in zip(g.models, shares):
+        for m, share in zip(g.models, _sm_shares(g, policy)):
             out[m] = decode_wave(cfg, specs[m], share, g.tp)
     return out
 
@@ -1422,7 +1421,7 @@ def traced_full_decode_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
         raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace with the "
                          "context_tokens column")
     tables = _mesh_step_tables(run, at_shares=True)
-    waves = decode_waves(run, attention_sms, at_shares=True)
+    waves = decode_waves(run, attention_sms)
     rows = []
     for gi in sorted(whole_gpu_groups(run)):
         for j in jobs_alone([j for j in jobs if j["group"] == gi]):
@@ -1493,12 +1492,13 @@ def apply_whole_gpu_fields(gen: Generation, out: dict) -> List[str]:
     out["fit"]["whole_gpu_fit"] = (
         f"{names}: job traces, {count} decode steps alone on whole GPUs of one-GPU meshes: GPU time = "
         f"{stretch:.4f} x table time (least squares"
-        f"{f'; at the effective context, {sms} SMs' if sms else ''}); decode_host_full_s the median of {pairs} back-to-back "
-        f"steps beyond it and the page-table fill; decode_host_mesh_s {1e3 * (before - out['decode_host_full_s']):.3f} "
+        f"{f'; at the effective context, {sms} SMs' if sms else ''}); decode_host_full_s the median of {pairs} "
+        f"back-to-back steps beyond it and the page-table fill; decode_host_mesh_s "
+        f"{1e3 * (before - out['decode_host_full_s']):.3f} "
         f"ms more (a whole mesh of several GPUs keeps its host time, its SM partitions take the change); "
         f"prefill_start_full_s the median of {len(starts)} graph prefills' launch to GPU start")
-    return ["decode_attention_sms"] * bool(sms) + ["decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s",
-                                                  "prefill_start_full_s"]
+    own = ["decode_attention_sms"] if sms else []
+    return own + ["decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s", "prefill_start_full_s"]
 
 
 def fit_on_run(run: dict, model: Dict[str, float], field: str, values: Any, error: str) -> Tuple[float, float]:

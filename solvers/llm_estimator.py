@@ -33,12 +33,15 @@ re-evaluated in every round of the fixed-point iteration. Prefills are not stret
 term (they are compute-bound and Eq. 3 runs them one at a time; their own stretch beside decode
 steps: below); temporal units (``serial_decode``) have no overlap, so no stretch.
 
-The simulator's two decode models enter in mean-value form (off when their fields are 0):
+The simulator's decode models enter in mean-value form (off when their fields are 0):
 ``llm.decode_kv_gbps``: a decode step of ``b`` requests lasts ``b x context x KV bytes per token
 per GPU / decode_kv_gbps`` longer, that rate divided by ``tp**llm.decode_kv_tp_power`` on a
 mesh of TP degree ``tp`` (the simulator adds the KV bytes of the step's actual contexts);
 ``llm.decode_full_stretch``: on a whole GPU of a one-GPU mesh a decode step lasts that many
 times its table time instead (no KV term there, as in the simulator);
+``llm.decode_attention_sms``: there a step of ``b`` requests is read at the simulator's effective
+context (:func:`~placement_opt.simulate.meshsim.decode_context`) of the mean context and the
+longest of ``b`` requests whose decode progress is spread evenly, prompt + output x b / (b + 1);
 ``llm.decode_page_entry_s``: a decode step lasts ``b x blocks at the mean context x pages per
 block x decode_page_entry_s`` longer (the simulator's page-table fill on the scheduling thread;
 the search's per-LLM tables take a block as one page, as alone on a mesh, and
@@ -76,7 +79,7 @@ member's own at each batch its search tries (:func:`_beside_terms`). Not in the 
 Eq. 3 has no batch composition, only ``b`` mean-length prompts.
 
 Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
-decode step of ``b`` requests at the mean context) are precomputed per (LLM, TP degree) at
+decode step of ``b`` requests at the mean context, or the effective one above) are precomputed per (LLM, TP degree) at
 the candidate SM share, so the kernels below touch only flat arrays. :class:`Headroom`
 estimates units at multiples of the rates (the mesh-group search's tie-break).
 """

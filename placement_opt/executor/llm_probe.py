@@ -85,7 +85,8 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
                         ) -> List[Optional[float]]:
     """Per LLM of one mesh, the median time its probe decode steps took beyond the simulator's
     step time without host seconds (the cost table at the step's batch and mean context, or its
-    effective context with a decode wave (:func:`~placement_opt.simulate.llm.decode_wave`), plus
+    effective context with a decode wave (:func:`~placement_opt.simulate.llm.decode_wave`; the
+    probe's own requests of one LLM hold one context, so there it is their mean), plus
     the KV-read term at this TP degree or, where the LLM has a decode stretch
     (:func:`~placement_opt.simulate.llm.decode_stretch`), times the stretch; and the page-table
     fill): over every pair of consecutive

@@ -394,10 +394,10 @@ class MeshScheduler:
 
 
 def job_seconds(job: Job, tables: LatencyTables, prefill_at_longest: bool = False, decode_wave: float = 0.0) -> float:
-    """The kernel's table time of ``job``: its table row at the batch size, at the mean context
-    (a prefill at its longest where ``prefill_at_longest``: ``MeshSettings.prefill_at_longest``;
-    a decode step at :func:`~placement_opt.simulate.meshsim.decode_context` with its LLM's
-    ``decode_wave``, ``MeshLLMs.decode_wave``)."""
+    """The kernel's table time of ``job``: its table row at the batch size, a prefill at its
+    mean prompt (at its longest where ``prefill_at_longest``: ``MeshSettings.prefill_at_longest``),
+    a decode step at :func:`~placement_opt.simulate.meshsim.decode_context` of its contexts with
+    its LLM's ``decode_wave`` (``MeshLLMs.decode_wave``; 0: the mean)."""
     b = len(job.requests)
     if job.kind == PREFILL:
         length = max(job.contexts) if prefill_at_longest else sum(job.contexts) / b

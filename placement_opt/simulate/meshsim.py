@@ -121,7 +121,8 @@ class MeshLLMs(NamedTuple):
     decode_block_host_s: np.ndarray = np.zeros(0)  # float64 host seconds of a decode launch per KV block held (page fill)
     # float64 factor on a decode step's table time, in place of the KV read (0 or empty: off)
     decode_stretch: np.ndarray = np.zeros(0)
-    # float64 requests whose decode attention programs fit on the LLM's SMs at once (:func:`decode_context`; 0 or empty: off)
+    # float64 requests whose decode attention programs fit on the LLM's SMs at once
+    # (:func:`decode_context`; 0 or empty: steps at their mean context)
     decode_wave: np.ndarray = np.zeros(0)
 
 
@@ -231,7 +232,7 @@ LLM_STATE = np.dtype([
     ("prefill_stretch", np.float64),  # factor on its prefill's table time (0: 1; a partition beside others)
     ("decode_block_host", np.float64),  # host seconds of a decode step's launch per KV block its requests hold
     ("decode_stretch", np.float64),     # factor on its decode step's table time in place of the KV read (0: off)
-    ("decode_wave", np.float64),        # requests whose attention programs fit on its SMs at once (0: steps at the mean)
+    ("decode_wave", np.float64),        # requests whose attention programs fit on its SMs at once (0: the mean)
     ("decode_fill", np.float64),        # host seconds of its decode step in flight's page-table fill
 ], align=True)
 

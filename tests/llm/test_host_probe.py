@@ -106,6 +106,36 @@ def test_reading_is_beyond_the_decode_stretch_on_a_one_gpu_mesh():
     assert all(abs(o - h) > 1e-5 for o, h in zip(other, host))
 
 
+def test_reading_is_beyond_the_step_at_its_effective_context():
+    """With ``decode_attention_sms`` the probe models a whole-GPU step at its effective context
+    (:func:`~placement_opt.simulate.meshsim.decode_context`): two requests of one LLM with
+    prompts of 100 and 1500 tokens whose steps took the stretched table time there + h read back
+    as h; read at the mean context instead they give less (the table rises with the context)."""
+    from placement_opt.simulate.meshsim import MeshRequests, decode_context
+
+    _, specs, cfg = _mesh()
+    spec = specs[2]  # llm-7b: 32 KV heads, a wave of 132 / 32 requests
+    on = dataclasses.replace(cfg, decode_full_stretch=1.03, decode_attention_sms=132)
+    wave = simllm.decode_wave(on, spec, 1.0, 1)
+    assert wave == pytest.approx(132 / 32)
+    _, D, lgrid = simllm._mesh_tables([spec], 1, [1.0], 32)
+    fill = simllm.page_fill_seconds(on, spec, [spec], 1)
+    prompts, output, host = [100, 1500], 12, 2.5e-4
+    req = MeshRequests(arrival=np.zeros(2), llm=np.zeros(2, dtype=np.int64),
+                       prompt=np.array(prompts, dtype=np.int64), output=np.full(2, output, dtype=np.int64))
+    t, times = 0.01, [[0.01], [0.01]]
+    for j in range(1, output):
+        context = [p + j for p in prompts]
+        step = 1.03 * len_interp(D[0, 2], lgrid.astype(np.float64),
+                                 decode_context(float(sum(context)), float(max(context)), 2, wave))
+        t += step + fill * sum((c + cfg.kv_block_tokens) // cfg.kv_block_tokens for c in context) + host
+        for times_i in times:
+            times_i.append(t)
+    assert decode_host_seconds([spec], 1, [1.0], on, 32, req, times)[0] == pytest.approx(host, abs=2e-6)
+    at_mean = dataclasses.replace(on, decode_attention_sms=0)
+    assert decode_host_seconds([spec], 1, [1.0], at_mean, 32, req, times)[0] > host + 1e-5
+
+
 def test_reading_skips_mixed_steps_and_needs_enough_of_them():
     """LLM 0 has exactly MIN_STEPS back-to-back decode pairs; a token of LLM 1 landing between
     two of them breaks that pair (a job of another LLM ran between), so LLM 0 is left with

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from placement_opt import load_instance
+from placement_opt.costs.interp import lookup
 from placement_opt.llm_units import llm_specs
 from placement_opt.placement import load_placement
-from placement_opt.costs.interp import lookup
 from placement_opt.settings import LLMConfig
 from placement_opt.simulate import llm as simllm
 from placement_opt.simulate.meshsim import (FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings, decode_context,
@@ -268,7 +268,8 @@ def test_estimator_reads_the_step_at_its_effective_context():
     assert eff[1] == pytest.approx(off[1]) and eff[1] == pytest.approx(lookup(d2, bgrid, lgrid, 1.0, context))
     for n in (16, 32):
         longest = spec.prompt_tokens + spec.output_tokens * n / (n + 1.0)
-        assert eff[n] == pytest.approx(lookup(d2, bgrid, lgrid, float(n), decode_context(context * n, longest, n, 132 / 8)))
+        expected = lookup(d2, bgrid, lgrid, float(n), decode_context(context * n, longest, n, 132 / 8))
+        assert eff[n] == pytest.approx(expected)
         assert eff[n] > off[n]
     assert off[32] == pytest.approx(lookup(d2, bgrid, lgrid, 32.0, context))
 
