@@ -895,7 +895,7 @@ def _mesh_step_tables(run: dict, at_shares: bool = False) -> Dict[str, Tuple[Any
     pool (:func:`~placement_opt.llm_units.pages_per_block`)."""
     from placement_opt.llm_units import llm_specs, pages_per_block
     from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import _mesh_tables, _sm_shares
+    from placement_opt.simulate.llm import _mesh_tables, sm_shares
     from placement_opt.simulate.meshsim import LatencyTables
 
     inst_path, placement_path = run_inputs(run)
@@ -906,7 +906,7 @@ def _mesh_step_tables(run: dict, at_shares: bool = False) -> Dict[str, Tuple[Any
     out = {}
     for g in placement.groups:
         mesh = [specs[m] for m in g.models]
-        shares = _sm_shares(g, policy) if at_shares else [1.0] * len(mesh)
+        shares = sm_shares(g, policy) if at_shares else [1.0] * len(mesh)
         prefill, decode, lgrid = _mesh_tables(mesh, g.tp, shares, inst.llm_settings.max_batch)
         for k, m in enumerate(g.models):
             out[m] = (LatencyTables(prefill=prefill, decode=decode, lgrid=lgrid.astype(np.float64)), k,
@@ -921,7 +921,7 @@ def decode_waves(run: dict, attention_sms: int) -> Dict[str, float]:
     ``attention_sms``, at the SM share the run's policy gives it (0 on a partition)."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import _sm_shares, decode_wave
+    from placement_opt.simulate.llm import sm_shares, decode_wave
 
     inst_path, placement_path = run_inputs(run)
     inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
@@ -931,7 +931,7 @@ def decode_waves(run: dict, attention_sms: int) -> Dict[str, float]:
     policy = run_policy(run, inst, placement)
     out = {}
     for g in placement.groups:
-        for m, share in zip(g.models, _sm_shares(g, policy)):
+        for m, share in zip(g.models, sm_shares(g, policy)):
             out[m] = decode_wave(cfg, specs[m], share, g.tp)
     return out
 
@@ -1255,7 +1255,7 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     the trace."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import _sm_shares, on_partition
+    from placement_opt.simulate.llm import sm_shares, on_partition
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
     jobs = traced_jobs(run)
@@ -1268,7 +1268,7 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     policy = run_policy(run, inst, placement)
     share, tp = {}, {}
     for gi, g in enumerate(placement.groups):
-        for m, sh in zip(g.models, _sm_shares(g, policy)):
+        for m, sh in zip(g.models, sm_shares(g, policy)):
             share[(gi, m)], tp[(gi, m)] = sh, g.tp
     table = np.array(traced_table_seconds(run, jobs))
     demand = np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["context_tokens"])
@@ -1395,14 +1395,14 @@ def whole_gpu_groups(run: dict) -> Set[int]:
     """The indices of ``run``'s placement groups whose LLMs each hold a whole GPU of a one-GPU
     mesh under the run's policy (:func:`~placement_opt.simulate.llm.on_whole_gpu`)."""
     from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import _sm_shares, on_whole_gpu
+    from placement_opt.simulate.llm import sm_shares, on_whole_gpu
 
     inst_path, placement_path = run_inputs(run)
     inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
     placement = load_placement(placement_path)
     policy = run_policy(run, inst, placement)
     return {gi for gi, g in enumerate(placement.groups)
-            if all(on_whole_gpu(sh, g.tp) for sh in _sm_shares(g, policy))}
+            if all(on_whole_gpu(sh, g.tp) for sh in sm_shares(g, policy))}
 
 
 def traced_full_decode_steps(run: dict, attention_sms: int = 0) -> np.ndarray:

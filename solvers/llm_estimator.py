@@ -100,7 +100,8 @@ from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, 
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import (contention_gbps, decode_stretch, decode_wave, host_seconds, kv_read_gbps,
-                                        on_partition, page_fill_seconds, prefill_extra_seconds)
+                                        on_partition, page_fill_seconds, prefill_extra_seconds, resolve_policy,
+                                        sm_shares)
 from placement_opt.simulate.meshsim import contention_stretch, decode_context, prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
@@ -597,8 +598,12 @@ class Headroom:
 
 def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, float]:
     """Eq. 3 throughput (req/s) of every placed LLM at the placement's meshes and SM shares,
-    under the placement's rule set's memory plan."""
+    under the placement's rule set's memory plan, its policy and shares read as the simulator
+    reads them (:func:`resolve_policy`, :func:`sm_shares`: under ``temporal`` every LLM has the
+    whole mesh)."""
     cfg = llm_config(instance)
+    policy = resolve_policy(instance, placement)
+    temporal = policy == "temporal"
     specs = llm_specs(instance)
     memory = mesh_memory(instance, placement_rules(placement))
     index = {s.name: s.index for s in specs}
@@ -609,11 +614,10 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         if not g.models:
             continue
         members = [index[m] for m in g.models]
-        shares = g.sm_share or (1.0,) * len(members)
+        shares = sm_shares(g, policy)
         k = len(members)
         P = np.empty((k, cfg.max_batch + 1))
         D = np.empty_like(P)
-        temporal = placement.scheduling == "temporal"
         slow = np.array([own_prefill_slowdown(cfg, float(sh), temporal) for sh in shares])
         mesh = [specs[i] for i in members]
         for j, (i, sh) in enumerate(zip(members, shares)):

@@ -151,7 +151,7 @@ def plan_meshes(instance: Instance, placement: Placement, req: Requests, pools: 
         sel = np.flatnonzero(mesh_of == gi)
         mesh_specs = [specs[index[m]] for m in g.models]
         local = simllm._mesh_requests(all_req, sel, mesh_specs)
-        shares = simllm._sm_shares(g, policy)
+        shares = simllm.sm_shares(g, policy)
         llms = MeshLLMs(share=np.asarray(shares, dtype=np.float64),
                         kv_kib=np.array([int(np.ceil(s.kv_bytes_per_token / KIB)) for s in mesh_specs],
                                         dtype=np.int64),

@@ -192,7 +192,7 @@ def _simulate_meshes(groups: Sequence[Group], pools: List[float], specs: List[LL
         span = max(t_stop, 1e-9)
         for k, s in enumerate(mesh_specs):
             kv_share[s.index] += out.kv_llm_time[k] / (span * _pool_kib(pools[gi]))
-        group_metrics.append(_group_metrics(g, _sm_shares(g, policy), pools[gi], out, t_stop, horizon))
+        group_metrics.append(_group_metrics(g, sm_shares(g, policy), pools[gi], out, t_stop, horizon))
     return LLMRun(first=first, finish=finish, preempt=preempt, stop=stop, group_metrics=group_metrics,
                   kv_share=kv_share)
 
@@ -219,8 +219,11 @@ def _mesh_requests(all_requests: MeshRequests, sel: np.ndarray, mesh_specs: List
                         output=all_requests.output[sel])
 
 
-def _sm_shares(g: Group, policy: str) -> list:
-    """SM share of each LLM of the group: all SMs under ``temporal`` or when the group sets none."""
+def sm_shares(g: Group, policy: str) -> list:
+    """SM share of each LLM of the group under ``policy`` (:func:`resolve_policy`'s): all SMs
+    under ``temporal`` (one job at a time) or when the group sets none. The one rule the
+    simulator, the executor, the Eq. 3 estimator's placement estimates and the fidelity fits
+    read a placement's shares by."""
     return [1.0] * len(g.models) if policy == "temporal" or g.sm_share is None else list(g.sm_share)
 
 
@@ -246,7 +249,7 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
     their SM shares and host and contention terms, its pool and the scheduling settings
     (``measured_host``: per LLM a decode host time measured on a machine, None: the calibrated
     one). The executor's virtual clock (``executor.llm_sched.run_virtual``) takes the same."""
-    shares = _sm_shares(g, policy)
+    shares = sm_shares(g, policy)
     P, D, lgrid = _mesh_tables(mesh_specs, g.tp, shares, cfg.max_batch)
     decode_host, prefill_host, eager_host = (np.array(c, dtype=np.float64)
                                              for c in zip(*[host_seconds(cfg, sh, g.tp) for sh in shares]))

@@ -110,6 +110,24 @@ def test_shared_partition_lowers_a_colocated_partition_estimate():
 
 
 
+def test_placement_estimates_read_policy_and_shares_as_the_simulator():
+    """Under the temporal policy every LLM has the whole mesh (``simulate.llm.sm_shares``), whether
+    the policy comes from the placement's ``scheduling`` or the instance's ``llm.policy``: a
+    temporal placement whose groups name SM halves is estimated as with whole GPUs, and the
+    same groups under adbs at their halves (lower: a saturated load, rates x3)."""
+    inst = _scaled(os.path.join(TP2, "measured", "poisson.json"), 3.0)
+    whole = load_placement(os.path.join(TP2, "poisson-temporal.placement.json"))
+    assert whole.scheduling == "temporal" and all(sh == 1.0 for g in whole.groups for sh in g.sm_share)
+    halves = dataclasses.replace(whole, groups=[dataclasses.replace(g, sm_share=(0.5,) * len(g.models))
+                                                for g in whole.groups])
+    assert placement_estimates(inst, halves) == placement_estimates(inst, whole)
+    by_instance = _with(inst, policy="temporal")
+    unscheduled = dataclasses.replace(halves, scheduling=None)
+    assert placement_estimates(by_instance, unscheduled) == placement_estimates(inst, whole)
+    adbs = placement_estimates(_with(inst, policy="adbs"), unscheduled)
+    assert adbs != placement_estimates(inst, whole)
+
+
 def _scaled(path: str, scale: float):
     return load_benchmark("estimator_vs_sim").load_scaled(path, scale)
 
