@@ -894,15 +894,11 @@ def _mesh_step_tables(run: dict, at_shares: bool = False) -> Dict[str, Tuple[Any
     simulator's ``MeshLLMs.kv_bytes``) and the pages one of its KV blocks takes in the mesh's
     pool (:func:`~placement_opt.llm_units.pages_per_block`)."""
     from placement_opt.llm_units import llm_specs, pages_per_block
-    from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import _mesh_tables, sm_shares
     from placement_opt.simulate.meshsim import LatencyTables
 
-    inst_path, placement_path = run_inputs(run)
-    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    inst, placement, policy = run_setup(run)
     specs = {s.name: s for s in llm_specs(inst)}
-    placement = load_placement(placement_path)
-    policy = run_policy(run, inst, placement) if at_shares else ""
     out = {}
     for g in placement.groups:
         mesh = [specs[m] for m in g.models]
@@ -920,15 +916,11 @@ def decode_waves(run: dict, attention_sms: int) -> Dict[str, float]:
     :func:`~placement_opt.simulate.llm.decode_wave`) under ``llm.decode_attention_sms`` =
     ``attention_sms``, at the SM share the run's policy gives it (0 on a partition)."""
     from placement_opt.llm_units import llm_specs
-    from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import sm_shares, decode_wave
+    from placement_opt.simulate.llm import decode_wave, sm_shares
 
-    inst_path, placement_path = run_inputs(run)
-    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    inst, placement, policy = run_setup(run)
     cfg = dataclasses.replace(LLMConfig(), decode_attention_sms=attention_sms)
     specs = {s.name: s for s in llm_specs(inst)}
-    placement = load_placement(placement_path)
-    policy = run_policy(run, inst, placement)
     out = {}
     for g in placement.groups:
         for m, share in zip(g.models, sm_shares(g, policy)):
@@ -1226,6 +1218,17 @@ def run_policy(run: dict, inst: Any, placement: Any) -> str:
     return resolve_policy(inst, placement, None if run["policy"] == "temporal" else run["policy"])
 
 
+def run_setup(run: dict) -> Tuple[Any, Any, str]:
+    """What ``run`` replayed: its measured instance with its generation's tables
+    (:func:`generation_instance`), its placement and the policy it ran under (:func:`run_policy`)."""
+    from placement_opt.placement import load_placement
+
+    inst_path, placement_path = run_inputs(run)
+    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    placement = load_placement(placement_path)
+    return inst, placement, run_policy(run, inst, placement)
+
+
 def simulated_run_jobs(run: dict, inst: Any, clock: Any = None) -> Tuple[List[tuple], np.ndarray]:
     """The simulator's job timeline of ``run``'s requests on ``inst`` and every request's first
     token in it (``executor.llm_run.simulated_jobs``; ``clock``: its job timing instead of the
@@ -1254,18 +1257,14 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     no collect: the same on TP-1 meshes, as ``PREFILL_TRACES``'); ValueError for a run without
     the trace."""
     from placement_opt.llm_units import llm_specs
-    from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import sm_shares, on_partition
+    from placement_opt.simulate.llm import on_partition, sm_shares
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
     jobs = traced_jobs(run)
     if jobs is None:
         raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: the run has no job trace (jobs.csv)")
-    inst_path, placement_path = run_inputs(run)
-    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
+    inst, placement, policy = run_setup(run)
     specs = {s.name: s for s in llm_specs(inst)}
-    placement = load_placement(placement_path)
-    policy = run_policy(run, inst, placement)
     share, tp = {}, {}
     for gi, g in enumerate(placement.groups):
         for m, sh in zip(g.models, sm_shares(g, policy)):
@@ -1394,13 +1393,9 @@ def jobs_alone(mesh: List[dict]) -> List[dict]:
 def whole_gpu_groups(run: dict) -> Set[int]:
     """The indices of ``run``'s placement groups whose LLMs each hold a whole GPU of a one-GPU
     mesh under the run's policy (:func:`~placement_opt.simulate.llm.on_whole_gpu`)."""
-    from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import sm_shares, on_whole_gpu
+    from placement_opt.simulate.llm import on_whole_gpu, sm_shares
 
-    inst_path, placement_path = run_inputs(run)
-    inst = generation_instance(inst_path, generation_of(run["folder"]), run["folder"])
-    placement = load_placement(placement_path)
-    policy = run_policy(run, inst, placement)
+    _, placement, policy = run_setup(run)
     return {gi for gi, g in enumerate(placement.groups)
             if all(on_whole_gpu(sh, g.tp) for sh in sm_shares(g, policy))}
 

@@ -412,13 +412,15 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     b[0] = 1.0
     context = spec.prompt_tokens + spec.output_tokens / 2.0
     pre = lookup_batches(p2, bgrid, lgrid, b, spec.prompt_tokens)
-    dec = lookup_batches(d2, bgrid, lgrid, b, context)
+    wave = 0.0 if llm is None else decode_wave(llm, spec, share, tp)
+    if wave > 0:  # each batch at its effective context, its n requests' decode progress spread evenly
+        longest = spec.prompt_tokens + spec.output_tokens * b / (b + 1.0)
+        dec = np.array([lookup(d2, bgrid, lgrid, n, decode_context(context * n, top, n, wave))
+                        for n, top in zip(b, longest)])
+    else:
+        dec = lookup_batches(d2, bgrid, lgrid, b, context)
     if llm is None:
         return pre, dec
-    wave = decode_wave(llm, spec, share, tp)
-    if wave > 0:  # each batch at its effective context, its n requests' decode progress spread evenly
-        dec = np.array([lookup(d2, bgrid, lgrid, n, decode_context(context * n, spec.prompt_tokens + spec.output_tokens
-                                                                   * n / (n + 1.0), n, wave)) for n in b])
     decode_host, prefill_host, eager_host = host_seconds(llm, share, tp)
     stretch = decode_stretch(llm, share, tp)
     if stretch > 0:

@@ -876,8 +876,9 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
         if need > reqs[r].held:
             llm.used += (need - reqs[r].held) * llm.block_kib
             reqs[r].held = need
-        ctx += reqs[r].prompt + reqs[r].generated
-        longest = max(longest, float(reqs[r].prompt + reqs[r].generated))
+        req_ctx = reqs[r].prompt + reqs[r].generated
+        ctx += req_ctx
+        longest = max(longest, float(req_ctx))
         blocks += reqs[r].held
     llm.n_decode = llm.n_running
     llm.decode_fill = blocks * llm.decode_block_host
