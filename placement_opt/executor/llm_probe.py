@@ -17,6 +17,12 @@ orders runs by their host time but reads 0.1-0.3 ms per step below the trial's o
 its prediction is no closer than the calibrated one; and a GPU that slows during the trial is
 beyond any probe before it (docs/fidelity-llm.md).
 
+The same reading of a trial's own token times (:func:`trial_decode_host`, on meshes that run one
+job at a time) says after the run what host time its steps took: the prediction made again with
+it (``summary.json``'s ``host_in_run``) is no forecast, it separates what the model misses from
+the pace the machine gave the run's host threads (on the H100 machines that pace moves 1-2 x
+over seconds: ``benchmarks/fidelity/llm/host_pace.py``).
+
 :func:`probe_requests` writes one mesh's probe workload (per LLM ``PROBE_BATCH`` requests of
 ``PROBE_PROMPT`` prompt and ``PROBE_OUTPUT`` output tokens, within the job bounds the workers
 prepared and the pool, arriving together, each LLM after the previous one's should have
@@ -121,3 +127,16 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
         modelled += fill[k] * sum((c + cfg.kv_block_tokens) // cfg.kv_block_tokens for c in context)
         excess[k].append(t1 - t0 - modelled)
     return [float(np.median(e)) if len(e) >= MIN_STEPS else None for e in excess]
+
+
+def trial_decode_host(specs: Sequence[LLMSpec], tp: int, shares: Sequence[float], cfg: LLMConfig, max_batch: int,
+                      requests: MeshRequests, token_times: Sequence[Sequence[float]]) -> Optional[List[Optional[float]]]:
+    """Per LLM of one mesh, the decode host seconds its own trial's steps took
+    (:func:`decode_host_seconds` over the trial's token times), where the mesh runs one job at a
+    time (every LLM holds the whole mesh: a temporal mesh, or one LLM alone); None for a mesh of
+    SM partitions (there two token events of one LLM in a row may have other LLMs' jobs running
+    beside them, which stretch its steps), or where no LLM has ``MIN_STEPS`` back-to-back steps."""
+    if any(s < 1.0 for s in shares):
+        return None
+    host = decode_host_seconds(specs, tp, shares, cfg, max_batch, requests, token_times)
+    return host if any(h is not None for h in host) else None

@@ -21,7 +21,11 @@ the warm-up covered the replay) and the prefills run eagerly over the graph limi
 ``ExecutorConfig.host_probe`` is off, a short probe before the trials measures every mesh's
 decode host time per LLM on this machine (:mod:`.llm_probe`): ``summary.json`` then also holds
 ``host_probe`` (per group: the measured and the calibrated seconds) and the prediction made
-with them, ``simulated_with_probe`` and ``errors_with_probe``. With ``ExecutorConfig.job_trace``
+with them, ``simulated_with_probe`` and ``errors_with_probe``. After a complete trial the same
+reading of its own token times, on the meshes that run one job at a time, gives ``host_in_run``
+and the prediction made again with it, ``simulated_with_in_run_host`` and
+``errors_with_in_run_host``: not a forecast (it reads the trial) but what is left of the error
+once the run's own host pace is known. With ``ExecutorConfig.job_trace``
 also ``jobs.csv``: every job of every mesh, its host launch and its device start and end
 (:mod:`.llm_trace`), on the requests' clock, and beside it ``simulated-jobs.csv``, the
 simulator's own job timeline of the same requests (:func:`simulated_jobs`).
@@ -53,7 +57,7 @@ from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests
 from placement_opt.workload import Requests
 from placement_opt.executor.controller import ExecutorConfig, ExecutorError, _free_port, host_memory_bytes, model_seed
 from placement_opt.executor.llm_engine import EngineSpec, LLMBuild
-from placement_opt.executor.llm_probe import decode_host_seconds, probe_requests
+from placement_opt.executor.llm_probe import decode_host_seconds, probe_requests, trial_decode_host
 from placement_opt.executor.llm_sched import VirtualJobs, run_virtual
 from placement_opt.executor.llm_trace import JOB_COLUMNS
 from placement_opt.llm_units import page_units, pages_per_block
@@ -373,16 +377,27 @@ def host_probe_plans(plans: List[MeshPlan], cfg: Any, max_batch: int) -> Tuple[L
     return out, n, span
 
 
-def measure_host(run: "_Run", probe: List[MeshPlan], cfg: Any, max_batch: int) -> Dict[int, dict]:
-    """Each probe mesh's decode host seconds per LLM (:func:`.llm_probe.decode_host_seconds`)
-    from the probe trial's token times, beside the calibrated value (:func:`host_seconds`)."""
+def engine_max_batch(cfg: Any, plans: List[MeshPlan]) -> int:
+    """The most requests the engine batches in one job: the instance's ``max_batch``, at most the
+    most requests of one mesh."""
+    return max(1, min(cfg.max_batch, max((len(p.requests) for p in plans), default=1)))
+
+
+def measure_host(run: "_Run", plans: List[MeshPlan], cfg: Any, max_batch: int, in_trial: bool = False
+                 ) -> Dict[int, dict]:
+    """Each mesh's decode host seconds per LLM from ``run``'s token times beside the calibrated
+    value (:func:`host_seconds`): of the probe's meshes (:func:`.llm_probe.decode_host_seconds`),
+    or ``in_trial``, of a trial's meshes that run one job at a time
+    (:func:`.llm_probe.trial_decode_host`; the others are left out)."""
     out = {}
-    for p in probe:
+    for p in plans:
         tp, shares = len(p.devices), p.work.llms.share.tolist()
         times = [run.token_times.get(int(i), []) for i in p.requests]
-        measured = decode_host_seconds(p.specs, tp, shares, cfg, max_batch, p.work.requests, times)
-        out[p.group] = {"models": [s.name for s in p.specs], "decode_host_s": measured,
-                        "calibrated_s": [simllm.host_seconds(cfg, sh, tp)[0] for sh in shares]}
+        read = trial_decode_host if in_trial else decode_host_seconds
+        measured = read(p.specs, tp, shares, cfg, max_batch, p.work.requests, times)
+        if measured is not None:
+            out[p.group] = {"models": [s.name for s in p.specs], "decode_host_s": measured,
+                            "calibrated_s": [simllm.host_seconds(cfg, sh, tp)[0] for sh in shares]}
     return out
 
 
@@ -515,7 +530,7 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     req = replay_requests(instance, config.duration_s)
     trials = [(policy, plan_meshes(instance, placement, req, pools, policy)) for policy in chosen]
     cfg = effective_llm_config(instance, placement_rules(placement))
-    max_batch = max(1, min(cfg.max_batch, max((len(p.requests) for p in trials[0][1]), default=1)))
+    max_batch = engine_max_batch(cfg, trials[0][1])
     specs = worker_specs(instance, trials[0][1], backend, config, max_batch)
     os.makedirs(out_dir, exist_ok=True)
     run = _Run(specs, config)
@@ -534,10 +549,7 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
             run.begin(probe_plans, n_probe)
             run.serve("host probe", span)
             probe = measure_host(run, probe_plans, cfg, max_batch)
-            log("host probe: decode host ms per step " + "; ".join(
-                f"group {g}: " + ", ".join(f"{m} {'-' if h is None else f'{1e3 * h:.2f}'} (calibrated {1e3 * c:.2f})"
-                                           for m, h, c in zip(v["models"], v["decode_host_s"], v["calibrated_s"]))
-                for g, v in sorted(probe.items())))
+            log(_host_line("host probe", probe))
             run.plans = []
         for i, (policy, plans) in enumerate(trials):
             where = os.path.join(out_dir, policy) if len(trials) > 1 else out_dir
@@ -551,6 +563,9 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
             in_flight = None
             log(f"policy {policy}: throughput measured {summaries[-1]['measured']['throughput_rps']:.3f} req/s, "
                 f"simulated {summaries[-1]['simulated']['throughput_rps']:.3f}")
+            if "host_in_run" in summaries[-1]:
+                log(_host_line(f"policy {policy}: the trial's own", {int(g): v for g, v in
+                                                                     summaries[-1]["host_in_run"].items()}))
         run.stop(30.0)
     except (ExecutorError, KeyboardInterrupt) as e:
         run.kill()
@@ -568,6 +583,14 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
         raise
     _write_index(out_dir, summaries)
     return summaries
+
+
+def _host_line(label: str, host: Dict[int, dict]) -> str:
+    """One log line of decode host seconds measured per group and LLM (:func:`measure_host`)."""
+    return f"{label}: decode host ms per step " + "; ".join(
+        f"group {g}: " + ", ".join(f"{m} {'-' if h is None else f'{1e3 * h:.2f}'} (calibrated {1e3 * c:.2f})"
+                                   for m, h, c in zip(v["models"], v["decode_host_s"], v["calibrated_s"]))
+        for g, v in sorted(host.items()))
 
 
 def _warmup_line(ready: Dict[int, Any]) -> str:
@@ -625,14 +648,21 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
              "instance_sha256": instance.sha256, "duration_s": req.duration_s,
              "trial_wall_s": list(wall) if wall else None}
     summary = {"measured": measured, "simulated": simulated, "errors": compare(measured, simulated), **facts}
+
+    def with_host(key: str, suffix: str, host: Dict[int, dict]) -> None:
+        """The prediction made again with the decode host seconds ``host`` measured on this machine."""
+        again = simllm._simulate_meshes(placement.groups, pools, specs, all_req, req.duration_s, cfg, policy,
+                                        {g: v["decode_host_s"] for g, v in host.items()})
+        metrics = simllm.llm_metrics(specs, req, output, slo, placement.groups, again, policy)
+        summary[key] = {str(g): v for g, v in sorted(host.items())}
+        summary[f"simulated_with_{suffix}"] = metrics
+        summary[f"errors_with_{suffix}"] = compare(measured, metrics)
+
     if probe is not None:
-        host = {g: v["decode_host_s"] for g, v in probe.items()}
-        with_probe = simllm._simulate_meshes(placement.groups, pools, specs, all_req, req.duration_s, cfg, policy,
-                                             host)
-        probed = simllm.llm_metrics(specs, req, output, slo, placement.groups, with_probe, policy)
-        summary["host_probe"] = {str(g): v for g, v in sorted(probe.items())}
-        summary["simulated_with_probe"] = probed
-        summary["errors_with_probe"] = compare(measured, probed)
+        with_host("host_probe", "probe", probe)
+    in_run = measure_host(run, plans, cfg, engine_max_batch(cfg, plans), in_trial=True) if status == "complete" else {}
+    if in_run:
+        with_host("host_in_run", "in_run_host", in_run)
     atomic_write_json(os.path.join(out_dir, "metrics.json"), measured)
     atomic_write_json(os.path.join(out_dir, "simulated.json"), simulated)
     atomic_write_text(os.path.join(out_dir, "requests.csv"),

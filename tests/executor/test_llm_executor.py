@@ -178,6 +178,17 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
     assert all(isinstance(h, float) for v in probe.values() for h in v["decode_host_s"])
     assert set(summary["simulated_with_probe"]) == set(simulated)
     assert summary["simulated_with_probe"]["requests"] == measured["requests"]
+    # the trial's own steps read the same way where a mesh runs one job at a time (each LLM of
+    # the spatial placement alone on its mesh), and the prediction made again with them
+    in_run = summary.get("host_in_run", {})
+    whole = [str(g) for g, v in probe.items() if all(s >= 1.0 for s in summary["measured"]["groups"][int(g)].get(
+        "sm_share", [1.0]))]
+    assert sorted(in_run) == sorted(whole) and (placement != SPATIAL or whole == ["0", "1"])
+    for g, v in in_run.items():
+        assert v["models"] == probe[g]["models"] and any(isinstance(h, float) for h in v["decode_host_s"])
+    if in_run:
+        assert summary["simulated_with_in_run_host"]["requests"] == measured["requests"]
+        assert set(summary["errors_with_in_run_host"]) == set(summary["errors"])
     # start-up planned every prefill bucket the replay met (on GPUs: captured them before it)
     assert summary["cold_buckets"] and all(v == [] for v in summary["cold_buckets"].values())
     assert all(info["warmup"]["prefill_buckets"] > 0 for info in summary["worker_info"].values())

@@ -528,3 +528,52 @@ def test_job_timeline_sets_the_engine_beside_the_simulator_job_by_job():
     assert len(parts) == len(llms)
     busy = [line for line in out if "scheduling thread busy" in line]
     assert [b.split()[2] for b in busy] == ["measured:", "simulated:"]
+
+
+def test_the_in_run_host_time_separates_the_runs_pace_from_the_model():
+    """The 2-GPU seed-5 TP-2 temporal run missed its calibrated prediction by +172% in mean TTFT
+    and +93% in TPOT. Its own steps (``in_run_host``: the two LLMs take turns on the whole mesh)
+    took 1.9 and 2.2 ms beyond the modelled GPU step where the calibration gives 1.39 ms; made
+    again with them, the prediction is within 15% in both (an *in-run* row: printed, not
+    counted). The muxserve run of the same seed shares its GPUs by SM partitions, where two
+    steps of one LLM in a row may have others' jobs beside them: no reading, no row."""
+    from placement_opt.simulate.llm import host_seconds
+
+    script = load_benchmark("llm_fidelity")
+    runs = {r["name"]: r for r in script.load_runs(os.path.join(FIDELITY, "results-v3f-tp2s5"))}
+    temporal = runs["tp2s5-poisson-temporal"]
+    own = script.in_run_host(temporal)
+    calibrated = host_seconds(script.run_instance(temporal, None).llm_settings, 1.0, 2)[0]
+    assert list(own) == [0] and len(own[0]) == 2
+    assert all(h > calibrated + 4e-4 for h in own[0])
+    after = script.errors(temporal["summary"]["measured"], *script.predict(temporal, None))
+    in_run = script.errors(temporal["summary"]["measured"], *script.predict(temporal, None, host=own))
+    assert after["ttft_err"] > 1.0 and after["tpot_err"] > 0.5
+    assert abs(in_run["ttft_err"]) < 0.15 and abs(in_run["tpot_err"]) < 0.15
+    assert script.in_run_host(runs["tp2s5-poisson-muxserve"]) is None
+    script.repredict([temporal])
+    assert temporal["in-run"]["errors"] == in_run
+    assert "1 runs" in script.in_run_line([temporal]) and "TTFT 15% 1 (calibrated 0)" in script.in_run_line([temporal])
+
+
+def test_the_tp4_temporal_split_between_llms_is_a_knife_edge():
+    """``sensitivity.py`` moves one calibration field a little: on the 4-GPU seed-6 TP-4 temporal
+    run (four LLMs taking turns on one mesh, a third of the requests unfinished at the horizon),
+    0.05 ms more TP-4 decode host time per step, a seventh of what that time moves between runs
+    of one machine, takes the simulated llm-1b from 0.76 to 1.04 req/s (measured: 1.04) and the
+    worst per-LLM error from 37% to under 10%, while the total moves by under 3%. Bad input is
+    one line and exit status 2."""
+    sens = load_benchmark("fidelity/llm/sensitivity")
+    run = sens.find_run("results-v3f-gpu4s6/gpu4s6-poisson-temporal4")
+    (_, at, e_at), (_, more, e_more) = sens.moved(run, "decode_host_mesh_s", [0.0, 5e-5])
+    assert at["per_model"]["llm-1b"]["throughput_rps"] < 0.8 < 1.0 < more["per_model"]["llm-1b"]["throughput_rps"]
+    assert e_at["max_llm_err"] > 0.3 > 0.1 > e_more["max_llm_err"]
+    assert abs(more["throughput_rps"] / at["throughput_rps"] - 1) < 0.03
+    script = os.path.join(FIDELITY, "sensitivity.py")
+    for args, words in ((["results-nope/x", "--field", "decode_host_s"], "no results folder 'results-nope'"),
+                        (["results-v3f-gpu4s6/nope", "--field", "decode_host_s"], "no complete run 'nope'"),
+                        (["results-v3f-gpu4s6/gpu4s6-poisson-temporal4", "--field", "nope"], "--field nope: not a"),
+                        (["results-v3f-gpu4s6/gpu4s6-poisson-temporal4", "--field", "decode_host_s", "--deltas", "a"],
+                         "--deltas a: not comma-separated numbers")):
+        r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+        assert r.returncode == 2 and words in r.stderr.strip().splitlines()[-1], r.stderr

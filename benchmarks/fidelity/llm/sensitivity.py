@@ -1,0 +1,88 @@
+"""How far a run's prediction moves when one calibration field moves a little.
+
+A metric whose prediction jumps under a change smaller than the machine's own spread cannot be
+predicted closer than that jump by any model made before the run. This re-predicts each
+``RESULTS/RUN`` (a results folder under benchmarks/fidelity/llm and its run) with its
+generation's calibration, ``FIELD`` moved by each of ``--deltas`` (in the field's unit, added),
+and prints per delta the total and per-LLM throughput and the errors the last line of
+``llm_fidelity.py`` takes (measured against that prediction). On the TP-4 temporal runs
+(``results-v3f-gpu4s6/gpu4s6-poisson-temporal4``, ``--field decode_host_mesh_s``), 0.05 ms more
+or less per step moves the simulated split of the throughput between the four LLMs by up to 30
+points, where that time moves by 0.35 ms between runs of one machine (docs/fidelity-llm.md).
+
+Usage: python benchmarks/fidelity/llm/sensitivity.py RESULTS/RUN... --field FIELD
+[--deltas -2e-4,-1e-4,-5e-5,0,5e-5,1e-4,2e-4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_fidelity
+
+import llm_fidelity as fid  # noqa: E402
+
+DELTAS = "-2e-4,-1e-4,-5e-5,0,5e-5,1e-4,2e-4"
+
+
+def find_run(spec: str) -> dict:
+    """The run ``spec`` = ``RESULTS/RUN`` of an engine generation in use; ValueError saying what
+    is missing."""
+    folder, _, name = spec.strip("/").partition("/")
+    path = os.path.join(fid.LLM, folder)
+    if not os.path.isdir(path):
+        raise ValueError(f"{spec}: no results folder {folder!r} under {fid.LLM}")
+    if fid.generation_of(path) is None:
+        raise ValueError(f"{spec}: {folder} is not a folder of an engine generation in use")
+    run = next((r for r in fid.load_runs(path) if r["name"] == name), None)
+    if run is None or run["summary"]["status"] != "complete":
+        raise ValueError(f"{spec}: {folder} has no complete run {name!r}")
+    return run
+
+
+def moved(run: dict, field: str, deltas: List[float]) -> List[Tuple[float, dict, dict]]:
+    """``(delta, simulated metrics, errors)`` of ``run`` re-predicted with its generation's
+    calibration, ``field`` + each delta (at least 0)."""
+    model = fid.generation_model(fid.generation_of(run["folder"]))
+    out = []
+    for d in deltas:
+        sim, attain = fid.predict(run, dict(model, **{field: max(0.0, model[field] + d)}))
+        out.append((d, sim, fid.errors(run["summary"]["measured"], sim, attain)))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", metavar="RESULTS/RUN")
+    ap.add_argument("--field", required=True, help="the calibration field to move (one of llm_fidelity's fields)")
+    ap.add_argument("--deltas", default=DELTAS, help=f"comma-separated changes of the field (default {DELTAS})")
+    args = ap.parse_args()
+    if args.field not in fid.MODEL_FIELDS:
+        ap.error(f"--field {args.field}: not a calibration field (one of {', '.join(fid.MODEL_FIELDS)})")
+    try:
+        deltas = [float(x) for x in args.deltas.split(",")]
+    except ValueError:
+        ap.error(f"--deltas {args.deltas}: not comma-separated numbers")
+    try:
+        runs = [(spec, find_run(spec)) for spec in args.runs]
+    except ValueError as e:
+        ap.error(str(e))
+    for spec, run in runs:
+        measured = run["summary"]["measured"]
+        names = list(measured["per_model"])
+        print(f"== {spec}: {args.field} moved (measured: {measured['throughput_rps']:.3f} req/s; per LLM "
+              + ", ".join(f"{n} {measured['per_model'][n]['throughput_rps']:.3f}" for n in names) + ")")
+        for d, sim, e in moved(run, args.field, deltas):
+            per = ", ".join(f"{n} {sim['per_model'][n]['throughput_rps']:.3f}" for n in names)
+            print(f"{d:+.2e}: {sim['throughput_rps']:.3f} req/s ({per}); errors: throughput "
+                  f"{100 * e['throughput_err']:+.1f}%, worst LLM {100 * e['max_llm_err']:.1f}%, TTFT "
+                  f"{100 * e['ttft_err']:+.1f}%, TPOT {100 * e['tpot_err']:+.1f}%, attainment "
+                  f"{e['slo_attainment_pp']:+.2f} pp")
+
+
+if __name__ == "__main__":
+    main()
