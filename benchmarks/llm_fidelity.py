@@ -267,7 +267,8 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # with seed 6, its measured instance the first with v3f's calibration: the executor's host probe
 # measures beyond the stretch); results-v3f-gpu4s7 and -gpu4s8 (the 4-GPU set with seeds 7 and 8),
 # and results-v3f-tp2s5 (the 2-GPU set with seed 5), predicted after the decode step on a whole GPU
-# was read at its effective context (decode_attention_sms). Its TP > 1 eager term
+# was read at its effective context (decode_attention_sms); results-v3f-gpu4s9 and -tp2s6 (seeds 9
+# and 6), the first runs whose executor also writes the in-run host reading. Its TP > 1 eager term
 # (prefill_eager_host_tp_s) stays v3p's, measured against v3p's cuDNN-era TP-1 eager time.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -311,7 +312,7 @@ GENERATIONS = {
                        "results-v3f-x3c", "results-v3f-tr2", "results-v3f-tp2s2", "results-v3f-x3s1",
                        "results-v3f-x3s2", "results-v3f-x3p", "results-v3f-tp2s3", "results-v3f-gpu4s4",
                        "results-v3f-gpu4s5", "results-v3f-tp2s4", "results-v3f-gpu4s6", "results-v3f-gpu4s7",
-                       "results-v3f-gpu4s8", "results-v3f-tp2s5"),
+                       "results-v3f-gpu4s8", "results-v3f-tp2s5", "results-v3f-gpu4s9", "results-v3f-tp2s6"),
                       "tables-v3", "results-v3", None, "calibration-v3f.json",
                       fit_eager=(("results-v3f", "conv-muxserve"), ("results-v3f", "conv-temporal")),
                       measure_eager_hold=True, fit_prefill_trace=PREFILL_TRACES,
@@ -322,7 +323,8 @@ GENERATIONS = {
                                      ("results-v3f-gpu4s4", "tables-gpu4"), ("results-v3f-gpu4s5", "tables-gpu4"),
                                      ("results-v3f-tp2s4", "tables-tp2"), ("results-v3f-gpu4s6", "tables-gpu4"),
                                      ("results-v3f-gpu4s7", "tables-gpu4"), ("results-v3f-gpu4s8", "tables-gpu4"),
-                                     ("results-v3f-tp2s5", "tables-tp2")),
+                                     ("results-v3f-tp2s5", "tables-tp2"), ("results-v3f-gpu4s9", "tables-gpu4"),
+                                     ("results-v3f-tp2s6", "tables-tp2")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3p"),
 }
 
