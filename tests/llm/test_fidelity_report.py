@@ -553,6 +553,14 @@ def test_the_in_run_host_time_separates_the_runs_pace_from_the_model():
     assert script.in_run_host(runs["tp2s5-poisson-muxserve"]) is None
     script.repredict([temporal])
     assert temporal["in-run"]["errors"] == in_run
+    # the executor writes the same reading since (host_in_run), from the token times it holds at
+    # full precision: the report's, from requests.csv's 10-us times, agrees within microseconds
+    fresh = {r["name"]: r for r in script.load_runs(os.path.join(FIDELITY, "results-v3f-tp2s6"))}
+    for name in ("tp2s6-poisson-temporal", "tp2s6-poisson-spatial"):
+        written = {int(g): v["decode_host_s"] for g, v in fresh[name]["summary"]["host_in_run"].items()}
+        read = script.in_run_host(fresh[name])
+        assert sorted(read) == sorted(written)
+        assert all(a == pytest.approx(b, abs=5e-6) for g in read for a, b in zip(read[g], written[g]))
     assert "1 runs" in script.in_run_line([temporal]) and "TTFT 15% 1 (calibrated 0)" in script.in_run_line([temporal])
 
 
