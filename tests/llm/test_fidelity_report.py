@@ -533,7 +533,7 @@ def test_job_timeline_sets_the_engine_beside_the_simulator_job_by_job():
 def test_the_in_run_host_time_separates_the_runs_pace_from_the_model():
     """The 2-GPU seed-5 TP-2 temporal run missed its calibrated prediction by +172% in mean TTFT
     and +93% in TPOT. Its own steps (``in_run_host``: the two LLMs take turns on the whole mesh)
-    took 1.9 and 2.2 ms beyond the modelled GPU step where the calibration gives 1.39 ms; made
+    took 1.9 and 2.2 ms beyond the modelled GPU step where the calibration gives 1.34 ms; made
     again with them, the prediction is within 15% in both (an *in-run* row: printed, not
     counted). The muxserve run of the same seed shares its GPUs by SM partitions, where two
     steps of one LLM in a row may have others' jobs beside them: no reading, no row."""
