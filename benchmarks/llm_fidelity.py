@@ -598,37 +598,33 @@ def probe_host(run: dict) -> Optional[Dict[int, List[Optional[float]]]]:
 
 def in_run_host(run: dict) -> Optional[Dict[int, List[Optional[float]]]]:
     """The decode host seconds ``run``'s own steps took, per group that runs one job at a time,
-    per LLM (:func:`~placement_opt.executor.llm_probe.trial_decode_host` over ``requests.csv``'s
-    token times, beside the step its generation's calibration models: what the executor now
-    writes as ``host_in_run``, read here for every committed run); None where no group has them."""
-    from placement_opt.executor.llm_probe import trial_decode_host
-    from placement_opt.llm_units import effective_llm_config, llm_specs, placement_rules
+    per LLM: the executor's reading (:func:`~placement_opt.executor.llm_run.read_trial_host`) of
+    ``requests.csv``'s token times, beside the step the run's generation models (its calibration
+    and tables; the executor's own ``host_in_run``, written since, reads beside its measured
+    instance's, the same where that carries the calibration); None where no group has them.
+    SystemExit naming the file where it names an LLM the instance lacks or a field is malformed."""
+    from placement_opt.executor.llm_run import read_trial_host
     from placement_opt.placement import load_placement
-    from placement_opt.simulate.llm import sm_shares
-    from placement_opt.simulate.meshsim import MeshRequests
+    from placement_opt.workload import Requests
 
     inst = run_instance(run, None)
     placement = load_placement(run_inputs(run)[1])
-    policy = run_policy(run, inst, placement)
-    cfg = effective_llm_config(inst, placement_rules(placement))
-    specs = {s.name: s for s in llm_specs(inst)}
-    groups: Dict[int, List[Dict[str, str]]] = {}
-    for r in request_rows(run):
-        groups.setdefault(int(r["group"]), []).append(r)
-    max_batch = max(1, min(cfg.max_batch, max((len(v) for v in groups.values()), default=1)))
-    out = {}
-    for gi, g in enumerate(placement.groups):
-        rows = groups.get(gi, [])
-        local = {m: k for k, m in enumerate(g.models)}
-        req = MeshRequests(arrival=np.array([float(r["arrival_s"]) for r in rows], dtype=np.float64),
-                           llm=np.array([local[r["model"]] for r in rows], dtype=np.int64),
-                           prompt=np.array([int(r["prompt_tokens"]) for r in rows], dtype=np.int64),
-                           output=np.array([int(r["output_tokens"]) for r in rows], dtype=np.int64))
-        times = [[float(t) for t in r["token_times_s"].split()] for r in rows]
-        host = trial_decode_host([specs[m] for m in g.models], g.tp, sm_shares(g, policy), cfg, max_batch, req, times)
-        if host is not None:
-            out[gi] = host
-    return out or None
+    policy = run["summary"].get("policy") or run_policy(run, inst, placement)
+    rows = sorted(request_rows(run), key=lambda r: int(r["request"]))
+    index = {name: k for k, name in enumerate(inst.model_names)}
+    try:
+        req = Requests(arrival=np.array([float(r["arrival_s"]) for r in rows]),
+                       model=np.array([index[r["model"]] for r in rows], dtype=np.int32),
+                       deadline=np.zeros(len(rows)), duration_s=float(run["summary"]["duration_s"]),
+                       prompt_tokens=np.array([int(r["prompt_tokens"]) for r in rows], dtype=np.int64),
+                       output_tokens=np.array([int(r["output_tokens"]) for r in rows], dtype=np.int64))
+        host = read_trial_host(inst, placement, req, policy, [[float(t) for t in r["token_times_s"].split()]
+                                                              for r in rows],
+                               [int(r["preemptions"]) > 0 for r in rows])
+    except (KeyError, ValueError, IndexError) as e:
+        raise SystemExit(f"{run_file(run, 'requests.csv')}: unreadable request rows "
+                         f"({type(e).__name__}: {e})") from None
+    return {g: v["decode_host_s"] for g, v in host.items()} or None
 
 
 def simulate_run(run: dict, model: Optional[Dict[str, float]], probed: bool = False,
@@ -644,6 +640,8 @@ def simulate_run(run: dict, model: Optional[Dict[str, float]], probed: bool = Fa
     inst = run_instance(run, model)
     policy = None if run["policy"] == "temporal" else run["policy"]
     if probed:
+        if host is not None:
+            raise ValueError("simulate_run: probed and host are two sources of one decode host time")
         host = probe_host(run)
     return simulate_llm(inst, load_placement(run_inputs(run)[1]), policy=policy, decode_host=host), inst
 

@@ -33,7 +33,7 @@ probe's token times.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -87,8 +87,8 @@ def probe_requests(specs: Sequence[LLMSpec], bounds: Sequence[Dict[str, int]], t
 
 
 def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[float], cfg: LLMConfig,
-                        max_batch: int, requests: MeshRequests, token_times: Sequence[Sequence[float]]
-                        ) -> List[Optional[float]]:
+                        max_batch: int, requests: MeshRequests, token_times: Sequence[Sequence[float]],
+                        skip: Collection[int] = ()) -> List[Optional[float]]:
     """Per LLM of one mesh, the median time its probe decode steps took beyond the simulator's
     step time without host seconds (the cost table at the step's batch and mean context, or its
     effective context with a decode wave (:func:`~placement_opt.simulate.llm.decode_wave`; the
@@ -97,8 +97,8 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
     (:func:`~placement_opt.simulate.llm.decode_stretch`), times the stretch; and the page-table
     fill): over every pair of consecutive
     token events of the mesh that are both decode steps of that LLM (nothing else ran between).
-    ``token_times[i]``: the times of request i's tokens. None where an LLM has fewer than
-    ``MIN_STEPS`` such steps."""
+    ``token_times[i]``: the times of request i's tokens; a pair with a request of ``skip`` in
+    either event is left out. None where an LLM has fewer than ``MIN_STEPS`` such steps."""
     P, D, lgrid = simllm._mesh_tables(list(specs), tp, list(shares), max_batch)
     lgrid = lgrid.astype(np.float64)
     events: Dict[float, List[Tuple[int, int]]] = {}  # time -> (request, token index) of one job's end
@@ -114,8 +114,8 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
     for t0, t1 in zip(ordered, ordered[1:]):
         before, step = events[t0], events[t1]
         ks = {int(requests.llm[i]) for i, _ in before + step}
-        if len(ks) != 1 or any(j == 0 for _, j in before + step):
-            continue  # another LLM's job, or a prefill, between them
+        if len(ks) != 1 or any(j == 0 or i in skip for i, j in before + step):
+            continue  # another LLM's job, or a prefill, between them; or a request to skip
         k = ks.pop()
         context = [int(requests.prompt[i]) + j for i, j in step]  # tokens in the cache when the step ran
         b, total = len(step), float(sum(context))
@@ -130,13 +130,15 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
 
 
 def trial_decode_host(specs: Sequence[LLMSpec], tp: int, shares: Sequence[float], cfg: LLMConfig, max_batch: int,
-                      requests: MeshRequests, token_times: Sequence[Sequence[float]]) -> Optional[List[Optional[float]]]:
+                      requests: MeshRequests, token_times: Sequence[Sequence[float]], skip: Collection[int] = ()
+                      ) -> Optional[List[Optional[float]]]:
     """Per LLM of one mesh, the decode host seconds its own trial's steps took
-    (:func:`decode_host_seconds` over the trial's token times), where the mesh runs one job at a
-    time (every LLM holds the whole mesh: a temporal mesh, or one LLM alone); None for a mesh of
+    (:func:`decode_host_seconds` over the trial's token times, ``skip`` as there: the requests
+    that were preempted, whose recompute is a prefill), where the mesh runs one job at a time
+    (every LLM's share whole: a temporal mesh, or one LLM alone at share 1); None for a mesh of
     SM partitions (there two token events of one LLM in a row may have other LLMs' jobs running
     beside them, which stretch its steps), or where no LLM has ``MIN_STEPS`` back-to-back steps."""
     if any(s < 1.0 for s in shares):
         return None
-    host = decode_host_seconds(specs, tp, shares, cfg, max_batch, requests, token_times)
+    host = decode_host_seconds(specs, tp, shares, cfg, max_batch, requests, token_times, skip)
     return host if any(h is not None for h in host) else None

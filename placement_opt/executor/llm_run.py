@@ -138,24 +138,41 @@ def _pool_pages(instance: Instance, specs: Sequence[LLMSpec], tp: int, pool_byte
     return max(1, min(by_rule, int((blocks * ppb[req.llm]).sum())))
 
 
-def plan_meshes(instance: Instance, placement: Placement, req: Requests, pools: List[float], policy: str
-                ) -> List[MeshPlan]:
-    """Every mesh that hosts LLMs: its requests (split as the simulator splits them), its
-    scheduler's inputs (as the simulator builds them), its pool pages and longest request."""
-    cfg = effective_llm_config(instance, placement_rules(placement))
+class _Mesh(NamedTuple):
+    """One group that hosts LLMs with its share of the requests, as the simulator splits them."""
+
+    group: int
+    specs: List[LLMSpec]
+    requests: np.ndarray  # indices into the replayed requests
+    local: MeshRequests  # those requests, their LLMs numbered as on the mesh
+    shares: List[float]
+
+
+def _meshes(instance: Instance, placement: Placement, req: Requests, policy: str) -> List[_Mesh]:
+    """Every group of ``placement`` that hosts LLMs, with the requests of ``req`` it serves."""
     specs = llm_specs(instance)
     index = {s.name: s.index for s in specs}
     prompt, output = simllm._with_lengths(instance, req)
     mesh_of = simllm._mesh_of_requests(placement.groups, index, req.model)
     all_req = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
-    plans = []
+    out = []
     for gi, g in enumerate(placement.groups):
-        if not g.models:
-            continue
-        sel = np.flatnonzero(mesh_of == gi)
-        mesh_specs = [specs[index[m]] for m in g.models]
-        local = simllm._mesh_requests(all_req, sel, mesh_specs)
-        shares = simllm.sm_shares(g, policy)
+        if g.models:
+            sel = np.flatnonzero(mesh_of == gi)
+            mesh_specs = [specs[index[m]] for m in g.models]
+            out.append(_Mesh(gi, mesh_specs, sel, simllm._mesh_requests(all_req, sel, mesh_specs),
+                             simllm.sm_shares(g, policy)))
+    return out
+
+
+def plan_meshes(instance: Instance, placement: Placement, req: Requests, pools: List[float], policy: str
+                ) -> List[MeshPlan]:
+    """Every mesh that hosts LLMs: its requests (split as the simulator splits them), its
+    scheduler's inputs (as the simulator builds them), its pool pages and longest request."""
+    cfg = effective_llm_config(instance, placement_rules(placement))
+    plans = []
+    for gi, mesh_specs, sel, local, shares in _meshes(instance, placement, req, policy):
+        g = placement.groups[gi]
         llms = MeshLLMs(share=np.asarray(shares, dtype=np.float64),
                         kv_kib=np.array([int(np.ceil(s.kv_bytes_per_token / KIB)) for s in mesh_specs],
                                         dtype=np.int64),
@@ -377,27 +394,49 @@ def host_probe_plans(plans: List[MeshPlan], cfg: Any, max_batch: int) -> Tuple[L
     return out, n, span
 
 
-def engine_max_batch(cfg: Any, plans: List[MeshPlan]) -> int:
+def engine_max_batch(cfg: Any, mesh_requests: Sequence[int]) -> int:
     """The most requests the engine batches in one job: the instance's ``max_batch``, at most the
-    most requests of one mesh."""
-    return max(1, min(cfg.max_batch, max((len(p.requests) for p in plans), default=1)))
+    most requests of one mesh (``mesh_requests``: each mesh's count)."""
+    return max(1, min(cfg.max_batch, max(mesh_requests, default=1)))
 
 
-def measure_host(run: "_Run", plans: List[MeshPlan], cfg: Any, max_batch: int, in_trial: bool = False
-                 ) -> Dict[int, dict]:
-    """Each mesh's decode host seconds per LLM from ``run``'s token times beside the calibrated
-    value (:func:`host_seconds`): of the probe's meshes (:func:`.llm_probe.decode_host_seconds`),
-    or ``in_trial``, of a trial's meshes that run one job at a time
-    (:func:`.llm_probe.trial_decode_host`; the others are left out)."""
+def _host_entry(specs: Sequence[LLMSpec], shares: Sequence[float], tp: int, cfg: Any,
+                measured: List[Optional[float]]) -> dict:
+    """One mesh's decode host seconds as ``summary.json`` holds them: per LLM, read and calibrated."""
+    return {"models": [s.name for s in specs], "decode_host_s": measured,
+            "calibrated_s": [simllm.host_seconds(cfg, sh, tp)[0] for sh in shares]}
+
+
+def measure_host(run: "_Run", probe: List[MeshPlan], cfg: Any, max_batch: int) -> Dict[int, dict]:
+    """Each probe mesh's decode host seconds per LLM (:func:`.llm_probe.decode_host_seconds`)
+    from the probe trial's token times, beside the calibrated value (:func:`host_seconds`)."""
     out = {}
-    for p in plans:
+    for p in probe:
         tp, shares = len(p.devices), p.work.llms.share.tolist()
         times = [run.token_times.get(int(i), []) for i in p.requests]
-        read = trial_decode_host if in_trial else decode_host_seconds
-        measured = read(p.specs, tp, shares, cfg, max_batch, p.work.requests, times)
+        out[p.group] = _host_entry(p.specs, shares, tp, cfg,
+                                   decode_host_seconds(p.specs, tp, shares, cfg, max_batch, p.work.requests, times))
+    return out
+
+
+def read_trial_host(instance: Instance, placement: Placement, req: Requests, policy: str,
+                    token_times: Sequence[Sequence[float]], preempted: Sequence[bool]) -> Dict[int, dict]:
+    """Per mesh of ``placement`` that runs one job at a time, the decode host seconds per LLM its
+    trial's own steps took (:func:`.llm_probe.trial_decode_host` over ``token_times[i]``, request
+    i's token times; the requests split over the meshes as the simulator splits them; pairs of
+    steps with a request that was ever ``preempted`` left out: its recompute is a prefill), beside
+    the calibrated value; the other meshes are left out."""
+    cfg = effective_llm_config(instance, placement_rules(placement))
+    meshes = _meshes(instance, placement, req, policy)
+    max_batch = engine_max_batch(cfg, [len(m.requests) for m in meshes])
+    out = {}
+    for m in meshes:
+        tp = placement.groups[m.group].tp
+        measured = trial_decode_host(m.specs, tp, m.shares, cfg, max_batch, m.local,
+                                     [token_times[i] for i in m.requests],
+                                     skip={k for k, i in enumerate(m.requests) if preempted[i]})
         if measured is not None:
-            out[p.group] = {"models": [s.name for s in p.specs], "decode_host_s": measured,
-                            "calibrated_s": [simllm.host_seconds(cfg, sh, tp)[0] for sh in shares]}
+            out[m.group] = _host_entry(m.specs, m.shares, tp, cfg, measured)
     return out
 
 
@@ -530,7 +569,7 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     req = replay_requests(instance, config.duration_s)
     trials = [(policy, plan_meshes(instance, placement, req, pools, policy)) for policy in chosen]
     cfg = effective_llm_config(instance, placement_rules(placement))
-    max_batch = engine_max_batch(cfg, trials[0][1])
+    max_batch = engine_max_batch(cfg, [len(p.requests) for p in trials[0][1]])
     specs = worker_specs(instance, trials[0][1], backend, config, max_batch)
     os.makedirs(out_dir, exist_ok=True)
     run = _Run(specs, config)
@@ -648,6 +687,10 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
              "instance_sha256": instance.sha256, "duration_s": req.duration_s,
              "trial_wall_s": list(wall) if wall else None}
     summary = {"measured": measured, "simulated": simulated, "errors": compare(measured, simulated), **facts}
+    atomic_write_json(os.path.join(out_dir, "metrics.json"), measured)
+    atomic_write_json(os.path.join(out_dir, "simulated.json"), simulated)
+    atomic_write_text(os.path.join(out_dir, "requests.csv"),
+                      requests_csv(req, instance.model_names, prompt, output, mesh_of, run, predicted))
 
     def with_host(key: str, suffix: str, host: Dict[int, dict]) -> None:
         """The prediction made again with the decode host seconds ``host`` measured on this machine."""
@@ -658,15 +701,16 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
         summary[f"simulated_with_{suffix}"] = metrics
         summary[f"errors_with_{suffix}"] = compare(measured, metrics)
 
-    if probe is not None:
-        with_host("host_probe", "probe", probe)
-    in_run = measure_host(run, plans, cfg, engine_max_batch(cfg, plans), in_trial=True) if status == "complete" else {}
-    if in_run:
-        with_host("host_in_run", "in_run_host", in_run)
-    atomic_write_json(os.path.join(out_dir, "metrics.json"), measured)
-    atomic_write_json(os.path.join(out_dir, "simulated.json"), simulated)
-    atomic_write_text(os.path.join(out_dir, "requests.csv"),
-                      requests_csv(req, instance.model_names, prompt, output, mesh_of, run, predicted))
+    try:  # secondary predictions: a fault in them must not cost the trial's measurements
+        if probe is not None:
+            with_host("host_probe", "probe", probe)
+        if status == "complete":
+            in_run = read_trial_host(instance, placement, req, policy,
+                                     [run.token_times.get(i, []) for i in range(len(req))], (run.preempt > 0).tolist())
+            if in_run:
+                with_host("host_in_run", "in_run_host", in_run)
+    except Exception as e:  # noqa: BLE001 - recorded in the summary, the measured files stand
+        summary["host_reading_error"] = f"{type(e).__name__}: {e}"
     atomic_write_json(os.path.join(out_dir, "summary.json"), summary)
     measured_rows = measured_jobs(run)
     if measured_rows:  # after the summary: the simulated timeline takes seconds of Python

@@ -34,7 +34,11 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 
+from placement_opt import load_instance  # noqa: E402
 from placement_opt.cli.main import cli  # noqa: E402
+from placement_opt.executor.llm_run import read_trial_host  # noqa: E402
+from placement_opt.placement import load_placement  # noqa: E402
+from placement_opt.simulate.llm import simulate_llm  # noqa: E402
 from placement_opt.model import Architecture  # noqa: E402
 
 # these tests run the Triton kernels on CPU tensors: in Triton's interpreter (set before Triton is imported)
@@ -186,13 +190,38 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
     assert sorted(in_run) == sorted(whole) and (placement != SPATIAL or whole == ["0", "1"])
     for g, v in in_run.items():
         assert v["models"] == probe[g]["models"] and any(isinstance(h, float) for h in v["decode_host_s"])
-    if in_run:
-        assert summary["simulated_with_in_run_host"]["requests"] == measured["requests"]
+    if in_run:  # the same reading off requests.csv, and the simulator's prediction with it
+        inst, pl = load_instance(TINY), load_placement(placement)
+        req = inst.requests()
+        again = read_trial_host(inst, pl, req, policy, [[float(t) for t in r["token_times_s"].split()] for r in rows],
+                                [int(r["preemptions"]) > 0 for r in rows])
+        assert sorted(again) == sorted(int(g) for g in in_run)
+        for g, v in again.items():
+            assert v["decode_host_s"] == pytest.approx(in_run[str(g)]["decode_host_s"], abs=2e-5)
+        host = {int(g): v["decode_host_s"] for g, v in in_run.items()}
+        assert summary["simulated_with_in_run_host"] == simulate_llm(inst, pl, policy=policy, decode_host=host)
+        assert summary["simulated_with_in_run_host"] != simulated
         assert set(summary["errors_with_in_run_host"]) == set(summary["errors"])
     # start-up planned every prefill bucket the replay met (on GPUs: captured them before it)
     assert summary["cold_buckets"] and all(v == [] for v in summary["cold_buckets"].values())
     assert all(info["warmup"]["prefill_buckets"] > 0 for info in summary["worker_info"].values())
     assert not (tmp_path / "o" / "jobs.csv").exists()  # the job trace is off by default
+
+
+def test_a_fault_in_the_in_run_reading_keeps_the_measurements(tmp_path, monkeypatch):
+    """The in-run reading is a second prediction: if it fails, the trial's measured files are
+    written all the same and the summary says what failed."""
+    import placement_opt.executor.llm_run as llm_run
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(llm_run, "read_trial_host", broken)
+    [summary] = _execute(SPATIAL, tmp_path / "o", "--policy", "fcfs", "--no-host-probe")
+    assert summary["status"] == "complete" and summary["host_reading_error"] == "RuntimeError: boom"
+    assert "host_in_run" not in summary and summary["measured"]["finished"] == summary["measured"]["requests"]
+    for name in ("metrics.json", "simulated.json", "requests.csv", "summary.json", "trials.json"):
+        assert (tmp_path / "o" / name).exists()
 
 
 def test_job_trace_lists_every_job(tmp_path):
@@ -345,6 +374,7 @@ def test_llm_run_stops_cleanly(long_instance, tmp_path, how):
         assert ("died" if how == "kill" else "a worker hangs") in err
         assert summary["status"].startswith("failed")
     assert summary["measured"]["finished"] > 0
+    assert "host_in_run" not in summary  # read only off a complete trial
 
 
 def test_interrupt_after_the_last_trial_keeps_every_trial(tmp_path, monkeypatch):

@@ -569,11 +569,12 @@ def test_the_tp4_temporal_split_between_llms_is_a_knife_edge():
     run (four LLMs taking turns on one mesh, a third of the requests unfinished at the horizon),
     0.05 ms more TP-4 decode host time per step, a seventh of what that time moves between runs
     of one machine, takes the simulated llm-1b from 0.76 to 1.04 req/s (measured: 1.04) and the
-    worst per-LLM error from 37% to under 10%, while the total moves by under 3%. Bad input is
-    one line and exit status 2."""
+    worst per-LLM error from 37% to under 10%, while the total moves by under 3%. Bad input ends
+    in a last line naming it, exit status 2 (no traceback)."""
     sens = load_benchmark("fidelity/llm/sensitivity")
     run = sens.find_run("results-v3f-gpu4s6/gpu4s6-poisson-temporal4")
-    (_, at, e_at), (_, more, e_more) = sens.moved(run, "decode_host_mesh_s", [0.0, 5e-5])
+    (v0, at, e_at), (v1, more, e_more) = sens.moved(run, "decode_host_mesh_s", [0.0, 5e-5])
+    assert v1 - v0 == pytest.approx(5e-5)
     assert at["per_model"]["llm-1b"]["throughput_rps"] < 0.8 < 1.0 < more["per_model"]["llm-1b"]["throughput_rps"]
     assert e_at["max_llm_err"] > 0.3 > 0.1 > e_more["max_llm_err"]
     assert abs(more["throughput_rps"] / at["throughput_rps"] - 1) < 0.03
@@ -582,6 +583,12 @@ def test_the_tp4_temporal_split_between_llms_is_a_knife_edge():
                         (["results-v3f-gpu4s6/nope", "--field", "decode_host_s"], "no complete run 'nope'"),
                         (["results-v3f-gpu4s6/gpu4s6-poisson-temporal4", "--field", "nope"], "--field nope: not a"),
                         (["results-v3f-gpu4s6/gpu4s6-poisson-temporal4", "--field", "decode_host_s", "--deltas", "a"],
-                         "--deltas a: not comma-separated numbers")):
+                         "--deltas a: not comma-separated finite numbers")):
         r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+        assert r.returncode == 2 and words in r.stderr.strip().splitlines()[-1], r.stderr
+        assert "Traceback" not in r.stderr
+    pace = os.path.join(FIDELITY, "host_pace.py")  # host_pace.py checks its arguments before it measures
+    for args, words in ((["-o", "x.json", "--window", "0"], "--window 0.0: must be positive"),
+                        (["-o", "/nowhere/x.json"], "-o /nowhere/x.json: its folder does not exist")):
+        r = subprocess.run([sys.executable, pace, *args], capture_output=True, text=True)
         assert r.returncode == 2 and words in r.stderr.strip().splitlines()[-1], r.stderr

@@ -29,6 +29,7 @@ import os
 import statistics
 import subprocess
 import time
+from queue import Empty
 from typing import Dict, List, Optional, Tuple
 
 #: operations in one piece of work (about 2.5 ms on a 2.1 GHz Xeon vCPU at full pace: the
@@ -104,6 +105,7 @@ def machine() -> Dict[str, str]:
 
 
 def summary(values: List[float]) -> str:
+    """The 10th percentile, median, 90th percentile and largest of ``values``, as one phrase."""
     q = statistics.quantiles(values, n=10, method="inclusive") if len(values) > 1 else values * 9
     return f"p10 {q[0]:.2f}, median {statistics.median(values):.2f}, p90 {q[-1]:.2f}, max {max(values):.2f}"
 
@@ -116,17 +118,28 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=5.0, help="busy phase window in seconds (default 5)")
     ap.add_argument("--each", type=int, default=2, help="busy processes per mode (default 2)")
     args = ap.parse_args()
+    for name in ("rounds", "seconds", "window", "each"):
+        if not getattr(args, name) > 0:
+            ap.error(f"--{name} {getattr(args, name)}: must be positive")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        ap.error(f"-o {args.output}: its folder does not exist")
 
     cpus = sorted(os.sched_getaffinity(0))
     rounds = per_cpu(args.rounds)
     ctx = mp.get_context("fork")
     queue: "mp.Queue" = ctx.Queue()
-    jobs = [(mode, cpus[4 * i % len(cpus):][:4] or cpus[:4])
+    jobs = [(mode, cpus[4 * i % len(cpus):][:4])
             for i, mode in enumerate(m for m in ("pinned", "fastest", "free") for _ in range(args.each))]
     procs = [ctx.Process(target=busy, args=(mode, c, args.seconds, args.window, queue)) for mode, c in jobs]
     for p in procs:
         p.start()
-    runs = sorted((queue.get() for _ in procs), key=lambda r: (r[0], r[1] if r[1] is not None else -1))
+    try:  # a process that died puts nothing: wait no longer than the phase and a minute
+        runs = sorted((queue.get(timeout=args.seconds + 60) for _ in procs),
+                      key=lambda r: (r[0], r[1] if r[1] is not None else -1))
+    except Empty:
+        for p in procs:
+            p.kill()
+        raise SystemExit(f"host_pace.py: a busy process died (exit codes {[p.exitcode for p in procs]})") from None
     for p in procs:
         p.join()
 

@@ -4,7 +4,7 @@ A metric whose prediction jumps under a change smaller than the machine's own sp
 predicted closer than that jump by any model made before the run. This re-predicts each
 ``RESULTS/RUN`` (a results folder under benchmarks/fidelity/llm and its run) with its
 generation's calibration, ``FIELD`` moved by each of ``--deltas`` (in the field's unit, added),
-and prints per delta the total and per-LLM throughput and the errors the last line of
+and prints per value the total and per-LLM throughput and the errors the last line of
 ``llm_fidelity.py`` takes (measured against that prediction). On the TP-4 temporal runs
 (``results-v3f-gpu4s6/gpu4s6-poisson-temporal4``, ``--field decode_host_mesh_s``), 0.05 ms more
 or less per step moves the simulated split of the throughput between the four LLMs by up to 30
@@ -17,9 +17,10 @@ Usage: python benchmarks/fidelity/llm/sensitivity.py RESULTS/RUN... --field FIEL
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_fidelity
@@ -41,17 +42,21 @@ def find_run(spec: str) -> dict:
     run = next((r for r in fid.load_runs(path) if r["name"] == name), None)
     if run is None or run["summary"]["status"] != "complete":
         raise ValueError(f"{spec}: {folder} has no complete run {name!r}")
+    missing = [p for p in fid.run_inputs(run) if not os.path.exists(p)]
+    if missing:
+        raise ValueError(f"{spec}: its input {missing[0]} is missing")
     return run
 
 
 def moved(run: dict, field: str, deltas: List[float]) -> List[Tuple[float, dict, dict]]:
-    """``(delta, simulated metrics, errors)`` of ``run`` re-predicted with its generation's
-    calibration, ``field`` + each delta (at least 0)."""
+    """``(value, simulated metrics, errors)`` of ``run`` re-predicted with its generation's
+    calibration, ``field`` + each delta (at least 0; the value is the one applied)."""
     model = fid.generation_model(fid.generation_of(run["folder"]))
     out = []
     for d in deltas:
-        sim, attain = fid.predict(run, dict(model, **{field: max(0.0, model[field] + d)}))
-        out.append((d, sim, fid.errors(run["summary"]["measured"], sim, attain)))
+        value = max(0.0, model.get(field, 0.0) + d)
+        sim, attain = fid.predict(run, dict(model, **{field: value}))
+        out.append((value, sim, fid.errors(run["summary"]["measured"], sim, attain)))
     return out
 
 
@@ -66,7 +71,9 @@ def main() -> None:
     try:
         deltas = [float(x) for x in args.deltas.split(",")]
     except ValueError:
-        ap.error(f"--deltas {args.deltas}: not comma-separated numbers")
+        deltas = []
+    if not deltas or not all(math.isfinite(d) for d in deltas):
+        ap.error(f"--deltas {args.deltas}: not comma-separated finite numbers")
     try:
         runs = [(spec, find_run(spec)) for spec in args.runs]
     except ValueError as e:
@@ -76,12 +83,17 @@ def main() -> None:
         names = list(measured["per_model"])
         print(f"== {spec}: {args.field} moved (measured: {measured['throughput_rps']:.3f} req/s; per LLM "
               + ", ".join(f"{n} {measured['per_model'][n]['throughput_rps']:.3f}" for n in names) + ")")
-        for d, sim, e in moved(run, args.field, deltas):
+        for value, sim, e in moved(run, args.field, deltas):
             per = ", ".join(f"{n} {sim['per_model'][n]['throughput_rps']:.3f}" for n in names)
-            print(f"{d:+.2e}: {sim['throughput_rps']:.3f} req/s ({per}); errors: throughput "
-                  f"{100 * e['throughput_err']:+.1f}%, worst LLM {100 * e['max_llm_err']:.1f}%, TTFT "
-                  f"{100 * e['ttft_err']:+.1f}%, TPOT {100 * e['tpot_err']:+.1f}%, attainment "
+            print(f"{args.field}={value:.4g}: {sim['throughput_rps']:.3f} req/s ({per}); errors: throughput "
+                  f"{percent(e['throughput_err'], '+')}, worst LLM {percent(e['max_llm_err'], '')}, TTFT "
+                  f"{percent(e['ttft_err'], '+')}, TPOT {percent(e['tpot_err'], '+')}, attainment "
                   f"{e['slo_attainment_pp']:+.2f} pp")
+
+
+def percent(x: Optional[float], sign: str) -> str:
+    """A fractional error as a percentage (``-`` where there is none)."""
+    return "-" if x is None else f"{100 * x:{sign}.1f}%"
 
 
 if __name__ == "__main__":
