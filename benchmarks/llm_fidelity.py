@@ -1101,15 +1101,22 @@ def _find_run(where: Tuple[str, str]) -> dict:
     return next(r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name)
 
 
-def traced_run(spec: str) -> dict:
+def find_run(spec: str) -> dict:
     """The run ``spec`` = ``RESULTS/RUN`` (a results folder under benchmarks/fidelity/llm and its
-    run's sub-folder) made with the job trace; ValueError saying which part is missing."""
+    run's sub-folder); ValueError saying which part is missing."""
     folder, _, name = spec.strip("/").partition("/")
     if not os.path.isdir(os.path.join(LLM, folder)):
         raise ValueError(f"{spec}: no results folder {folder!r} under {LLM}")
     run = next((r for r in load_runs(os.path.join(LLM, folder)) if r["name"] == name), None)
     if run is None:
         raise ValueError(f"{spec}: {folder} has no run {name!r}")
+    return run
+
+
+def traced_run(spec: str) -> dict:
+    """The run ``spec`` (:func:`find_run`) made with the job trace; ValueError saying which part
+    is missing."""
+    run = find_run(spec)
     if not os.path.exists(run_file(run, "jobs.csv")):
         raise ValueError(f"{spec}: the run has no job trace (jobs.csv: made without --job-trace)")
     return run

@@ -150,19 +150,11 @@ class _Mesh(NamedTuple):
 
 def _meshes(instance: Instance, placement: Placement, req: Requests, policy: str) -> List[_Mesh]:
     """Every group of ``placement`` that hosts LLMs, with the requests of ``req`` it serves."""
-    specs = llm_specs(instance)
-    index = {s.name: s.index for s in specs}
     prompt, output = simllm._with_lengths(instance, req)
-    mesh_of = simllm._mesh_of_requests(placement.groups, index, req.model)
     all_req = MeshRequests(arrival=req.arrival, llm=req.model, prompt=prompt, output=output)
-    out = []
-    for gi, g in enumerate(placement.groups):
-        if g.models:
-            sel = np.flatnonzero(mesh_of == gi)
-            mesh_specs = [specs[index[m]] for m in g.models]
-            out.append(_Mesh(gi, mesh_specs, sel, simllm._mesh_requests(all_req, sel, mesh_specs),
-                             simllm.sm_shares(g, policy)))
-    return out
+    split = simllm.split_requests(placement.groups, llm_specs(instance), all_req)
+    return [_Mesh(gi, mesh_specs, sel, local, simllm.sm_shares(placement.groups[gi], policy))
+            for gi, (mesh_specs, sel, local) in sorted(split.items())]
 
 
 def plan_meshes(instance: Instance, placement: Placement, req: Requests, pools: List[float], policy: str

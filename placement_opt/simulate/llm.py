@@ -24,7 +24,7 @@ Semantics (details in the kernel's docstring and ``docs/llm.md``):
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -171,8 +171,7 @@ def _simulate_meshes(groups: Sequence[Group], pools: List[float], specs: List[LL
     (``decode_host``: :func:`simulate_llm`'s)."""
     n = len(all_requests.arrival)
     horizon = duration + cfg.drain_s
-    index = {s.name: s.index for s in specs}
-    mesh_of = _mesh_of_requests(groups, index, all_requests.llm)
+    split = split_requests(groups, specs, all_requests)
     first = np.full(n, -1.0)
     finish = np.full(n, -1.0)
     preempt = np.zeros(n, dtype=np.int64)
@@ -180,13 +179,11 @@ def _simulate_meshes(groups: Sequence[Group], pools: List[float], specs: List[LL
     group_metrics: List[dict] = []
     kv_share = np.zeros(len(specs))
     for gi, g in enumerate(groups):
-        if not g.models:
+        if gi not in split:
             group_metrics.append({"models": [], "sm_utilisation": 0.0, "kv_utilisation": 0.0})
             continue
-        sel = np.flatnonzero(mesh_of == gi)
-        mesh_specs = [specs[index[m]] for m in g.models]
-        out, t_stop = _run_mesh(g, mesh_specs, pools[gi], _mesh_requests(all_requests, sel, mesh_specs), cfg,
-                                policy, horizon, (decode_host or {}).get(gi))
+        mesh_specs, sel, local = split[gi]
+        out, t_stop = _run_mesh(g, mesh_specs, pools[gi], local, cfg, policy, horizon, (decode_host or {}).get(gi))
         first[sel], finish[sel], preempt[sel] = out.first, out.finish, out.preempt_count
         stop = max(stop, t_stop)
         span = max(t_stop, 1e-9)
@@ -195,6 +192,22 @@ def _simulate_meshes(groups: Sequence[Group], pools: List[float], specs: List[LL
         group_metrics.append(_group_metrics(g, sm_shares(g, policy), pools[gi], out, t_stop, horizon))
     return LLMRun(first=first, finish=finish, preempt=preempt, stop=stop, group_metrics=group_metrics,
                   kv_share=kv_share)
+
+
+def split_requests(groups: Sequence[Group], specs: List[LLMSpec], all_requests: MeshRequests
+                   ) -> Dict[int, Tuple[List[LLMSpec], np.ndarray, MeshRequests]]:
+    """Per group that hosts LLMs: its LLMs' specs, the indices of the requests it serves
+    (:func:`_mesh_of_requests`) and those requests, its LLMs numbered as on the mesh
+    (:func:`_mesh_requests`); the one split the simulator and the executor share."""
+    index = {s.name: s.index for s in specs}
+    mesh_of = _mesh_of_requests(groups, index, all_requests.llm)
+    out = {}
+    for gi, g in enumerate(groups):
+        if g.models:
+            sel = np.flatnonzero(mesh_of == gi)
+            mesh_specs = [specs[index[m]] for m in g.models]
+            out[gi] = (mesh_specs, sel, _mesh_requests(all_requests, sel, mesh_specs))
+    return out
 
 
 def _mesh_of_requests(groups: Sequence[Group], index: Dict[str, int], models: np.ndarray) -> np.ndarray:

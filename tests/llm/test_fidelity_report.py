@@ -580,7 +580,7 @@ def test_the_tp4_temporal_split_between_llms_is_a_knife_edge():
     assert abs(more["throughput_rps"] / at["throughput_rps"] - 1) < 0.03
     script = os.path.join(FIDELITY, "sensitivity.py")
     for args, words in ((["results-nope/x", "--field", "decode_host_s"], "no results folder 'results-nope'"),
-                        (["results-v3f-gpu4s6/nope", "--field", "decode_host_s"], "no complete run 'nope'"),
+                        (["results-v3f-gpu4s6/nope", "--field", "decode_host_s"], "has no run 'nope'"),
                         (["results-v3f-gpu4s6/gpu4s6-poisson-temporal4", "--field", "nope"], "--field nope: not a"),
                         (["results-v3f-gpu4s6/gpu4s6-poisson-temporal4", "--field", "decode_host_s", "--deltas", "a"],
                          "--deltas a: not comma-separated finite numbers")):

@@ -31,17 +31,14 @@ DELTAS = "-2e-4,-1e-4,-5e-5,0,5e-5,1e-4,2e-4"
 
 
 def find_run(spec: str) -> dict:
-    """The run ``spec`` = ``RESULTS/RUN`` of an engine generation in use; ValueError saying what
-    is missing."""
-    folder, _, name = spec.strip("/").partition("/")
-    path = os.path.join(fid.LLM, folder)
-    if not os.path.isdir(path):
-        raise ValueError(f"{spec}: no results folder {folder!r} under {fid.LLM}")
-    if fid.generation_of(path) is None:
+    """The complete run ``spec`` = ``RESULTS/RUN`` (:func:`llm_fidelity.find_run`) of an engine
+    generation in use, its inputs in the repository; ValueError saying what is missing."""
+    run = fid.find_run(spec)
+    folder = os.path.basename(run["folder"])
+    if fid.generation_of(run["folder"]) is None:
         raise ValueError(f"{spec}: {folder} is not a folder of an engine generation in use")
-    run = next((r for r in fid.load_runs(path) if r["name"] == name), None)
-    if run is None or run["summary"]["status"] != "complete":
-        raise ValueError(f"{spec}: {folder} has no complete run {name!r}")
+    if run["summary"]["status"] != "complete":
+        raise ValueError(f"{spec}: {folder} has no complete run {run['name']!r}")
     missing = [p for p in fid.run_inputs(run) if not os.path.exists(p)]
     if missing:
         raise ValueError(f"{spec}: its input {missing[0]} is missing")
