@@ -217,6 +217,20 @@ def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config
     return out
 
 
+def _op_pipes(specs: List[LLMWorkerSpec], ctx: Any) -> Dict[int, Tuple[Any, ...]]:
+    """Per rank its ends of its mesh's operation pipes (``llm_worker.OpChannel``): a leader
+    the sending end of one pipe per follower (TP order), a follower the receiving end of its
+    own, a one-GPU mesh none."""
+    out: Dict[int, Tuple[Any, ...]] = {s.rank: () for s in specs}
+    for spec in specs:
+        leader = spec.mesh_ranks[0]
+        if spec.rank != leader:
+            recv, send = ctx.Pipe(duplex=False)
+            out[leader] += (send,)
+            out[spec.rank] = (recv,)
+    return out
+
+
 class _Run:
     """The worker processes, their reports, and what the current trial measured so far."""
 
@@ -230,14 +244,17 @@ class _Run:
         self.done: set = set()
         self.begin([], 0)
         self.procs, self.commands, self.reports = [], [], []
+        ops = _op_pipes(specs, ctx)
         for spec in specs:
             cmd_recv, cmd_send = ctx.Pipe(duplex=False)
             rep_recv, rep_send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=llm_worker_main, args=(spec, cmd_recv, rep_send), daemon=True,
+            proc = ctx.Process(target=llm_worker_main, args=(spec, cmd_recv, rep_send, ops[spec.rank]), daemon=True,
                                name=f"placeopt-llm-worker-{spec.rank}")
             proc.start()
             cmd_recv.close()
             rep_send.close()
+            for end in ops[spec.rank]:  # the worker holds it now: its peers see EOF when it dies
+                end.close()
             self.procs.append(proc)
             self.commands.append(cmd_send)
             self.reports.append(rep_recv)

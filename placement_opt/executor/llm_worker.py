@@ -5,9 +5,15 @@ The leader replays its mesh's requests in real time: it owns the mesh's
 jobs whose end events fired (their requests get a token at that moment), re-balance ADBS
 quotas when due, free the blocks of finished and preempted requests, ask the scheduler for
 jobs to start now and launch them, drop what can never fit, integrate SM and KV use. Every
-decision that touches the device (launch, finish, free) is also broadcast to the followers
-over the mesh's gloo group, which apply them in the same order, so all TP ranks run the same
-jobs. The leader reports each request's record when it finishes (or is dropped), a
+decision that touches the device (launch, finish, free) is also sent to the followers, which
+apply them in the same order, so all TP ranks run the same jobs.
+
+The operations travel over one OS pipe per follower (:class:`OpChannel`), not a collective:
+a gloo ``broadcast_object_list`` (two collectives over TCP) cost the leader ~0.4 ms per send
+and ~1 ms per decode step on a TP-2 mesh, host time on every step's critical path (the TP
+meshes' ``decode_host_mesh_s`` of engine generations up to v3f); a pipe send is ~10 us and
+does not wait for the follower. On GPUs a follower spins on its pipe for ``FOLLOW_SPIN_S``
+after each operation (the next one comes within a decode step), then blocks. The leader reports each request's record when it finishes (or is dropped), a
 heartbeat every second, and its mesh's totals at the end (with the prefill buckets the
 replay met that start-up had not prepared: ``cold_buckets``, empty when the warm-up covered
 the replay; with ``EngineSpec.job_trace`` every job's launch and device times, :mod:`.llm_trace`).
@@ -19,11 +25,12 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -34,6 +41,7 @@ from placement_opt.executor.worker import _die_with_parent
 
 HEARTBEAT_S = 1.0
 IDLE_SLEEP_S = 0.0002
+FOLLOW_SPIN_S = 0.05  # a GPU follower polls its pipe this long after an operation before it blocks
 
 
 @dataclass(frozen=True)
@@ -63,30 +71,52 @@ class LLMWorkerSpec:
     timeout_s: float
 
 
-def _make_groups(spec: LLMWorkerSpec) -> Tuple[Any, List[Tuple[Any, Any]]]:
-    """The mesh's gloo control group and its LLMs' (prefill, decode) TP groups; every rank
-    creates every mesh's groups in the same order, as torch.distributed requires."""
+@dataclass
+class OpChannel:
+    """How a mesh's device operations travel (module docstring): a leader holds one pipe end
+    per follower (``out``, TP order), a follower the end it reads (``into``); a one-GPU mesh
+    neither. ``spin_s``: how long a follower polls before it blocks (0 on CPUs, where a
+    spinning follower would take a core from the jobs)."""
+
+    out: Tuple[Connection, ...] = ()
+    into: Optional[Connection] = None
+    spin_s: float = 0.0
+
+    def send(self, ops: List[tuple]) -> None:
+        for conn in self.out:
+            conn.send(ops)
+
+    def receive(self) -> List[tuple]:
+        assert self.into is not None
+        if self.spin_s > 0:
+            end = time.monotonic() + self.spin_s
+            while not self.into.poll(0) and time.monotonic() < end:
+                pass
+        return self.into.recv()
+
+
+def _make_groups(spec: LLMWorkerSpec) -> List[Tuple[Any, Any]]:
+    """The mesh's LLMs' (prefill, decode) TP groups; every rank creates every mesh's groups in
+    the same order, as torch.distributed requires."""
     import torch.distributed as dist
 
-    control, llm_groups = None, []
+    llm_groups: List[Tuple[Any, Any]] = []
     for ranks, n_llms in zip(spec.all_meshes, spec.n_llms_of):
         if len(ranks) == 1:
             continue
-        mine = spec.rank in ranks
-        c = dist.new_group(list(ranks), backend="gloo")
         pairs = [(dist.new_group(list(ranks)), dist.new_group(list(ranks))) for _ in range(n_llms)]
-        if mine:
-            control, llm_groups = c, pairs
+        if spec.rank in ranks:
+            llm_groups = pairs
     if not llm_groups:
         llm_groups = [(None, None)] * len(spec.engine.llms)
-    return control, llm_groups
+    return llm_groups
 
 
 class _Leader:
     """The leader's replay loop (see the module docstring)."""
 
-    def __init__(self, engine: Any, work: MeshWork, control: Any, src: int, reports: Connection, group: int):
-        self.engine, self.work, self.control, self.src = engine, work, control, src
+    def __init__(self, engine: Any, work: MeshWork, channel: OpChannel, reports: Connection, group: int):
+        self.engine, self.work, self.channel = engine, work, channel
         self.reports, self.group = reports, group
         self.sched = MeshScheduler(work.requests, work.llms, work.settings)
         self.token_times: Dict[int, List[float]] = {}
@@ -98,10 +128,9 @@ class _Leader:
         self.peak_kv = 0
 
     def _send(self) -> None:
-        """Broadcast this iteration's device operations to the followers."""
-        if self.control is not None and self.ops:
-            import torch.distributed as dist
-            dist.broadcast_object_list([self.ops], src=self.src, group=self.control)
+        """Send this iteration's device operations to the followers."""
+        if self.ops:
+            self.channel.send(self.ops)
         self.ops = []
 
     def _finish_due(self, t: float) -> int:
@@ -146,7 +175,6 @@ class _Leader:
 
     def run(self, t0: float) -> dict:
         """Replay the mesh's requests from monotonic time ``t0``; returns the mesh's totals."""
-        import time as _t
         s, cfg = self.sched, self.work.settings
         n = len(self.work.requests.arrival)
         done, last, beat = 0, 0.0, 0.0
@@ -155,7 +183,7 @@ class _Leader:
         if self.engine.spec.job_trace:
             trace.begin()
         while True:
-            t = _t.monotonic() - t0
+            t = time.monotonic() - t0
             self.sm_time += s.sm_used * (t - last)
             used = s.kv_in_use()
             self.kv_time += used * (t - last)
@@ -179,7 +207,7 @@ class _Leader:
                 beat = t
                 self.reports.send(("beat", self.group, t))
             if not self.engine.running:
-                _t.sleep(IDLE_SLEEP_S)
+                time.sleep(IDLE_SLEEP_S)
         for kind, k in self.engine.in_flight():  # stopped at the horizon: let the jobs in flight end
             self.engine.finish(kind, k)
             self.ops.append(("finish", kind, k))
@@ -192,14 +220,10 @@ class _Leader:
                 "jobs": trace.rows(t0, [rt.build.name for rt in self.engine.llms]) if trace.active else []}
 
 
-def _follow(engine: Any, control: Any, src: int) -> None:
+def _follow(engine: Any, channel: OpChannel) -> None:
     """Apply the leader's device operations until it says stop."""
-    import torch.distributed as dist
-
     while True:
-        box: List[Any] = [None]
-        dist.broadcast_object_list(box, src=src, group=control)
-        for op in box[0]:
+        for op in channel.receive():
             if op[0] == "launch":
                 engine.launch(op[1])
             elif op[0] == "finish":
@@ -210,7 +234,7 @@ def _follow(engine: Any, control: Any, src: int) -> None:
                 return
 
 
-def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
+def _build(spec: LLMWorkerSpec) -> Any:
     """Join the process group, build this rank's engine and warm it up."""
     import torch
     import torch.distributed as dist
@@ -225,19 +249,24 @@ def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
         device = torch.device("cpu")
     dist.init_process_group(spec.backend, init_method=spec.init_method, rank=spec.rank,
                             world_size=spec.world_size, timeout=timedelta(seconds=spec.timeout_s))
-    control, groups = _make_groups(spec)
-    engine = MeshEngine(spec.engine, device, groups)
+    engine = MeshEngine(spec.engine, device, _make_groups(spec))
     engine.warm_up()
-    return engine, control
+    return engine
 
 
-def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connection) -> None:
+def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connection,
+                    ops: Tuple[Connection, ...] = ()) -> None:
     """Process entry point: build, report ready, then serve trials until told to stop: each
-    command is ``(t0, work)`` (the leader's mesh work, None on followers), ``None`` ends."""
+    command is ``(t0, work)`` (the leader's mesh work, None on followers), ``None`` ends.
+    ``ops``: the mesh's operation pipes (:class:`OpChannel`): a leader's ends to its
+    followers, a follower's one end from its leader, none on a one-GPU mesh."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller handles Ctrl-C and stops us
+    leader = spec.rank == spec.mesh_ranks[0]
+    channel = OpChannel(out=tuple(ops), spin_s=0.0) if leader else OpChannel(
+        into=ops[0] if ops else None, spin_s=FOLLOW_SPIN_S if spec.backend == "nccl" else 0.0)
     try:
-        engine, control = _build(spec)
+        engine = _build(spec)
         reports.send(("ready", spec.rank, {"device": str(engine.device), "mechanism": engine.mechanism,
                                            "sm_counts": engine.sm, "weight_bytes": engine.weight_bytes(),
                                            "pool_pages": engine.pool.n_pages,
@@ -252,12 +281,11 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
             if cmd is None:
                 break
             t0, work = cmd  # one trial: the leader gets its mesh's work, followers None
-            src = spec.mesh_ranks[0]
             if work is not None:
-                totals = _Leader(engine, work, control, src, reports, spec.group).run(float(t0))
+                totals = _Leader(engine, work, channel, reports, spec.group).run(float(t0))
                 reports.send(("mesh", spec.group, totals))
             else:
-                _follow(engine, control, src)
+                _follow(engine, channel)
             engine.reset()
             reports.send(("trial", spec.rank, None))
         reports.send(("done", spec.rank, None))

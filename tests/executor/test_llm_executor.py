@@ -417,3 +417,26 @@ def test_eager_prefills_never_use_cudnn_attention():
     assert torch.equal(out, expected) and torch.backends.cuda.cudnn_sdp_enabled()  # restored after
     with eager_attention(torch.device("cpu")):
         assert torch.backends.cuda.cudnn_sdp_enabled()  # CPUs: nothing limited
+
+
+def test_op_channel_keeps_order_and_ends_on_a_gone_leader():
+    """The leader's operations reach each follower in the order sent (a spinning and a blocking
+    follower alike), the send does not wait for the reader, and a follower whose leader is gone
+    gets EOF (it exits) instead of waiting forever."""
+    from multiprocessing import Pipe
+
+    from placement_opt.executor.llm_worker import OpChannel
+
+    pipes = [Pipe(duplex=False) for _ in range(2)]
+    leader = OpChannel(out=tuple(send for _, send in pipes))
+    followers = [OpChannel(into=recv, spin_s=spin) for (recv, _), spin in zip(pipes, (0.01, 0.0))]
+    batches = [[("launch", k), ("finish", "decode", k)] for k in range(50)] + [[("stop",)]]
+    for ops in batches:
+        leader.send(ops)
+    for f in followers:
+        assert [f.receive() for _ in batches] == batches
+    for _, send in pipes:
+        send.close()
+    for f in followers:
+        with pytest.raises(EOFError):
+            f.receive()
