@@ -202,6 +202,11 @@ class Generation:
     # those fields replaced, and its runs count in the last line together with that one's (None: a
     # generation of its own)
     derives: Optional[str] = None
+    # a derived generation that changes only how a TP mesh's ranks are driven (its TP-1 path is its
+    # parent's): its own ``fit_tp`` / ``fit_tp_wide`` runs re-measure the TP decode host seconds
+    # beyond the parent's ``decode_host_full_s`` and the TP prefill host seconds against this TP-1
+    # plain-stream run (:func:`tp_prefill_host`); None: the TP fields are refitted only with ``fit_streams``
+    tp_prefill_against: Optional[Tuple[str, str]] = None
 
 
 #: the traced plain-stream runs (the 7B and 8B each on a whole GPU; traces with the contexts) v3f's
@@ -326,6 +331,14 @@ GENERATIONS = {
                                      ("results-v3f-tp2s5", "tables-tp2"), ("results-v3f-gpu4s9", "tables-gpu4"),
                                      ("results-v3f-tp2s6", "tables-tp2")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3p"),
+    "v3s": Generation(("results-v3s-gpu4", "results-v3s-gpu4s10", "results-v3s-tp2s7"), "tables-v3", "results-v3",
+                      None, "calibration-v3s.json",
+                      fit_tp=("results-v3s-gpu4", "gpu4-poisson-temporal"),
+                      fit_tp_wide=("results-v3s-gpu4", "gpu4-poisson-temporal4"),
+                      tp_prefill_against=("results-v3p", "poisson-temporal"),
+                      folder_tables=(("results-v3s-gpu4", "tables-gpu4"), ("results-v3s-gpu4s10", "tables-gpu4"),
+                                     ("results-v3s-tp2s7", "tables-tp2")),
+                      page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f"),
 }
 
 
@@ -1628,8 +1641,8 @@ def token_events(run: dict) -> Dict[Tuple[float, str], List[Tuple[int, int, floa
 
 
 def plain_stream_prefills(run: dict) -> np.ndarray:
-    """The back-to-back prefills of a plain-stream run (one job at a time): every token event
-    of one mesh that is the first token of all its requests, each arrived before the mesh's
+    """The back-to-back prefills of a plain-stream run (one job at a time per mesh): every token
+    event of a mesh that is the first token of all its requests, each arrived before the mesh's
     previous token event (so the prefill started when that event's job ended): the gap less
     the prefill's table time at its batch and mean prompt, one value per prefill (s)."""
     from placement_opt.executor.llm_sched import len_interp
@@ -1637,8 +1650,7 @@ def plain_stream_prefills(run: dict) -> np.ndarray:
     tables = _mesh_step_tables(run)
     events = token_events(run)
     extra = []
-    ordered = sorted(events)
-    for (t0, _), (t1, m1) in zip(ordered, ordered[1:]):
+    for (t0, _), (t1, m1) in _consecutive_events(run, events):
         batch = events[(t1, m1)]
         if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
             continue
@@ -1646,6 +1658,18 @@ def plain_stream_prefills(run: dict) -> np.ndarray:
         prompt = sum(p for p, _, _ in batch) / len(batch)
         extra.append(t1 - t0 - len_interp(table.prefill[k, len(batch)], table.lgrid, prompt))
     return np.array(extra, dtype=np.float64)
+
+
+def _consecutive_events(run: dict, events: Dict[Tuple[float, str], Any]) -> List[Tuple[Tuple[float, str], ...]]:
+    """Every pair of consecutive token events (time, model) of one mesh of ``run``'s placement
+    (a run of several meshes interleaves their events; a job's start is its own mesh's last event)."""
+    from placement_opt.placement import load_placement
+
+    pairs: List[Tuple[Tuple[float, str], ...]] = []
+    for group in load_placement(run_inputs(run)[1]).groups:
+        ordered = sorted(e for e in events if e[1] in group.models)
+        pairs += list(zip(ordered, ordered[1:]))
+    return pairs
 
 
 def plain_stream_eager_prefills(run: dict) -> Dict[str, List[Tuple[float, float]]]:
@@ -1661,8 +1685,7 @@ def plain_stream_eager_prefills(run: dict) -> Dict[str, List[Tuple[float, float]
     tables = _mesh_step_tables(run)
     events = token_events(run)
     out: Dict[str, List[Tuple[float, float]]] = {}
-    ordered = sorted(events)
-    for (t0, _), (t1, m1) in zip(ordered, ordered[1:]):
+    for (t0, _), (t1, m1) in _consecutive_events(run, events):
         batch = events[(t1, m1)]
         if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
             continue
@@ -1674,14 +1697,16 @@ def plain_stream_eager_prefills(run: dict) -> Dict[str, List[Tuple[float, float]
     return out
 
 
-def tp_prefill_host(gen: Generation) -> Tuple[float, float, str]:
+def tp_prefill_host(gen: Generation, single_run: Optional[Tuple[str, str]] = None) -> Tuple[float, float, str]:
     """``prefill_host_tp_s`` and ``prefill_host_mesh_s``: the median time a back-to-back prefill
     takes beyond its table (:func:`plain_stream_prefills`) on each TP > 1 plain-stream fit run
-    (``fit_tp``, ``fit_tp_wide``) less the same on ``gen.fit_streams`` (TP 1, where the launch
-    model already stands for it), split by :func:`rank_and_mesh` (0 without both kinds of run)."""
-    if gen.fit_tp is None or gen.fit_streams is None:
+    (``fit_tp``, ``fit_tp_wide``) less the same on the TP-1 run ``single_run`` (default
+    ``gen.fit_streams``; TP 1, where the launch model already stands for it), split by
+    :func:`rank_and_mesh` (0 without both kinds of run)."""
+    single_run = single_run or gen.fit_streams
+    if gen.fit_tp is None or single_run is None:
         return 0.0, 0.0, "no TP-1 and TP > 1 plain-stream runs"
-    single = plain_stream_prefills(_find_run(gen.fit_streams))
+    single = plain_stream_prefills(_find_run(single_run))
     points, notes = [], []
     for where in _tp_runs(gen):
         run = _find_run(where)
@@ -1693,7 +1718,7 @@ def tp_prefill_host(gen: Generation) -> Tuple[float, float, str]:
                      f"(TP {tp}, {len(multi)} back-to-back prefills)")
     rank, mesh = rank_and_mesh(points)
     return rank, mesh, ("; ".join(notes) + f"; less {1e3 * float(np.median(single)):.3f} ms on "
-                        f"{'/'.join(gen.fit_streams)} (TP 1, {len(single)})")
+                        f"{'/'.join(single_run)} (TP 1, {len(single)})")
 
 
 def _median_eager_excess(where: Tuple[str, str]) -> Tuple[float, int]:
@@ -1836,21 +1861,25 @@ def derived_calibration(gen: Generation) -> dict:
     entry_s, out["fit"]["decode_page_entry_fit"] = page_entry_seconds(gen)
     out["decode_page_entry_s"] = entry_s
     own = ["decode_page_entry_s"]
+    kv_gbps, kv_power = out["decode_kv_gbps"], out["decode_kv_tp_power"]
     if gen.fit_streams is not None:
-        kv_gbps, kv_power = out["decode_kv_gbps"], out["decode_kv_tp_power"]
         full, out["fit"]["full_host_fit"] = full_decode_host(gen.fit_streams, kv_gbps, entry_s)
         out["decode_host_full_s"] = round(full, 6)
         own.append("decode_host_full_s")
-        if gen.fit_tp is not None:
-            tp_host, mesh_host, out["fit"]["tp_host_fit"] = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps,
-                                                                           kv_power, entry_s)
-            out["decode_host_tp_s"], out["decode_host_mesh_s"] = round(tp_host, 6), round(mesh_host, 6)
-            own += ["decode_host_tp_s", "decode_host_mesh_s"]
-            parent = GENERATIONS[gen.derives]
-            if len(parent.fit_eager) > 1:
-                tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, parent.fit_eager[1])
-                out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
-                own.append("prefill_eager_host_tp_s")
+    if gen.fit_tp is not None and (gen.fit_streams is not None or gen.tp_prefill_against is not None):
+        tp_host, mesh_host, out["fit"]["tp_host_fit"] = tp_decode_host(gen, out["decode_host_full_s"], kv_gbps,
+                                                                       kv_power, entry_s)
+        out["decode_host_tp_s"], out["decode_host_mesh_s"] = round(tp_host, 6), round(mesh_host, 6)
+        own += ["decode_host_tp_s", "decode_host_mesh_s"]
+        parent = GENERATIONS[gen.derives]
+        if len(parent.fit_eager) > 1:
+            tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, parent.fit_eager[1])
+            out["prefill_eager_host_tp_s"] = round(tp_eager, 6)
+            own.append("prefill_eager_host_tp_s")
+        if gen.tp_prefill_against is not None:
+            rank, mesh, out["fit"]["prefill_tp_fit"] = tp_prefill_host(gen, gen.tp_prefill_against)
+            out["prefill_host_tp_s"], out["prefill_host_mesh_s"] = round(rank, 6), round(mesh, 6)
+            own += ["prefill_host_tp_s", "prefill_host_mesh_s"]
     if gen.fit_whole_gpu:
         own += apply_whole_gpu_fields(gen, out)
     if gen.fit_prefill_trace:
