@@ -64,11 +64,14 @@ def _floats(text: str, field: str) -> list[float]:
                    "machine and print the prediction made with it beside the calibrated one.")
 @click.option("--job-trace", is_flag=True,
               help="LLM instances: also write jobs.csv per trial, every job's host launch and device start and end.")
+@click.option("--op-channel", type=click.Choice(["pipe", "gloo"]), default="pipe", show_default=True,
+              help="LLM instances: how a tensor-parallel mesh's leader sends each step's operations to its other "
+                   "ranks: OS pipes, or a gloo broadcast (the engine before v3s, ~1 ms more per step; a baseline).")
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summaries as JSON.")
 def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, slo_scales: Optional[str],
                 duration: Optional[float], hang_timeout: float, start_timeout: float, warmup: int, cpu_threads: int,
                 cuda_graphs: bool, admission: str, policy: Optional[str], host_probe: bool, job_trace: bool,
-                as_json: bool) -> None:
+                op_channel: str, as_json: bool) -> None:
     """Run PLACEMENT on INSTANCE's workload on real devices and compare with the simulator.
 
     DNN instances replay requests through pipelines of transformer stages; LLM instances run
@@ -97,7 +100,7 @@ def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, sl
         raise InputError("exists and is not a folder", "--output-dir", output_dir)
     config = ExecutorConfig(backend=backend, hang_timeout_s=hang_timeout, start_timeout_s=start_timeout,
                             warmup=warmup, cpu_threads=cpu_threads, duration_s=duration, cuda_graphs=cuda_graphs,
-                            admission=admission, host_probe=host_probe, job_trace=job_trace)
+                            admission=admission, host_probe=host_probe, job_trace=job_trace, op_channel=op_channel)
     if inst.is_llm:
         if scales:
             raise InputError("SLO-scale trials are for DNN instances", "--slo-scale")
@@ -109,6 +112,8 @@ def execute_cmd(instance: str, placement: str, backend: str, output_dir: str, sl
         raise InputError("scheduling policies are for LLM instances", "--policy")
     if job_trace:
         raise InputError("the job trace is for LLM instances", "--job-trace")
+    if op_channel != "pipe":
+        raise InputError("the operation channel is for LLM instances", "--op-channel")
     try:
         summaries = execute(inst, plc, output_dir, config, scales, log=progress)
     except ExecutorError as e:

@@ -61,6 +61,7 @@ class ExecutorConfig:
     admission: str = "open-loop"  # or "closed-loop": correct the dispatcher's clocks with measured stage ends
     host_probe: bool = True  # LLM runs: measure each mesh's decode host time before the trials (executor.llm_probe)
     job_trace: bool = False  # LLM runs: write every job's launch and device times, jobs.csv (executor.llm_trace)
+    op_channel: str = "pipe"  # LLM runs: how a TP mesh's leader sends its operations (executor.llm_worker.OP_CHANNELS)
 
     def resolved_backend(self) -> str:
         if self.backend == "auto":

@@ -61,7 +61,7 @@ from placement_opt.executor.llm_probe import decode_host_seconds, probe_requests
 from placement_opt.executor.llm_sched import VirtualJobs, run_virtual
 from placement_opt.executor.llm_trace import JOB_COLUMNS
 from placement_opt.llm_units import page_units, pages_per_block
-from placement_opt.executor.llm_worker import LLMWorkerSpec, MeshWork, llm_worker_main
+from placement_opt.executor.llm_worker import OP_CHANNELS, LLMWorkerSpec, MeshWork, llm_worker_main
 
 KIB = 1024
 
@@ -195,6 +195,9 @@ def _job_bounds(req: MeshRequests, k: int, max_batch: int) -> Dict[str, int]:
 def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config: ExecutorConfig,
                  max_batch: int) -> List[LLMWorkerSpec]:
     """One spec per process, meshes in group order, TP rank order within a mesh."""
+    if config.op_channel not in OP_CHANNELS:
+        raise InputError(f"unknown operation channel {config.op_channel!r} (known: {', '.join(OP_CHANNELS)})",
+                         "op_channel")
     meshes, rank = [], 0
     for p in plans:
         meshes.append(tuple(range(rank, rank + len(p.devices))))
@@ -213,18 +216,18 @@ def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config
                                      mesh_ranks=ranks, all_meshes=tuple(meshes),
                                      n_llms_of=tuple(len(q.specs) for q in plans), world_size=rank,
                                      backend=backend, init_method=init, engine=engine, cpu_threads=config.cpu_threads,
-                                     timeout_s=config.start_timeout_s))
+                                     timeout_s=config.start_timeout_s, op_channel=config.op_channel))
     return out
 
 
 def _op_pipes(specs: List[LLMWorkerSpec], ctx: Any) -> Dict[int, Tuple[Any, ...]]:
-    """Per rank its ends of its mesh's operation pipes (``llm_worker.OpChannel``): a leader
+    """Per rank its ends of its mesh's operation pipes (``llm_worker.PipeChannel``): a leader
     the sending end of one pipe per follower (TP order), a follower the receiving end of its
     own, a one-GPU mesh none."""
     out: Dict[int, Tuple[Any, ...]] = {s.rank: () for s in specs}
     for spec in specs:
         leader = spec.mesh_ranks[0]
-        if spec.rank != leader:
+        if spec.rank != leader and spec.op_channel == "pipe":
             recv, send = ctx.Pipe(duplex=False)
             out[leader] += (send,)
             out[spec.rank] = (recv,)
@@ -689,6 +692,7 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
     facts = {"status": status, "backend": backend, "policy": policy, "workers": len(run.specs),
              "startup_s": startup, "cuda_graphs": any(s.engine.cuda_graphs for s in run.specs),
              "sm_partitioning": sorted({str(v.get("mechanism")) for v in run.ready.values()}),
+             "op_channel": run.config.op_channel,
              "worker_info": {str(k): v for k, v in sorted(run.ready.items())},
              "pool_pages": {str(p.group): p.pool_pages for p in plans},
              "cold_buckets": {str(g): t.get("cold_buckets") for g, t in sorted(run.mesh_totals.items())},

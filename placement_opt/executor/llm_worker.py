@@ -8,12 +8,14 @@ jobs to start now and launch them, drop what can never fit, integrate SM and KV 
 decision that touches the device (launch, finish, free) is also sent to the followers, which
 apply them in the same order, so all TP ranks run the same jobs.
 
-The operations travel over one OS pipe per follower (:class:`OpChannel`), not a collective:
-a gloo ``broadcast_object_list`` (two collectives over TCP) cost the leader ~0.4 ms per send
-and ~1 ms per decode step on a TP-2 mesh, host time on every step's critical path (the TP
-meshes' ``decode_host_mesh_s`` of engine generations up to v3f); a pipe send is ~10 us and
-does not wait for the follower. On GPUs a follower spins on its pipe for ``FOLLOW_SPIN_S``
-after each operation (the next one comes within a decode step), then blocks. The leader reports each request's record when it finishes (or is dropped), a
+The operations travel over one OS pipe per follower (:class:`PipeChannel`, ``op_channel``
+``pipe``, the default), not a collective: a gloo ``broadcast_object_list`` over the mesh's
+gloo group (:class:`GlooChannel`, ``gloo``: engine generations up to v3f, kept as the
+baseline ``benchmarks/fidelity/llm/op_channel_ab.sh`` measures against) is two collectives
+over TCP, ~0.4 ms per send on a CPU of this machine and ~1 ms per decode step on a TP-2
+mesh, host time on every step's critical path; a pipe send is ~10 us and does not wait for
+the follower. On GPUs a follower spins on its pipe for ``FOLLOW_SPIN_S`` after each
+operation (the next one comes within a decode step), then blocks. The leader reports each request's record when it finishes (or is dropped), a
 heartbeat every second, and its mesh's totals at the end (with the prefill buckets the
 replay met that start-up had not prepared: ``cold_buckets``, empty when the warm-up covered
 the replay; with ``EngineSpec.job_trace`` every job's launch and device times, :mod:`.llm_trace`).
@@ -69,14 +71,18 @@ class LLMWorkerSpec:
     engine: EngineSpec
     cpu_threads: int
     timeout_s: float
+    op_channel: str = "pipe"  # OP_CHANNELS
+
+
+OP_CHANNELS = ("pipe", "gloo")  # how a mesh's leader sends its device operations (module docstring)
 
 
 @dataclass
-class OpChannel:
-    """How a mesh's device operations travel (module docstring): a leader holds one pipe end
-    per follower (``out``, TP order), a follower the end it reads (``into``); a one-GPU mesh
-    neither. ``spin_s``: how long a follower polls before it blocks (0 on CPUs, where a
-    spinning follower would take a core from the jobs)."""
+class PipeChannel:
+    """Operations over OS pipes (module docstring): a leader holds one pipe end per follower
+    (``out``, TP order), a follower the end it reads (``into``); a one-GPU mesh neither.
+    ``spin_s``: how long a follower polls before it blocks (0 on CPUs, where a spinning
+    follower would take a core from the jobs)."""
 
     out: Tuple[Connection, ...] = ()
     into: Optional[Connection] = None
@@ -95,27 +101,49 @@ class OpChannel:
         return self.into.recv()
 
 
-def _make_groups(spec: LLMWorkerSpec) -> List[Tuple[Any, Any]]:
-    """The mesh's LLMs' (prefill, decode) TP groups; every rank creates every mesh's groups in
-    the same order, as torch.distributed requires."""
+@dataclass
+class GlooChannel:
+    """Operations broadcast over the mesh's gloo group from its leader ``src`` (the engine up
+    to v3f; module docstring); ``group`` None on a one-GPU mesh."""
+
+    group: Any
+    src: int
+
+    def send(self, ops: List[tuple]) -> None:
+        if self.group is not None:
+            import torch.distributed as dist
+            dist.broadcast_object_list([ops], src=self.src, group=self.group)
+
+    def receive(self) -> List[tuple]:
+        import torch.distributed as dist
+        box: List[Any] = [None]
+        dist.broadcast_object_list(box, src=self.src, group=self.group)
+        return box[0]
+
+
+def _make_groups(spec: LLMWorkerSpec) -> Tuple[Any, List[Tuple[Any, Any]]]:
+    """The mesh's gloo control group (with ``op_channel`` ``gloo``, else None) and its LLMs'
+    (prefill, decode) TP groups; every rank creates every mesh's groups in the same order, as
+    torch.distributed requires."""
     import torch.distributed as dist
 
-    llm_groups: List[Tuple[Any, Any]] = []
+    control, llm_groups = None, []
     for ranks, n_llms in zip(spec.all_meshes, spec.n_llms_of):
         if len(ranks) == 1:
             continue
+        c = dist.new_group(list(ranks), backend="gloo") if spec.op_channel == "gloo" else None
         pairs = [(dist.new_group(list(ranks)), dist.new_group(list(ranks))) for _ in range(n_llms)]
         if spec.rank in ranks:
-            llm_groups = pairs
+            control, llm_groups = c, pairs
     if not llm_groups:
         llm_groups = [(None, None)] * len(spec.engine.llms)
-    return llm_groups
+    return control, llm_groups
 
 
 class _Leader:
     """The leader's replay loop (see the module docstring)."""
 
-    def __init__(self, engine: Any, work: MeshWork, channel: OpChannel, reports: Connection, group: int):
+    def __init__(self, engine: Any, work: MeshWork, channel: Any, reports: Connection, group: int):
         self.engine, self.work, self.channel = engine, work, channel
         self.reports, self.group = reports, group
         self.sched = MeshScheduler(work.requests, work.llms, work.settings)
@@ -220,7 +248,7 @@ class _Leader:
                 "jobs": trace.rows(t0, [rt.build.name for rt in self.engine.llms]) if trace.active else []}
 
 
-def _follow(engine: Any, channel: OpChannel) -> None:
+def _follow(engine: Any, channel: Any) -> None:
     """Apply the leader's device operations until it says stop."""
     while True:
         for op in channel.receive():
@@ -234,7 +262,7 @@ def _follow(engine: Any, channel: OpChannel) -> None:
                 return
 
 
-def _build(spec: LLMWorkerSpec) -> Any:
+def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
     """Join the process group, build this rank's engine and warm it up."""
     import torch
     import torch.distributed as dist
@@ -249,24 +277,33 @@ def _build(spec: LLMWorkerSpec) -> Any:
         device = torch.device("cpu")
     dist.init_process_group(spec.backend, init_method=spec.init_method, rank=spec.rank,
                             world_size=spec.world_size, timeout=timedelta(seconds=spec.timeout_s))
-    engine = MeshEngine(spec.engine, device, _make_groups(spec))
+    control, groups = _make_groups(spec)
+    engine = MeshEngine(spec.engine, device, groups)
     engine.warm_up()
-    return engine
+    return engine, control
+
+
+def _channel(spec: LLMWorkerSpec, control: Any, ops: Tuple[Connection, ...]) -> Any:
+    """This rank's operation channel (module docstring)."""
+    if spec.op_channel == "gloo":
+        return GlooChannel(control, spec.mesh_ranks[0])
+    if spec.rank == spec.mesh_ranks[0]:
+        return PipeChannel(out=tuple(ops))
+    return PipeChannel(into=ops[0], spin_s=FOLLOW_SPIN_S if spec.backend == "nccl" else 0.0)
 
 
 def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connection,
                     ops: Tuple[Connection, ...] = ()) -> None:
     """Process entry point: build, report ready, then serve trials until told to stop: each
     command is ``(t0, work)`` (the leader's mesh work, None on followers), ``None`` ends.
-    ``ops``: the mesh's operation pipes (:class:`OpChannel`): a leader's ends to its
-    followers, a follower's one end from its leader, none on a one-GPU mesh."""
+    ``ops``: the mesh's operation pipes (:class:`PipeChannel`): a leader's ends to its
+    followers, a follower's one end from its leader, none on a one-GPU mesh or with
+    ``op_channel`` ``gloo``."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller handles Ctrl-C and stops us
-    leader = spec.rank == spec.mesh_ranks[0]
-    channel = OpChannel(out=tuple(ops), spin_s=0.0) if leader else OpChannel(
-        into=ops[0] if ops else None, spin_s=FOLLOW_SPIN_S if spec.backend == "nccl" else 0.0)
     try:
-        engine = _build(spec)
+        engine, control = _build(spec)
+        channel = _channel(spec, control, ops)
         reports.send(("ready", spec.rank, {"device": str(engine.device), "mechanism": engine.mechanism,
                                            "sm_counts": engine.sm, "weight_bytes": engine.weight_bytes(),
                                            "pool_pages": engine.pool.n_pages,

@@ -158,7 +158,7 @@ def _execute(placement, out, *extra):
 @pytest.mark.parametrize("placement,policy", [(TP2, "adbs"), (SPATIAL, "fcfs")])
 def test_execute_tiny_llm_instance(tmp_path, placement, policy):
     [summary] = _execute(placement, tmp_path / "o", "--policy", policy)
-    assert summary["status"] == "complete" and summary["policy"] == policy
+    assert summary["status"] == "complete" and summary["policy"] == policy and summary["op_channel"] == "pipe"
     assert summary["sm_partitioning"] == ["cpu-serial"]
     measured, simulated = summary["measured"], summary["simulated"]
     assert set(measured) == set(simulated) and measured["requests"] == simulated["requests"] > 5
@@ -206,6 +206,20 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
     assert summary["cold_buckets"] and all(v == [] for v in summary["cold_buckets"].values())
     assert all(info["warmup"]["prefill_buckets"] > 0 for info in summary["worker_info"].values())
     assert not (tmp_path / "o" / "jobs.csv").exists()  # the job trace is off by default
+
+
+def test_the_gloo_operation_channel_runs_the_same_jobs(tmp_path):
+    """``--op-channel gloo`` (the engine's earlier broadcast, the baseline of op_channel_ab.sh)
+    drives the TP-2 mesh's follower too: every request gets exactly its output length, and the
+    summary names the channel."""
+    [summary] = _execute(TP2, tmp_path / "o", "--no-host-probe", "--op-channel", "gloo")
+    assert summary["status"] == "complete" and summary["op_channel"] == "gloo"
+    assert summary["measured"]["finished"] == summary["measured"]["requests"] > 5
+    rows = list(csv.DictReader(open(tmp_path / "o" / "requests.csv")))
+    assert all(len(r["token_times_s"].split()) == int(r["output_tokens"]) for r in rows)
+    r = CliRunner().invoke(cli, ["execute", TINY, TP2, "--backend", "gloo", "-o", str(tmp_path / "x"),
+                                 "--op-channel", "tcp"])
+    assert r.exit_code == 2 and "--op-channel" in r.output
 
 
 def test_a_fault_in_the_in_run_reading_keeps_the_measurements(tmp_path, monkeypatch):
@@ -425,11 +439,11 @@ def test_op_channel_keeps_order_and_ends_on_a_gone_leader():
     gets EOF (it exits) instead of waiting forever."""
     from multiprocessing import Pipe
 
-    from placement_opt.executor.llm_worker import OpChannel
+    from placement_opt.executor.llm_worker import PipeChannel
 
     pipes = [Pipe(duplex=False) for _ in range(2)]
-    leader = OpChannel(out=tuple(send for _, send in pipes))
-    followers = [OpChannel(into=recv, spin_s=spin) for (recv, _), spin in zip(pipes, (0.01, 0.0))]
+    leader = PipeChannel(out=tuple(send for _, send in pipes))
+    followers = [PipeChannel(into=recv, spin_s=spin) for (recv, _), spin in zip(pipes, (0.01, 0.0))]
     batches = [[("launch", k), ("finish", "decode", k)] for k in range(50)] + [[("stop",)]]
     for ops in batches:
         leader.send(ops)

@@ -625,3 +625,25 @@ def test_the_tp4_temporal_split_between_llms_is_a_knife_edge():
                         (["-o", "/nowhere/x.json"], "-o /nowhere/x.json: its folder does not exist")):
         r = subprocess.run([sys.executable, pace, *args], capture_output=True, text=True)
         assert r.returncode == 2 and words in r.stderr.strip().splitlines()[-1], r.stderr
+
+
+def test_op_channel_ab_compares_the_two_channels_runs(tmp_path):
+    """``op_channel_ab.py report`` reads a run per channel and prints their ratio and the decode
+    step time the pipe saved: on one committed run copied under both channels, ratio 1 and 0 ms
+    saved (the measured step beyond the table, read off requests.csv, is the same run's); with
+    no run under both channels it says so and exits non-zero; ``run`` checks its arguments."""
+    script = os.path.join(FIDELITY, "op_channel_ab.py")
+    src = os.path.join(FIDELITY, "results-v3s-gpu4", "gpu4-poisson-temporal4")
+    for channel in ("gloo", "pipe"):
+        shutil.copytree(src, tmp_path / "ab" / channel / "gpu4-poisson-temporal4")
+    out = subprocess.run([sys.executable, script, "report", str(tmp_path / "ab")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.strip().splitlines()[-1]
+    assert last == "op_channel_ab gpu4-poisson-temporal4: throughput_ratio=1.000 tpot_ratio=1.000 step_saved_ms=0.000"
+    assert "decode step beyond the table" in out.stdout
+    shutil.rmtree(tmp_path / "ab" / "gloo")
+    out = subprocess.run([sys.executable, script, "report", str(tmp_path / "ab")], capture_output=True, text=True)
+    assert out.returncode != 0 and "no run under both" in out.stderr
+    for args in (["--duration", "nan"], ["--set", str(tmp_path / "nowhere")]):
+        r = subprocess.run([sys.executable, script, "run", str(tmp_path / "o"), *args], capture_output=True, text=True)
+        assert r.returncode == 2 and args[0] in r.stderr and not (tmp_path / "o").exists()
