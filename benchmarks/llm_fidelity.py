@@ -275,6 +275,12 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # was read at its effective context (decode_attention_sms); results-v3f-gpu4s9 and -tp2s6 (seeds 9
 # and 6), the first runs whose executor also writes the in-run host reading. Its TP > 1 eager term
 # (prefill_eager_host_tp_s) stays v3p's, measured against v3p's cuDNN-era TP-1 eager time.
+# v3s: v3f with a TP mesh's operations sent to its followers over OS pipes, not a gloo broadcast
+# (executor llm_worker.PipeChannel; ~1 ms less host time per TP step); derived from v3f (its
+# calibration but for the TP host fields, measured on its own seed-0 4-GPU temporal runs
+# results-v3s-gpu4, the TP prefill against v3p's TP-1 run: tp_prefill_against); its TP-1 path is
+# v3f's. results-v3s-gpu4s10 and -tp2s7: fresh seeds 10 and 7, predicted and committed
+# (predictions/v3s-*.jsonl) before they run.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
