@@ -1646,17 +1646,18 @@ def token_events(run: dict) -> Dict[Tuple[float, str], List[Tuple[int, int, floa
     return events
 
 
-def plain_stream_prefills(run: dict) -> np.ndarray:
+def plain_stream_prefills(run: dict, tp: Optional[int] = None) -> np.ndarray:
     """The back-to-back prefills of a plain-stream run (one job at a time per mesh): every token
     event of a mesh that is the first token of all its requests, each arrived before the mesh's
     previous token event (so the prefill started when that event's job ended): the gap less
-    the prefill's table time at its batch and mean prompt, one value per prefill (s)."""
+    the prefill's table time at its batch and mean prompt, one value per prefill (s); only the
+    meshes of TP degree ``tp`` (None: every mesh)."""
     from placement_opt.executor.llm_sched import len_interp
 
     tables = _mesh_step_tables(run)
     events = token_events(run)
     extra = []
-    for (t0, _), (t1, m1) in _consecutive_events(run, events):
+    for (t0, _), (t1, m1) in _consecutive_events(run, events, tp):
         batch = events[(t1, m1)]
         if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
             continue
@@ -1666,21 +1667,31 @@ def plain_stream_prefills(run: dict) -> np.ndarray:
     return np.array(extra, dtype=np.float64)
 
 
-def _consecutive_events(run: dict, events: Dict[Tuple[float, str], Any]) -> List[Tuple[Tuple[float, str], ...]]:
+def _consecutive_events(run: dict, events: Dict[Tuple[float, str], Any],
+                        tp: Optional[int] = None) -> List[Tuple[Tuple[float, str], ...]]:
     """Every pair of consecutive token events (time, model) of one mesh of ``run``'s placement
-    (a run of several meshes interleaves their events; a job's start is its own mesh's last event)."""
-    from placement_opt.placement import load_placement
-
+    (a run of several meshes interleaves their events; a job's start is its own mesh's last
+    event), of the meshes of TP degree ``tp`` (None: every mesh)."""
     pairs: List[Tuple[Tuple[float, str], ...]] = []
-    for group in load_placement(run_inputs(run)[1]).groups:
-        ordered = sorted(e for e in events if e[1] in group.models)
+    for degree, models in mesh_models(run):
+        if tp is not None and degree != tp:
+            continue
+        ordered = sorted(e for e in events if e[1] in models)
         pairs += list(zip(ordered, ordered[1:]))
     return pairs
 
 
-def plain_stream_eager_prefills(run: dict) -> Dict[str, List[Tuple[float, float]]]:
+def mesh_models(run: dict) -> List[Tuple[int, List[str]]]:
+    """(TP degree, models) of every mesh of ``run``'s placement, in group order."""
+    from placement_opt.placement import load_placement
+
+    return [(g.tp, list(g.models)) for g in load_placement(run_inputs(run)[1]).groups]
+
+
+def plain_stream_eager_prefills(run: dict, tp: Optional[int] = None) -> Dict[str, List[Tuple[float, float]]]:
     """The back-to-back eager prefills of a plain-stream run (one job at a time, as
-    :func:`plain_stream_prefills` finds them; eager by the engine's rule at ``GRAPH_TOKENS``),
+    :func:`plain_stream_prefills` finds them, on the meshes of TP degree ``tp``, None: every
+    mesh; eager by the engine's rule at ``GRAPH_TOKENS``),
     per model: (time beyond the table at the batch and mean prompt, the table time), seconds.
     Tells whether the eager launch's cost on the whole GPU overlaps the GPU work (the excess
     would shrink as the table time grows) or adds to it (docs/fidelity-llm.md, "The eager
@@ -1691,7 +1702,7 @@ def plain_stream_eager_prefills(run: dict) -> Dict[str, List[Tuple[float, float]
     tables = _mesh_step_tables(run)
     events = token_events(run)
     out: Dict[str, List[Tuple[float, float]]] = {}
-    for (t0, _), (t1, m1) in _consecutive_events(run, events):
+    for (t0, _), (t1, m1) in _consecutive_events(run, events, tp):
         batch = events[(t1, m1)]
         if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
             continue
@@ -1705,8 +1716,8 @@ def plain_stream_eager_prefills(run: dict) -> Dict[str, List[Tuple[float, float]
 
 def tp_prefill_host(gen: Generation, single_run: Optional[Tuple[str, str]] = None) -> Tuple[float, float, str]:
     """``prefill_host_tp_s`` and ``prefill_host_mesh_s``: the median time a back-to-back prefill
-    takes beyond its table (:func:`plain_stream_prefills`) on each TP > 1 plain-stream fit run
-    (``fit_tp``, ``fit_tp_wide``) less the same on the TP-1 run ``single_run`` (default
+    takes beyond its table (:func:`plain_stream_prefills`) on the widest meshes of each TP > 1
+    plain-stream fit run (``fit_tp``, ``fit_tp_wide``) less the same on the TP-1 run ``single_run`` (default
     ``gen.fit_streams``; TP 1, where the launch model already stands for it), split by
     :func:`rank_and_mesh` (0 without both kinds of run)."""
     single_run = single_run or gen.fit_streams
@@ -1716,7 +1727,8 @@ def tp_prefill_host(gen: Generation, single_run: Optional[Tuple[str, str]] = Non
     points, notes = [], []
     for where in _tp_runs(gen):
         run = _find_run(where)
-        tp, multi = _tp_degree(run), plain_stream_prefills(run)
+        tp = _tp_degree(run)
+        multi = plain_stream_prefills(run, tp)
         if not len(multi) or not len(single):
             return 0.0, 0.0, "no back-to-back prefills"
         points.append((tp, float(np.median(multi) - np.median(single))))
@@ -1727,16 +1739,17 @@ def tp_prefill_host(gen: Generation, single_run: Optional[Tuple[str, str]] = Non
                         f"{'/'.join(single_run)} (TP 1, {len(single)})")
 
 
-def _median_eager_excess(where: Tuple[str, str]) -> Tuple[float, int]:
+def _median_eager_excess(where: Tuple[str, str], tp: Optional[int] = None) -> Tuple[float, int]:
     """The median time an eager prefill takes beyond its table on the plain-stream run
-    ``where`` (:func:`plain_stream_eager_prefills`, every model) and how many there are."""
-    excess = [e for per in plain_stream_eager_prefills(_find_run(where)).values() for e, _ in per]
+    ``where`` (:func:`plain_stream_eager_prefills`, every model of its meshes of TP degree
+    ``tp``, None: every mesh) and how many there are."""
+    excess = [e for per in plain_stream_eager_prefills(_find_run(where), tp).values() for e, _ in per]
     return (float(np.median(excess)) if excess else math.nan), len(excess)
 
 
 def tp_eager_host(gen: Generation, reference: Tuple[str, str]) -> Tuple[float, str]:
     """``prefill_eager_host_tp_s``: per TP rank beyond the first, how much longer an eager prefill
-    takes beyond its table on the TP > 1 plain-stream fit runs of ``gen`` (``fit_tp``,
+    takes beyond its table on the widest meshes of the TP > 1 plain-stream fit runs of ``gen`` (``fit_tp``,
     ``fit_tp_wide``; those with at least ``MIN_EAGER`` eager prefills) than on the TP-1 whole-GPU
     eager fit run ``reference`` (medians of :func:`plain_stream_eager_prefills`), divided by
     ``tp - 1``; the median over those runs (0 where there is none)."""
@@ -1744,7 +1757,7 @@ def tp_eager_host(gen: Generation, reference: Tuple[str, str]) -> Tuple[float, s
     values, notes = [], []
     for where in _tp_runs(gen):
         tp = _tp_degree(_find_run(where))
-        excess, n = _median_eager_excess(where)
+        excess, n = _median_eager_excess(where, tp)
         if n >= MIN_EAGER and n_base:
             values.append(max(0.0, (excess - base) / (tp - 1)))
             notes.append(f"{'/'.join(where)}: median eager prefill {1e3 * excess:.1f} ms beyond the TP-{tp} table ({n})")
@@ -1877,6 +1890,8 @@ def derived_calibration(gen: Generation) -> dict:
                                                                        kv_power, entry_s)
         out["decode_host_tp_s"], out["decode_host_mesh_s"] = round(tp_host, 6), round(mesh_host, 6)
         own += ["decode_host_tp_s", "decode_host_mesh_s"]
+        if "whole_gpu_fit" in out["fit"] and not gen.fit_whole_gpu:  # its note on decode_host_mesh_s is the parent's
+            out["fit"]["whole_gpu_fit"] += " [decode_host_mesh_s since measured again: tp_host_fit]"
         parent = GENERATIONS[gen.derives]
         if len(parent.fit_eager) > 1:
             tp_eager, out["fit"]["prefill_eager_host_tp_s_fit"] = tp_eager_host(gen, parent.fit_eager[1])

@@ -271,6 +271,7 @@ class _Run:
         self.preempt = np.zeros(n_requests, dtype=np.int64)
         self.token_times: Dict[int, List[float]] = {}
         self.mesh_totals: Dict[int, dict] = {}
+        self.totals_at: Dict[int, float] = {}  # when each mesh's leader reported its totals (monotonic s)
         self.beat: Dict[int, float] = {}
         self.trial_done: set = set()
         self.index = {p.group: p.requests for p in plans}
@@ -301,6 +302,7 @@ class _Run:
             self.beat[who] = time.monotonic()
         elif kind == "mesh":
             self.mesh_totals[who] = msg[2]
+            self.totals_at[who] = time.monotonic()
         elif kind == "trial":
             self.trial_done.add(who)
         elif kind == "ready":
@@ -324,11 +326,15 @@ class _Run:
                 raise ExecutorError(f"LLM worker rank {rank} (group {self.specs[rank].group}) died "
                                     f"(exit code {proc.exitcode})")
         if serving:
-            now = time.monotonic()
+            now, limit = time.monotonic(), self.config.hang_timeout_s
             for p in self.plans:
-                if p.group not in self.mesh_totals and now - self.beat[p.group] > self.config.hang_timeout_s:
-                    raise ExecutorError(f"no heartbeat from mesh {p.group} for {self.config.hang_timeout_s:g} s; "
-                                        "a worker hangs")
+                if p.group not in self.mesh_totals and now - self.beat[p.group] > limit:
+                    raise ExecutorError(f"no heartbeat from mesh {p.group} for {limit:g} s; a worker hangs")
+                # a follower applies the leader's operations from a pipe: it may still lag when the leader ends
+                lagging = [s.rank for s in self.specs if s.group == p.group and s.rank not in self.trial_done]
+                if p.group in self.totals_at and lagging and now - self.totals_at[p.group] > limit:
+                    raise ExecutorError(f"rank(s) {lagging} of mesh {p.group} have not ended the trial {limit:g} s "
+                                        "after its leader; a worker hangs")
 
     def kill(self) -> None:
         for p in self.procs:

@@ -11,7 +11,7 @@ apply them in the same order, so all TP ranks run the same jobs.
 The operations travel over one OS pipe per follower (:class:`PipeChannel`, ``op_channel``
 ``pipe``, the default), not a collective: a gloo ``broadcast_object_list`` over the mesh's
 gloo group (:class:`GlooChannel`, ``gloo``: engine generations up to v3f, kept as the
-baseline ``benchmarks/fidelity/llm/op_channel_ab.sh`` measures against) is two collectives
+baseline ``benchmarks/fidelity/llm/op_channel_ab.py`` measures against) is two collectives
 over TCP, ~0.4 ms per send on a CPU of this machine and ~1 ms per decode step on a TP-2
 mesh, host time on every step's critical path; a pipe send is ~10 us and does not wait for
 the follower. On GPUs a follower spins on its pipe for ``FOLLOW_SPIN_S`` after each
@@ -32,7 +32,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -87,6 +87,7 @@ class PipeChannel:
     out: Tuple[Connection, ...] = ()
     into: Optional[Connection] = None
     spin_s: float = 0.0
+    name: ClassVar[str] = "pipe"
 
     def send(self, ops: List[tuple]) -> None:
         for conn in self.out:
@@ -108,6 +109,7 @@ class GlooChannel:
 
     group: Any
     src: int
+    name: ClassVar[str] = "gloo"
 
     def send(self, ops: List[tuple]) -> None:
         if self.group is not None:
@@ -248,10 +250,15 @@ class _Leader:
                 "jobs": trace.rows(t0, [rt.build.name for rt in self.engine.llms]) if trace.active else []}
 
 
-def _follow(engine: Any, channel: Any) -> None:
-    """Apply the leader's device operations until it says stop."""
+def _follow(engine: Any, channel: Any, leader: int) -> None:
+    """Apply the leader's device operations until it says stop (a closed pipe: the leader,
+    rank ``leader``, is gone, an error that names it)."""
     while True:
-        for op in channel.receive():
+        try:
+            ops = channel.receive()
+        except EOFError:
+            raise RuntimeError(f"the mesh's leader (rank {leader}) is gone: its operation pipe closed") from None
+        for op in ops:
             if op[0] == "launch":
                 engine.launch(op[1])
             elif op[0] == "finish":
@@ -312,7 +319,7 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
                                            "attention_fallback": engine.attention_fallback,
                                            "prefill_graphs": engine.prefill_graphs_on,
                                            "prefill_graph_fallback": engine.prefill_graph_fallback,
-                                           "warmup": engine.warmup}))
+                                           "warmup": engine.warmup, "op_channel": channel.name}))
         while True:
             cmd = commands.recv()
             if cmd is None:
@@ -322,7 +329,7 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
                 totals = _Leader(engine, work, channel, reports, spec.group).run(float(t0))
                 reports.send(("mesh", spec.group, totals))
             else:
-                _follow(engine, channel)
+                _follow(engine, channel, spec.mesh_ranks[0])
             engine.reset()
             reports.send(("trial", spec.rank, None))
         reports.send(("done", spec.rank, None))

@@ -159,6 +159,7 @@ def _execute(placement, out, *extra):
 def test_execute_tiny_llm_instance(tmp_path, placement, policy):
     [summary] = _execute(placement, tmp_path / "o", "--policy", policy)
     assert summary["status"] == "complete" and summary["policy"] == policy and summary["op_channel"] == "pipe"
+    assert {info["op_channel"] for info in summary["worker_info"].values()} == {"pipe"}
     assert summary["sm_partitioning"] == ["cpu-serial"]
     measured, simulated = summary["measured"], summary["simulated"]
     assert set(measured) == set(simulated) and measured["requests"] == simulated["requests"] > 5
@@ -209,11 +210,12 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
 
 
 def test_the_gloo_operation_channel_runs_the_same_jobs(tmp_path):
-    """``--op-channel gloo`` (the engine's earlier broadcast, the baseline of op_channel_ab.sh)
+    """``--op-channel gloo`` (the engine's earlier broadcast, the baseline of op_channel_ab.py)
     drives the TP-2 mesh's follower too: every request gets exactly its output length, and the
     summary names the channel."""
     [summary] = _execute(TP2, tmp_path / "o", "--no-host-probe", "--op-channel", "gloo")
     assert summary["status"] == "complete" and summary["op_channel"] == "gloo"
+    assert {info["op_channel"] for info in summary["worker_info"].values()} == {"gloo"}  # what each rank ran
     assert summary["measured"]["finished"] == summary["measured"]["requests"] > 5
     rows = list(csv.DictReader(open(tmp_path / "o" / "requests.csv")))
     assert all(len(r["token_times_s"].split()) == int(r["output_tokens"]) for r in rows)
@@ -454,3 +456,37 @@ def test_op_channel_keeps_order_and_ends_on_a_gone_leader():
     for f in followers:
         with pytest.raises(EOFError):
             f.receive()
+    # the follower's loop turns that into an error that names its leader (its report to the controller)
+    from placement_opt.executor.llm_worker import _follow
+
+    recv, send = Pipe(duplex=False)
+    send.send([("stop",)])
+    _follow(None, PipeChannel(into=recv), 4)  # a stop ends the trial
+    send.close()
+    with pytest.raises(RuntimeError, match=r"leader \(rank 4\) is gone"):
+        _follow(None, PipeChannel(into=recv), 4)
+
+
+def test_a_follower_that_lags_its_leader_is_a_hang(monkeypatch):
+    """With pipes a follower may still be applying operations when its leader has reported the
+    mesh's totals; one that has not ended the trial ``hang_timeout_s`` later stops the run as a
+    hang (the heartbeat, the leader's, has stopped by then)."""
+    from types import SimpleNamespace
+
+    from placement_opt.executor.controller import ExecutorConfig, ExecutorError
+    from placement_opt.executor.llm_run import _Run
+
+    run = _Run.__new__(_Run)  # no processes: only the bookkeeping check() reads
+    run.specs = [SimpleNamespace(rank=0, group=0), SimpleNamespace(rank=1, group=0), SimpleNamespace(rank=2, group=1)]
+    run.config = ExecutorConfig(hang_timeout_s=3.0)
+    run.procs, run.errors, run.done = [], {}, set()
+    run.begin([SimpleNamespace(group=0, requests=[]), SimpleNamespace(group=1, requests=[])], 0)
+    now = time.monotonic()
+    run.beat = {0: now, 1: now}
+    run.mesh_totals, run.totals_at, run.trial_done = {0: {}}, {0: now - 1.0}, {0}
+    run.check(True)  # within the timeout: waits
+    run.totals_at[0] = now - 4.0
+    with pytest.raises(ExecutorError, match=r"rank\(s\) \[1\] of mesh 0 have not ended the trial 3 s after its leader"):
+        run.check(True)
+    run.trial_done.add(1)
+    run.check(True)

@@ -260,6 +260,12 @@ def test_the_pipe_engine_measures_its_tp_host_fields_and_predicts_its_tp4_run():
     assert tp2(derived, "decode_host") < 0.0002 and tp2(parent, "decode_host") > 0.001
     assert tp2(derived, "prefill_host") < 0.0006 and tp2(parent, "prefill_host") > 0.001
     assert "results-v3p/poisson-temporal" in derived["fit"]["prefill_tp_fit"]
+    # the TP-2 temporal placement also has two one-GPU meshes: the TP fits read its TP-2 mesh only
+    tp2_run = script._find_run(gen.fit_tp)
+    mesh_only, every = script.plain_stream_prefills(tp2_run, 2), script.plain_stream_prefills(tp2_run)
+    assert 0 < len(mesh_only) < len(every) / 2
+    assert f"{1e3 * float(np.median(mesh_only)):.3f} ms (TP 2, {len(mesh_only)} back-to-back" in derived["fit"][
+        "prefill_tp_fit"]
     run = script._find_run(gen.fit_tp_wide)
     after = script.errors(run["summary"]["measured"], *script.predict(run, None))
     v3f = {k: v for k, v in parent.items() if k != "fit"}

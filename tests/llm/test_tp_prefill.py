@@ -54,8 +54,13 @@ def test_back_to_back_prefills_are_timed_from_the_previous_event(tmp_path, monke
     tables = LatencyTables(prefill=np.full((1, 5, 2), 0.01), decode=np.full((1, 5, 2), 0.005),
                            lgrid=np.array([1.0, 4096.0]))
     monkeypatch.setattr(script, "_mesh_step_tables", lambda run: {"m": (tables, 0, 0.0, 1)})
+    monkeypatch.setattr(script, "mesh_models", lambda run: [(1, ["m"])])
     got = script.plain_stream_prefills({"folder": str(folder), "name": "run"})
     assert got.tolist() == pytest.approx([0.0015])
+    # the events of another mesh (here: TP 2) are not this mesh's, and a TP filter keeps its own only
+    monkeypatch.setattr(script, "mesh_models", lambda run: [(2, ["other"]), (1, ["m"])])
+    assert script.plain_stream_prefills({"folder": str(folder), "name": "run"}).tolist() == pytest.approx([0.0015])
+    assert script.plain_stream_prefills({"folder": str(folder), "name": "run"}, tp=2).tolist() == []
 
 
 def _with(inst, **fields: float):

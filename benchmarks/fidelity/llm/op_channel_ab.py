@@ -13,9 +13,11 @@ what each measured, so the ratio does not depend on which machine (or card) ran 
 ``run`` writes ``OUT/<channel>/<set>-poisson-<placement>`` (``placeopt execute`` of the set's
 measured instance, no host probe, the first ``--duration`` seconds of arrivals); ``report``
 prints per placement each channel's measured throughput and mean TPOT and the median time of
-its back-to-back decode steps beyond the cost table (``llm_fidelity.plain_stream_steps``: the
-placement must run one job at a time per mesh, as temporal placements do; the table cancels
-out of the difference, so tables of another card still compare the channels), then a last line
+its TP meshes' back-to-back decode steps beyond the cost table (``llm_fidelity.plain_stream_steps``,
+meshes of more than one GPU: the others send nothing; read as the host time of a step where a
+mesh runs one job at a time, as temporal placements do; with LLMs colocated on SM partitions
+it also holds their contention, alike under both channels; the table cancels out of the
+difference where both channels' step mixes are alike), then a last line
 ``op_channel_ab <placement>: throughput_ratio=<pipe/gloo> step_saved_ms=<gloo - pipe> ...``.
 """
 
@@ -55,8 +57,10 @@ def run(out: str, set_dir: str, placements: List[str], duration: float) -> None:
 
 
 def step_beyond_table(run_: dict) -> float:
-    """Median seconds a back-to-back decode step took beyond its table time (nan: none)."""
+    """Median seconds a back-to-back decode step of a TP mesh (the channel's; a one-GPU mesh
+    sends nothing) took beyond its table time (nan: none)."""
     steps = llm_fidelity.plain_stream_steps(run_)
+    steps = steps[steps[:, 2] > 1]
     return float(np.median(steps[:, 0])) if len(steps) else math.nan
 
 
