@@ -7,7 +7,8 @@ per run and policy: ``placeopt execute`` of an LLM instance, the simulator's pre
 the measurement), ``roofline.json`` and ``engine.json`` (the engine micro-benchmark). Prints,
 per folder, the engine benchmark's summary, one row per run, the GPUs' clocks during each run
 where the folder has ``run_gpu.sh``'s ``gpu-log.csv`` (a run during which a GPU slowed itself is
-printed but counted nowhere: :func:`slowed`), the placement and policy rankings per workload;
+printed but counted nowhere: :func:`slowed`; so is one the executor found on a GPU other than its
+cost tables': :func:`other_gpu`), the placement and policy rankings per workload;
 and as its last line, over every run of the newest engine generation
 that has any and of those it derives from (all their folders of ``GENERATIONS`` that exist: fit
 and held-out alike; without a generation, e.g. ``--results DIR``, the newest folder that has any
@@ -2142,13 +2143,20 @@ def slowed(run: dict) -> bool:
     return bool(run.get("gpu") and run["gpu"]["slowdown"])
 
 
+def other_gpu(run: dict) -> bool:
+    """Whether the executor found ``run``'s GPUs not the one its cost tables were measured on
+    (``summary.json``'s ``tables_match_device``, :func:`placement_opt.executor.llm_run.tables_device`):
+    it measured another card, so it is printed but not counted."""
+    return run["summary"].get("tables_match_device") is False
+
+
 # ---------------------------------------------------------------- report
 
 
 def report(results: str) -> Tuple[List[dict], bool, bool]:
     """Print one results folder (the committed predictions, then the re-predicted ones, then
     the GPUs' clocks during each run where the folder has a GPU log); returns its runs but
-    those a GPU slowed (:func:`slowed`), whether their rankings agree (re-predicted where there
+    those a GPU slowed (:func:`slowed`) and those run on another GPU (:func:`other_gpu`), whether their rankings agree (re-predicted where there
     are any) and whether it had any ranking to compare."""
     runs = load_runs(results)
     repredict(runs)
@@ -2170,7 +2178,10 @@ def report(results: str) -> Tuple[List[dict], bool, bool]:
                   f"{','.join(s['sm_partitioning'])}{' (fit run)' if is_fit_run(r) else ''}")
     for line in gpu_lines(runs):
         print(line)
-    runs = [r for r in runs if not slowed(r)]
+    for r in filter(other_gpu, runs):
+        print(f"gpu {r['name']}: ran on {', '.join(r['summary']['device_names'])}, its tables measured on "
+              f"{', '.join(r['summary']['tables_gpu'])}: ANOTHER GPU, not counted")
+    runs = [r for r in runs if not slowed(r) and not other_gpu(r)]
     lines, ranking_ok, compared = rankings(runs)
     for line in lines:
         print(line)

@@ -38,6 +38,7 @@ import dataclasses
 import io
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 from multiprocessing import connection
@@ -601,6 +602,10 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     try:
         startup = run.wait_ready()
         log(f"workers ready after {startup:.1f} s ({_warmup_line(run.ready)})")
+        hardware = tables_device(instance, run.ready)
+        if hardware["tables_match_device"] is False:
+            log(f"warning: the cost tables were measured on {', '.join(hardware['tables_gpu'])}, the workers run on "
+                f"{', '.join(hardware['device_names'])}: the simulated figures predict another GPU")
         if config.host_probe:
             probe_plans, n_probe, span = host_probe_plans(trials[0][1], cfg, max_batch)
             run.begin(probe_plans, n_probe)
@@ -640,6 +645,28 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
         raise
     _write_index(out_dir, summaries)
     return summaries
+
+
+#: a GPU model in a name or label: a capital and two or three digits standing alone (H100, A100, L40)
+GPU_MODEL = re.compile(r"(?<![A-Z0-9])([A-Z]\d{2,3})(?!\d)")
+
+
+def gpu_models(text: str) -> set:
+    """The GPU models ``text`` names (``NVIDIA H100 80GB HBM3`` and ``H100-80GB``: {H100})."""
+    return set(GPU_MODEL.findall(text.upper()))
+
+
+def tables_device(instance: Instance, ready: Dict[int, Any]) -> dict:
+    """The GPU the instance's LLM cost tables were measured on (their ``gpu`` labels) against
+    the GPUs the workers run on (``device_name`` of their ready reports): ``tables_match_device``
+    False where a worker's GPU is not a table's (the simulated figures then predict another GPU:
+    an H200 ran the H100 tables' steps 5-9% faster), None where either side names no GPU model
+    (CPUs, tables without a label, the roofline estimate)."""
+    labels = sorted({t.gpu for t in instance.llm_cost_tables if t is not None and t.gpu})
+    names = sorted({str(v.get("device_name", "")) for v in ready.values()})
+    known = labels and names and all(gpu_models(x) for x in labels + names)
+    match = all(gpu_models(lb) <= gpu_models(n) for lb in labels for n in names) if known else None
+    return {"tables_gpu": labels, "device_names": names, "tables_match_device": match}
 
 
 def _host_line(label: str, host: Dict[int, dict]) -> str:
@@ -698,7 +725,7 @@ def _save(trial: _Trial, run: _Run, backend: str, status: str, startup: Optional
     facts = {"status": status, "backend": backend, "policy": policy, "workers": len(run.specs),
              "startup_s": startup, "cuda_graphs": any(s.engine.cuda_graphs for s in run.specs),
              "sm_partitioning": sorted({str(v.get("mechanism")) for v in run.ready.values()}),
-             "op_channel": run.config.op_channel,
+             "op_channel": run.config.op_channel, **tables_device(trial.instance, run.ready),
              "worker_info": {str(k): v for k, v in sorted(run.ready.items())},
              "pool_pages": {str(p.group): p.pool_pages for p in plans},
              "cold_buckets": {str(g): t.get("cold_buckets") for g, t in sorted(run.mesh_totals.items())},

@@ -160,6 +160,7 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
     [summary] = _execute(placement, tmp_path / "o", "--policy", policy)
     assert summary["status"] == "complete" and summary["policy"] == policy and summary["op_channel"] == "pipe"
     assert {info["op_channel"] for info in summary["worker_info"].values()} == {"pipe"}
+    assert summary["device_names"] == ["cpu"] and summary["tables_match_device"] is None  # no GPU to compare
     assert summary["sm_partitioning"] == ["cpu-serial"]
     measured, simulated = summary["measured"], summary["simulated"]
     assert set(measured) == set(simulated) and measured["requests"] == simulated["requests"] > 5
@@ -490,3 +491,20 @@ def test_a_follower_that_lags_its_leader_is_a_hang(monkeypatch):
         run.check(True)
     run.trial_done.add(1)
     run.check(True)
+
+
+def test_tables_device_tells_a_run_on_another_gpu():
+    """The executor compares the GPU the cost tables were measured on (their ``gpu`` label) with
+    the workers' GPUs: the 4-GPU set's H100 tables match an H100 and not an H200 (whose steps
+    ran 5-9% faster than those tables); CPUs and names without a GPU model tell nothing."""
+    from placement_opt.executor.llm_run import tables_device
+
+    inst = load_instance(os.path.join(ROOT, "instances", "fidelity-llm", "gpu4", "measured", "poisson.json"))
+
+    def match(*names):
+        return tables_device(inst, {i: {"device_name": n} for i, n in enumerate(names)})["tables_match_device"]
+
+    assert match("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3") is True
+    assert match("NVIDIA H200") is False and match("NVIDIA H100 80GB HBM3", "NVIDIA H200") is False
+    assert match("cpu") is None and match("NVIDIA GH200 480GB") is None
+    assert tables_device(inst, {0: {"device_name": "NVIDIA H200"}})["tables_gpu"] == ["H100-80GB"]

@@ -653,3 +653,22 @@ def test_op_channel_ab_compares_the_two_channels_runs(tmp_path):
     for args in (["--duration", "nan"], ["--set", str(tmp_path / "nowhere")]):
         r = subprocess.run([sys.executable, script, "run", str(tmp_path / "o"), *args], capture_output=True, text=True)
         assert r.returncode == 2 and args[0] in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_a_run_on_another_gpu_is_printed_not_counted(tmp_path, capsys):
+    """A run whose executor found its GPUs not its cost tables' (``tables_match_device`` False:
+    e.g. the H100 tables' set run on an H200) is printed with the GPU it ran on and left out of
+    the counted runs, as a run a GPU slowed is."""
+    script = load_benchmark("llm_fidelity")
+    src = os.path.join(FIDELITY, "results-v3s-gpu4")
+    for name in ("gpu4-poisson-temporal", "gpu4-poisson-temporal4"):
+        shutil.copytree(os.path.join(src, name), tmp_path / "r" / name)
+    path = tmp_path / "r" / "gpu4-poisson-temporal4" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary.update(tables_gpu=["H100-80GB"], device_names=["NVIDIA H200"], tables_match_device=False)
+    path.write_text(json.dumps(summary))
+    runs, _, _ = script.report(str(tmp_path / "r"))
+    assert [r["name"] for r in runs] == ["gpu4-poisson-temporal"]
+    out = capsys.readouterr().out
+    assert ("gpu gpu4-poisson-temporal4: ran on NVIDIA H200, its tables measured on H100-80GB: ANOTHER GPU, "
+            "not counted") in out
