@@ -15,7 +15,9 @@ baseline ``benchmarks/fidelity/llm/op_channel_ab.py`` measures against) is two c
 over TCP, ~0.4 ms per send on a CPU of this machine and ~1 ms per decode step on a TP-2
 mesh, host time on every step's critical path; a pipe send is ~10 us and does not wait for
 the follower. On GPUs a follower spins on its pipe for ``FOLLOW_SPIN_S`` after each
-operation (the next one comes within a decode step), then blocks. The leader reports each request's record when it finishes (or is dropped), a
+operation (the next one comes within a decode step), then blocks.
+
+The leader reports each request's record when it finishes (or is dropped), a
 heartbeat every second, and its mesh's totals at the end (with the prefill buckets the
 replay met that start-up had not prepared: ``cold_buckets``, empty when the warm-up covered
 the replay; with ``EngineSpec.job_trace`` every job's launch and device times, :mod:`.llm_trace`).

@@ -77,7 +77,8 @@ def report(out: str) -> None:
             m = r["summary"]["measured"]
             figures[c] = (m["throughput_rps"], m["tpot_mean_s"], step_beyond_table(r), r["summary"]["status"])
             print(f"{n} {c}: {figures[c][3]}, throughput {m['throughput_rps']:.3f} req/s, mean TPOT "
-                  f"{1e3 * m['tpot_mean_s']:.2f} ms, decode step beyond the table {1e3 * figures[c][2]:.3f} ms (median)")
+                  f"{1e3 * m['tpot_mean_s']:.2f} ms, decode step beyond the table "
+                  f"{1e3 * figures[c][2]:.3f} ms (median)")
         g, p = figures["gloo"], figures["pipe"]
         lines.append(f"op_channel_ab {n}: throughput_ratio={p[0] / g[0]:.3f} tpot_ratio={p[1] / g[1]:.3f} "
                      f"step_saved_ms={1e3 * (g[2] - p[2]):.3f}")
