@@ -144,3 +144,32 @@ def test_run_gpu_sh_set_phases_dry_run_on_cpu(tmp_path, set_name):
     names = tarfile.open(tarball).getnames()
     assert any(n.endswith(f"{set_name}-poisson-{placements[-1]}/summary.json") for n in names)
     assert any(n.endswith("measured/poisson.json") for n in names)
+
+
+def test_run_gpu_require_stops_on_another_card(tmp_path):
+    """``run_gpu.sh require`` (first phase) stops with exit 3 before anything else runs where a
+    GPU's name lacks ``GPU_MODEL`` (a lent H200 for the H100 tables), goes on where all have it,
+    and wants ``GPU_MODEL`` set (exit 2). A fake ``nvidia-smi`` names the GPUs."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "BACKEND": "gloo", "OUT": str(tmp_path / "o"),
+           "RESULTS": str(tmp_path / "r"), "TABLES": str(tmp_path / "t")}
+    script = os.path.join(ROOT, "benchmarks", "fidelity", "llm", "run_gpu.sh")
+
+    def run(names, **extra):
+        fake.write_text("#!/bin/sh\n" + "".join(f"echo '{n}'\n" for n in names))
+        fake.chmod(0o755)
+        return subprocess.run(["bash", script, "require", "setup"], capture_output=True, text=True, cwd=ROOT,
+                              env={**env, **extra}, timeout=60)
+
+    r = run(["NVIDIA H200", "NVIDIA H200"], GPU_MODEL="H100")
+    assert r.returncode == 3 and "GPUs are NVIDIA H200" in r.stdout and "not H100: stopping" in r.stdout
+    assert "=== setup" not in r.stdout  # nothing after it ran
+    r = run(["NVIDIA H100 80GB HBM3", "NVIDIA H200"], GPU_MODEL="H100")
+    assert r.returncode == 3
+    r = run(["NVIDIA H200"])
+    assert r.returncode == 2 and "set GPU_MODEL" in r.stdout
+    fake.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3'\necho 'NVIDIA H100 80GB HBM3'\n")
+    r = subprocess.run(["bash", script, "require"], capture_output=True, text=True, cwd=ROOT,
+                       env={**env, "GPU_MODEL": "H100"}, timeout=60)
+    assert r.returncode == 0 and "require: 2 x H100" in r.stdout

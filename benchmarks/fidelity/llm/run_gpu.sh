@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # LLM fidelity on one GPU, and on two or four for the 2-GPU and 4-GPU sets (docs/fidelity-llm.md). Usage: bash benchmarks/fidelity/llm/run_gpu.sh PHASE...
 # Phases (in order; each fits a 10-minute command; times measured for an H100 are in the doc):
+#   require   stop (exit 3) unless every GPU's name holds $GPU_MODEL (e.g. GPU_MODEL=H100: the cost tables' card;
+#             a machine of another card would measure that card): put it first
 #   setup     install the package (no deps: torch+CUDA is there; no ortools needed), print the GPU
 #   check     GPU self-check (green contexts, paged decode, the Triton paged attention against a torch
 #             reference and against the gather path, graphs) and a tiny placeopt execute (check/)
@@ -117,6 +119,15 @@ for phase in "$@"; do
   echo "=== $phase $(date -u +%T) ($((SECONDS - START)) s)"
   if [ "$phase" != pack ] && [ "$(left)" -le 0 ]; then echo "skipped: past DEADLINE_S=$DEADLINE_S"; continue; fi
   case $phase in
+    require)
+      # stop at once on a machine whose GPUs are not $GPU_MODEL (the cost tables' card): its runs would measure
+      # another card (an H200 ran the H100 tables' steps 5-9% faster) and cost the call's device time for nothing
+      [ -n "${GPU_MODEL:-}" ] || { echo "require: set GPU_MODEL (e.g. H100)"; exit 2; }
+      names=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)
+      if [ -z "$names" ] || grep -qv "$GPU_MODEL" <<< "$names"; then
+        echo "require: this machine's GPUs are ${names:-none found}, not $GPU_MODEL: stopping"; exit 3
+      fi
+      echo "require: $(wc -l <<< "$names") x $GPU_MODEL" ;;
     setup)
       python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -2
       nvidia-smi -L
