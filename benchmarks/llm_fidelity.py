@@ -1002,7 +1002,6 @@ def plain_stream_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
     mesh's TP degree, the entries of the step's page table: its requests' KV blocks x pages per
     block, that table time), one row per pair."""
     from placement_opt.executor.llm_sched import len_interp
-    from placement_opt.placement import load_placement
     from placement_opt.simulate.meshsim import decode_context
 
     tables = _mesh_step_tables(run)
@@ -1011,18 +1010,16 @@ def plain_stream_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
     inst = generation_instance(run_inputs(run)[0], generation_of(run["folder"]), run["folder"])
     block = inst.llm_settings.kv_block_tokens
     steps = []
-    for group in load_placement(run_inputs(run)[1]).groups:
-        ordered = sorted(e for e in events if e[1] in group.models)
-        for (t0, m0), (t1, m1) in zip(ordered, ordered[1:]):
-            step, before = events[(t1, m1)], events[(t0, m0)]
-            if m0 != m1 or any(j == 0 for _, j, _ in step + before):
-                continue
-            table, k, kv_bytes, pages = tables[m1]
-            context = sum(p + j for p, j, _ in step)
-            entries = pages * sum((p + j + block) // block for p, j, _ in step)  # blocks of context + 1 tokens
-            length = decode_context(float(context), float(max(p + j for p, j, _ in step)), len(step), waves[m1])
-            seconds = len_interp(table.decode[k, len(step)], table.lgrid, length)
-            steps.append((t1 - t0 - seconds, context * kv_bytes / 1e9, group.tp, entries, seconds))
+    for tp, (t0, m0), (t1, m1) in _consecutive_events(run, events):
+        step, before = events[(t1, m1)], events[(t0, m0)]
+        if m0 != m1 or any(j == 0 for _, j, _ in step + before):
+            continue
+        table, k, kv_bytes, pages = tables[m1]
+        context = sum(p + j for p, j, _ in step)
+        entries = pages * sum((p + j + block) // block for p, j, _ in step)  # blocks of context + 1 tokens
+        length = decode_context(float(context), float(max(p + j for p, j, _ in step)), len(step), waves[m1])
+        seconds = len_interp(table.decode[k, len(step)], table.lgrid, length)
+        steps.append((t1 - t0 - seconds, context * kv_bytes / 1e9, tp, entries, seconds))
     return np.array(steps, dtype=np.float64).reshape(-1, 5)
 
 
@@ -1590,9 +1587,7 @@ def fit_eager_host(run: dict, model: Dict[str, float], field: str) -> Tuple[floa
 
 def _tp_degree(run: dict) -> int:
     """The largest TP degree of ``run``'s placement."""
-    from placement_opt.placement import load_placement
-
-    return max(g.tp for g in load_placement(run_inputs(run)[1]).groups)
+    return max(tp for tp, _ in mesh_models(run))
 
 
 def rank_and_mesh(points: List[Tuple[int, float]]) -> Tuple[float, float]:
@@ -1658,7 +1653,7 @@ def plain_stream_prefills(run: dict, tp: Optional[int] = None) -> np.ndarray:
     tables = _mesh_step_tables(run)
     events = token_events(run)
     extra = []
-    for (t0, _), (t1, m1) in _consecutive_events(run, events, tp):
+    for _, (t0, _), (t1, m1) in _consecutive_events(run, events, tp):
         batch = events[(t1, m1)]
         if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
             continue
@@ -1668,17 +1663,17 @@ def plain_stream_prefills(run: dict, tp: Optional[int] = None) -> np.ndarray:
     return np.array(extra, dtype=np.float64)
 
 
-def _consecutive_events(run: dict, events: Dict[Tuple[float, str], Any],
-                        tp: Optional[int] = None) -> List[Tuple[Tuple[float, str], ...]]:
+def _consecutive_events(run: dict, events: Dict[Tuple[float, str], Any], tp: Optional[int] = None
+                        ) -> List[Tuple[int, Tuple[float, str], Tuple[float, str]]]:
     """Every pair of consecutive token events (time, model) of one mesh of ``run``'s placement
     (a run of several meshes interleaves their events; a job's start is its own mesh's last
-    event), of the meshes of TP degree ``tp`` (None: every mesh)."""
-    pairs: List[Tuple[Tuple[float, str], ...]] = []
+    event), with the mesh's TP degree first, of the meshes of TP degree ``tp`` (None: every mesh)."""
+    pairs: List[Tuple[int, Tuple[float, str], Tuple[float, str]]] = []
     for degree, models in mesh_models(run):
         if tp is not None and degree != tp:
             continue
         ordered = sorted(e for e in events if e[1] in models)
-        pairs += list(zip(ordered, ordered[1:]))
+        pairs += [(degree, a, b) for a, b in zip(ordered, ordered[1:])]
     return pairs
 
 
@@ -1703,7 +1698,7 @@ def plain_stream_eager_prefills(run: dict, tp: Optional[int] = None) -> Dict[str
     tables = _mesh_step_tables(run)
     events = token_events(run)
     out: Dict[str, List[Tuple[float, float]]] = {}
-    for (t0, _), (t1, m1) in _consecutive_events(run, events, tp):
+    for _, (t0, _), (t1, m1) in _consecutive_events(run, events, tp):
         batch = events[(t1, m1)]
         if any(j != 0 for _, j, _ in batch) or max(a for _, _, a in batch) > t0:
             continue

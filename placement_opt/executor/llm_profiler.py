@@ -33,7 +33,7 @@ from placement_opt.costs.costtable import FORMAT
 from placement_opt.model import Architecture
 from placement_opt.progress import ProgressBar
 from placement_opt.executor.profiler import run_tp_processes
-from placement_opt.executor.worker import _die_with_parent
+from placement_opt.executor.worker import _die_with_parent, device_name
 
 
 @dataclass(frozen=True)
@@ -247,8 +247,7 @@ def _measure(rank: int, tp: int, arch: Architecture, settings: LLMProfileSetting
             shares[repr(share)] = {"prefill_s": pre, "decode_s": dec, "sm_count": n_sm, "mechanism": how}
         peak = (torch.cuda.max_memory_allocated(device) - base - held) if device.type == "cuda" else None
         if rank == 0:
-            name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-            out.send(("ok", {"tp": tp, "shares": shares, "device_name": name, "torch": torch.__version__,
+            out.send(("ok", {"tp": tp, "shares": shares, "device_name": device_name(device), "torch": torch.__version__,
                              "attention": bench.model.attention, "attention_fallback": bench.attention_fallback,
                              "weight_bytes_per_gpu": bench.weight_bytes, "runtime_peak_bytes_per_gpu": peak}))
         if tp > 1:

@@ -41,7 +41,7 @@ import numpy as np
 from placement_opt.simulate.meshsim import ADBS, MeshLLMs, MeshRequests, MeshSettings
 from placement_opt.executor.llm_engine import EngineSpec
 from placement_opt.executor.llm_sched import MeshScheduler
-from placement_opt.executor.worker import _die_with_parent
+from placement_opt.executor.worker import _die_with_parent, device_name
 
 HEARTBEAT_S = 1.0
 IDLE_SLEEP_S = 0.0002
@@ -292,14 +292,6 @@ def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
     return engine, control
 
 
-def _device_name(device: Any) -> str:
-    """The GPU's name (``NVIDIA H100 80GB HBM3``), ``cpu`` on CPUs."""
-    if device.type != "cuda":
-        return "cpu"
-    import torch
-    return str(torch.cuda.get_device_name(device))
-
-
 def _channel(spec: LLMWorkerSpec, control: Any, ops: Tuple[Connection, ...]) -> Any:
     """This rank's operation channel (module docstring)."""
     if spec.op_channel == "gloo":
@@ -321,7 +313,7 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
     try:
         engine, control = _build(spec)
         channel = _channel(spec, control, ops)
-        reports.send(("ready", spec.rank, {"device": str(engine.device), "device_name": _device_name(engine.device),
+        reports.send(("ready", spec.rank, {"device": str(engine.device), "device_name": device_name(engine.device),
                                            "mechanism": engine.mechanism,
                                            "sm_counts": engine.sm, "weight_bytes": engine.weight_bytes(),
                                            "pool_pages": engine.pool.n_pages,

@@ -30,7 +30,7 @@ from placement_opt.errors import InputError
 from placement_opt.progress import ProgressBar
 from placement_opt.profile import ConfigProfile, Profile, parallel_configs
 from placement_opt.executor.topology import even_layer_split
-from placement_opt.executor.worker import _die_with_parent
+from placement_opt.executor.worker import _die_with_parent, device_name
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,7 @@ def _measure(tp_rank: int, tp: int, arch: Architecture, settings: ProfileSetting
                                    "peak_bytes": peak(base)})
             del module
         if tp_rank == 0:
-            name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-            out.send(("ok", {"tp": tp, "stages": stages, "pieces": layer_rows, "device_name": name,
+            out.send(("ok", {"tp": tp, "stages": stages, "pieces": layer_rows, "device_name": device_name(device),
                              "torch": torch.__version__}))
         if tp > 1:
             dist.barrier()

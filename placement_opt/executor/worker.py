@@ -51,6 +51,15 @@ class WorkerSpec:
     cuda_graphs: bool = False  # replay each stage as one CUDA graph (GPU only; see executor.graphs)
 
 
+def device_name(device: Any) -> str:
+    """The name of a worker's device as the profiles and runs record it: the GPU's
+    (``NVIDIA H100 80GB HBM3``), ``cpu`` on CPUs."""
+    if device.type != "cuda":
+        return "cpu"
+    import torch
+    return str(torch.cuda.get_device_name(device))
+
+
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when the controller dies, so no worker is orphaned;
     exit at once if it already died while this process was starting (before the request)."""
