@@ -88,6 +88,9 @@ run_capped() { RUN_CAP=$RUN_CAP_S; bounded "$@"; local rc=$?; RUN_CAP=0; return 
 gpu_name() { python3 -c 'import torch
 n = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu-process"
 print("H200" if "H200" in n else "H100-80GB" if "H100" in n else n.replace(" ", "-"))'; }
+# wait for the profiles started side by side (PIDS): a plain `wait` would also wait for the GPU log below, forever
+PIDS=()
+wait_profiles() { [ ${#PIDS[@]} -eq 0 ] || wait "${PIDS[@]}"; PIDS=(); }
 n_gpus() { python3 -c 'import torch; print(torch.cuda.device_count())'; }
 bounded() { local s; s=$(left); if [ "$RUN_CAP" -gt 0 ] && [ "$RUN_CAP" -lt "$s" ]; then s=$RUN_CAP; fi
   if [ "$s" -le 5 ]; then echo "skipped (deadline): $*"; return 0; fi
@@ -96,10 +99,10 @@ mkdir -p "$OUT" "$R" "$TABLES"
 # Every second until `pack` (or the end): each GPU's SM and memory clocks (MHz), power (W), temperature (C),
 # utilisation (%) and active clock-event reasons (NVML bits: a GPU slowing itself, e.g. hardware slowdown 0x8,
 # thermal 0x20/0x40, power brake 0x80), prefixed by the Unix time, appended to $R/gpu-log.csv; llm_fidelity.py
-# reads it within each run's trial window (summary.json trial_wall_s). Only with nvidia-smi and the nccl backend.
+# reads it within each run's trial window (summary.json trial_wall_s). Only where nvidia-smi is found.
 GPU_LOG_PID=
 gpu_log_stop() { [ -n "$GPU_LOG_PID" ] && kill "$GPU_LOG_PID" 2>/dev/null; GPU_LOG_PID=; }
-if [ "$BACKEND" = nccl ] && command -v nvidia-smi >/dev/null; then
+if command -v nvidia-smi >/dev/null; then
   REASONS=clocks_event_reasons.active
   nvidia-smi --query-gpu=$REASONS --format=csv >/dev/null 2>&1 || REASONS=clocks_throttle_reasons.active
   (trap exit TERM
@@ -176,26 +179,26 @@ for phase in "$@"; do
         args=(placeopt profile $TP2/poisson.json --model $m --llm --tp 1 --backend "$BACKEND" --sm-shares "$SHARES2"
               "${GRID[@]}" --gpu-name "$GPU" -o "$TABLES2/tp1/$m.json" --details "$TABLES2/tp1/$m.details.json")
         if [ "$NGPU" -ge 2 ]; then
-          (export CUDA_VISIBLE_DEVICES=$((i % NGPU)); bounded "${args[@]}" 2>&1 | tail -3) &
-          i=$((i + 1)); [ $((i % NGPU)) -eq 0 ] && wait
+          (export CUDA_VISIBLE_DEVICES=$((i % NGPU)); bounded "${args[@]}" 2>&1 | tail -3) & PIDS+=($!)
+          i=$((i + 1)); [ $((i % NGPU)) -eq 0 ] && wait_profiles
         else
           bounded "${args[@]}" 2>&1 | tail -3
         fi
       done
-      wait
+      wait_profiles
       i=0
       for m in $MODELS2; do  # TP 2: with four GPUs or more, two models at once on GPUs 0-1 and 2-3, ...
         args=(placeopt profile $TP2/poisson.json --model $m --llm --tp 2 --backend "$BACKEND" --sm-shares "$SHARES2"
               "${GRID[@]}" --gpu-name "$GPU" -o "$TABLES2/tp2/$m.json" --details "$TABLES2/tp2/$m.details.json")
         if [ "$NGPU" -ge 4 ]; then
           pair=$((i % (NGPU / 2)))
-          (export CUDA_VISIBLE_DEVICES=$((2 * pair)),$((2 * pair + 1)); bounded "${args[@]}" 2>&1 | tail -3) &
-          i=$((i + 1)); [ $((i % (NGPU / 2))) -eq 0 ] && wait
+          (export CUDA_VISIBLE_DEVICES=$((2 * pair)),$((2 * pair + 1)); bounded "${args[@]}" 2>&1 | tail -3) & PIDS+=($!)
+          i=$((i + 1)); [ $((i % (NGPU / 2))) -eq 0 ] && wait_profiles
         else
           bounded "${args[@]}" 2>&1 | tail -3
         fi
       done
-      wait
+      wait_profiles
       python3 $B/merge_tables.py "$TABLES2" "$TABLES2/tp1" "$TABLES2/tp2" ;;
     profile4)
       GPU=$(gpu_name)
