@@ -136,6 +136,21 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
 
 
 @dataclasses.dataclass(frozen=True)
+class GpuCalibration:
+    """A generation's calibration for its runs on another GPU than the one its fit runs ran on:
+    the generation's calibration with the fields that are that GPU's HBM refitted on engine rounds
+    measured there (:func:`gpu_calibration`: ``contention_hbm_gbps`` on the five-LLM round,
+    ``contention_hbm_cap_gbps`` on every round, as a root generation fits them); the host times,
+    the stretches and the rest stay the generation's."""
+
+    gpu: str  # the GPU's model, as its cost tables' ``gpu`` label names it
+    calibration: str  # its calibration file (relative to benchmarks/fidelity/llm)
+    engine: str  # engine_bench.py output of the five LLMs at share 0.2: its round fits contention_hbm_gbps
+    rounds: Tuple[str, ...]  # more engine_bench.py outputs: with ``engine``'s, their rounds fit the cap
+    results: Tuple[str, ...]  # the generation's results folders run on that GPU
+
+
+@dataclasses.dataclass(frozen=True)
 class Generation:
     """One engine version: the results folders its GPU runs wrote (those not yet written are
     skipped), the cost tables it was profiled into (``folder_tables``: a results folder whose
@@ -208,6 +223,8 @@ class Generation:
     # beyond the parent's ``decode_host_full_s`` and the TP prefill host seconds against this TP-1
     # plain-stream run (:func:`tp_prefill_host`); None: the TP fields are refitted only with ``fit_streams``
     tp_prefill_against: Optional[Tuple[str, str]] = None
+    # its runs on other GPUs, each GPU with a calibration of its own (:class:`GpuCalibration`)
+    gpus: Tuple[GpuCalibration, ...] = ()
 
 
 #: the traced plain-stream runs (the 7B and 8B each on a whole GPU; traces with the contexts) v3f's
@@ -349,7 +366,10 @@ GENERATIONS = {
                       folder_tables=(("results-v3s-gpu4", "tables-gpu4"), ("results-v3s-gpu4s10", "tables-gpu4"),
                                      ("results-v3s-tp2s7", "tables-tp2"), ("results-v3s-h200s11", "tables-h200"),
                                      ("results-v3s-h200s12", "tables-h200")),
-                      page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f"),
+                      page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
+                      gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
+                                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
+                                           ("results-v3s-h200s11", "results-v3s-h200s12")),)),
 }
 
 
@@ -373,9 +393,17 @@ def generation_of(folder: str) -> Optional[Generation]:
     return next((g for g in GENERATIONS.values() if name in g.results), None)
 
 
-def generation_model(gen: Generation) -> Dict[str, float]:
-    """The host and contention parameters of ``gen``'s calibration file (all off without one)."""
-    path = os.path.join(LLM, gen.calibration)
+def calibration_file(gen: Generation, folder: Optional[str] = None) -> str:
+    """``gen``'s calibration file for its results folder ``folder``: its GPU's (``gen.gpus``) where
+    the folder ran on another GPU than the fit runs, else the generation's own."""
+    name = os.path.basename(os.path.normpath(folder)) if folder else None
+    return next((g.calibration for g in gen.gpus if name in g.results), gen.calibration)
+
+
+def generation_model(gen: Generation, folder: Optional[str] = None) -> Dict[str, float]:
+    """The host and contention parameters of ``gen``'s calibration file for the results folder
+    ``folder`` (:func:`calibration_file`; all off without one)."""
+    path = os.path.join(LLM, calibration_file(gen, folder))
     if not os.path.exists(path):
         return {}
     with open(path) as f:
@@ -676,7 +704,7 @@ def run_instance(run: dict, model: Optional[Dict[str, float]]) -> Any:
     gen = generation_of(run["folder"])
     inst = generation_instance(run_inputs(run)[0], gen, run["folder"])
     if model is None and gen is not None:
-        model = generation_model(gen)
+        model = generation_model(gen, run["folder"])
     if model is not None:
         inst = dataclasses.replace(inst, llm=with_model(inst.llm_settings, {f: model.get(f, 0.0) for f in MODEL_FIELDS}))
     return inst
@@ -1270,7 +1298,7 @@ def traced_instance(run: dict, overrides: Dict[str, float]) -> Any:
     instance, with the calibration fields ``overrides`` set."""
     gen = generation_of(run["folder"])
     if gen is not None:
-        return run_instance(run, dict(generation_model(gen), **overrides))
+        return run_instance(run, dict(generation_model(gen, run["folder"]), **overrides))
     inst = run_instance(run, None)
     return dataclasses.replace(inst, llm=with_model(inst.llm_settings, overrides)) if overrides else inst
 
@@ -1851,8 +1879,9 @@ def apply_contention_tp_power(gen: Generation, out: dict) -> List[str]:
     return ["contention_tp_power"]
 
 
-def _write_calibration(gen: Generation, out: dict) -> dict:
-    path = os.path.join(LLM, gen.calibration)
+def _write_calibration(gen: Generation, out: dict, name: Optional[str] = None) -> dict:
+    """Write ``out`` to ``gen``'s calibration file (or to ``name``), atomically."""
+    path = os.path.join(LLM, name or gen.calibration)
     with open(path + ".tmp", "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
@@ -1914,9 +1943,37 @@ def derived_calibration(gen: Generation) -> dict:
     return out
 
 
+def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
+    """``gen``'s calibration for its runs on ``gpu.gpu``: its file's fields with
+    ``contention_hbm_gbps`` fitted on ``gpu.engine``'s green-context round and
+    ``contention_hbm_cap_gbps`` on that round and ``gpu.rounds``' (:func:`fit_hbm`,
+    :func:`fit_hbm_cap`, as :func:`calibrate` fits a root generation's)."""
+    with open(os.path.join(LLM, gen.calibration)) as f:
+        out = json.load(f)
+    [per] = engine_rounds((gpu.engine,))
+    hbm, rms = fit_hbm(per)
+    rounds = engine_rounds((gpu.engine,) + gpu.rounds)
+    cap, cap_rms = fit_hbm_cap(hbm, rounds)
+    before = replay_rms(out["contention_hbm_gbps"], rounds, out["contention_hbm_cap_gbps"])
+    out["contention_hbm_gbps"], out["contention_hbm_cap_gbps"] = hbm, cap
+    out["fit"]["gpu"] = (f"{gpu.gpu}: contention_hbm_gbps on {gpu.engine} (RMS log error {rms:.4f}), "
+                         f"contention_hbm_cap_gbps on {len(rounds)} green-context rounds ({gpu.engine}, "
+                         f"{', '.join(gpu.rounds)}; RMS log error {cap_rms:.4f}, {before:.4f} with "
+                         f"{gen.calibration}'s); every other field {gen.calibration}'s")
+    return out
+
+
 def calibrate(gen: Generation) -> dict:
     """Fit ``gen``'s parameters (module docstring) and write its calibration file (a derived
-    generation: :func:`derived_calibration`)."""
+    generation: :func:`derived_calibration`), then its other GPUs' files (:func:`gpu_calibration`)."""
+    out = _calibrate(gen)
+    for gpu in gen.gpus:
+        _write_calibration(gen, gpu_calibration(gen, gpu), gpu.calibration)
+    return out
+
+
+def _calibrate(gen: Generation) -> dict:
+    """:func:`calibrate` of ``gen``'s own calibration file."""
     if gen.derives:
         return _write_calibration(gen, derived_calibration(gen))
     if gen.fit_whole_gpu:  # a root generation's host fits take the KV term on whole GPUs
