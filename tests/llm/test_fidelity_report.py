@@ -127,13 +127,17 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert os.path.basename(module.CALIBRATION) == "calibration-v3s.json"
-    with open(module.CALIBRATION) as f:
+    assert os.path.basename(module.calibration_path("H100-80GB")) == "calibration-v3s.json"
+    with open(module.calibration_path("H100-80GB")) as f:
         cal = json.load(f)
-    fields = module.calibrated_llm_fields()
+    fields = module.calibrated_llm_fields("H100-80GB")
     assert "fit" not in fields and fields == {k: v for k, v in cal.items() if k != "fit"}
     assert fields["decode_full_stretch"] > 1.0
     LLMConfig(**fields)  # every calibrated field is an LLM setting
+    # H200 tables get v3s's H200 calibration: its HBM contention fields, every other field v3s's
+    assert os.path.basename(module.calibration_path("H200")) == "calibration-v3s-h200.json"
+    h200 = module.calibrated_llm_fields("H200")
+    assert {k for k in h200 if h200[k] != fields[k]} == {"contention_hbm_gbps", "contention_hbm_cap_gbps"}
 
 
 def test_each_generation_is_calibrated_on_its_own_runs():
@@ -272,6 +276,36 @@ def test_the_pipe_engine_measures_its_tp_host_fields_and_predicts_its_tp4_run():
     before = script.errors(run["summary"]["measured"], *script.predict(run, v3f))
     assert abs(after["throughput_err"]) < 0.02 and abs(after["ttft_err"]) < 0.05
     assert before["throughput_err"] > 0.1
+
+
+def test_another_gpu_gets_its_own_hbm_contention_fields_from_engine_rounds_measured_there():
+    """v3s's runs on two H200s (tables profiled there) are re-predicted with
+    ``calibration-v3s-h200.json``: v3s's file with ``contention_hbm_gbps`` and the cap refitted on
+    four engine rounds of one H200 (none of the runs), which --calibrate reproduces. The H100's
+    fields replay those rounds 10 x worse. On the muxserve placement (llm-7b and llm-8b on halves
+    of one H200) they overstate the contention: throughput 7-9% and mean TPOT 25% short of the
+    GPU's, as predicted before the runs; with the H200's fields within 1% and 4%."""
+    script = load_benchmark("llm_fidelity")
+    gen = script.GENERATIONS["v3s"]
+    [gpu] = gen.gpus
+    with open(os.path.join(FIDELITY, gpu.calibration)) as f:
+        committed = json.load(f)
+    assert script.gpu_calibration(gen, gpu) == committed
+    with open(os.path.join(FIDELITY, gen.calibration)) as f:
+        h100 = json.load(f)
+    rounds = script.engine_rounds((gpu.engine,) + gpu.rounds)
+    fitted = script.replay_rms(committed["contention_hbm_gbps"], rounds, committed["contention_hbm_cap_gbps"])
+    assert fitted * 10 < script.replay_rms(h100["contention_hbm_gbps"], rounds, h100["contention_hbm_cap_gbps"])
+    for folder in gpu.results[:2]:
+        assert script.calibration_file(gen, os.path.join(FIDELITY, folder)) == gpu.calibration
+        run = next(r for r in script.load_runs(os.path.join(FIDELITY, folder)) if r["placement"] == "muxserve")
+        assert run["summary"]["tables_match_device"] is True and run["summary"]["tables_gpu"] == ["H200"]
+        measured = run["summary"]["measured"]
+        after = script.errors(measured, *script.predict(run, None))
+        before = script.errors(measured, *script.predict(run, {k: v for k, v in h100.items() if k != "fit"}))
+        assert abs(after["throughput_err"]) < 0.01 and abs(after["tpot_err"]) < 0.04
+        assert 0.07 < before["throughput_err"] < 0.09 and before["tpot_err"] < -0.25
+    assert script.calibration_file(gen, os.path.join(FIDELITY, "results-v3s-gpu4")) == gen.calibration
 
 
 def test_predict_gives_what_the_report_will_compare_with():

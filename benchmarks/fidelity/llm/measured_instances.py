@@ -5,7 +5,8 @@ a copy whose models reference ``benchmarks/fidelity/llm/tables/<model>.json`` (w
 ``placeopt profile --llm`` in ``run_gpu.sh``), and whose cluster GPU is the profiled one
 (name from the tables). The simulator's predictions of the fidelity runs use these tables,
 and the host and contention parameters of the newest engine generation's calibration file (the
-last of ``benchmarks/llm_fidelity.py``'s ``GENERATIONS``, written by its ``--calibrate``) when it
+last of ``benchmarks/llm_fidelity.py``'s ``GENERATIONS``, written by its ``--calibrate``; for tables
+of a GPU the generation has a calibration of its own for, ``Generation.gpus``, that one) when it
 exists, in their ``llm`` section: what the executor's own prediction and its host probe (which
 measures the decode host time beyond the instance's model of the step) then use. A copy records
 what its runs ran with: write a set's copies once, before its runs (running this again on a
@@ -31,17 +32,24 @@ TABLES = os.path.join(HERE, "tables")
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_fidelity
 import llm_fidelity as fid  # noqa: E402
 
-CALIBRATION = os.path.join(HERE, fid.GENERATIONS[list(fid.GENERATIONS)[-1]].calibration)
+NEWEST = fid.GENERATIONS[list(fid.GENERATIONS)[-1]]
 
 
-def calibrated_llm_fields() -> dict:
+def calibration_path(gpu: str = "") -> str:
+    """The newest engine generation's calibration file for cost tables labelled ``gpu``: its
+    calibration for that GPU where it has one (``Generation.gpus``), else its own."""
+    return os.path.join(HERE, next((g.calibration for g in NEWEST.gpus if g.gpu in gpu), NEWEST.calibration))
+
+
+def calibrated_llm_fields(gpu: str = "") -> dict:
     """The simulator's ``llm`` parameters fitted on the GPU runs of the newest engine generation:
-    every field of its calibration file (:data:`CALIBRATION`) but its ``fit`` record (none without
-    a fit; a field it lacks stays the instance's). The calibration file is the one list of
-    calibrated fields."""
-    if not os.path.exists(CALIBRATION):
+    every field of its calibration file for ``gpu``'s tables (:func:`calibration_path`) but its
+    ``fit`` record (none without a fit; a field it lacks stays the instance's). The calibration
+    file is the one list of calibrated fields."""
+    path = calibration_path(gpu)
+    if not os.path.exists(path):
         return {}
-    with open(CALIBRATION) as f:
+    with open(path) as f:
         cal = json.load(f)
     return {k: v for k, v in cal.items() if k != "fit"}
 
@@ -70,7 +78,7 @@ def main() -> None:
             with open(table) as f:
                 gpu = json.load(f)["gpu"]
         inst["cost_tables"] = tables
-        inst.setdefault("llm", {}).update(calibrated_llm_fields())
+        inst.setdefault("llm", {}).update(calibrated_llm_fields(gpu))
         inst["cluster"]["gpu"]["name"] = gpu
         inst["cluster"]["gpu"].update(next((v for k, v in SPECS.items() if k in gpu), {}))
         if "trace" in inst["workload"]:
