@@ -5,7 +5,9 @@ solves every instance under ``instances/`` with every solver of its family (fixe
 time limit, so the answers are deterministic) and re-simulates every bundled placement file
 with its instance, storing placements and metrics (wall-clock times removed) in
 ``benchmarks/golden/results.json``; ``--check`` (the default) recomputes everything and
-reports every difference, exiting 1 if there is one.
+reports every difference, exiting 1 if there is one. Numbers are compared to a relative
+:data:`FLOAT_RTOL`: another numpy or numba release may sum in another order and move the last
+digits (1e-13 seen), which is not a change of behaviour; everything else is compared exactly.
 
 Run: ``python benchmarks/golden.py [--record | --check] [--jobs N] [--only SUBSTRING]``.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -22,6 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "golden", "results.json")
 SEED = 0
+#: relative tolerance of a number's comparison with the golden file (rounding of another library release)
+FLOAT_RTOL = 1e-9
 #: keys whose values are wall-clock measurements, not behaviour
 _TIME_KEYS = ("wall_time_s", "time_limit_s", "elapsed_s", "wall_s", "cpu_s", "solve_s", "placement_ms", "seconds")
 #: search work counters that depend on how the process pool spreads tasks over workers (each
@@ -106,6 +111,13 @@ def compute(only: str | None, jobs: int) -> dict:
     return dict(sorted(results.items()))
 
 
+def _numbers(a, b) -> bool:
+    """Whether ``a`` and ``b`` are both numbers (not flags) and at least one is a float."""
+    kinds = (int, float)
+    return (isinstance(a, kinds) and isinstance(b, kinds) and not isinstance(a, bool) and not isinstance(b, bool)
+            and (isinstance(a, float) or isinstance(b, float)))
+
+
 def _diff(path: str, a, b, out: list[str]) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b)):
@@ -116,6 +128,8 @@ def _diff(path: str, a, b, out: list[str]) -> None:
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
             _diff(f"{path}[{i}]", x, y, out)
+    elif _numbers(a, b) and math.isclose(a, b, rel_tol=FLOAT_RTOL, abs_tol=1e-300):
+        return
     elif a != b:
         out.append(f"{path}: {json.dumps(a)[:120]} -> {json.dumps(b)[:120]}")
 

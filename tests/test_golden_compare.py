@@ -1,0 +1,34 @@
+"""``benchmarks/golden.py``'s comparison: placements and counts exactly, numbers to a relative
+1e-9, so another numpy or numba release's rounding (the last digits of a sum taken in another
+order) is not reported as a change of behaviour while a real change is."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _golden():
+    spec = importlib.util.spec_from_file_location("golden", os.path.join(ROOT, "benchmarks", "golden.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rounding_is_not_a_difference_but_a_change_is():
+    golden = _golden()
+    stored = {"metrics": {"latency_mean_s": 0.1341048647799846, "requests": 120, "attainment": 0.98},
+              "groups": [{"devices": [0, 1], "models": ["bert-1"]}]}
+    rounded = {"metrics": {"latency_mean_s": 0.13410486477998448, "requests": 120, "attainment": 0.98},
+               "groups": [{"devices": [0, 1], "models": ["bert-1"]}]}
+    out: list = []
+    golden._diff("task", stored, rounded, out)
+    assert out == []
+    changed = {"metrics": {"latency_mean_s": 0.1341049, "requests": 121, "attainment": 0.98},
+               "groups": [{"devices": [0, 2], "models": ["bert-1"]}], "new_key": 1}
+    golden._diff("task", stored, changed, out)
+    assert out == ["task.groups[0].devices[1]: 1 -> 2", "task.metrics.latency_mean_s: 0.1341048647799846 -> 0.1341049",
+                   "task.metrics.requests: 120 -> 121", "task.new_key: new"]
