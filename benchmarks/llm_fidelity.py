@@ -55,8 +55,10 @@ with the one field its change moves measured anew (``decode_page_entry_s``, from
 ``page_table_bench.py`` runs), and whose runs the last line counts with v3w's.
 
 ``--calibrate [GENERATION]`` fits one generation's parameters (default: the newest) and writes
-its calibration file (the newest generation's is ``fidelity/llm/calibration.json``, which
-``measured_instances.py`` copies into the measured instances' ``llm`` section):
+its calibration file (which ``measured_instances.py`` copies into the measured instances' ``llm``
+section), and one more per GPU its runs also ran on (``Generation.gpus``: the generation's with
+the two HBM contention fields refitted on engine rounds measured on that GPU, for the runs whose
+cost tables that GPU's label names):
 ``contention_hbm_gbps`` from the generation's ``engine.json`` (the five decode steps launched
 together on their SM partitions, replayed with the stretch model, least squares on log
 times); ``contention_hbm_cap_gbps`` at that value, on that round and the generation's
@@ -137,17 +139,16 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
 
 @dataclasses.dataclass(frozen=True)
 class GpuCalibration:
-    """A generation's calibration for its runs on another GPU than the one its fit runs ran on:
-    the generation's calibration with the fields that are that GPU's HBM refitted on engine rounds
-    measured there (:func:`gpu_calibration`: ``contention_hbm_gbps`` on the five-LLM round,
-    ``contention_hbm_cap_gbps`` on every round, as a root generation fits them); the host times,
-    the stretches and the rest stay the generation's."""
+    """A generation's calibration for its runs on another GPU than the one its fit runs ran on
+    (runs whose cost tables' ``gpu`` label names it): the generation's calibration with the fields
+    that are that GPU's HBM refitted on engine rounds measured there (:func:`gpu_calibration`:
+    ``contention_hbm_gbps`` on the five-LLM round, ``contention_hbm_cap_gbps`` on every round, as a
+    root generation fits them); the host times, the stretches and the rest stay the generation's."""
 
-    gpu: str  # the GPU's model, as its cost tables' ``gpu`` label names it
+    gpu: str  # the GPU's model, as its cost tables' ``gpu`` label names it (``H200``)
     calibration: str  # its calibration file (relative to benchmarks/fidelity/llm)
     engine: str  # engine_bench.py output of the five LLMs at share 0.2: its round fits contention_hbm_gbps
     rounds: Tuple[str, ...]  # more engine_bench.py outputs: with ``engine``'s, their rounds fit the cap
-    results: Tuple[str, ...]  # the generation's results folders run on that GPU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,8 +372,7 @@ GENERATIONS = {
                                      ("results-v3s-h200s12", "tables-h200"), ("results-v3s-h200s13", "tables-h200")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
-                                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
-                                           ("results-v3s-h200s11", "results-v3s-h200s12", "results-v3s-h200s13")),)),
+                                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32))),)),
 }
 
 
@@ -396,11 +396,28 @@ def generation_of(folder: str) -> Optional[Generation]:
     return next((g for g in GENERATIONS.values() if name in g.results), None)
 
 
+def calibration_for_gpu(gen: Generation, gpu: str) -> str:
+    """``gen``'s calibration file for cost tables labelled ``gpu``: that GPU's (``gen.gpus``) once
+    ``--calibrate`` has written it, else the generation's own."""
+    own = [g.calibration for g in gen.gpus if g.gpu in gpu]
+    return next((c for c in own if os.path.exists(os.path.join(LLM, c))), gen.calibration)
+
+
+@functools.lru_cache(maxsize=None)
+def tables_gpu(tables: str) -> str:
+    """The ``gpu`` label of the cost tables in folder ``tables`` (one of its tables'; "" without one)."""
+    for path in sorted(glob.glob(os.path.join(tables, "*.json"))):
+        with open(path) as f:
+            return str(json.load(f).get("gpu", ""))
+    return ""
+
+
 def calibration_file(gen: Generation, folder: Optional[str] = None) -> str:
-    """``gen``'s calibration file for its results folder ``folder``: its GPU's (``gen.gpus``) where
-    the folder ran on another GPU than the fit runs, else the generation's own."""
-    name = os.path.basename(os.path.normpath(folder)) if folder else None
-    return next((g.calibration for g in gen.gpus if name in g.results), gen.calibration)
+    """``gen``'s calibration file for its results folder ``folder``: the one for the GPU its
+    cost tables were measured on (:func:`tables_of`, :func:`calibration_for_gpu`)."""
+    if folder is None:
+        return gen.calibration
+    return calibration_for_gpu(gen, tables_gpu(os.path.join(LLM, tables_of(folder, gen))))
 
 
 def generation_model(gen: Generation, folder: Optional[str] = None) -> Dict[str, float]:
@@ -2071,7 +2088,7 @@ def policy_load_lines(spec: str) -> List[str]:
     run = {"workload": "poisson", "placement": "muxserve", "folder": os.path.join(LLM, gen.results[0])}
     inst_path, placement_path = run_inputs(run)
     inst = generation_instance(inst_path, gen, run["folder"])
-    llm = with_model(inst.llm_settings, generation_model(gen))
+    llm = with_model(inst.llm_settings, generation_model(gen, run["folder"]))
     if reserve is not None:
         llm = dataclasses.replace(llm, kv_reserve_fraction=reserve)
     w = inst.workload
@@ -2316,7 +2333,7 @@ def main() -> None:
     ap.add_argument("--results", default=None, help="one folder of GPU results (default: every results* folder)")
     ap.add_argument("--calibrate", nargs="?", const=list(GENERATIONS)[-1], choices=list(GENERATIONS), default=None,
                     help="fit one engine generation's host and contention parameters (default: the newest) "
-                         "and write its calibration file")
+                         "and write its calibration file, and its other GPUs' (Generation.gpus)")
     ap.add_argument("--policy-load", default=None, metavar="SCALE[:RESERVE]",
                     help="simulate the Poisson muxserve placement under adbs, round-robin and fcfs with the "
                          "rates times SCALE (and llm.kv_reserve_fraction RESERVE) with the newest calibration, "

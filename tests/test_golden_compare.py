@@ -32,3 +32,6 @@ def test_rounding_is_not_a_difference_but_a_change_is():
     golden._diff("task", stored, changed, out)
     assert out == ["task.groups[0].devices[1]: 1 -> 2", "task.metrics.latency_mean_s: 0.1341048647799846 -> 0.1341049",
                    "task.metrics.requests: 120 -> 121", "task.new_key: new"]
+    out = []
+    golden._diff("flag", {"ok": True, "x": float("nan")}, {"ok": False, "x": float("nan")}, out)
+    assert out == ["flag.ok: true -> false", "flag.x: NaN -> NaN"]  # flags exactly; a NaN is always reported

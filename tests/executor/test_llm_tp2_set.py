@@ -120,7 +120,8 @@ def test_run_gpu_sh_set_phases_dry_run_on_cpu(tmp_path, set_name):
     _tiny_copy(set_name, str(tp2))
     models = [m["name"] for m in json.loads((tp2 / "poisson.json").read_text())["models"]]
     phases, placements = DRY_RUN[set_name]
-    # a fake nvidia-smi starts the script's GPU log beside the phases: profile2 once waited for it forever
+    # a fake nvidia-smi starts the script's GPU log beside the phases: profile2's wait for its profiles
+    # once waited for the log too, forever (here, with no GPU, the wait after its serial profiles)
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho '0, 1980, 2619, 120.5, 41, 0, 0x0000000000000000'\n")
@@ -133,7 +134,7 @@ def test_run_gpu_sh_set_phases_dry_run_on_cpu(tmp_path, set_name):
     r = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "fidelity", "llm", "run_gpu.sh"), *phases],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (results / "gpu-log.csv").read_text().count("1980") >= 1  # the log ran, and pack stopped it
+    assert (results / "gpu-log.csv").read_text().count("1980") >= 1  # the log ran beside the phases
     for model in models:
         table = json.loads((tables / f"{model}.json").read_text())
         # the TP-1 and TP-2 profiles merged; on four GPUs the TP-4 ones

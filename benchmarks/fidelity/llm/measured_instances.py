@@ -36,11 +36,9 @@ NEWEST = fid.GENERATIONS[list(fid.GENERATIONS)[-1]]
 
 
 def calibration_path(gpu: str = "") -> str:
-    """The newest engine generation's calibration file for cost tables labelled ``gpu``: its
-    calibration for that GPU where it has one (``Generation.gpus``, once ``--calibrate`` has
-    written it), else its own."""
-    own = [os.path.join(HERE, g.calibration) for g in NEWEST.gpus if g.gpu in gpu]
-    return next((p for p in own if os.path.exists(p)), os.path.join(HERE, NEWEST.calibration))
+    """The newest engine generation's calibration file for cost tables labelled ``gpu``
+    (``llm_fidelity.calibration_for_gpu``: that GPU's where it has one, else its own)."""
+    return os.path.join(HERE, fid.calibration_for_gpu(NEWEST, gpu))
 
 
 def calibrated_llm_fields(gpu: str = "") -> dict:

@@ -101,7 +101,10 @@ mkdir -p "$OUT" "$R" "$TABLES"
 # thermal 0x20/0x40, power brake 0x80), prefixed by the Unix time, appended to $R/gpu-log.csv; llm_fidelity.py
 # reads it within each run's trial window (summary.json trial_wall_s). Only where nvidia-smi is found.
 GPU_LOG_PID=
-gpu_log_stop() { [ -n "$GPU_LOG_PID" ] && kill "$GPU_LOG_PID" 2>/dev/null; GPU_LOG_PID=; }
+# stop the GPU log and wait (at most 5 s: a hung nvidia-smi must not hold `pack`) until it has ended, so `pack`
+# reads a file no one writes any more
+gpu_log_stop() { [ -n "$GPU_LOG_PID" ] && { kill "$GPU_LOG_PID" 2>/dev/null
+  timeout 5 tail --pid="$GPU_LOG_PID" -f /dev/null 2>/dev/null; }; GPU_LOG_PID=; }
 if command -v nvidia-smi >/dev/null; then
   REASONS=clocks_event_reasons.active
   nvidia-smi --query-gpu=$REASONS --format=csv >/dev/null 2>&1 || REASONS=clocks_throttle_reasons.active

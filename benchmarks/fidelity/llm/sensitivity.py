@@ -48,7 +48,7 @@ def find_run(spec: str) -> dict:
 def moved(run: dict, field: str, deltas: List[float]) -> List[Tuple[float, dict, dict]]:
     """``(value, simulated metrics, errors)`` of ``run`` re-predicted with its generation's
     calibration, ``field`` + each delta (at least 0; the value is the one applied)."""
-    model = fid.generation_model(fid.generation_of(run["folder"]))
+    model = fid.generation_model(fid.generation_of(run["folder"]), run["folder"])
     out = []
     for d in deltas:
         value = max(0.0, model.get(field, 0.0) + d)
