@@ -128,7 +128,7 @@ def _diff(path: str, a, b, out: list[str]) -> None:
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
             _diff(f"{path}[{i}]", x, y, out)
-    elif _numbers(a, b) and math.isclose(a, b, rel_tol=FLOAT_RTOL, abs_tol=1e-300):
+    elif _numbers(a, b) and math.isclose(a, b, rel_tol=FLOAT_RTOL):
         return
     elif a != b:
         out.append(f"{path}: {json.dumps(a)[:120]} -> {json.dumps(b)[:120]}")

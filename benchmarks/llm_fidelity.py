@@ -399,8 +399,8 @@ def generation_of(folder: str) -> Optional[Generation]:
 def calibration_for_gpu(gen: Generation, gpu: str) -> str:
     """``gen``'s calibration file for cost tables labelled ``gpu``: that GPU's (``gen.gpus``) once
     ``--calibrate`` has written it, else the generation's own."""
-    own = [g.calibration for g in gen.gpus if g.gpu in gpu]
-    return next((c for c in own if os.path.exists(os.path.join(LLM, c))), gen.calibration)
+    for_gpu = [g.calibration for g in gen.gpus if g.gpu in gpu]
+    return next((c for c in for_gpu if os.path.exists(os.path.join(LLM, c))), gen.calibration)
 
 
 @functools.lru_cache(maxsize=None)
@@ -894,6 +894,17 @@ def engine_rounds(paths: Tuple[str, ...]) -> List[List[dict]]:
         with open(os.path.join(LLM, path)) as f:
             rounds += [r["per_llm"] for r in json.load(f)["runs"] if r["mechanism"] == "green-contexts"]
     return rounds
+
+
+def fit_contention(per: List[dict], round_paths: Tuple[str, ...]) -> Tuple[float, float, float, float, List[List[dict]]]:
+    """The contention model fitted on engine rounds: ``contention_hbm_gbps`` on the five-LLM round
+    ``per`` (:func:`fit_hbm`) and ``contention_hbm_cap_gbps`` at it on ``per`` and the rounds of
+    ``round_paths`` (:func:`fit_hbm_cap`; none: no cap); returns both with their RMS log errors and
+    the rounds."""
+    hbm, rms = fit_hbm(per)
+    rounds = [per] + engine_rounds(round_paths)
+    cap, cap_rms = fit_hbm_cap(hbm, rounds) if round_paths else (0.0, math.nan)
+    return hbm, rms, cap, cap_rms, rounds
 
 
 def fit_hbm_cap(hbm: float, rounds: List[List[dict]]) -> Tuple[float, float]:
@@ -1971,9 +1982,7 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     with open(os.path.join(LLM, gen.calibration)) as f:
         out = json.load(f)
     [per] = engine_rounds((gpu.engine,))
-    hbm, rms = fit_hbm(per)
-    rounds = engine_rounds((gpu.engine,) + gpu.rounds)
-    cap, cap_rms = fit_hbm_cap(hbm, rounds)
+    hbm, rms, cap, cap_rms, rounds = fit_contention(per, gpu.rounds)
     before = replay_rms(out["contention_hbm_gbps"], rounds, out["contention_hbm_cap_gbps"])
     out["contention_hbm_gbps"], out["contention_hbm_cap_gbps"] = hbm, cap
     out["fit"]["gpu"] = (f"{gpu.gpu}: contention_hbm_gbps on {gpu.engine} (RMS log error {rms:.4f}), "
@@ -2003,9 +2012,7 @@ def _calibrate(gen: Generation) -> dict:
     with open(os.path.join(LLM, gen.engine, "engine.json")) as f:
         engine = json.load(f)
     per = next(r for r in engine["runs"] if r["mechanism"] == "green-contexts")["per_llm"]
-    hbm, rms = fit_hbm(per)
-    rounds = [per] + engine_rounds(gen.contention_rounds)
-    cap, cap_rms = fit_hbm_cap(hbm, rounds) if gen.contention_rounds else (0.0, math.nan)
+    hbm, rms, cap, cap_rms, rounds = fit_contention(per, gen.contention_rounds)
     floor = round(statistics.median((p["launch_us"] + p["finish_us"]) for p in per) / 1e6, 4)
     ratios = _host_ratios(engine)
     folder, name = gen.fit
