@@ -315,6 +315,26 @@ def test_another_gpu_gets_its_own_hbm_contention_fields_from_engine_rounds_measu
     assert script.calibration_file(gen, os.path.join(FIDELITY, "results-v3s-gpu4")) == gen.calibration
 
 
+def test_the_h200_runs_held_out_were_predicted_with_the_calibration_the_report_uses():
+    """The H200 runs made after its calibration (the 2-GPU seed 13, the 4-GPU seeds 14 and 15 with
+    tables profiled on four H200s) were predicted and committed before they ran. ``--predict`` still
+    gives those lines (no field they were predicted with has moved since), and every run's measured
+    total throughput is within 5% of its committed prediction."""
+    script = load_benchmark("llm_fidelity")
+    for name in ("v3s-h200s13", "v3s-h200g4s14", "v3s-h200g4s15"):
+        with open(os.path.join(FIDELITY, "predictions", f"{name}.jsonl")) as f:
+            committed = f.read().splitlines()
+        runs = [json.loads(line)["run"] for line in committed]
+        assert len(runs) == 4 and script.prediction_lines(runs) == committed
+        for line in map(json.loads, committed):
+            folder, _, run_name = line["run"].partition("/")
+            with open(os.path.join(FIDELITY, folder, run_name, "summary.json")) as f:
+                summary = json.load(f)
+            assert summary["tables_match_device"] is True and summary["tables_gpu"] == ["H200"]
+            measured = summary["measured"]["throughput_rps"]
+            assert abs(measured / line["throughput_rps"] - 1) < 0.05, line["run"]
+
+
 def test_predict_gives_what_the_report_will_compare_with():
     """``--predict`` (a run not made yet, committed before the GPU runs it) prints the prediction
     the report later re-makes for the measured run: here for a run already measured, the same
