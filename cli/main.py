@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import pkgutil
 import signal
 import sys
 import threading
+from types import FrameType
 from typing import Any, Optional, Sequence
 
 import click
@@ -26,11 +28,45 @@ from placement_opt.solvers.base import SearchStopped
 from placement_opt.cli.common import EXIT_BAD_INPUT, EXIT_TIME_LIMIT_EMPTY, exit_interrupted
 
 
-def _on_stop_signal(signum: int, _frame: Any) -> None:
-    """SIGINT and SIGTERM: record the request (searches then return their best so far) and
-    raise ``KeyboardInterrupt`` to leave whatever Python code is running."""
-    note_stop_signal(signum)
+#: the Python code that Numba's compiled functions call back into (to unpickle, e.g., the class of
+#: an array they return) without checking it for an exception: one raised there crashes the process
+_NATIVE_CALLBACK_FILE = os.path.join("numba", "core", "serialize.py")
+#: seconds after which a stop deferred out of that code is raised
+_DEFER_S = 0.02
+
+
+def _in_native_callback(frame: Optional[FrameType]) -> bool:
+    """Whether ``frame`` is inside :data:`_NATIVE_CALLBACK_FILE`: it, or a frame of the run of
+    Numba frames above it (the unpickling calls further Numba code)."""
+    while frame is not None and f"{os.sep}numba{os.sep}" in frame.f_code.co_filename:
+        if frame.f_code.co_filename.endswith(_NATIVE_CALLBACK_FILE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise_stop(frame: Optional[FrameType]) -> None:
+    """Raise ``KeyboardInterrupt`` to leave whatever Python code is running, unless that code
+    was called from a Numba-compiled function that would not check for it (SIGSEGV, seen when a
+    SIGINT came as ``merge_sorted_runs`` returned its arrays): then look again in
+    :data:`_DEFER_S` (SIGALRM), by when it has returned."""
+    if _in_native_callback(frame):
+        signal.setitimer(signal.ITIMER_REAL, _DEFER_S)
+        return
     raise KeyboardInterrupt
+
+
+def _on_stop_signal(signum: int, frame: Optional[FrameType]) -> None:
+    """SIGINT and SIGTERM: record the request (searches then return their best so far) and
+    raise ``KeyboardInterrupt`` (:func:`_raise_stop`)."""
+    note_stop_signal(signum)
+    _raise_stop(frame)
+
+
+def _on_deferred_stop(_signum: int, frame: Optional[FrameType]) -> None:
+    """SIGALRM after a stop deferred by :func:`_raise_stop`: raise it now, or defer again."""
+    if stop_requested() is not None:
+        _raise_stop(frame)
 
 
 def _quiet_stop_in_finalizers(unraisable: Any) -> None:
@@ -47,6 +83,7 @@ def install_stop_handlers() -> None:
     process at once, without the best-so-far placement or a message)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_stop_signal)
+    signal.signal(signal.SIGALRM, _on_deferred_stop)
     sys.unraisablehook = _quiet_stop_in_finalizers
 
 
