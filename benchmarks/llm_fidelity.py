@@ -305,8 +305,9 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # their calibration since is calibration-v3s-h200.json (the HBM contention fields refitted on engine
 # rounds measured on an H200: Generation.gpus). results-v3s-h200s13 (seed 13): predicted with it and
 # committed (predictions/v3s-h200s13.jsonl) before it ran. results-v3s-h200g4s14: the 4-GPU set on
-# four H200s (seed 14; -h200g4s15: seed 15) with its tables profiled there (tables-gpu4-h200), predicted with the H200
-# calibration and committed (predictions/v3s-h200g4s14.jsonl, -h200g4s15.jsonl) before they run.
+# four H200s (seed 14; -h200g4s15: seed 15) with its tables profiled there (tables-gpu4-h200),
+# predicted with the H200 calibration and committed (predictions/v3s-h200g4s14.jsonl,
+# -h200g4s15.jsonl) before they ran.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -373,7 +374,8 @@ GENERATIONS = {
                       folder_tables=(("results-v3s-gpu4", "tables-gpu4"), ("results-v3s-gpu4s10", "tables-gpu4"),
                                      ("results-v3s-tp2s7", "tables-tp2"), ("results-v3s-h200s11", "tables-h200"),
                                      ("results-v3s-h200s12", "tables-h200"), ("results-v3s-h200s13", "tables-h200"),
-                                     ("results-v3s-h200g4s14", "tables-gpu4-h200"), ("results-v3s-h200g4s15", "tables-gpu4-h200")),
+                                     ("results-v3s-h200g4s14", "tables-gpu4-h200"),
+                                     ("results-v3s-h200g4s15", "tables-gpu4-h200")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32))),)),
