@@ -45,13 +45,13 @@ def _in_native_callback(frame: Optional[FrameType]) -> bool:
 
 class StopSignal(KeyboardInterrupt):
     """What the stop handler raises: a ``KeyboardInterrupt`` (every ``except KeyboardInterrupt``
-    takes it) of its own class. CPython marks an interrupt as unhandled, and ``python -m`` then
-    ends the process by SIGINT at exit, where it finds a ``KeyboardInterrupt`` of exactly that
-    class leaving code it runs from source text (``run_eval_code_obj``, behind ``exec("...")``).
-    A stop that landed in such code (SciPy's array-API shim, ``exec("from numpy import *")``,
-    while Numba loaded a cached kernel) ended 3 of 90 interrupted ``simulate`` runs by SIGINT
-    (status -2) after the command had printed its line and exited with 130; with this class, 0
-    of 125."""
+    takes it) of its own class. A stop that landed in code CPython runs from source text
+    (SciPy's array-API shim, ``exec("from numpy import *")``, while Numba loaded a cached kernel)
+    ended 3 of 90 interrupted ``simulate`` runs by SIGINT (status -2) after the command had
+    printed its line and exited with 130; with this class, 0 of 125. The likely cause (a small
+    ``exec`` case did not reproduce it): CPython marks an interrupt unhandled, and ``python -m``
+    then ends by SIGINT, where a ``KeyboardInterrupt`` of exactly that class leaves such code
+    (``run_eval_code_obj``)."""
 
 
 def _on_stop_signal(signum: int, frame: Optional[FrameType]) -> None:

@@ -4,22 +4,11 @@ order) is not reported as a change of behaviour while a real change is."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _golden():
-    spec = importlib.util.spec_from_file_location("golden", os.path.join(ROOT, "benchmarks", "golden.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from llm.helpers import load_benchmark
 
 
 def test_rounding_is_not_a_difference_but_a_change_is():
-    golden = _golden()
+    golden = load_benchmark("golden")
     stored = {"metrics": {"latency_mean_s": 0.1341048647799846, "requests": 120, "attainment": 0.98},
               "groups": [{"devices": [0, 1], "models": ["bert-1"]}]}
     rounded = {"metrics": {"latency_mean_s": 0.13410486477998448, "requests": 120, "attainment": 0.98},
