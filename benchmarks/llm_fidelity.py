@@ -307,7 +307,10 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # committed (predictions/v3s-h200s13.jsonl) before it ran. results-v3s-h200g4s14: the 4-GPU set on
 # four H200s (seed 14; -h200g4s15: seed 15) with its tables profiled there (tables-gpu4-h200),
 # predicted with the H200 calibration and committed (predictions/v3s-h200g4s14.jsonl,
-# -h200g4s15.jsonl) before they ran.
+# -h200g4s15.jsonl) before they ran. results-v3s-h200x3s16, -h200x3s17 (the 3 x load's policy ablation,
+# seeds 16 and 17) and -h200g1s18 (the 1 x load's muxserve and temporal placements, seed 18): the 1-GPU
+# sets on one H200 each with their tables profiled there (tables-h200-g1), predicted with the H200
+# calibration and committed (predictions/v3s-h200g1.jsonl) before they ran.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -366,7 +369,8 @@ GENERATIONS = {
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3p"),
     "v3s": Generation(("results-v3s-gpu4", "results-v3s-gpu4s10", "results-v3s-tp2s7", "results-v3s-h200s11",
                        "results-v3s-h200s12", "results-v3s-h200s13", "results-v3s-h200g4s14",
-                       "results-v3s-h200g4s15"), "tables-v3", "results-v3",
+                       "results-v3s-h200g4s15", "results-v3s-h200x3s16", "results-v3s-h200x3s17",
+                       "results-v3s-h200g1s18"), "tables-v3", "results-v3",
                       None, "calibration-v3s.json",
                       fit_tp=("results-v3s-gpu4", "gpu4-poisson-temporal"),
                       fit_tp_wide=("results-v3s-gpu4", "gpu4-poisson-temporal4"),
@@ -375,7 +379,10 @@ GENERATIONS = {
                                      ("results-v3s-tp2s7", "tables-tp2"), ("results-v3s-h200s11", "tables-h200"),
                                      ("results-v3s-h200s12", "tables-h200"), ("results-v3s-h200s13", "tables-h200"),
                                      ("results-v3s-h200g4s14", "tables-gpu4-h200"),
-                                     ("results-v3s-h200g4s15", "tables-gpu4-h200")),
+                                     ("results-v3s-h200g4s15", "tables-gpu4-h200"),
+                                     ("results-v3s-h200x3s16", "tables-h200-g1"),
+                                     ("results-v3s-h200x3s17", "tables-h200-g1"),
+                                     ("results-v3s-h200g1s18", "tables-h200-g1")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32))),)),
