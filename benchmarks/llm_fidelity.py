@@ -418,10 +418,16 @@ def calibration_for_gpu(gen: Generation, gpu: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def tables_gpu(tables: str) -> str:
-    """The ``gpu`` label of the cost tables in folder ``tables`` (one of its tables'; "" without one)."""
+    """The ``gpu`` label of the cost tables in folder ``tables`` (one of its tables'; "" without one).
+    Only cost tables count: the profiler's ``<model>.details.json`` beside them has no label (read
+    first, it once gave the H100 calibration to H200 tables)."""
+    from placement_opt.costs.costtable import FORMAT
+
     for path in sorted(glob.glob(os.path.join(tables, "*.json"))):
         with open(path) as f:
-            return str(json.load(f).get("gpu", ""))
+            doc = json.load(f)
+        if isinstance(doc, dict) and doc.get("format") == FORMAT:
+            return str(doc.get("gpu", ""))
     return ""
 
 
