@@ -309,8 +309,9 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # predicted with the H200 calibration and committed (predictions/v3s-h200g4s14.jsonl,
 # -h200g4s15.jsonl) before they ran. results-v3s-h200x3s16, -h200x3s17 (the 3 x load's policy ablation,
 # seeds 16 and 17) and -h200g1s18 (the 1 x load's muxserve and temporal placements, seed 18): the 1-GPU
-# sets on one H200 each with their tables profiled there (tables-h200-g1), predicted with the H200
-# calibration and committed (predictions/v3s-h200g1.jsonl) before they ran.
+# sets on one H200 each with their tables profiled there (tables-h200-g1), predicted and committed
+# (predictions/v3s-h200g1.jsonl, with v3s's H100 fields: the tables_gpu fault) before they ran; their
+# measured instances, also committed before, carry the H200 fields, and the report scores those.
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),

@@ -13,6 +13,7 @@ missing is made missing here, whatever the repository holds.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -339,7 +340,7 @@ def test_the_h200_runs_held_out_were_predicted_with_the_calibration_the_report_u
 def test_the_tables_gpu_label_is_read_from_a_cost_table_not_the_profilers_details(tmp_path):
     """A tables folder written by ``run_gpu.sh profile`` holds ``<model>.details.json`` beside each
     table, and sorts it first (``llm-0.4b.details.json``); it has no ``gpu`` label. Read as a table,
-    it gave the 1-GPU H200 folders the H100 calibration (their throughput 3-14% short)."""
+    it gave the 1-GPU H200 folders the H100 calibration (their throughput 2-14% short)."""
     script = load_benchmark("llm_fidelity")
     (tmp_path / "llm-0.4b.details.json").write_text(json.dumps({"model": "llm-0.4b", "runs": []}))
     (tmp_path / "llm-0.4b.json").write_text(json.dumps({"format": "placeopt-llm-cost-table", "gpu": "H200"}))
@@ -349,22 +350,33 @@ def test_the_tables_gpu_label_is_read_from_a_cost_table_not_the_profilers_detail
     assert script.calibration_file(gen, os.path.join(FIDELITY, "results-v3s-h200x3s17")) == "calibration-v3s-h200.json"
 
 
-def test_the_1gpu_h200_runs_are_predicted_as_their_executor_predicted_them_before_the_replay():
+def test_the_1gpu_h200_runs_are_predicted_as_their_executor_simulated_them():
     """The 1-GPU sets on one H200 (the 3 x load's policy ablation, seeds 16 and 17; the 1 x load,
-    seed 18): their measured instances, committed before the runs, carry the H200 calibration, and
-    ``--predict`` gives what each run's executor simulated from them (``simulated.json``). (The
+    seed 18): their measured instances, committed before the runs (each run's ``instance_sha256``),
+    carry the H200 calibration, and ``--predict`` gives what each run's executor simulated from them
+    (``simulated.json``, written after the replay from those inputs alone). (The
     committed ``predictions/v3s-h200g1.jsonl`` was written with the H100 fields: the details-file
     fault above.) Every run's total throughput is within 1% of it."""
     script = load_benchmark("llm_fidelity")
     runs = [f"results-v3s-h200x3s{s}/h200x3s{s}-poisson-muxserve/{p}" for s in (16, 17)
             for p in ("adbs", "round-robin", "fcfs")]
     runs += [f"results-v3s-h200g1s18/h200g1s18-poisson-{p}" for p in ("muxserve", "temporal")]
+    with open(os.path.join(FIDELITY, "calibration-v3s-h200.json")) as f:
+        calibration = {k: v for k, v in json.load(f).items() if k in LLMConfig.__dataclass_fields__}
+    assert calibration["contention_hbm_gbps"] == 8150
     for line in map(json.loads, script.prediction_lines(runs)):
         with open(os.path.join(FIDELITY, line["run"], "simulated.json")) as f:
             simulated = json.load(f)
         with open(os.path.join(FIDELITY, line["run"], "summary.json")) as f:
             summary = json.load(f)
         assert summary["tables_match_device"] is True and summary["tables_gpu"] == ["H200"]
+        set_name = line["run"].split("/")[1].split("-")[0]
+        measured_instance = os.path.join(ROOT, "instances", "fidelity-llm", set_name, "measured", "poisson.json")
+        with open(measured_instance, "rb") as f:
+            assert summary["instance_sha256"] == hashlib.sha256(f.read()).hexdigest(), line["run"]
+            f.seek(0)
+            fields = json.load(f)["llm"]
+        assert {k: fields[k] for k in calibration} == calibration
         assert line["throughput_rps"] == round(simulated["throughput_rps"], 4), line["run"]
         assert line["ttft_mean_s"] == round(simulated["ttft_mean_s"], 5), line["run"]
         assert abs(summary["measured"]["throughput_rps"] / line["throughput_rps"] - 1) < 0.01, line["run"]
