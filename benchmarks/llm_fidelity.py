@@ -143,12 +143,16 @@ class GpuCalibration:
     (runs whose cost tables' ``gpu`` label names it): the generation's calibration with the fields
     that are that GPU's HBM refitted on engine rounds measured there (:func:`gpu_calibration`:
     ``contention_hbm_gbps`` on the five-LLM round, ``contention_hbm_cap_gbps`` on every round, as a
-    root generation fits them); the host times, the stretches and the rest stay the generation's."""
+    root generation fits them) and, where ``traces`` names job-traced runs there, the fields of
+    jobs on SM partitions refitted on them: a graph prefill's stretch beside others and its
+    launch's host time (:func:`fit_prefill_trace`) and a decode step's host time
+    (:func:`traced_partition_decode_host`); the rest stays the generation's."""
 
     gpu: str  # the GPU's model, as its cost tables' ``gpu`` label names it (``H200``)
     calibration: str  # its calibration file (relative to benchmarks/fidelity/llm)
     engine: str  # engine_bench.py output of the five LLMs at share 0.2: its round fits contention_hbm_gbps
     rounds: Tuple[str, ...]  # more engine_bench.py outputs: with ``engine``'s, their rounds fit the cap
+    traces: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its SM-partition job fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,7 +315,16 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # seeds 16 and 17) and -h200g1s18 (the 1 x load's muxserve and temporal placements, seed 18): the 1-GPU
 # sets on one H200 each with their tables profiled there (tables-h200-g1), predicted and committed
 # (predictions/v3s-h200g1.jsonl, with v3s's H100 fields: the tables_gpu fault) before they ran; their
-# measured instances, also committed before, carry the H200 fields, and the report scores those.
+# measured instances, also committed before, carry the H200 fields, and the report scores those. The
+# H200 calibration's SM-partition job fields were then refitted on h200x3s16's job traces (H200_TRACES);
+# with it results-v3s-h200x3s19, -h200x3s20 (the 3 x load's policy ablation, seeds 19 and 20) and
+# -h200s21 (the 2-GPU set, seed 21) were predicted and committed (predictions/v3s-h200-traces.jsonl)
+# before they ran.
+#: the job-traced runs on one H200 whose jobs on SM partitions (five LLMs at 0.2 of the GPU, 3 x
+#: load, the three policies) refit v3s's H200 calibration's prefill stretch beside others and host
+#: times (``GpuCalibration.traces``; docs/fidelity-llm.md "The 1-GPU sets on one H200")
+H200_TRACES = tuple(("results-v3s-h200x3s16", f"h200x3s16-poisson-muxserve/{p}") for p in ("adbs", "round-robin", "fcfs"))
+
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -371,7 +384,8 @@ GENERATIONS = {
     "v3s": Generation(("results-v3s-gpu4", "results-v3s-gpu4s10", "results-v3s-tp2s7", "results-v3s-h200s11",
                        "results-v3s-h200s12", "results-v3s-h200s13", "results-v3s-h200g4s14",
                        "results-v3s-h200g4s15", "results-v3s-h200x3s16", "results-v3s-h200x3s17",
-                       "results-v3s-h200g1s18"), "tables-v3", "results-v3",
+                       "results-v3s-h200g1s18", "results-v3s-h200x3s19", "results-v3s-h200x3s20",
+                       "results-v3s-h200s21"), "tables-v3", "results-v3",
                       None, "calibration-v3s.json",
                       fit_tp=("results-v3s-gpu4", "gpu4-poisson-temporal"),
                       fit_tp_wide=("results-v3s-gpu4", "gpu4-poisson-temporal4"),
@@ -383,19 +397,23 @@ GENERATIONS = {
                                      ("results-v3s-h200g4s15", "tables-gpu4-h200"),
                                      ("results-v3s-h200x3s16", "tables-h200-g1"),
                                      ("results-v3s-h200x3s17", "tables-h200-g1"),
-                                     ("results-v3s-h200g1s18", "tables-h200-g1")),
+                                     ("results-v3s-h200g1s18", "tables-h200-g1"),
+                                     ("results-v3s-h200x3s19", "tables-h200-g1"),
+                                     ("results-v3s-h200x3s20", "tables-h200-g1"),
+                                     ("results-v3s-h200s21", "tables-h200")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
-                                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32))),)),
+                                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
+                                           H200_TRACES),)),
 }
 
 
 def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
-    """The runs ``gen``'s calibration was fitted on (folder, run name)."""
+    """The runs ``gen``'s calibration (or one of its GPUs', ``gen.gpus``) was fitted on (folder, run name)."""
     return ([gen.fit] if gen.fit else []) + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
         [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv) + [
         r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + list(gen.fit_whole_gpu) + (
-        [gen.fit_contention_tp] if gen.fit_contention_tp else [])
+        [gen.fit_contention_tp] if gen.fit_contention_tp else []) + [r for g in gen.gpus for r in g.traces]
 
 
 def is_fit_run(run: dict) -> bool:
@@ -1998,7 +2016,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     """``gen``'s calibration for its runs on ``gpu.gpu``: its file's fields with
     ``contention_hbm_gbps`` fitted on ``gpu.engine``'s green-context round and
     ``contention_hbm_cap_gbps`` on that round and ``gpu.rounds``' (:func:`fit_hbm`,
-    :func:`fit_hbm_cap`, as :func:`calibrate` fits a root generation's)."""
+    :func:`fit_hbm_cap`, as :func:`calibrate` fits a root generation's) and, with ``gpu.traces``,
+    the SM-partition job fields fitted on their job traces (:func:`apply_gpu_trace_fields`)."""
     with open(os.path.join(LLM, gen.calibration)) as f:
         out = json.load(f)
     [per] = engine_rounds((gpu.engine,))
@@ -2008,8 +2027,55 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     out["fit"]["gpu"] = (f"{gpu.gpu}: contention_hbm_gbps on {gpu.engine} (RMS log error {rms:.4f}), "
                          f"contention_hbm_cap_gbps on {len(rounds)} green-context rounds ({gpu.engine}, "
                          f"{', '.join(gpu.rounds)}; RMS log error {cap_rms:.4f}, {before:.4f} with "
-                         f"{gen.calibration}'s); every other field {gen.calibration}'s")
+                         f"{gen.calibration}'s); every other field {gen.calibration}'s"
+                         f"{' but those below (gpu_traces)' if gpu.traces else ''}")
+    if gpu.traces:
+        apply_gpu_trace_fields(gpu.traces, out)
     return out
+
+
+def traced_partition_decode_host(runs: Tuple[Tuple[str, str], ...]) -> Tuple[float, int]:
+    """``decode_host_s`` measured on the job traces of ``runs``: the median host time of a decode
+    step's launch (``launched_s - launch_s``, what the simulator's host model charges per step)
+    of an LLM on an SM partition of a one-GPU mesh; returns it and the number of steps."""
+    from placement_opt.simulate.llm import on_partition, sm_shares
+
+    hosts = []
+    for spec in runs:
+        run = _find_run(spec)
+        jobs = traced_jobs(run)
+        if jobs is None:
+            raise ValueError(f"{spec[0]}/{spec[1]}: the run has no job trace (jobs.csv)")
+        _, placement, policy = run_setup(run)
+        partition = {(gi, m) for gi, g in enumerate(placement.groups) if g.tp == 1
+                     for m, sh in zip(g.models, sm_shares(g, policy)) if on_partition(sh)}
+        hosts += [j["launched_s"] - j["launch_s"] for j in jobs
+                  if j["kind"] == "decode" and (j["group"], j["llm"]) in partition]
+    if not hosts:
+        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no decode step on an SM partition traced")
+    return float(np.median(hosts)), len(hosts)
+
+
+def apply_gpu_trace_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List[str]:
+    """Set the calibration ``out``'s fields of jobs on SM partitions to those measured on the job
+    traces of ``runs`` (runs on the calibration's GPU): a graph prefill's stretch beside others and
+    its launch's host time (:func:`fit_prefill_trace`: ``prefill_beside_gbps``,
+    ``prefill_beside_requests``, ``prefill_beside_knee_tokens``, ``prefill_beside_delay_s``,
+    ``prefill_host_s``) and a decode step's host time (:func:`traced_partition_decode_host`:
+    ``decode_host_s``); returns the fields set. Why: on one H200 these ran 2.3-2.5 x and 0.4-0.7
+    ms and 0.17-0.20 ms where the H100's fields say 3.0 x, 0.7-1.7 ms and 0.30 ms, and the mean
+    TTFT at 3 x load came out 30-44% short on the GPU (docs/fidelity-llm.md)."""
+    fields, rms, count = fit_prefill_trace(runs)
+    host, steps = traced_partition_decode_host(runs)
+    out.update(fields, decode_host_s=round(host, 6))
+    names = ", ".join(f"{f}/{n}" for f, n in runs)
+    out["fit"]["gpu_traces"] = (
+        f"{names}: job traces, {count} graph prefills on SM partitions: GPU time = table time x (1 + (others' HBM "
+        f"demand / {fields['prefill_beside_gbps']:.0f} GB/s + requests in their decode steps / "
+        f"{fields['prefill_beside_requests']:.1f}) / (1 + prompt tokens / {fields['prefill_beside_knee_tokens']:.0f})) "
+        f"+ {1e3 * fields['prefill_beside_delay_s']:.1f} ms beside others, RMS log error {rms:.4f}; "
+        f"prefill_host_s the median launch host time; decode_host_s the median of {steps} decode launches")
+    return [*fields, "decode_host_s"]
 
 
 def calibrate(gen: Generation) -> dict:
