@@ -450,6 +450,21 @@ def tables_gpu(tables: str) -> str:
     return ""
 
 
+def check_tables_gpu(run: dict, gen: Generation) -> None:
+    """SystemExit naming ``run`` where the cost tables it is re-predicted with (:func:`tables_of`)
+    are labelled another GPU than those its executor ran with (``summary.json``'s ``tables_gpu``,
+    written since v3s): its calibration (:func:`calibration_file`) is picked by that label, so a
+    label misread (once, the profiler's details file: ``tables_gpu``) would score it with another
+    GPU's fields."""
+    ran = run["summary"].get("tables_gpu")
+    if not ran:
+        return
+    label = tables_gpu(os.path.join(LLM, tables_of(run["folder"], gen)))
+    if not label or any(label not in g and g not in label for g in ran):
+        raise SystemExit(f"{os.path.basename(os.path.normpath(run['folder']))}/{run['name']}: re-predicted with "
+                         f"tables labelled {label or 'nothing'!r}, ran with tables of {', '.join(ran)}")
+
+
 def calibration_file(gen: Generation, folder: Optional[str] = None) -> str:
     """``gen``'s calibration file for its results folder ``folder``: the one for the GPU its
     cost tables were measured on (:func:`tables_of`, :func:`calibration_for_gpu`)."""
@@ -762,6 +777,7 @@ def run_instance(run: dict, model: Optional[Dict[str, float]]) -> Any:
     gen = generation_of(run["folder"])
     inst = generation_instance(run_inputs(run)[0], gen, run["folder"])
     if model is None and gen is not None:
+        check_tables_gpu(run, gen)
         model = generation_model(gen, run["folder"])
     if model is not None:
         inst = dataclasses.replace(inst, llm=with_model(inst.llm_settings, {f: model.get(f, 0.0) for f in MODEL_FIELDS}))

@@ -354,6 +354,12 @@ def test_the_tables_gpu_label_is_read_from_a_cost_table_not_the_profilers_detail
     assert script.tables_gpu(str(tmp_path / "none")) == ""
     gen = script.GENERATIONS["v3s"]
     assert script.calibration_file(gen, os.path.join(FIDELITY, "results-v3s-h200x3s17")) == "calibration-v3s-h200.json"
+    # a run whose executor's tables were another GPU's than those it is re-predicted with is refused
+    run = next(r for r in script.load_runs(os.path.join(FIDELITY, "results-v3s-h200x3s17")) if r["policy"] == "adbs")
+    script.check_tables_gpu(run, gen)
+    run["summary"] = dict(run["summary"], tables_gpu=["H100-80GB"])
+    with pytest.raises(SystemExit, match="h200x3s17-poisson-muxserve/adbs: re-predicted with tables labelled 'H200'"):
+        script.run_instance(run, None)
 
 
 def test_the_1gpu_h200_runs_ran_the_committed_instances_and_their_executor_predicted_from_them():
