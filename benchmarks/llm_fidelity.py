@@ -319,7 +319,9 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # H200 calibration's SM-partition job fields were then refitted on h200x3s16's job traces (H200_TRACES);
 # with it results-v3s-h200x3s19, -h200x3s20 (the 3 x load's policy ablation, seeds 19 and 20) and
 # -h200s21 (the 2-GPU set, seed 21) were predicted and committed (predictions/v3s-h200-traces.jsonl)
-# before they ran.
+# before they ran. results-v3s-h200g4s14-7b-g0 to -g3: seed 14's llm-7b alone on one H200 (its
+# arrivals and GPU as in the spatial placement, the other LLMs unplaced: placement "7b"), one run
+# on each of four GPUs at once: the GPU's own spread where its TTFT missed by +230%.
 #: the job-traced runs on one H200 whose jobs on SM partitions (five LLMs at 0.2 of the GPU, 3 x
 #: load, the three policies) refit v3s's H200 calibration's prefill stretch beside others and host
 #: times (``GpuCalibration.traces``; docs/fidelity-llm.md "The 1-GPU sets on one H200")
@@ -385,7 +387,8 @@ GENERATIONS = {
                        "results-v3s-h200s12", "results-v3s-h200s13", "results-v3s-h200g4s14",
                        "results-v3s-h200g4s15", "results-v3s-h200x3s16", "results-v3s-h200x3s17",
                        "results-v3s-h200g1s18", "results-v3s-h200x3s19", "results-v3s-h200x3s20",
-                       "results-v3s-h200s21"), "tables-v3", "results-v3",
+                       "results-v3s-h200s21", *(f"results-v3s-h200g4s14-7b-g{i}" for i in range(4))),
+                      "tables-v3", "results-v3",
                       None, "calibration-v3s.json",
                       fit_tp=("results-v3s-gpu4", "gpu4-poisson-temporal"),
                       fit_tp_wide=("results-v3s-gpu4", "gpu4-poisson-temporal4"),
@@ -400,7 +403,8 @@ GENERATIONS = {
                                      ("results-v3s-h200g1s18", "tables-h200-g1"),
                                      ("results-v3s-h200x3s19", "tables-h200-g1"),
                                      ("results-v3s-h200x3s20", "tables-h200-g1"),
-                                     ("results-v3s-h200s21", "tables-h200")),
+                                     ("results-v3s-h200s21", "tables-h200"),
+                                     *((f"results-v3s-h200g4s14-7b-g{i}", "tables-gpu4-h200") for i in range(4))),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
@@ -456,7 +460,7 @@ def check_tables_gpu(run: dict, gen: Generation) -> None:
     written since v3s): its calibration (:func:`calibration_file`) is picked by that label, so a
     label misread (once, the profiler's details file: ``tables_gpu``) would score it with another
     GPU's fields."""
-    ran = run["summary"].get("tables_gpu")
+    ran = run.get("summary", {}).get("tables_gpu")  # none for a run --predict makes before it runs
     if not ran:
         return
     label = tables_gpu(os.path.join(LLM, tables_of(run["folder"], gen)))
