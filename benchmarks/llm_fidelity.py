@@ -146,13 +146,16 @@ class GpuCalibration:
     root generation fits them) and, where ``traces`` names job-traced runs there, the fields of
     jobs on SM partitions refitted on them: a graph prefill's stretch beside others and its
     launch's host time (:func:`fit_prefill_trace`) and a decode step's host time
-    (:func:`traced_partition_decode_host`); the rest stays the generation's."""
+    (:func:`traced_partition_decode_host`); where ``whole_gpu`` does, the decode step on a whole
+    GPU refitted on theirs (:func:`apply_whole_gpu_fields`: ``decode_full_stretch``,
+    ``decode_host_full_s``, ``prefill_start_full_s``); the rest stays the generation's."""
 
     gpu: str  # the GPU's model, as its cost tables' ``gpu`` label names it (``H200``)
     calibration: str  # its calibration file (relative to benchmarks/fidelity/llm)
     engine: str  # engine_bench.py output of the five LLMs at share 0.2: its round fits contention_hbm_gbps
     rounds: Tuple[str, ...]  # more engine_bench.py outputs: with ``engine``'s, their rounds fit the cap
     traces: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its SM-partition job fields
+    whole_gpu: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its whole-GPU decode step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,11 +324,19 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # -h200s21 (the 2-GPU set, seed 21) were predicted and committed (predictions/v3s-h200-traces.jsonl)
 # before they ran. results-v3s-h200g4s14-7b-g0 to -g3: seed 14's llm-7b alone on one H200 (its
 # arrivals and GPU as in the spatial placement, the other LLMs unplaced: placement "7b"), one run
-# on each of four GPUs at once: the GPU's own spread where its TTFT missed by +230%.
+# on each of four GPUs at once: the GPU's own spread where its TTFT missed by +230%. The H200
+# calibration's whole-GPU decode step was then refitted on h200g4s14's spatial job trace
+# (H200_WHOLE_GPU_TRACES); with it results-v3s-h200g4s23 (the 4-GPU set, seed 23) was predicted and
+# committed (predictions/v3s-h200g4s23.jsonl) before it ran.
 #: the job-traced runs on one H200 whose jobs on SM partitions (five LLMs at 0.2 of the GPU, 3 x
 #: load, the three policies) refit v3s's H200 calibration's prefill stretch beside others and host
 #: times (``GpuCalibration.traces``; docs/fidelity-llm.md "The 1-GPU sets on one H200")
 H200_TRACES = tuple(("results-v3s-h200x3s16", f"h200x3s16-poisson-muxserve/{p}") for p in ("adbs", "round-robin", "fcfs"))
+
+#: the job-traced run on four H200s whose decode steps on whole GPUs (llm-1b to llm-8b alone on a GPU
+#: each, llm-7b near saturation) refit v3s's H200 calibration's whole-GPU decode step
+#: (``GpuCalibration.whole_gpu``; docs/fidelity-llm.md "The 4-GPU set on four H200s")
+H200_WHOLE_GPU_TRACES = (("results-v3s-h200g4s14", "h200g4s14-poisson-spatial"),)
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -387,7 +398,8 @@ GENERATIONS = {
                        "results-v3s-h200s12", "results-v3s-h200s13", "results-v3s-h200g4s14",
                        "results-v3s-h200g4s15", "results-v3s-h200x3s16", "results-v3s-h200x3s17",
                        "results-v3s-h200g1s18", "results-v3s-h200x3s19", "results-v3s-h200x3s20",
-                       "results-v3s-h200s21", *(f"results-v3s-h200g4s14-7b-g{i}" for i in range(4))),
+                       "results-v3s-h200s21", *(f"results-v3s-h200g4s14-7b-g{i}" for i in range(4)),
+                       "results-v3s-h200g4s23"),
                       "tables-v3", "results-v3",
                       None, "calibration-v3s.json",
                       fit_tp=("results-v3s-gpu4", "gpu4-poisson-temporal"),
@@ -404,11 +416,12 @@ GENERATIONS = {
                                      ("results-v3s-h200x3s19", "tables-h200-g1"),
                                      ("results-v3s-h200x3s20", "tables-h200-g1"),
                                      ("results-v3s-h200s21", "tables-h200"),
-                                     *((f"results-v3s-h200g4s14-7b-g{i}", "tables-gpu4-h200") for i in range(4))),
+                                     *((f"results-v3s-h200g4s14-7b-g{i}", "tables-gpu4-h200") for i in range(4)),
+                                     ("results-v3s-h200g4s23", "tables-gpu4-h200")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
-                                           H200_TRACES),)),
+                                           H200_TRACES, H200_WHOLE_GPU_TRACES),)),
 }
 
 
@@ -417,7 +430,7 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     return ([gen.fit] if gen.fit else []) + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
         [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv) + [
         r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + list(gen.fit_whole_gpu) + (
-        [gen.fit_contention_tp] if gen.fit_contention_tp else []) + [r for g in gen.gpus for r in g.traces]
+        [gen.fit_contention_tp] if gen.fit_contention_tp else []) + [r for g in gen.gpus for r in g.traces + g.whole_gpu]
 
 
 def is_fit_run(run: dict) -> bool:
@@ -2037,7 +2050,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     ``contention_hbm_gbps`` fitted on ``gpu.engine``'s green-context round and
     ``contention_hbm_cap_gbps`` on that round and ``gpu.rounds``' (:func:`fit_hbm`,
     :func:`fit_hbm_cap`, as :func:`calibrate` fits a root generation's) and, with ``gpu.traces``,
-    the SM-partition job fields fitted on their job traces (:func:`apply_gpu_trace_fields`)."""
+    the SM-partition job fields fitted on their job traces (:func:`apply_gpu_trace_fields`), with
+    ``gpu.whole_gpu`` the whole-GPU decode step on theirs (:func:`apply_whole_gpu_fields`)."""
     with open(os.path.join(LLM, gen.calibration)) as f:
         out = json.load(f)
     [per] = engine_rounds((gpu.engine,))
@@ -2048,9 +2062,13 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
                          f"contention_hbm_cap_gbps on {len(rounds)} green-context rounds ({gpu.engine}, "
                          f"{', '.join(gpu.rounds)}; RMS log error {cap_rms:.4f}, {before:.4f} with "
                          f"{gen.calibration}'s); every other field {gen.calibration}'s"
-                         f"{' but those below (gpu_traces)' if gpu.traces else ''}")
+                         f"{' but those below (gpu_traces, whole_gpu_fit)' if gpu.traces or gpu.whole_gpu else ''}")
     if gpu.traces:
         apply_gpu_trace_fields(gpu.traces, out)
+    if gpu.whole_gpu:
+        # at the effective context of the SM count the file holds (a derived generation inherits it)
+        apply_whole_gpu_fields(dataclasses.replace(gen, fit_whole_gpu=gpu.whole_gpu,
+                                                   decode_attention_sms=int(out["decode_attention_sms"])), out)
     return out
 
 
