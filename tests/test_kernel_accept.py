@@ -8,6 +8,7 @@ accepted requests of every model, bit-identical busy seconds and final clocks.
 from __future__ import annotations
 
 import functools
+import types
 from typing import Callable
 
 import numpy as np
@@ -85,15 +86,27 @@ def _tiny_tables() -> HostTables:
                       group_host_ptr=i32(0, 0), group_hosts=i32(), batch_sizes=np.array([1], dtype=np.int64))
 
 
+#: requests per chunk of :func:`_small_chunks`
+SMALL_CHUNK = 5
+
+
 @functools.cache
 def _small_chunks() -> Callable:
-    """The earliest-dispatch kernel compiled afresh with chunks of 5 requests (grouped by
+    """The earliest-dispatch kernel compiled with chunks of ``SMALL_CHUNK`` requests (grouped by
     component in every chunk), so that short cases cross chunk boundaries. Numba reads the
-    module's ``_CHUNK`` when it compiles, which the first call does."""
-    earliest = njit(kernels._accept_earliest.py_func)
+    module's ``_CHUNK`` when it compiles, which the first call does. The compilation (~10 s) is
+    cached on disk, as the package's kernels are, under a name of its own that holds the chunk:
+    numba keys its cache by the function's name, kernels.py's time stamp and the bytecode, not by
+    the globals it read, so neither this nor the kernel's own compilation is loaded for the other
+    (nor for another chunk)."""
+    source = kernels._accept_earliest.py_func
+    name = f"_accept_earliest_in_chunks_of_{SMALL_CHUNK}"
+    func = types.FunctionType(source.__code__, kernels.__dict__, name, source.__defaults__)
+    func.__qualname__ = name
+    earliest = njit(cache=True)(func)
     requests = (np.zeros(1), np.zeros(1, dtype=np.int32), np.ones(1))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kernels, "_CHUNK", 5)
+        patch.setattr(kernels, "_CHUNK", SMALL_CHUNK)
         assert earliest(requests, _tiny_tables(), np.zeros(1), np.zeros(1), np.zeros(1, dtype=np.int64),
                         0.0, 1) == 1
     return earliest

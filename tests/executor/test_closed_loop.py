@@ -24,9 +24,9 @@ GROUPS = (Group(devices=(0,), models=("a",)), Group(devices=(1,), models=("b",))
 
 
 def _instance(dispatch: str = "earliest", warm: bool = False, gaps: bool = False, rate: float = 80.0,
-              slo_scale: float = 3.0, tail: float = 0.0):
+              slo_scale: float = 3.0, tail: float = 0.0, duration_s: float = 20.0):
     """Two models on a one-GPU group each and a shared 2-stage pipeline (10 ms; 6 + 5 ms);
-    ``tail``: the admission tail margin of both configs."""
+    ``tail``: the admission tail margin of both configs; ``duration_s`` seconds of arrivals."""
     configs = [{"pp": 1, "tp": 1, "stage_latency_s": {"1": [0.01]}, "stage_weight_gb": [1]},
                {"pp": 2, "tp": 1, "stage_latency_s": {"1": [0.006, 0.005]}, "stage_weight_gb": [1, 1]}]
     if warm:
@@ -42,7 +42,8 @@ def _instance(dispatch: str = "earliest", warm: bool = False, gaps: bool = False
         "cluster": {"nodes": 1, "gpus_per_node": 4, "gpu": {"name": "g", "memory_gb": 16}},
         "profiles": {"p": {"weight_gb": 2.0, "configs": configs}},
         "models": [{"name": "a", "profile": "p"}, {"name": "b", "profile": "p"}],
-        "workload": {"duration_s": 20, "arrival": {"process": "gamma", "rate": rate, "cv": 3}, "slo": {"scale": slo_scale}},
+        "workload": {"duration_s": duration_s, "arrival": {"process": "gamma", "rate": rate, "cv": 3},
+                     "slo": {"scale": slo_scale}},
         "simulator": {"dispatch": dispatch, "overhead_s": 0.0005, "stage_overhead_factor": 0.0},
     })
 
@@ -183,11 +184,12 @@ class _Counting(Dispatcher):
 
 @pytest.mark.parametrize("dispatch", ["earliest", "shortest_queue"])
 def test_incremental_replay_equals_the_full_replay_over_a_long_backlog(dispatch):
-    """Over capacity (420 req/s in Gamma bursts on 366 req/s), SLO scale 200: the backlog
-    grows to hundreds of requests. Every stage runs 0.9-1.1 x the profile at random (ends early
-    and late, so floors and early stops both happen): the incremental replay makes the same
-    decisions, clocks, finishes and corrections as the whole-backlog replay, walking fewer requests."""
-    inst = _instance(dispatch, rate=420.0, slo_scale=200.0)
+    """Over capacity (420 req/s in Gamma bursts on 366 req/s), SLO scale 200, 10 s of arrivals:
+    the backlog grows to hundreds of requests. Every stage runs 0.9-1.1 x the profile at random
+    (ends early and late, so floors and early stops both happen): the incremental replay makes
+    the same decisions, clocks, finishes and corrections as the whole-backlog replay, walking
+    fewer requests."""
+    inst = _instance(dispatch, rate=420.0, slo_scale=200.0, duration_s=10.0)
     factor = np.random.default_rng(7).uniform(0.9, 1.1, size=len(inst.requests()))
     full: list = []
     incremental: list = []

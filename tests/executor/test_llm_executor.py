@@ -212,9 +212,9 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
 
 def test_the_gloo_operation_channel_runs_the_same_jobs(tmp_path):
     """``--op-channel gloo`` (the engine's earlier broadcast, the baseline of op_channel_ab.py)
-    drives the TP-2 mesh's follower too: every request gets exactly its output length, and the
-    summary names the channel."""
-    [summary] = _execute(TP2, tmp_path / "o", "--no-host-probe", "--op-channel", "gloo")
+    drives the TP-2 mesh's follower too: every request (of the first 2 s) gets exactly its output
+    length, and the summary names the channel."""
+    [summary] = _execute(TP2, tmp_path / "o", "--no-host-probe", "--op-channel", "gloo", "--duration", "2")
     assert summary["status"] == "complete" and summary["op_channel"] == "gloo"
     assert {info["op_channel"] for info in summary["worker_info"].values()} == {"gloo"}  # what each rank ran
     assert summary["measured"]["finished"] == summary["measured"]["requests"] > 5
@@ -227,14 +227,15 @@ def test_the_gloo_operation_channel_runs_the_same_jobs(tmp_path):
 
 def test_a_fault_in_the_in_run_reading_keeps_the_measurements(tmp_path, monkeypatch):
     """The in-run reading is a second prediction: if it fails, the trial's measured files are
-    written all the same and the summary says what failed."""
+    written all the same and the summary says what failed (a trial of the first 2 s of arrivals,
+    requests of both LLMs)."""
     import placement_opt.executor.llm_run as llm_run
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(llm_run, "read_trial_host", broken)
-    [summary] = _execute(SPATIAL, tmp_path / "o", "--policy", "fcfs", "--no-host-probe")
+    [summary] = _execute(SPATIAL, tmp_path / "o", "--policy", "fcfs", "--no-host-probe", "--duration", "2")
     assert summary["status"] == "complete" and summary["host_reading_error"] == "RuntimeError: boom"
     assert "host_in_run" not in summary and summary["measured"]["finished"] == summary["measured"]["requests"]
     for name in ("metrics.json", "simulated.json", "requests.csv", "summary.json", "trials.json"):
@@ -284,9 +285,10 @@ def test_job_trace_lists_every_job(tmp_path):
 
 def test_policy_trials_share_workers(tmp_path):
     """Three policies on one set of workers: one subfolder each, every request served each
-    time; benchmarks/llm_fidelity.py reads such results and prints its summary line."""
+    time; benchmarks/llm_fidelity.py reads such results and prints its summary line. (No host
+    probe: test_execute_tiny_llm_instance runs it.)"""
     out = tmp_path / "results" / "tiny-muxserve"
-    summaries = _execute(TP2, out, "--policy", "adbs,round-robin,fcfs", "--duration", "2")
+    summaries = _execute(TP2, out, "--policy", "adbs,round-robin,fcfs", "--duration", "2", "--no-host-probe")
     assert [s["policy"] for s in summaries] == ["adbs", "round-robin", "fcfs"]
     for s in summaries:
         assert s["status"] == "complete" and s["measured"]["finished"] == s["measured"]["requests"] > 0
@@ -370,7 +372,9 @@ def _gone(pids, timeout=10.0):
 
 @pytest.mark.parametrize("how", ["kill", "hang", "ctrl-c"])
 def test_llm_run_stops_cleanly(long_instance, tmp_path, how):
-    c = _Controller(long_instance, tmp_path / "o", "--hang-timeout", "3")
+    """A worker killed or stopped (hung), or Ctrl-C, 2 s into the replay (requests finished by then).
+    No host probe: it runs before the replay, and test_execute_tiny_llm_instance runs it."""
+    c = _Controller(long_instance, tmp_path / "o", "--hang-timeout", "3", "--no-host-probe")
     pids = c.pids()
     c.wait_for("replaying")
     time.sleep(2.0)
@@ -396,7 +400,8 @@ def test_llm_run_stops_cleanly(long_instance, tmp_path, how):
 
 def test_interrupt_after_the_last_trial_keeps_every_trial(tmp_path, monkeypatch):
     """Ctrl-C while the workers shut down after the last trial (where a run's time cap can land):
-    every trial stays saved as complete, the index is written, the message says so, exit 130."""
+    every trial stays saved as complete, the index is written, the message says so, exit 130.
+    Trials of the first 2 s of arrivals (requests of both LLMs) keep it short."""
     from placement_opt.executor import llm_run
 
     def interrupted(self, timeout):
@@ -405,7 +410,7 @@ def test_interrupt_after_the_last_trial_keeps_every_trial(tmp_path, monkeypatch)
     monkeypatch.setattr(llm_run._Run, "stop", interrupted)
     out = tmp_path / "o"
     r = CliRunner().invoke(cli, ["execute", TINY, SPATIAL, "--backend", "gloo", "-o", str(out),
-                                 "--policy", "adbs,fcfs", "--no-host-probe"])
+                                 "--policy", "adbs,fcfs", "--no-host-probe", "--duration", "2"])
     assert r.exit_code == 130, r.output
     assert f"interrupted (SIGINT) after saving the trials so far in {out}" in r.stderr
     rows = json.loads((out / "trials.json").read_text())

@@ -10,9 +10,12 @@
   of ``profile4 measured2 tp2 pack`` with the TP-4 placement on one of the 4-GPU set
   (the same names, meshes and placements; tiny architectures, short requests; gloo): the
   TP-1 and TP-2 tables (TP-4 on the 4-GPU copy) are profiled and merged into one table per
-  model, the measured instance points at them, every placement (TP-2 and TP-4 meshes, temporal
-  scheduling included) runs every request to completion with no prefill bucket met cold, and the
-  tarball holds it all.
+  model, the measured instance points at them, the placements whose meshes no other test runs
+  (muxserve's TP-1 mesh of both LLMs beside an idle GPU, temporal's TP-2 mesh one job at a time,
+  temporal4's TP-4 mesh) run every request to completion with no prefill bucket met cold, and the
+  tarball holds it all. Spatial's and colocated's meshes (TP-1 meshes of one LLM each, a TP-2 mesh
+  of both at shares 0.5) are the tiny instance's spatial and tp2 placements, which
+  test_llm_executor.py runs.
 
 What only the GPUs can check: NCCL inside the captured graphs of a TP-2 mesh, green contexts
 on two GPUs, the TP-1 (and on four GPUs the TP-2) profiles side by side, and the times.
@@ -31,9 +34,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETS = {"tp2": ("spatial", "muxserve", "temporal", "colocated"),
         "gpu4": ("spatial", "muxserve", "temporal", "temporal4")}
-#: the phases and placements of the CPU dry run: on four GPUs only what the 2-GPU set lacks (the
-#: TP-4 profiles and the TP-4 mesh), to keep the suite short
-DRY_RUN = {"tp2": (("profile2", "measured2", "tp2", "pack"), SETS["tp2"]),
+#: the phases and placements of the CPU dry run, to keep the suite short: on two GPUs the placements
+#: whose meshes no other test runs (each `placeopt execute` costs ~11 s of fresh workers here), on
+#: four only what the 2-GPU set lacks (the TP-4 profiles and the TP-4 mesh)
+DRY_RUN = {"tp2": (("profile2", "measured2", "tp2", "pack"), ("muxserve", "temporal")),
            "gpu4": (("profile4", "measured2", "tp2", "pack"), ("temporal4",))}
 #: head size 16 (one KV pool), heads, KV heads and FFN width divisible by 4 (a TP-4 mesh)
 TINY = {"llm-1b": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 4, "vocab": 96},
