@@ -323,7 +323,7 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # with it results-v3s-h200x3s19, -h200x3s20 (the 3 x load's policy ablation, seeds 19 and 20) and
 # -h200s21 (the 2-GPU set, seed 21) were predicted and committed (predictions/v3s-h200-traces.jsonl)
 # before they ran. results-v3s-h200g4s14-7b-g0 to -g3: seed 14's llm-7b alone on one H200 (its
-# arrivals and GPU as in the spatial placement, the other LLMs unplaced: placement "7b"), one run
+# arrivals as in the spatial placement, a whole GPU, the other LLMs unplaced: placement "7b"), one run
 # on each of four GPUs at once: the GPU's own spread where its TTFT missed by +230%. The H200
 # calibration's whole-GPU decode step was then refitted on h200g4s14's spatial job trace
 # (H200_WHOLE_GPU_TRACES); with it results-v3s-h200g4s23 (the 4-GPU set, seed 23) was predicted and
@@ -2068,7 +2068,7 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     if gpu.whole_gpu:
         # at the effective context of the SM count the file holds (a derived generation inherits it)
         apply_whole_gpu_fields(dataclasses.replace(gen, fit_whole_gpu=gpu.whole_gpu,
-                                                   decode_attention_sms=int(out["decode_attention_sms"])), out)
+                                                   decode_attention_sms=int(out.get("decode_attention_sms", 0))), out)
     return out
 
 

@@ -285,13 +285,14 @@ def test_job_trace_lists_every_job(tmp_path):
 
 def test_policy_trials_share_workers(tmp_path):
     """Three policies on one set of workers: one subfolder each, every request served each
-    time; benchmarks/llm_fidelity.py reads such results and prints its summary line. (No host
-    probe: test_execute_tiny_llm_instance runs it.)"""
+    time, the host probe's reading (taken once, before the trials) beside each; benchmarks/llm_fidelity.py
+    reads such results and prints its summary line."""
     out = tmp_path / "results" / "tiny-muxserve"
-    summaries = _execute(TP2, out, "--policy", "adbs,round-robin,fcfs", "--duration", "2", "--no-host-probe")
+    summaries = _execute(TP2, out, "--policy", "adbs,round-robin,fcfs", "--duration", "2")
     assert [s["policy"] for s in summaries] == ["adbs", "round-robin", "fcfs"]
     for s in summaries:
         assert s["status"] == "complete" and s["measured"]["finished"] == s["measured"]["requests"] > 0
+        assert s["host_probe"] and s["simulated_with_probe"]["requests"] == s["measured"]["requests"]
         assert (out / s["policy"] / "requests.csv").exists()
         assert all(v == [] for v in s["cold_buckets"].values())
     assert len(json.loads((out / "trials.json").read_text())) == 3

@@ -369,8 +369,8 @@ def test_the_1gpu_h200_runs_ran_the_committed_instances_and_their_executor_predi
     seed 18): each run replayed the measured instance committed before it ran (its
     ``instance_sha256``), which carries the H200 contention fields (the H200 calibration of that
     day, before its trace refit), and its executor's prediction (``simulated.json``, written after
-    the replay from those inputs alone) is the simulator's on that instance: the *before the
-    refit* column of docs/fidelity-llm.md. (The committed ``predictions/v3s-h200g1.jsonl`` was
+    the replay from those inputs alone) is the simulator's on that instance: the second column of
+    each pair in docs/fidelity-llm.md's first 1-GPU H200 table. (The committed ``predictions/v3s-h200g1.jsonl`` was
     written with the H100 fields: the details-file fault above.) Every run's total throughput is
     within 1% of it."""
     from placement_opt import load_instance
