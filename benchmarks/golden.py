@@ -4,7 +4,8 @@ A refactoring that must not change behaviour is checked against this file: ``--r
 solves every instance under ``instances/`` with every solver of its family (fixed seed, no
 time limit, so the answers are deterministic) and re-simulates every bundled placement file
 with its instance, storing placements and metrics (wall-clock times removed) in
-``benchmarks/golden/results.json``; ``--check`` (the default) recomputes everything and
+``benchmarks/golden/results.json.xz`` (xz-compressed: 5.3 MB of JSON, and every device call
+carries the repository's tracked files under 64 MiB); ``--check`` (the default) recomputes everything and
 reports every difference, exiting 1 if there is one. Numbers are compared to a relative
 :data:`FLOAT_RTOL`: another numpy or numba release may sum in another order and move the last
 digits (1e-13 seen), which is not a change of behaviour; everything else is compared exactly.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import math
 import os
 import sys
@@ -23,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "golden", "results.json")
+RESULTS = os.path.join(HERE, "golden", "results.json.xz")
 SEED = 0
 #: relative tolerance of a number's comparison with the golden file (rounding of another library release)
 FLOAT_RTOL = 1e-9
@@ -146,18 +148,18 @@ def main() -> int:
     if args.record:
         stored = {}
         if args.only and os.path.exists(RESULTS):
-            with open(RESULTS) as fh:
+            with lzma.open(RESULTS, "rt") as fh:
                 stored = json.load(fh)
         stored.update(results)
         os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
         tmp = RESULTS + ".tmp"
-        with open(tmp, "w") as fh:
+        with lzma.open(tmp, "wt") as fh:
             json.dump(dict(sorted(stored.items())), fh, indent=1, sort_keys=True)
             fh.write("\n")
         os.replace(tmp, RESULTS)
         print(f"recorded {len(results)} results in {os.path.relpath(RESULTS, ROOT)}")
         return 0
-    with open(RESULTS) as fh:
+    with lzma.open(RESULTS, "rt") as fh:
         golden = json.load(fh)
     diffs: list[str] = []
     for key, value in results.items():
