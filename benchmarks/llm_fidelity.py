@@ -476,7 +476,7 @@ def check_tables_gpu(run: dict, gen: Generation) -> None:
     ran = run.get("summary", {}).get("tables_gpu")  # none for a run --predict makes before it runs
     if not ran:
         return
-    label = tables_gpu(os.path.join(LLM, tables_of(run["folder"], gen)))
+    label = folder_tables_gpu(run["folder"], gen)
     if not label or any(label not in g and g not in label for g in ran):
         raise SystemExit(f"{os.path.basename(os.path.normpath(run['folder']))}/{run['name']}: re-predicted with "
                          f"tables labelled {label or 'nothing'!r}, ran with tables of {', '.join(ran)}")
@@ -487,7 +487,13 @@ def calibration_file(gen: Generation, folder: Optional[str] = None) -> str:
     cost tables were measured on (:func:`tables_of`, :func:`calibration_for_gpu`)."""
     if folder is None:
         return gen.calibration
-    return calibration_for_gpu(gen, tables_gpu(os.path.join(LLM, tables_of(folder, gen))))
+    return calibration_for_gpu(gen, folder_tables_gpu(folder, gen))
+
+
+def folder_tables_gpu(folder: str, gen: Generation) -> str:
+    """The ``gpu`` label of the cost tables ``gen``'s runs in results folder ``folder`` are
+    re-predicted with (:func:`tables_of`, :func:`tables_gpu`)."""
+    return tables_gpu(os.path.join(LLM, tables_of(folder, gen)))
 
 
 def generation_model(gen: Generation, folder: Optional[str] = None) -> Dict[str, float]:
@@ -1569,14 +1575,18 @@ def apply_prefill_trace_fields(gen: Generation, out: dict) -> List[str]:
     prefills so, :func:`traced_table_seconds`); returns the fields set."""
     fields, rms, count = fit_prefill_trace(gen.fit_prefill_trace)
     out.update(fields, prefill_beside_stretch=0.0, prefill_partition_stretch=0.0, prefill_at_longest=True)
-    names = ", ".join(f"{f}/{n}" for f, n in gen.fit_prefill_trace)
-    out["fit"]["prefill_trace_fit"] = (
-        f"{names}: job traces, {count} graph prefills on SM partitions: GPU time = table time x (1 + (others' HBM "
-        f"demand / {fields['prefill_beside_gbps']:.0f} GB/s + requests in their decode steps / "
-        f"{fields['prefill_beside_requests']:.1f}) / (1 + prompt tokens / {fields['prefill_beside_knee_tokens']:.0f})) "
-        f"+ {1e3 * fields['prefill_beside_delay_s']:.1f} ms beside others, RMS log error {rms:.4f}; "
-        f"prefill_host_s the median launch host time")
+    out["fit"]["prefill_trace_fit"] = prefill_trace_note(gen.fit_prefill_trace, fields, rms, count)
     return [*fields, "prefill_beside_stretch", "prefill_partition_stretch", "prefill_at_longest"]
+
+
+def prefill_trace_note(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float], rms: float, count: int) -> str:
+    """The calibration file's record of a :func:`fit_prefill_trace` on ``runs``."""
+    names = ", ".join(f"{f}/{n}" for f, n in runs)
+    return (f"{names}: job traces, {count} graph prefills on SM partitions: GPU time = table time x (1 + (others' "
+            f"HBM demand / {fields['prefill_beside_gbps']:.0f} GB/s + requests in their decode steps / "
+            f"{fields['prefill_beside_requests']:.1f}) / (1 + prompt tokens / "
+            f"{fields['prefill_beside_knee_tokens']:.0f})) + {1e3 * fields['prefill_beside_delay_s']:.1f} ms beside "
+            f"others, RMS log error {rms:.4f}; prefill_host_s the median launch host time")
 
 
 def jobs_alone(mesh: List[dict]) -> List[dict]:
@@ -2106,13 +2116,8 @@ def apply_gpu_trace_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List
     fields, rms, count = fit_prefill_trace(runs)
     host, steps = traced_partition_decode_host(runs)
     out.update(fields, decode_host_s=round(host, 6))
-    names = ", ".join(f"{f}/{n}" for f, n in runs)
-    out["fit"]["gpu_traces"] = (
-        f"{names}: job traces, {count} graph prefills on SM partitions: GPU time = table time x (1 + (others' HBM "
-        f"demand / {fields['prefill_beside_gbps']:.0f} GB/s + requests in their decode steps / "
-        f"{fields['prefill_beside_requests']:.1f}) / (1 + prompt tokens / {fields['prefill_beside_knee_tokens']:.0f})) "
-        f"+ {1e3 * fields['prefill_beside_delay_s']:.1f} ms beside others, RMS log error {rms:.4f}; "
-        f"prefill_host_s the median launch host time; decode_host_s the median of {steps} decode launches")
+    out["fit"]["gpu_traces"] = (f"{prefill_trace_note(runs, fields, rms, count)}; decode_host_s the median of {steps} "
+                                f"decode launches")
     return [*fields, "decode_host_s"]
 
 
