@@ -134,7 +134,8 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_host_tp_s", "prefill_host_mesh_s", "prefill_eager_hold_s", "prefill_partition_stretch",
                 "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s",
                 "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
-                "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms")
+                "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms",
+                "decode_full_request_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +157,8 @@ class GpuCalibration:
     rounds: Tuple[str, ...]  # more engine_bench.py outputs: with ``engine``'s, their rounds fit the cap
     traces: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its SM-partition job fields
     whole_gpu: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its whole-GPU decode step
+    # with ``whole_gpu``: fit the step's seconds per request too (``Generation.whole_gpu_per_request``)
+    whole_gpu_per_request: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +220,9 @@ class Generation:
     # whole GPU read at its effective context; the GPU's own count, not fitted: 132 on an H100 SXM,
     # which the traces' steps also fit best); 0: at the mean context
     decode_attention_sms: int = 0
+    # with ``fit_whole_gpu``: fit ``decode_full_request_s`` (seconds per request) with the stretch, where
+    # the traces hold steps at two loads (:func:`fit_decode_full_stretch`); False: the stretch alone
+    whole_gpu_per_request: bool = False
     # page_table_bench.py outputs (on the GPU machine) whose per-entry host time of a decode step's
     # page-table fill is ``decode_page_entry_s`` (their median); empty: off
     page_bench: Tuple[str, ...] = ()
@@ -336,7 +342,9 @@ H200_TRACES = tuple(("results-v3s-h200x3s16", f"h200x3s16-poisson-muxserve/{p}")
 #: the job-traced run on four H200s whose decode steps on whole GPUs (llm-1b to llm-8b alone on a GPU
 #: each, llm-7b near saturation) refit v3s's H200 calibration's whole-GPU decode step
 #: (``GpuCalibration.whole_gpu``; docs/fidelity-llm.md "The 4-GPU set on four H200s")
-H200_WHOLE_GPU_TRACES = (("results-v3s-h200g4s14", "h200g4s14-poisson-spatial"),)
+H200_WHOLE_GPU_TRACES = (("results-v3s-h200s11", "h200s11-poisson-spatial"),
+                         ("results-v3s-h200s12", "h200s12-poisson-spatial"),
+                         ("results-v3s-h200g4s14", "h200g4s14-poisson-spatial"))
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -399,7 +407,8 @@ GENERATIONS = {
                        "results-v3s-h200g4s15", "results-v3s-h200x3s16", "results-v3s-h200x3s17",
                        "results-v3s-h200g1s18", "results-v3s-h200x3s19", "results-v3s-h200x3s20",
                        "results-v3s-h200s21", *(f"results-v3s-h200g4s14-7b-g{i}" for i in range(4)),
-                       "results-v3s-h200g4s23"),
+                       "results-v3s-h200g4s23", "results-v3s-h200s24", "results-v3s-h200g4s25-7b",
+                       "results-v3s-h200g4s26-7b"),
                       "tables-v3", "results-v3",
                       None, "calibration-v3s.json",
                       fit_tp=("results-v3s-gpu4", "gpu4-poisson-temporal"),
@@ -417,11 +426,14 @@ GENERATIONS = {
                                      ("results-v3s-h200x3s20", "tables-h200-g1"),
                                      ("results-v3s-h200s21", "tables-h200"),
                                      *((f"results-v3s-h200g4s14-7b-g{i}", "tables-gpu4-h200") for i in range(4)),
-                                     ("results-v3s-h200g4s23", "tables-gpu4-h200")),
+                                     ("results-v3s-h200g4s23", "tables-gpu4-h200"),
+                                     ("results-v3s-h200s24", "tables-h200"),
+                                     ("results-v3s-h200g4s25-7b", "tables-gpu4-h200"),
+                                     ("results-v3s-h200g4s26-7b", "tables-gpu4-h200")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
-                                           H200_TRACES, H200_WHOLE_GPU_TRACES),)),
+                                           H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True),)),
 }
 
 
@@ -1140,7 +1152,7 @@ def plain_stream_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
     the second step at its batch and mean context (with ``attention_sms``, ``llm.decode_attention_sms``,
     at its effective context: :func:`decode_waves`), the GB of KV cache per GPU that step reads, the
     mesh's TP degree, the entries of the step's page table: its requests' KV blocks x pages per
-    block, that table time), one row per pair."""
+    block, that table time, its requests), one row per pair."""
     from placement_opt.executor.llm_sched import len_interp
     from placement_opt.simulate.meshsim import decode_context
 
@@ -1159,31 +1171,35 @@ def plain_stream_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
         entries = pages * sum((p + j + block) // block for p, j, _ in step)  # blocks of context + 1 tokens
         length = decode_context(float(context), float(max(p + j for p, j, _ in step)), len(step), waves[m1])
         seconds = len_interp(table.decode[k, len(step)], table.lgrid, length)
-        steps.append((t1 - t0 - seconds, context * kv_bytes / 1e9, tp, entries, seconds))
-    return np.array(steps, dtype=np.float64).reshape(-1, 5)
+        steps.append((t1 - t0 - seconds, context * kv_bytes / 1e9, tp, entries, seconds, len(step)))
+    return np.array(steps, dtype=np.float64).reshape(-1, 6)
 
 
 def _modelled_seconds(steps: np.ndarray, kv_gbps: float, power: float, entry_s: float,
-                      stretch: float = 0.0) -> np.ndarray:
+                      stretch: float = 0.0, per_request: float = 0.0) -> np.ndarray:
     """The modelled excess of each of :func:`plain_stream_steps`' steps over its table time: its
     KV GB per GPU / the rate at its mesh's TP degree (``kv_gbps / tp**power``, the simulator's
     :func:`~placement_opt.simulate.llm.kv_read_gbps`; 0: off) or, on a one-GPU mesh with a decode
     ``stretch`` (``llm.decode_full_stretch``), its table time x (stretch - 1) in its place (the
     simulator's :func:`~placement_opt.simulate.llm.decode_stretch` at share 1: a plain-stream
-    run's LLMs hold whole GPUs); and its page-table entries x ``entry_s`` (the simulator's
+    run's LLMs hold whole GPUs), there with its requests x ``per_request`` more
+    (``llm.decode_full_request_s``); and its page-table entries x ``entry_s`` (the simulator's
     page-table fill)."""
     kv = steps[:, 1] * steps[:, 2] ** power / kv_gbps if kv_gbps > 0 else np.zeros(len(steps))
     if stretch > 0:
         kv = np.where(steps[:, 2] == 1, steps[:, 4] * (stretch - 1.0), kv)
+    if per_request > 0:
+        kv = kv + np.where(steps[:, 2] == 1, steps[:, 5] * per_request, 0.0)
     return kv + steps[:, 3] * entry_s
 
 
 def plain_stream_decode_extra(runs: Sequence[dict], kv_gbps: float = 0.0, power: float = 0.0, entry_s: float = 0.0,
-                              tp: Optional[int] = None, stretch: float = 0.0, attention_sms: int = 0
-                              ) -> Tuple[float, int]:
+                              tp: Optional[int] = None, stretch: float = 0.0, attention_sms: int = 0,
+                              per_request: float = 0.0) -> Tuple[float, int]:
     """Seconds a decode step takes beyond its table time (and beyond the KV term at ``kv_gbps``
     and TP power ``power``: ``llm.decode_kv_gbps``, ``decode_kv_tp_power``, or on one-GPU meshes
-    beyond its table time x ``stretch``: ``decode_full_stretch``; and beyond its page-table fill
+    beyond its table time x ``stretch`` and its requests x ``per_request``: ``decode_full_stretch``,
+    ``decode_full_request_s``; and beyond its page-table fill
     at ``entry_s``: ``decode_page_entry_s``) on plain streams: the median over the
     :func:`plain_stream_steps` of ``runs`` (only the meshes of TP degree ``tp``; None: every
     mesh; ``attention_sms``: their table times at the effective context). Returns it and the
@@ -1193,7 +1209,8 @@ def plain_stream_decode_extra(runs: Sequence[dict], kv_gbps: float = 0.0, power:
         steps = steps[steps[:, 2] == tp]
     if not len(steps):
         return math.nan, 0
-    return float(np.median(steps[:, 0] - _modelled_seconds(steps, kv_gbps, power, entry_s, stretch))), len(steps)
+    modelled = _modelled_seconds(steps, kv_gbps, power, entry_s, stretch, per_request)
+    return float(np.median(steps[:, 0] - modelled)), len(steps)
 
 
 #: the fewest back-to-back eager prefills a TP > 1 run needs to measure ``prefill_eager_host_tp_s``
@@ -1614,7 +1631,7 @@ def whole_gpu_groups(run: dict) -> Set[int]:
 
 
 def traced_full_decode_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
-    """(GPU seconds, table seconds) of every decode step of ``run``'s job trace on a whole GPU
+    """(GPU seconds, table seconds, requests) of every decode step of ``run``'s job trace on a whole GPU
     of a one-GPU mesh that ran alone on its GPU (no other job of its mesh overlapping it), its
     table time at its batch and mean context (the trace's ``context_tokens`` over its requests,
     as the simulator takes it; with ``attention_sms``, ``llm.decode_attention_sms``, at its
@@ -1639,8 +1656,8 @@ def traced_full_decode_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
             n = j["requests"]
             length = decode_context(float(j["context_tokens"]), float(j["longest_context"]), n, waves[j["llm"]])
             seconds = len_interp(table.decode[k][min(n, table.decode.shape[1] - 1)], table.lgrid, length)
-            rows.append((j["device_end_s"] - j["device_start_s"], seconds))
-    return np.array(rows, dtype=np.float64).reshape(-1, 2)
+            rows.append((j["device_end_s"] - j["device_start_s"], seconds, n))
+    return np.array(rows, dtype=np.float64).reshape(-1, 3)
 
 
 def traced_full_prefill_starts(run: dict) -> List[float]:
@@ -1658,16 +1675,22 @@ def traced_full_prefill_starts(run: dict) -> List[float]:
             and not prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)]
 
 
-def fit_decode_full_stretch(runs: Sequence[dict], attention_sms: int = 0) -> Tuple[float, int]:
+def fit_decode_full_stretch(runs: Sequence[dict], attention_sms: int = 0,
+                            per_request: bool = False) -> Tuple[float, float, int]:
     """``decode_full_stretch``: the factor on the table time that fits the GPU time of the traced
     decode steps on whole GPUs of one-GPU meshes in ``runs`` (:func:`traced_full_decode_steps`;
     least squares through the origin: the long steps, which set a loaded mesh's pace, weigh
-    most); returns it and the number of steps."""
+    most) and, with ``per_request``, ``decode_full_request_s`` beside it (GPU time = factor x
+    table time + seconds x requests, both at least 0: the steps' excess that grows with their
+    batch; 0 without); returns them and the number of steps."""
     steps = np.vstack([traced_full_decode_steps(r, attention_sms) for r in runs])
     if not len(steps):
         raise ValueError("no decode step on a whole GPU of a one-GPU mesh traced")
-    gpu, table = steps.T
-    return float(gpu @ table / (table @ table)), len(steps)
+    gpu, table, requests = steps.T
+    if per_request:
+        stretch, seconds = _nonnegative_pair(np.vstack([table, requests]), gpu)
+        return stretch, seconds, len(steps)
+    return float(gpu @ table / (table @ table)), 0.0, len(steps)
 
 
 def apply_whole_gpu_fields(gen: Generation, out: dict) -> List[str]:
@@ -1685,13 +1708,16 @@ def apply_whole_gpu_fields(gen: Generation, out: dict) -> List[str]:
     fields set."""
     runs = [_find_run(w) for w in gen.fit_whole_gpu]
     sms = gen.decode_attention_sms
-    stretch, count = fit_decode_full_stretch(runs, sms)
-    stretch = round(stretch, 4)
+    stretch, per_request, count = fit_decode_full_stretch(runs, sms, gen.whole_gpu_per_request)
+    stretch, per_request = round(stretch, 4), round(per_request, 8)
     host, pairs = plain_stream_decode_extra(runs, out["decode_kv_gbps"], out["decode_kv_tp_power"],
-                                            out["decode_page_entry_s"], tp=1, stretch=stretch, attention_sms=sms)
+                                            out["decode_page_entry_s"], tp=1, stretch=stretch, attention_sms=sms,
+                                            per_request=per_request)
     before = out["decode_host_full_s"]
     out["decode_attention_sms"] = sms
     out["decode_full_stretch"] = stretch
+    if gen.whole_gpu_per_request:
+        out["decode_full_request_s"] = per_request
     out["decode_host_full_s"] = round(host, 6)
     out["decode_host_mesh_s"] = round(out["decode_host_mesh_s"] + before - out["decode_host_full_s"], 6)
     starts = [s for r in runs for s in traced_full_prefill_starts(r)]
@@ -1699,14 +1725,16 @@ def apply_whole_gpu_fields(gen: Generation, out: dict) -> List[str]:
     names = ", ".join(f"{f}/{n}" for f, n in gen.fit_whole_gpu)
     out["fit"]["whole_gpu_fit"] = (
         f"{names}: job traces, {count} decode steps alone on whole GPUs of one-GPU meshes: GPU time = "
-        f"{stretch:.4f} x table time (least squares"
+        f"{stretch:.4f} x table time"
+        f"{f' + {1e6 * per_request:.2f} us x requests' if gen.whole_gpu_per_request else ''} (least squares"
         f"{f'; at the effective context, {sms} SMs' if sms else ''}); decode_host_full_s the median of {pairs} "
         f"back-to-back steps beyond it and the page-table fill; decode_host_mesh_s "
         f"{1e3 * (before - out['decode_host_full_s']):.3f} "
         f"ms more (a whole mesh of several GPUs keeps its host time, its SM partitions take the change); "
         f"prefill_start_full_s the median of {len(starts)} graph prefills' launch to GPU start")
-    own = ["decode_attention_sms"] if sms else []
-    return own + ["decode_full_stretch", "decode_host_full_s", "decode_host_mesh_s", "prefill_start_full_s"]
+    own = (["decode_attention_sms"] if sms else []) + ["decode_full_stretch"]
+    own += ["decode_full_request_s"] if gen.whole_gpu_per_request else []
+    return own + ["decode_host_full_s", "decode_host_mesh_s", "prefill_start_full_s"]
 
 
 def fit_on_run(run: dict, model: Dict[str, float], field: str, values: Any, error: str) -> Tuple[float, float]:
@@ -2078,7 +2106,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     if gpu.whole_gpu:
         # at the effective context of the SM count the file holds (a derived generation inherits it)
         apply_whole_gpu_fields(dataclasses.replace(gen, fit_whole_gpu=gpu.whole_gpu,
-                                                   decode_attention_sms=int(out.get("decode_attention_sms", 0))), out)
+                                                   decode_attention_sms=int(out.get("decode_attention_sms", 0)),
+                                                   whole_gpu_per_request=gpu.whole_gpu_per_request), out)
     return out
 
 

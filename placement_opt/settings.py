@@ -127,6 +127,11 @@ class LLMConfig:
       context, where it runs 1.00-1.04 at 1-4 requests and 1.08-1.14 at 17-32; 1.025 and flat
       over the batch at the effective context of ``decode_attention_sms`` below;
       docs/fidelity-llm.md; 0: off, the table time plus the KV read as on every mesh).
+    * ``decode_full_request_s``: such a step (on a whole GPU of a one-GPU mesh) lasts this many
+      seconds more per request it holds, beyond the stretch above: on an H200 the steps' excess
+      over their tables grows with the batch (1.04 x at 4-7 requests, 1.09 x at 32 for a
+      LLaMA-7B), which one factor fitted at one load cannot hold at another; fitted with the
+      stretch on job traces at two loads (docs/fidelity-llm.md; 0: off).
     * ``decode_attention_sms``: on a whole GPU of a one-GPU mesh, a decode step of ``n``
       requests is read off its cost table at an effective context between its requests' mean
       and their longest: ``mean + min(1, w / n) x (longest - mean)``, ``w`` this SM count over
@@ -229,6 +234,9 @@ class LLMConfig:
     decode_full_stretch: float = option(0.0, minimum=0, maximum=4,
                                         help="a decode step on a whole GPU of a one-GPU mesh lasts this x its table "
                                              "time, in place of the KV read (0: off)")
+    decode_full_request_s: float = option(0.0, minimum=0,
+                                          help="seconds a decode step on a whole GPU of a one-GPU mesh lasts more per "
+                                               "request it holds, beyond decode_full_stretch (0: off)")
     decode_attention_sms: int = option(0, minimum=0,
                                        help="SMs a whole GPU's decode attention programs spread over: a decode step "
                                             "on a whole GPU of a one-GPU mesh is timed at mean + min(1, SMs / (KV "

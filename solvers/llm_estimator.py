@@ -38,7 +38,8 @@ The simulator's decode models enter in mean-value form (off when their fields ar
 per GPU / decode_kv_gbps`` longer, that rate divided by ``tp**llm.decode_kv_tp_power`` on a
 mesh of TP degree ``tp`` (the simulator adds the KV bytes of the step's actual contexts);
 ``llm.decode_full_stretch``: on a whole GPU of a one-GPU mesh a decode step lasts that many
-times its table time instead (no KV term there, as in the simulator);
+times its table time instead (no KV term there, as in the simulator), and
+``llm.decode_full_request_s`` seconds more per request (``b x`` that);
 ``llm.decode_attention_sms``: there a step of ``b`` requests is read at the simulator's effective
 context (:func:`~placement_opt.simulate.meshsim.decode_context`) of the mean context and the
 longest of ``b`` requests whose decode progress is spread evenly, prompt + output x b / (b + 1);
@@ -99,9 +100,9 @@ from placement_opt.llm_rules import tp_violations
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
-from placement_opt.simulate.llm import (contention_gbps, decode_stretch, decode_wave, host_seconds, kv_read_gbps,
-                                        on_partition, page_fill_seconds, prefill_extra_seconds, resolve_policy,
-                                        sm_shares)
+from placement_opt.simulate.llm import (contention_gbps, decode_request_seconds, decode_stretch, decode_wave,
+                                        host_seconds, kv_read_gbps, on_partition, page_fill_seconds,
+                                        prefill_extra_seconds, resolve_policy, sm_shares)
 from placement_opt.simulate.meshsim import contention_stretch, decode_context, prefill_runs_eagerly
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
@@ -399,7 +400,8 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     lasts their KV bytes per GPU at the mean context / that rate at its TP degree longer (the
     simulator's KV-read term, :func:`kv_read_gbps`), or where the LLM has a decode stretch
     (:func:`decode_stretch`: ``llm.decode_full_stretch`` on a whole GPU of a one-GPU mesh) its
-    table time that many times, read there with ``llm.decode_attention_sms`` at the step's
+    table time that many times and ``llm.decode_full_request_s`` more per request, read there with
+    ``llm.decode_attention_sms`` at the step's
     effective context (:func:`decode_wave`, the kernel's ``decode_context``; mean-value form: the
     longest of ``b`` requests whose decode progress is spread evenly, prompt + output x b / (b + 1)
     tokens, the mean context at one request); with ``llm.decode_page_entry_s`` it lasts
@@ -425,6 +427,9 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     stretch = decode_stretch(llm, share, tp)
     if stretch > 0:
         dec = dec * stretch
+    per_request = decode_request_seconds(llm, share, tp)
+    if per_request > 0:
+        dec = dec + b * per_request
     if decode_host > 0:
         dec = dec + decode_host
     if llm.decode_kv_gbps > 0 and stretch == 0:

@@ -94,7 +94,8 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
     effective context with a decode wave (:func:`~placement_opt.simulate.llm.decode_wave`; the
     probe's own requests of one LLM hold one context, so there it is their mean), plus
     the KV-read term at this TP degree or, where the LLM has a decode stretch
-    (:func:`~placement_opt.simulate.llm.decode_stretch`), times the stretch; and the page-table
+    (:func:`~placement_opt.simulate.llm.decode_stretch`), times the stretch, plus its seconds per
+    request (:func:`~placement_opt.simulate.llm.decode_request_seconds`); and the page-table
     fill): over every pair of consecutive
     token events of the mesh that are both decode steps of that LLM (nothing else ran between).
     ``token_times[i]``: the times of request i's tokens; a pair with a request of ``skip`` in
@@ -109,6 +110,7 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
     fill = [simllm.page_fill_seconds(cfg, s, list(specs), tp) for s in specs]
     kv_gbps = simllm.kv_read_gbps(cfg, tp)
     stretch = [simllm.decode_stretch(cfg, sh, tp) for sh in shares]
+    per_request = [simllm.decode_request_seconds(cfg, sh, tp) for sh in shares]
     wave = [simllm.decode_wave(cfg, s, sh, tp) for s, sh in zip(specs, shares)]
     excess: List[List[float]] = [[] for _ in specs]
     for t0, t1 in zip(ordered, ordered[1:]):
@@ -124,6 +126,7 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
             modelled *= stretch[k]
         elif kv_gbps > 0:
             modelled += total * specs[k].kv_bytes_per_token / tp / (kv_gbps * 1e9)
+        modelled += per_request[k] * b
         modelled += fill[k] * sum((c + cfg.kv_block_tokens) // cfg.kv_block_tokens for c in context)
         excess[k].append(t1 - t0 - modelled)
     return [float(np.median(e)) if len(e) >= MIN_STEPS else None for e in excess]

@@ -416,7 +416,8 @@ class VirtualJobs:
     prefill, ``2k + 1``: its decode step) with their durations (table time, a prefill's at its
     longest prompt with ``MeshSettings.prefill_at_longest``, a graph prefill's
     ``MeshLLMs.prefill_stretch``, ``prefill_collect_s``, a decode step's KV read at
-    ``MeshSettings.decode_kv_gbps`` or, where set, its ``MeshLLMs.decode_stretch``; at its effective
+    ``MeshSettings.decode_kv_gbps`` or, where set, its ``MeshLLMs.decode_stretch``, and its
+    ``decode_request_s`` per request; at its effective
     context with ``MeshLLMs.decode_wave``), their
     launch on the one scheduling thread under the host model (``MeshLLMs.decode_host_s``,
     ``decode_block_host_s`` per KV block a decode step's requests hold, ``prefill_host_s``; an
@@ -443,6 +444,7 @@ class VirtualJobs:
         self.stretch = _per_llm(llms.prefill_stretch, K)
         self.block_host = _per_llm(llms.decode_block_host_s, K)
         self.decode_stretch = _per_llm(llms.decode_stretch, K)
+        self.decode_request = _per_llm(llms.decode_request_s, K)
         self.decode_wave = _per_llm(llms.decode_wave, K)
         self.retimed = bool(contention_on(cfg))
         host_costs = self.decode_host + self.prefill_host + self.eager_host + self.eager_hold + self.block_host
@@ -473,7 +475,7 @@ class VirtualJobs:
         """The job's time alone (``_start_prefill``'s ``prefill_dur``, ``_start_decode``'s
         ``decode_dur``): a graph prefill's table time stretched, plus the collect; a decode
         step's table time (at :func:`~placement_opt.simulate.meshsim.decode_context`) times its
-        decode stretch where set, else plus its KV read."""
+        decode stretch where set, else plus its KV read, plus its seconds per request."""
         k, ctx = job.llm, sum(job.contexts)
         if job.kind == PREFILL:
             stretch = self.stretch[k] if self.stretch[k] > 0 and not self.eager(job) else 1.0
@@ -483,7 +485,7 @@ class VirtualJobs:
             dur *= self.decode_stretch[k]
         elif self.cfg.decode_kv_gbps > 0:
             dur += float(ctx) * self.kv_bytes[k] / (self.cfg.decode_kv_gbps * 1e9)
-        return dur
+        return dur + self.decode_request[k] * len(job.requests)
 
     def moved(self, job: Job) -> float:
         """The bytes per GPU a job moves (its LLM's weights and its requests' KV: the contention

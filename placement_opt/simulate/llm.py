@@ -281,6 +281,8 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
                     prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]),
                     decode_block_host_s=np.array([page_fill_seconds(cfg, s, mesh_specs, g.tp) for s in mesh_specs]),
                     decode_stretch=np.array([decode_stretch(cfg, sh, g.tp) for sh in shares], dtype=np.float64),
+                    decode_request_s=np.array([decode_request_seconds(cfg, sh, g.tp) for sh in shares],
+                                              dtype=np.float64),
                     decode_wave=np.array([decode_wave(cfg, s, sh, g.tp) for s, sh in zip(mesh_specs, shares)],
                                          dtype=np.float64))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
@@ -321,6 +323,14 @@ def decode_stretch(cfg: LLMConfig, share: float, tp: int) -> float:
     several taking the GPU in turns or side by side on plain streams); 0 (off) elsewhere or when
     that field is 0."""
     return cfg.decode_full_stretch if on_whole_gpu(share, tp) else 0.0
+
+
+def decode_request_seconds(cfg: LLMConfig, share: float, tp: int) -> float:
+    """The seconds a decode step of an LLM at SM ``share`` on a mesh of TP degree ``tp`` lasts
+    more per request it holds, beyond its table time and :func:`decode_stretch`:
+    ``llm.decode_full_request_s`` on a whole GPU of a one-GPU mesh, where it was measured with
+    the stretch (the steps' excess there grows with the batch); 0 elsewhere."""
+    return cfg.decode_full_request_s if on_whole_gpu(share, tp) else 0.0
 
 
 def decode_wave(cfg: LLMConfig, spec: LLMSpec, share: float, tp: int) -> float:

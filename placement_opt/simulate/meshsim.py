@@ -46,7 +46,8 @@ a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.k
 exceed the profiled ones, which hold every request at the mean context); an LLM with a
 **decode stretch** (``MeshLLMs.decode_stretch``) instead has its steps last that factor times
 their table time (the engine's steps on a whole GPU exceed the profiled ones by a share,
-not by the KV bytes they read). **Effective context** (``MeshLLMs.decode_wave``): a decode
+not by the KV bytes they read), and ``MeshLLMs.decode_request_s`` seconds more per request
+(their excess grows with the batch). **Effective context** (``MeshLLMs.decode_wave``): a decode
 step is read off its table at :func:`decode_context`, between its requests' mean and longest
 context, not at the mean. **Page-table fill**
 (``MeshLLMs.decode_block_host_s``): a decode step's launch holds the thread that many seconds
@@ -121,6 +122,8 @@ class MeshLLMs(NamedTuple):
     decode_block_host_s: np.ndarray = np.zeros(0)  # float64 host seconds of a decode launch per KV block held (page fill)
     # float64 factor on a decode step's table time, in place of the KV read (0 or empty: off)
     decode_stretch: np.ndarray = np.zeros(0)
+    # float64 seconds a decode step lasts more per request it holds, beyond the stretch (0 or empty: off)
+    decode_request_s: np.ndarray = np.zeros(0)
     # float64 requests whose decode attention programs fit on the LLM's SMs at once
     # (:func:`decode_context`; 0 or empty: steps at their mean context)
     decode_wave: np.ndarray = np.zeros(0)
@@ -232,6 +235,7 @@ LLM_STATE = np.dtype([
     ("prefill_stretch", np.float64),  # factor on its prefill's table time (0: 1; a partition beside others)
     ("decode_block_host", np.float64),  # host seconds of a decode step's launch per KV block its requests hold
     ("decode_stretch", np.float64),     # factor on its decode step's table time in place of the KV read (0: off)
+    ("decode_request", np.float64),     # seconds its decode step lasts more per request it holds (0: off)
     ("decode_wave", np.float64),        # requests whose attention programs fit on its SMs at once (0: the mean)
     ("decode_fill", np.float64),        # host seconds of its decode step in flight's page-table fill
 ], align=True)
@@ -404,6 +408,8 @@ def _llm_state(requests, mesh_llms, cfg, out):
             llms[k].decode_block_host = mesh_llms.decode_block_host_s[k]
         if mesh_llms.decode_stretch.shape[0] == K:
             llms[k].decode_stretch = mesh_llms.decode_stretch[k]
+        if mesh_llms.decode_request_s.shape[0] == K:
+            llms[k].decode_request = mesh_llms.decode_request_s[k]
         if mesh_llms.decode_wave.shape[0] == K:
             llms[k].decode_wave = mesh_llms.decode_wave[k]
         llms[k].eager_hold = llms[k].eager_host
@@ -888,6 +894,7 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
         llm.decode_dur *= llm.decode_stretch
     elif cfg.decode_kv_gbps > 0:
         llm.decode_dur += ctx * llm.kv_bytes / (cfg.decode_kv_gbps * 1e9)
+    llm.decode_dur += llm.decode_request * llm.n_running
     llm.decode_end = t + llm.decode_dur
     llm.decode_bytes = llm.weight_bytes + ctx * llm.kv_bytes
     llm.decode_seq = _next_seq(llms)
