@@ -3,8 +3,8 @@
 For every placement of ``instances/fidelity-llm`` whose instance has a calibrated twin under
 ``measured/`` (the 1-GPU set and ``tp2/``), prints each LLM's simulated throughput and the
 estimator's (``placement_estimates``) with the estimator blind to the decode models
-``llm.decode_kv_gbps``, ``llm.own_prefill_decode_share``, ``llm.decode_full_stretch`` and
-``llm.decode_attention_sms`` (set to 0 for the estimate only: what the estimator computed before
+``llm.decode_kv_gbps``, ``llm.own_prefill_decode_share``, ``llm.decode_full_stretch``,
+``llm.decode_full_request_s`` and ``llm.decode_attention_sms`` (set to 0 for the estimate only: what the estimator computed before
 it had them) and with them. The simulator always runs with the instance's settings.
 ``--own-share F`` sets ``own_prefill_decode_share`` on the instances first (the measured
 instances carry the calibrated value of ``benchmarks/fidelity/llm/calibration.json``, 0.25: the
@@ -40,7 +40,8 @@ from placement_opt.solvers.llm_estimator import placement_estimates
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "instances", "fidelity-llm")
 SETS = (("", ROOT), ("tp2", os.path.join(ROOT, "tp2")))
-DECODE_MODELS = ("decode_kv_gbps", "own_prefill_decode_share", "decode_full_stretch", "decode_attention_sms")
+DECODE_MODELS = ("decode_kv_gbps", "own_prefill_decode_share", "decode_full_stretch", "decode_full_request_s",
+                 "decode_attention_sms")
 
 
 def _with(instance: Instance, **fields: float) -> Instance:

@@ -88,7 +88,9 @@ partition eager fit run's ``requests.csv``) before the eager-prefill times, whic
 TTFT with it in place; where a derived generation names traced plain-stream runs
 (``fit_whole_gpu``), ``decode_full_stretch`` (a decode step on a whole GPU of a one-GPU mesh
 over its table time, from the traced GPU times, each step read at its effective context where
-the generation sets ``decode_attention_sms``) and, with it in place of the KV term there,
+the generation sets ``decode_attention_sms``; with ``whole_gpu_per_request`` also
+``decode_full_request_s``, its seconds per request beside the factor) and, with it in place of
+the KV term there,
 ``decode_host_full_s`` on their back-to-back steps (:func:`apply_whole_gpu_fields`), before the
 prefill and eager fields; last, where a generation names a run of LLMs colocated on a TP > 1 mesh
 (``fit_contention_tp``), ``contention_tp_power`` (the contention rate over ``tp**power`` on
@@ -333,15 +335,22 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # on each of four GPUs at once: the GPU's own spread where its TTFT missed by +230%. The H200
 # calibration's whole-GPU decode step was then refitted on h200g4s14's spatial job trace
 # (H200_WHOLE_GPU_TRACES); with it results-v3s-h200g4s23 (the 4-GPU set, seed 23) was predicted and
-# committed (predictions/v3s-h200g4s23.jsonl) before it ran.
+# committed (predictions/v3s-h200g4s23.jsonl) before it ran. Then the refit on the 2-GPU set's
+# spatial traces too, with seconds per request beside the factor (whole_gpu_per_request); with it
+# results-v3s-h200g4s25-7b and -h200g4s26-7b (fresh seeds' llm-7b alone on one H200) and
+# -h200s24 (the 2-GPU set, seed 24) were predicted and committed (predictions/v3s-h200-request.jsonl)
+# before they ran.
 #: the job-traced runs on one H200 whose jobs on SM partitions (five LLMs at 0.2 of the GPU, 3 x
 #: load, the three policies) refit v3s's H200 calibration's prefill stretch beside others and host
 #: times (``GpuCalibration.traces``; docs/fidelity-llm.md "The 1-GPU sets on one H200")
 H200_TRACES = tuple(("results-v3s-h200x3s16", f"h200x3s16-poisson-muxserve/{p}") for p in ("adbs", "round-robin", "fcfs"))
 
-#: the job-traced run on four H200s whose decode steps on whole GPUs (llm-1b to llm-8b alone on a GPU
-#: each, llm-7b near saturation) refit v3s's H200 calibration's whole-GPU decode step
-#: (``GpuCalibration.whole_gpu``; docs/fidelity-llm.md "The 4-GPU set on four H200s")
+#: the job-traced runs on H200s whose decode steps on whole GPUs refit v3s's H200 calibration's
+#: whole-GPU decode step, its factor and seconds per request (``GpuCalibration.whole_gpu``,
+#: ``whole_gpu_per_request``): the 2-GPU set's spatial runs of seeds 11 and 12 (llm-7b and llm-8b
+#: alone on a GPU each, at most 16 requests a step) and the 4-GPU set's of seed 14 (llm-1b to
+#: llm-8b, llm-7b near saturation at 32): the steps' excess grows with the batch, so the fit needs
+#: both loads (docs/fidelity-llm.md "The whole-GPU decode step's seconds per request")
 H200_WHOLE_GPU_TRACES = (("results-v3s-h200s11", "h200s11-poisson-spatial"),
                          ("results-v3s-h200s12", "h200s12-poisson-spatial"),
                          ("results-v3s-h200g4s14", "h200g4s14-poisson-spatial"))

@@ -53,6 +53,7 @@ class Timing(NamedTuple):
     prefill_at_longest: bool = False
     decode_stretch: Sequence[float] = ()
     decode_wave: Sequence[float] = ()
+    decode_request: Sequence[float] = ()
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -77,7 +78,8 @@ def mesh_inputs(case, timing=None):
                     prefill_host_s=_f64(tm.prefill_host), prefill_eager_host_s=_f64(tm.eager_host),
                     prefill_eager_hold_s=_f64(tm.eager_hold), prefill_collect_s=_f64(tm.collect),
                     prefill_stretch=_f64(tm.stretch), decode_block_host_s=_f64(tm.block_host),
-                    decode_stretch=_f64(tm.decode_stretch), decode_wave=_f64(tm.decode_wave))
+                    decode_stretch=_f64(tm.decode_stretch), decode_wave=_f64(tm.decode_wave),
+                    decode_request_s=_f64(tm.decode_request))
     tables = LatencyTables(prefill=_f64(P), decode=_f64(D), lgrid=_f64(lgrid))
     cfg = MeshSettings(policy=POLICY_CODE[policy], pool=pool, block=block, max_batch=max_batch,
                        token_budget=token_budget, period=period, frac=frac, horizon=horizon, hbm_gbps=tm.hbm_gbps,
@@ -117,7 +119,7 @@ def timings(draw, n_llms):
     5 or 50 ms later, or by the others' demand at 10-100 GB/s and their decode requests at 2 or
     20 per unit, over 1 + tokens / 8 or 64 (which stretches eager prefills too); prefills timed
     at their longest prompt or the mean; decode steps 1.07 or 1.5 times their table time in place of
-    the KV read, per LLM. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
+    the KV read, and 1 or 10 ms more per request, per LLM. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
     others."""
     def per_llm(values):
         return draw(st.lists(st.sampled_from(values), min_size=n_llms, max_size=n_llms))
@@ -144,7 +146,8 @@ def timings(draw, n_llms):
                   prefill_beside_requests=draw(st.sampled_from([0.0, 2.0, 20.0])),
                   prefill_beside_knee=draw(st.sampled_from([0.0, 8.0, 64.0])),
                   prefill_at_longest=draw(st.booleans()),
-                  decode_stretch=optional([0.0, 1.07, 1.5]), decode_wave=optional([0.0, 0.5, 2.0, 8.0]))
+                  decode_stretch=optional([0.0, 1.07, 1.5]), decode_wave=optional([0.0, 0.5, 2.0, 8.0]),
+                  decode_request=optional([0.0, 0.001, 0.01]))
 
 
 @st.composite
@@ -191,6 +194,7 @@ TERMS_OFF = {
     "prefill_at_longest": dict(prefill_at_longest=False),
     "decode_stretch": dict(decode_stretch=[]),
     "decode_wave": dict(decode_wave=[]),
+    "decode_request": dict(decode_request=[]),
 }
 
 
@@ -203,7 +207,8 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     their KV, running jobs re-timed by HBM contention (and its bandwidth cap), by their own
     LLM's prefill and, prefills on partitions, by the jobs beside them (their demand, their
     decode requests, over the prompt's length), prefills timed at their longest prompt, decode
-    steps stretched in place of their KV read, decode steps timed at their effective context. Same
+    steps stretched in place of their KV read, decode steps timed at their effective context and
+    lasting more per request they hold. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
     changes the kernel's outcome in some cases (so the equality covers it; under the temporal
     baseline, whose jobs never overlap, the eight terms between running jobs change nothing)."""

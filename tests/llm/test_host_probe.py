@@ -56,7 +56,8 @@ def test_probe_requests_keep_to_the_job_bounds_and_the_pool():
 def _token_times(req, specs, cfg, tp, host, max_batch=32):
     """Token times of the probe requests as if each LLM's steps took the simulator's step time
     without host seconds (on whole GPUs: its table time plus the KV read, or x the decode
-    stretch) plus ``host[k]``, each LLM's batch alone (its prefill 10 ms)."""
+    stretch and plus its seconds per request) plus ``host[k]``, each LLM's batch alone (its
+    prefill 10 ms)."""
     P, D, lgrid = simllm._mesh_tables(list(specs), tp, [1.0] * len(specs), max_batch)
     times = [[] for _ in req.arrival]
     for k in range(len(specs)):
@@ -73,6 +74,7 @@ def _token_times(req, specs, cfg, tp, host, max_batch=32):
                 step *= stretch
             else:
                 step += len(mine) * ctx * specs[k].kv_bytes_per_token / tp / (simllm.kv_read_gbps(cfg, tp) * 1e9)
+            step += simllm.decode_request_seconds(cfg, 1.0, tp) * len(mine)
             step += simllm.page_fill_seconds(cfg, specs[k], list(specs), tp) * len(mine) * (
                 (ctx + cfg.kv_block_tokens) // cfg.kv_block_tokens)
             t += step + host[k]
@@ -104,6 +106,21 @@ def test_reading_is_beyond_the_decode_stretch_on_a_one_gpu_mesh():
     assert decode_host_seconds(specs, 1, [1.0] * 4, stretched, 32, req, times) == pytest.approx(host, abs=2e-6)
     other = decode_host_seconds(specs, 1, [1.0] * 4, cfg, 32, req, times)
     assert all(abs(o - h) > 1e-5 for o, h in zip(other, host))
+
+
+def test_reading_is_beyond_the_seconds_per_request_on_a_one_gpu_mesh():
+    """With ``decode_full_request_s`` too, steps that took the stretched table time + the seconds
+    per request x the batch + h_k read back as h_k; read without that term, h_k + that much."""
+    _, specs, cfg = _mesh()
+    on = dataclasses.replace(cfg, decode_full_stretch=1.02, decode_full_request_s=1.5e-5)
+    bounds = [{"max_batch": 32, "longest": 2048}] * 4
+    req, _ = probe_requests(specs, bounds, 1, [1.0] * 4, on, 32, [1, 1, 1, 1], 10**6)
+    host = [2e-4, 3e-4, 2.5e-4, 1.5e-4]
+    times = _token_times(req, specs, on, 1, host)
+    assert decode_host_seconds(specs, 1, [1.0] * 4, on, 32, req, times) == pytest.approx(host, abs=2e-6)
+    batch = [int(np.sum(req.llm == k)) for k in range(4)]
+    without = decode_host_seconds(specs, 1, [1.0] * 4, dataclasses.replace(on, decode_full_request_s=0.0), 32, req, times)
+    assert without == pytest.approx([h + 1.5e-5 * b for h, b in zip(host, batch)], abs=2e-6)
 
 
 def test_reading_is_beyond_the_step_at_its_effective_context():
