@@ -339,8 +339,9 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # spatial traces too, with seconds per request beside the factor (whole_gpu_per_request); with it
 # results-v3s-h200g4s25-7b and -h200g4s26-7b (fresh seeds' llm-7b alone on one H200) and
 # -h200s24 (the 2-GPU set, seed 24) were predicted and committed (predictions/v3s-h200-request.jsonl)
-# before they ran; results-v3s-h200s24r: seed 24's temporal placement again on fresh workers (its
-# FCFS hand-off, docs/fidelity-llm.md), predicted alike (the same instance and placement).
+# before they ran, and so were -h200g4s27-7b and -h200g4s28-7b (predictions/v3s-h200-request-7b.jsonl);
+# results-v3s-h200s24r: seed 24's temporal placement again on fresh workers (its FCFS hand-off,
+# docs/fidelity-llm.md), predicted alike (the same instance and placement).
 #: the job-traced runs on one H200 whose jobs on SM partitions (five LLMs at 0.2 of the GPU, 3 x
 #: load, the three policies) refit v3s's H200 calibration's prefill stretch beside others and host
 #: times (``GpuCalibration.traces``; docs/fidelity-llm.md "The 1-GPU sets on one H200")
@@ -1732,6 +1733,8 @@ def apply_whole_gpu_fields(gen: Generation, out: dict) -> List[str]:
     out["decode_full_stretch"] = stretch
     if gen.whole_gpu_per_request:
         out["decode_full_request_s"] = per_request
+    else:  # fitted without it: none inherited from the parent's file stays
+        out.pop("decode_full_request_s", None)
     out["decode_host_full_s"] = round(host, 6)
     out["decode_host_mesh_s"] = round(out["decode_host_mesh_s"] + before - out["decode_host_full_s"], 6)
     starts = [s for r in runs for s in traced_full_prefill_starts(r)]

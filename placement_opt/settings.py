@@ -128,8 +128,9 @@ class LLMConfig:
       over the batch at the effective context of ``decode_attention_sms`` below;
       docs/fidelity-llm.md; 0: off, the table time plus the KV read as on every mesh).
     * ``decode_full_request_s``: such a step (on a whole GPU of a one-GPU mesh) lasts this many
-      seconds more per request it holds, beyond the stretch above: on an H200 the steps' excess
-      over their tables grows with the batch (1.04 x at 4-7 requests, 1.09 x at 32 for a
+      seconds more per request it holds, beside the stretch above (after the KV read where the
+      stretch is 0): on an H200 the steps' excess over their tables grows with the batch
+      (1.04-1.05 x at 1-7 requests, 1.09 x at 32 for a
       LLaMA-7B), which one factor fitted at one load cannot hold at another; fitted with the
       stretch on job traces at two loads (docs/fidelity-llm.md; 0: off).
     * ``decode_attention_sms``: on a whole GPU of a one-GPU mesh, a decode step of ``n``
@@ -236,7 +237,7 @@ class LLMConfig:
                                              "time, in place of the KV read (0: off)")
     decode_full_request_s: float = option(0.0, minimum=0,
                                           help="seconds a decode step on a whole GPU of a one-GPU mesh lasts more per "
-                                               "request it holds, beyond decode_full_stretch (0: off)")
+                                               "request it holds, beside decode_full_stretch (0: off)")
     decode_attention_sms: int = option(0, minimum=0,
                                        help="SMs a whole GPU's decode attention programs spread over: a decode step "
                                             "on a whole GPU of a one-GPU mesh is timed at mean + min(1, SMs / (KV "

@@ -46,8 +46,9 @@ a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.k
 exceed the profiled ones, which hold every request at the mean context); an LLM with a
 **decode stretch** (``MeshLLMs.decode_stretch``) instead has its steps last that factor times
 their table time (the engine's steps on a whole GPU exceed the profiled ones by a share,
-not by the KV bytes they read), and ``MeshLLMs.decode_request_s`` seconds more per request
-(their excess grows with the batch). **Effective context** (``MeshLLMs.decode_wave``): a decode
+not by the KV bytes they read). **Seconds per request** (``MeshLLMs.decode_request_s``): a
+decode step also lasts that much more per request it holds, after the stretch or the KV read
+(the engine's steps on a whole GPU exceed their tables more the larger their batch). **Effective context** (``MeshLLMs.decode_wave``): a decode
 step is read off its table at :func:`decode_context`, between its requests' mean and longest
 context, not at the mean. **Page-table fill**
 (``MeshLLMs.decode_block_host_s``): a decode step's launch holds the thread that many seconds

@@ -330,7 +330,8 @@ def test_the_held_out_h200_runs_were_predicted_with_the_calibration_the_report_u
     committed files stay as they were made). Every H200 run predicted before it ran with the H200
     calibration of its day (those; the 4-GPU seed 23; the 3 x load's seeds 19 and 20 and the 2-GPU
     seed 21; seed 14's llm-7b alone; the 2-GPU seed 13 and the 4-GPU seeds 14 and 15) measured a
-    total throughput within 5% of its committed prediction."""
+    total throughput within 5% of its committed prediction, and so did seed 24's temporal repeat
+    on fresh workers (``results-v3s-h200s24r``: the same instance and placement, the same line)."""
     script = load_benchmark("llm_fidelity")
     committed = []
     for name in ("v3s-h200-request", "v3s-h200-request-7b"):
@@ -342,7 +343,11 @@ def test_the_held_out_h200_runs_were_predicted_with_the_calibration_the_report_u
                  "v3s-h200g4s15"):
         with open(os.path.join(FIDELITY, "predictions", f"{name}.jsonl")) as f:
             committed += f.read().splitlines()
-    for line in map(json.loads, committed):
+    repeat = "results-v3s-h200s24r/h200s24-poisson-temporal"
+    [first] = [line for line in map(json.loads, committed)
+               if line["run"] == "results-v3s-h200s24/h200s24-poisson-temporal"]
+    assert script.prediction_lines([repeat]) == [json.dumps(dict(first, run=repeat))]
+    for line in [*map(json.loads, committed), dict(first, run=repeat)]:
         with open(os.path.join(FIDELITY, line["run"], "summary.json")) as f:
             summary = json.load(f)
         assert summary["tables_match_device"] is True and summary["tables_gpu"] == ["H200"]

@@ -13,7 +13,8 @@ host and contention fields ``benchmarks/llm_fidelity.py`` re-predicts the run wi
 * ``x table``: the median of that time over the job's table time at its SM share, batch and
   longest context (how much the co-running jobs slow it), by how many other jobs of its mesh
   ran beside it (time-weighted, rounded). The trace keeps no mean context, and the simulator
-  adds to the table a decode step's KV read and a prefill's collect time, so a job alone shows
+  adds to the table a decode step's KV read (on a whole GPU of a one-GPU mesh: its stretch and
+  seconds per request instead) and a prefill's collect time, so a job alone shows
   a little over 1 (an eager prefill's GPU time also holds its launch: its kernels come one by
   one from the host);
 
