@@ -54,12 +54,12 @@ ARCH = Architecture(layers=2, hidden=64, heads=4, kv_heads=2, vocab=97, ffn_rati
                     tied_embeddings=False, learned_positions=False, dtype="fp32")
 
 
-def _tp_rank_main(rank: int, port: int, out_dir: str, attention: str) -> None:
+def _tp_rank_main(rank: int, init_method: str, out_dir: str, attention: str) -> None:
     """One rank of a TP-2 decoder: prefill two prompts, three paged decode steps; saves logits."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
     torch.save(_run_decoder(ARCH, rank, 2, dist.group.WORLD, attention), os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
 
@@ -95,14 +95,12 @@ def _run_decoder(arch, tp_rank, tp, group, attention="gather"):
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
 def test_tp2_logits_equal_unsharded(tmp_path, attention):
-    import socket
-
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_tp_rank_main, args=(port, str(tmp_path), attention), nprocs=2, join=True)
+    # the ranks meet through a file of this test's own (no TCP port to pick: under pytest-xdist
+    # another test may be taking ports at the same moment)
+    init_method = f"file://{tmp_path / 'rendezvous'}"
+    mp.spawn(_tp_rank_main, args=(init_method, str(tmp_path), attention), nprocs=2, join=True)
     full = _run_decoder(ARCH, 0, 1, None, "gather")  # the unsharded reference, gather path
     for rank in range(2):
         sharded = torch.load(tmp_path / f"rank{rank}.pt")

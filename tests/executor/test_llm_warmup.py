@@ -22,7 +22,6 @@ time (``worker_info.*.warmup`` of the H100 runs) and that first trials are no lo
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import replace
 
 import pytest
@@ -152,13 +151,13 @@ def _served_tp1():
     return dict(_TP1)
 
 
-def _tp2_rank(rank: int, port: int, out_dir: str) -> None:
+def _tp2_rank(rank: int, init_method: str, out_dir: str) -> None:
     import torch.distributed as dist
 
     from placement_opt.executor.llm_engine import MeshEngine
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=2)
     groups = [(dist.new_group([0, 1]), dist.new_group([0, 1])) for _ in range(2)]
     engine = MeshEngine(_spec(tp=2, tp_rank=rank), CPU, groups)
     engine.warm_up()
@@ -171,10 +170,9 @@ def _tp2_rank(rank: int, port: int, out_dir: str) -> None:
 def test_tp2_ranks_warm_the_same_buckets_and_serve_the_tp1_tokens(tmp_path):
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_tp2_rank, args=(port, str(tmp_path)), nprocs=2, join=True)
+    # the ranks meet through a file of this test's own (no TCP port to pick: under pytest-xdist
+    # another test may be taking ports at the same moment)
+    mp.spawn(_tp2_rank, args=(f"file://{tmp_path / 'rendezvous'}", str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for got in ranks:
         assert got["cold"] == [] and got["warmup"]["prefill_buckets"] == 16

@@ -37,8 +37,20 @@ def placeopt(args: list[str], timeout: float = 30.0) -> subprocess.CompletedProc
 
 
 def start(args: list[str]) -> subprocess.Popen:
+    """``placeopt ARGS`` started with the caps, in a session of its own (see :func:`kill_all`)."""
     return subprocess.Popen([sys.executable, "-m", "placement_opt.cli.main", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_caps, cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_caps, cwd=ROOT, start_new_session=True)
+
+
+def kill_all(proc: subprocess.Popen) -> None:
+    """SIGKILL to a :func:`start`-ed process and to every process it started (its group): a
+    search's pool workers outlive a killed parent and would keep the cores busy for minutes,
+    failing the timed tests that run next (beside it, under pytest-xdist)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the process and its workers are gone
+        pass
+    proc.wait()
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str, status: int = 2) -> None:
@@ -276,7 +288,7 @@ def test_a_signal_after_2_s_stops_within_2_s(tmp_path, solver, sig):
     try:
         _, err = proc.communicate(timeout=10)
     finally:
-        proc.kill()
+        kill_all(proc)
     elapsed = time.perf_counter() - sent
     assert "Traceback" not in err
     assert elapsed < 4.0, elapsed  # 2 s, plus the final simulation on this loaded machine
