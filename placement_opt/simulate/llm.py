@@ -327,7 +327,7 @@ def decode_stretch(cfg: LLMConfig, share: float, tp: int) -> float:
 
 def decode_request_seconds(cfg: LLMConfig, share: float, tp: int) -> float:
     """The seconds a decode step of an LLM at SM ``share`` on a mesh of TP degree ``tp`` lasts
-    more per request it holds, beyond its table time and :func:`decode_stretch`:
+    more per request it holds, after its table time and :func:`decode_stretch` (or the KV read):
     ``llm.decode_full_request_s`` on a whole GPU of a one-GPU mesh, where it was measured with
     the stretch (the steps' excess there grows with the batch); 0 elsewhere."""
     return cfg.decode_full_request_s if on_whole_gpu(share, tp) else 0.0

@@ -48,7 +48,8 @@ exceed the profiled ones, which hold every request at the mean context); an LLM 
 their table time (the engine's steps on a whole GPU exceed the profiled ones by a share,
 not by the KV bytes they read). **Seconds per request** (``MeshLLMs.decode_request_s``): a
 decode step also lasts that much more per request it holds, after the stretch or the KV read
-(the engine's steps on a whole GPU exceed their tables more the larger their batch). **Effective context** (``MeshLLMs.decode_wave``): a decode
+(the engine's steps on a whole GPU exceed their tables more the larger their batch).
+**Effective context** (``MeshLLMs.decode_wave``): a decode
 step is read off its table at :func:`decode_context`, between its requests' mean and longest
 context, not at the mean. **Page-table fill**
 (``MeshLLMs.decode_block_host_s``): a decode step's launch holds the thread that many seconds
@@ -123,7 +124,7 @@ class MeshLLMs(NamedTuple):
     decode_block_host_s: np.ndarray = np.zeros(0)  # float64 host seconds of a decode launch per KV block held (page fill)
     # float64 factor on a decode step's table time, in place of the KV read (0 or empty: off)
     decode_stretch: np.ndarray = np.zeros(0)
-    # float64 seconds a decode step lasts more per request it holds, beyond the stretch (0 or empty: off)
+    # float64 seconds a decode step lasts more per request it holds, after the stretch or KV read (0 or empty: off)
     decode_request_s: np.ndarray = np.zeros(0)
     # float64 requests whose decode attention programs fit on the LLM's SMs at once
     # (:func:`decode_context`; 0 or empty: steps at their mean context)
