@@ -342,9 +342,9 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # before they ran, and so were -h200g4s27-7b and -h200g4s28-7b (predictions/v3s-h200-request-7b.jsonl);
 # results-v3s-h200s24r: seed 24's temporal placement again on fresh workers (its FCFS hand-off,
 # docs/fidelity-llm.md), predicted alike (the same instance and placement);
-# results-v3s-h200x3s20r: seed 20's 3 x load policy ablation again on a fresh machine (its mean
-# TTFT missed by -14% to -39%: the run or the model?), predicted and committed before it ran
-# (predictions/v3s-h200x3s20r.jsonl).
+# results-v3s-h200x3s20r and -h200x3s19r: seeds 20's and 19's 3 x load policy ablation again on a
+# fresh machine (their mean TTFT missed by -5% to -39%: the run or the model?), predicted and
+# committed before they ran (predictions/v3s-h200x3s20r.jsonl, v3s-h200x3s19r.jsonl).
 #: the job-traced runs on one H200 whose jobs on SM partitions (five LLMs at 0.2 of the GPU, 3 x
 #: load, the three policies) refit v3s's H200 calibration's prefill stretch beside others and host
 #: times (``GpuCalibration.traces``; docs/fidelity-llm.md "The 1-GPU sets on one H200")
@@ -423,7 +423,7 @@ GENERATIONS = {
                        "results-v3s-h200s21", *(f"results-v3s-h200g4s14-7b-g{i}" for i in range(4)),
                        "results-v3s-h200g4s23", "results-v3s-h200s24", "results-v3s-h200g4s25-7b",
                        "results-v3s-h200g4s26-7b", "results-v3s-h200g4s27-7b", "results-v3s-h200g4s28-7b",
-                       "results-v3s-h200s24r", "results-v3s-h200x3s20r"),
+                       "results-v3s-h200s24r", "results-v3s-h200x3s20r", "results-v3s-h200x3s19r"),
                       "tables-v3", "results-v3",
                       None, "calibration-v3s.json",
                       fit_tp=("results-v3s-gpu4", "gpu4-poisson-temporal"),
@@ -448,7 +448,8 @@ GENERATIONS = {
                                      ("results-v3s-h200g4s27-7b", "tables-gpu4-h200"),
                                      ("results-v3s-h200g4s28-7b", "tables-gpu4-h200"),
                                      ("results-v3s-h200s24r", "tables-h200"),
-                                     ("results-v3s-h200x3s20r", "tables-h200-g1")),
+                                     ("results-v3s-h200x3s20r", "tables-h200-g1"),
+                                     ("results-v3s-h200x3s19r", "tables-h200-g1")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
