@@ -332,7 +332,8 @@ def test_the_held_out_h200_runs_were_predicted_with_the_calibration_the_report_u
     seed 21; seed 14's llm-7b alone; the 2-GPU seed 13 and the 4-GPU seeds 14 and 15) measured a
     total throughput within 5% of its committed prediction, and so did seed 24's temporal repeat
     on fresh workers (``results-v3s-h200s24r``: the same instance and placement, the same line)
-    and seed 20's 3 x load again on a fresh machine (``results-v3s-h200x3s20r``, likewise)."""
+    and seeds 19 and 20's 3 x load again on a fresh machine (``results-v3s-h200x3s19r``,
+    ``-h200x3s20r``, likewise)."""
     script = load_benchmark("llm_fidelity")
     committed = []
     for name in ("v3s-h200-request", "v3s-h200-request-7b"):
@@ -348,7 +349,7 @@ def test_the_held_out_h200_runs_were_predicted_with_the_calibration_the_report_u
     [first] = [line for line in map(json.loads, committed)
                if line["run"] == "results-v3s-h200s24/h200s24-poisson-temporal"]
     assert script.prediction_lines([repeat]) == [json.dumps(dict(first, run=repeat))]
-    for line in [*map(json.loads, committed), dict(first, run=repeat), *_seed_20_again()]:
+    for line in [*map(json.loads, committed), dict(first, run=repeat), *_again(20), *_again(19)]:
         with open(os.path.join(FIDELITY, line["run"], "summary.json")) as f:
             summary = json.load(f)
         assert summary["tables_match_device"] is True and summary["tables_gpu"] == ["H200"]
@@ -356,37 +357,44 @@ def test_the_held_out_h200_runs_were_predicted_with_the_calibration_the_report_u
         assert abs(measured / line["throughput_rps"] - 1) < 0.05, line["run"]
 
 
-def _seed_20_again():
-    """The lines committed before seed 20's 3 x load policy ablation ran again on a fresh machine
-    (``predictions/v3s-h200x3s20r.jsonl``): those of its first run, renamed."""
-    with open(os.path.join(FIDELITY, "predictions", "v3s-h200x3s20r.jsonl")) as f:
+def _again(seed):
+    """The lines committed before seed 19's or 20's 3 x load policy ablation ran again on a fresh
+    machine (``predictions/v3s-h200x3s<seed>r.jsonl``): those of its first run, renamed."""
+    with open(os.path.join(FIDELITY, "predictions", f"v3s-h200x3s{seed}r.jsonl")) as f:
         again = [json.loads(line) for line in f.read().splitlines()]
     with open(os.path.join(FIDELITY, "predictions", "v3s-h200-traces.jsonl")) as f:
         first = {line["run"]: line for line in map(json.loads, f.read().splitlines())}
+    assert sorted(line["policy"] for line in again) == ["adbs", "fcfs", "round-robin"]
     for line in again:
-        assert dict(first[line["run"].replace("h200x3s20r", "h200x3s20", 1)], run=line["run"]) == line
+        assert dict(first[line["run"].replace(f"h200x3s{seed}r", f"h200x3s{seed}", 1)], run=line["run"]) == line
     return again
 
 
-def test_seed_20s_3x_load_again_repeats_its_fcfs_and_round_robin_ttft_misses_not_adbs():
-    """Seed 20's 3 x load policy ablation on one H200, run again on a fresh machine with the same
-    instance and prediction (docs/fidelity-llm.md "Seed 20's 3 x load again"): fcfs's and
-    round-robin's mean TTFT misses repeat within 2 points (the model's), adbs's moves by more
-    than 30 (the run's). ``--predict`` still gives the committed lines."""
+def test_the_3x_load_again_repeats_three_ttft_misses_and_not_seed_20s_adbs():
+    """Seeds 19 and 20's 3 x load policy ablation on one H200, run again on a fresh machine with
+    the same instances and predictions (docs/fidelity-llm.md "The 3 x load again"): seed 19's
+    adbs and seed 20's fcfs and round-robin repeat their mean TTFT misses (simulated long) within
+    4 points, the model's; seed 20's adbs moves by more than 30 points, the run's; seed 19's
+    fcfs and round-robin meet the 15% target in both runs. ``--predict`` still gives the
+    committed lines."""
     script = load_benchmark("llm_fidelity")
-    again = _seed_20_again()
-    assert script.prediction_lines([line["run"] for line in again]) == [json.dumps(line) for line in again]
     errors = {}
-    for line in again:
-        for folder in ("results-v3s-h200x3s20", "results-v3s-h200x3s20r"):
-            run = line["run"].replace("results-v3s-h200x3s20r", folder, 1)
-            with open(os.path.join(FIDELITY, run, "summary.json")) as f:
-                measured = json.load(f)["measured"]["ttft_mean_s"]
-            errors.setdefault(line["policy"], []).append(measured / line["ttft_mean_s"] - 1)
-    assert errors["fcfs"][0] < -0.35 and errors["fcfs"][1] < -0.35 and errors["round-robin"][1] < -0.1
+    for seed in (19, 20):
+        again = _again(seed)
+        assert script.prediction_lines([line["run"] for line in again]) == [json.dumps(line) for line in again]
+        for line in again:
+            for folder in (f"results-v3s-h200x3s{seed}", f"results-v3s-h200x3s{seed}r"):
+                run = line["run"].replace(f"results-v3s-h200x3s{seed}r", folder, 1)
+                with open(os.path.join(FIDELITY, run, "summary.json")) as f:
+                    measured = json.load(f)["measured"]["ttft_mean_s"]
+                errors.setdefault((seed, line["policy"]), []).append(measured / line["ttft_mean_s"] - 1)
+    for key in ((19, "adbs"), (20, "fcfs"), (20, "round-robin")):
+        first, repeat = errors[key]
+        assert first < -0.13 and repeat < -0.13 and abs(first - repeat) < 0.04, (key, errors[key])
+    first, repeat = errors[(20, "adbs")]
+    assert first < -0.2 and repeat > 0.1, errors[(20, "adbs")]
     for policy in ("fcfs", "round-robin"):
-        assert abs(errors[policy][0] - errors[policy][1]) < 0.02, errors
-    assert errors["adbs"][0] < -0.2 < 0.1 < errors["adbs"][1], errors
+        assert all(abs(e) < 0.15 for e in errors[(19, policy)]), errors[(19, policy)]
 
 
 def test_the_tables_gpu_label_is_read_from_a_cost_table_not_the_profilers_details(tmp_path):
