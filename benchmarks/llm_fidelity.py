@@ -342,9 +342,9 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # before they ran, and so were -h200g4s27-7b and -h200g4s28-7b (predictions/v3s-h200-request-7b.jsonl);
 # results-v3s-h200s24r: seed 24's temporal placement again on fresh workers (its FCFS hand-off,
 # docs/fidelity-llm.md), predicted alike (the same instance and placement);
-# results-v3s-h200x3s20r and -h200x3s19r: seeds 20's and 19's 3 x load policy ablation again on a
-# fresh machine (their mean TTFT missed by -5% to -39%: the run or the model?), predicted and
-# committed before they ran (predictions/v3s-h200x3s20r.jsonl, v3s-h200x3s19r.jsonl).
+# results-v3s-h200x3s20r and -h200x3s19r: seeds 20 and 19's 3 x load policy ablation again on a
+# fresh machine (their mean TTFT errors -5% to -39%, three beyond 15%: the run or the model?),
+# predicted and committed before they ran (predictions/v3s-h200x3s20r.jsonl, v3s-h200x3s19r.jsonl).
 #: the job-traced runs on one H200 whose jobs on SM partitions (five LLMs at 0.2 of the GPU, 3 x
 #: load, the three policies) refit v3s's H200 calibration's prefill stretch beside others and host
 #: times (``GpuCalibration.traces``; docs/fidelity-llm.md "The 1-GPU sets on one H200")

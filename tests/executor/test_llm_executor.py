@@ -184,6 +184,8 @@ def test_execute_tiny_llm_instance(tmp_path, placement, policy):
     readings = [h for v in probe.values() for h in v["decode_host_s"]]
     assert len(readings) == sum(len(g.models) for g in load_placement(placement).groups if g.models), probe
     assert all(h is None or isinstance(h, float) for h in readings) and any(isinstance(h, float) for h in readings), probe
+    # an LLM alone on its mesh has no next LLM's slot to run into
+    assert all(isinstance(h, float) for v in probe.values() if len(v["models"]) == 1 for h in v["decode_host_s"]), probe
     assert set(summary["simulated_with_probe"]) == set(simulated)
     assert summary["simulated_with_probe"]["requests"] == measured["requests"]
     # the trial's own steps read the same way where a mesh runs one job at a time (each LLM of

@@ -370,13 +370,13 @@ def _again(seed):
     return again
 
 
-def test_the_3x_load_again_repeats_three_ttft_misses_and_not_seed_20s_adbs():
+def test_the_3x_load_again_repeats_its_ttft_errors_but_seed_20s_adbs():
     """Seeds 19 and 20's 3 x load policy ablation on one H200, run again on a fresh machine with
     the same instances and predictions (docs/fidelity-llm.md "The 3 x load again"): seed 19's
-    adbs and seed 20's fcfs and round-robin repeat their mean TTFT misses (simulated long) within
-    4 points, the model's; seed 20's adbs moves by more than 30 points, the run's; seed 19's
-    fcfs and round-robin meet the 15% target in both runs. ``--predict`` still gives the
-    committed lines."""
+    adbs and seed 20's fcfs repeat their mean TTFT misses, seed 20's round-robin its error just
+    inside the 15% target, within 4 points and measured short (the model's); seed 20's adbs
+    misses the other way in the repeat (the run's); seed 19's fcfs and round-robin meet the
+    target in both runs. ``--predict`` still gives the committed lines."""
     script = load_benchmark("llm_fidelity")
     errors = {}
     for seed in (19, 20):
@@ -388,9 +388,9 @@ def test_the_3x_load_again_repeats_three_ttft_misses_and_not_seed_20s_adbs():
                 with open(os.path.join(FIDELITY, run, "summary.json")) as f:
                     measured = json.load(f)["measured"]["ttft_mean_s"]
                 errors.setdefault((seed, line["policy"]), []).append(measured / line["ttft_mean_s"] - 1)
-    for key in ((19, "adbs"), (20, "fcfs"), (20, "round-robin")):
+    for key, low, high in (((19, "adbs"), -1, -0.15), ((20, "fcfs"), -1, -0.15), ((20, "round-robin"), -0.15, -0.1)):
         first, repeat = errors[key]
-        assert first < -0.13 and repeat < -0.13 and abs(first - repeat) < 0.04, (key, errors[key])
+        assert low < first < high and low < repeat < high and abs(first - repeat) < 0.04, (key, errors[key])
     first, repeat = errors[(20, "adbs")]
     assert first < -0.2 and repeat > 0.1, errors[(20, "adbs")]
     for policy in ("fcfs", "round-robin"):
