@@ -77,10 +77,22 @@ def _solvers(family: str) -> list[str]:
 def _compiled_kernels(tmp_path_factory):
     """The limits are promised for an installed package whose Numba kernels are compiled: the
     first run after installing compiles them (once, cached on disk, about 10 s on this machine,
-    and not interruptible; docs/cli.md), which these bounds do not cover. Compile them first."""
+    and not interruptible; docs/cli.md), which these bounds do not cover. Compile them first,
+    with the limit the tests use: a search reaches some kernels only after a while, and a run
+    that spent its limit compiling the first ones never reached them (a fresh clone's suite once
+    compiled one inside the timed ``compare``: alpaserve 26 s for 1.5). So the solvers that
+    overran the limit by more than the tests' slack (that compiled something) run again, at most
+    five times, until none does."""
     tmp = tmp_path_factory.mktemp("compile")
+    limit = 1.5
     for family, make in (("dnn", _dnn_instance), ("llm", _llm_instance)):
-        placeopt(["compare", make(tmp), "--solvers", ",".join(_solvers(family)), "--time-limit", "0.5"], timeout=600)
+        instance, names = make(tmp), _solvers(family)
+        for _ in range(5):
+            proc, _, load = _timed(["compare", instance, "--solvers", ",".join(names), "--time-limit", str(limit),
+                                    "--json"], timeout=600)
+            names = [r["solver"] for r in json.loads(proc.stdout)["results"] if r["solve_s"] > limit + SLACK_S * load]
+            if not names:
+                break
 
 
 def _timed(args: list[str], timeout: float = 120.0):
