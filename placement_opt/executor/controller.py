@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import select
-import socket
 import time
 import zlib
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from placement_opt.simulate.flowshop import simulate_dnn
 from placement_opt.workload import Requests, SLOSpec
 from placement_opt.executor.dispatch import ADMISSION_MODES, Dispatcher
 from placement_opt.executor.records import TrialRecord, write_trial
+from placement_opt.executor.rendezvous import rendezvous
 from placement_opt.executor.topology import model_layer_range, rank_plans, tp_groups
 from placement_opt.executor.worker import ModelBuild, WorkerSpec, worker_main
 
@@ -70,12 +70,6 @@ class ExecutorConfig:
         if self.backend not in BACKENDS:
             raise InputError(f"unknown backend {self.backend!r} (known: nccl, gloo)", "--backend")
         return self.backend
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def model_seed(instance_seed: int, name: str) -> int:
@@ -133,14 +127,13 @@ def check_executable(instance: Instance, placement: Placement, backend: str,
             raise InputError(f"the placement uses device {max(used)} but this host has {have} GPUs", "groups")
 
 
-def _worker_specs(instance: Instance, placement: Placement, backend: str, config: ExecutorConfig
-                  ) -> List[WorkerSpec]:
-    """What every worker process builds and how it joins the others, in rank order."""
+def _worker_specs(instance: Instance, placement: Placement, backend: str, config: ExecutorConfig,
+                  init: str) -> List[WorkerSpec]:
+    """What every worker process builds and how it joins the others (through ``init``), in rank order."""
     groups = placement.groups
     layers_of = {m.name: m.architecture.layers for m in instance.models if m.architecture is not None}
     plans = rank_plans(groups, layers_of)
     subgroups = tuple(tp_groups(plans))
-    init = f"tcp://127.0.0.1:{_free_port()}"
     specs: List[WorkerSpec] = []
     for p in plans:
         grp = groups[p.group]
@@ -366,49 +359,50 @@ def execute(instance: Instance, placement: Placement, out_dir: str, config: Exec
     backend = config.resolved_backend()
     check_executable(instance, placement, backend, config)
     trials = _trial_instances(instance, slo_scales)
-    specs = _worker_specs(instance, placement, backend, config)
-    os.makedirs(out_dir, exist_ok=True)
-    started = time.monotonic()
-    workers = _Workers(specs)
-    log(f"started {len(specs)} workers ({backend}), pids {' '.join(map(str, workers.pids))}")
-    summaries = []
-    current = None
-    try:
-        while len(workers.ready) < len(specs):
-            workers.poll(0.1, lambda *a: None)
-            workers.check()
-            if time.monotonic() - started > config.start_timeout_s:
-                missing = sorted(set(range(len(specs))) - set(workers.ready))
-                raise ExecutorError(f"workers {missing} not ready after {config.start_timeout_s:g} s")
-        startup = time.monotonic() - started
-        log(f"workers ready after {startup:.1f} s")
-        for k, (name, inst) in enumerate(trials):
-            requests = _trial_requests(inst, config.duration_s)
-            current = _Trial(name, inst, placement, requests, workers, config)
-            log(f"trial {name}: replaying {len(requests)} requests over {requests.duration_s:g} s")
-            current.run(k)
-            summaries.append(_save(current, out_dir, len(trials) > 1, backend, "complete", startup))
-            s = summaries[-1]
-            log(f"trial {name}: attainment measured {s['measured']['slo_attainment']:.4f} simulated "
-                f"{s['simulated']['slo_attainment']:.4f}; {s['late']} admitted requests were late")
-            current = None
-            if k + 1 < len(trials):
-                time.sleep(config.pause_s)
-        workers.stop(timeout=30.0)
-    except (ExecutorError, KeyboardInterrupt) as e:
-        workers.kill()
-        if current is not None:
-            reason = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
-            summaries.append(_save(current, out_dir, len(trials) > 1, backend, reason, None))
+    with rendezvous() as init:
+        specs = _worker_specs(instance, placement, backend, config, init)
+        os.makedirs(out_dir, exist_ok=True)
+        started = time.monotonic()
+        workers = _Workers(specs)
+        log(f"started {len(specs)} workers ({backend}), pids {' '.join(map(str, workers.pids))}")
+        summaries = []
+        current = None
+        try:
+            while len(workers.ready) < len(specs):
+                workers.poll(0.1, lambda *a: None)
+                workers.check()
+                if time.monotonic() - started > config.start_timeout_s:
+                    missing = sorted(set(range(len(specs))) - set(workers.ready))
+                    raise ExecutorError(f"workers {missing} not ready after {config.start_timeout_s:g} s")
+            startup = time.monotonic() - started
+            log(f"workers ready after {startup:.1f} s")
+            for k, (name, inst) in enumerate(trials):
+                requests = _trial_requests(inst, config.duration_s)
+                current = _Trial(name, inst, placement, requests, workers, config)
+                log(f"trial {name}: replaying {len(requests)} requests over {requests.duration_s:g} s")
+                current.run(k)
+                summaries.append(_save(current, out_dir, len(trials) > 1, backend, "complete", startup))
+                s = summaries[-1]
+                log(f"trial {name}: attainment measured {s['measured']['slo_attainment']:.4f} simulated "
+                    f"{s['simulated']['slo_attainment']:.4f}; {s['late']} admitted requests were late")
+                current = None
+                if k + 1 < len(trials):
+                    time.sleep(config.pause_s)
+            workers.stop(timeout=30.0)
+        except (ExecutorError, KeyboardInterrupt) as e:
+            workers.kill()
+            if current is not None:
+                reason = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
+                summaries.append(_save(current, out_dir, len(trials) > 1, backend, reason, None))
+            _write_index(out_dir, summaries)
+            if isinstance(e, ExecutorError):
+                raise ExecutorError(f"{e}; partial results saved in {out_dir}") from None
+            raise
+        except BaseException:
+            workers.kill()
+            raise
         _write_index(out_dir, summaries)
-        if isinstance(e, ExecutorError):
-            raise ExecutorError(f"{e}; partial results saved in {out_dir}") from None
-        raise
-    except BaseException:
-        workers.kill()
-        raise
-    _write_index(out_dir, summaries)
-    return summaries
+        return summaries
 
 
 def _save(trial: _Trial, out_dir: str, per_trial_dir: bool, backend: str, status: str,

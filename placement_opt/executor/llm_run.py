@@ -56,13 +56,14 @@ from placement_opt.settings import POLICIES
 from placement_opt.simulate import llm as simllm
 from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests, MeshSettings
 from placement_opt.workload import Requests
-from placement_opt.executor.controller import ExecutorConfig, ExecutorError, _free_port, host_memory_bytes, model_seed
+from placement_opt.executor.controller import ExecutorConfig, ExecutorError, host_memory_bytes, model_seed
 from placement_opt.executor.llm_engine import EngineSpec, LLMBuild
 from placement_opt.executor.llm_probe import decode_host_seconds, probe_requests, trial_decode_host
 from placement_opt.executor.llm_sched import VirtualJobs, run_virtual
 from placement_opt.executor.llm_trace import JOB_COLUMNS
 from placement_opt.llm_units import page_units, pages_per_block
 from placement_opt.executor.llm_worker import OP_CHANNELS, LLMWorkerSpec, MeshWork, llm_worker_main
+from placement_opt.executor.rendezvous import rendezvous
 
 KIB = 1024
 
@@ -194,8 +195,9 @@ def _job_bounds(req: MeshRequests, k: int, max_batch: int) -> Dict[str, int]:
 
 
 def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config: ExecutorConfig,
-                 max_batch: int) -> List[LLMWorkerSpec]:
-    """One spec per process, meshes in group order, TP rank order within a mesh."""
+                 max_batch: int, init: str) -> List[LLMWorkerSpec]:
+    """One spec per process, meshes in group order, TP rank order within a mesh; all join one
+    process group through ``init`` (:func:`placement_opt.executor.rendezvous.rendezvous`)."""
     if config.op_channel not in OP_CHANNELS:
         raise InputError(f"unknown operation channel {config.op_channel!r} (known: {', '.join(OP_CHANNELS)})",
                          "op_channel")
@@ -203,7 +205,6 @@ def worker_specs(instance: Instance, plans: List[MeshPlan], backend: str, config
     for p in plans:
         meshes.append(tuple(range(rank, rank + len(p.devices))))
         rank += len(p.devices)
-    init = f"tcp://127.0.0.1:{_free_port()}"
     out = []
     for p, ranks in zip(plans, meshes):
         builds = tuple(LLMBuild(name=s.name, architecture=_arch(instance, s), seed=model_seed(instance.seed, s.name),
@@ -589,62 +590,63 @@ def execute_llm(instance: Instance, placement: Placement, out_dir: str, config: 
     trials = [(policy, plan_meshes(instance, placement, req, pools, policy)) for policy in chosen]
     cfg = effective_llm_config(instance, placement_rules(placement))
     max_batch = engine_max_batch(cfg, [len(p.requests) for p in trials[0][1]])
-    specs = worker_specs(instance, trials[0][1], backend, config, max_batch)
-    os.makedirs(out_dir, exist_ok=True)
-    run = _Run(specs, config)
-    log(f"started {len(specs)} LLM workers ({backend}), pids {' '.join(str(p.pid) for p in run.procs)}")
-    summaries: List[dict] = []
-    startup: Optional[float] = None
-    probe: Optional[Dict[int, dict]] = None
-    in_flight: Optional[int] = None  # the trial replaying (not the probe, not between trials or after the last)
-    where = out_dir
-    began = 0.0  # the trial in flight's replay start (Unix seconds)
-    try:
-        startup = run.wait_ready()
-        log(f"workers ready after {startup:.1f} s ({_warmup_line(run.ready)})")
-        hardware = tables_device(instance, run.ready)
-        if hardware["tables_match_device"] is False:
-            log(f"warning: the cost tables were measured on {', '.join(hardware['tables_gpu'])}, the workers run on "
-                f"{', '.join(hardware['device_names'])}: the simulated figures predict another GPU")
-        if config.host_probe:
-            probe_plans, n_probe, span = host_probe_plans(trials[0][1], cfg, max_batch)
-            run.begin(probe_plans, n_probe)
-            run.serve("host probe", span)
-            probe = measure_host(run, probe_plans, cfg, max_batch)
-            log(_host_line("host probe", probe))
-            run.plans = []
-        for i, (policy, plans) in enumerate(trials):
-            where = os.path.join(out_dir, policy) if len(trials) > 1 else out_dir
-            began = time.time()
-            in_flight = i
-            run.begin(plans, len(req))
-            log(f"policy {policy}: replaying {len(req)} requests over {req.duration_s:g} s")
-            run.serve(f"execute {policy}", req.duration_s)
-            summaries.append(_save(_Trial(instance, placement, req, plans, pools, policy, probe,
-                                          (began, time.time())), run, backend, "complete", startup, where))
-            in_flight = None
-            log(f"policy {policy}: throughput measured {summaries[-1]['measured']['throughput_rps']:.3f} req/s, "
-                f"simulated {summaries[-1]['simulated']['throughput_rps']:.3f}")
-            if "host_in_run" in summaries[-1]:
-                log(_host_line(f"policy {policy}: the trial's own", {int(g): v for g, v in
-                                                                     summaries[-1]["host_in_run"].items()}))
-        run.stop(30.0)
-    except (ExecutorError, KeyboardInterrupt) as e:
-        run.kill()
-        status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
-        if in_flight is not None:  # the trial cut short (a failed probe measured nothing of the trials; a
-            # stop after the last trial keeps every trial as saved)
-            summaries.append(_save(_Trial(instance, placement, req, run.plans, pools, trials[in_flight][0], probe,
-                                          (began, time.time())), run, backend, status, startup, where))
+    with rendezvous() as init:
+        specs = worker_specs(instance, trials[0][1], backend, config, max_batch, init)
+        os.makedirs(out_dir, exist_ok=True)
+        run = _Run(specs, config)
+        log(f"started {len(specs)} LLM workers ({backend}), pids {' '.join(str(p.pid) for p in run.procs)}")
+        summaries: List[dict] = []
+        startup: Optional[float] = None
+        probe: Optional[Dict[int, dict]] = None
+        in_flight: Optional[int] = None  # the trial replaying (not the probe, not between trials or after the last)
+        where = out_dir
+        began = 0.0  # the trial in flight's replay start (Unix seconds)
+        try:
+            startup = run.wait_ready()
+            log(f"workers ready after {startup:.1f} s ({_warmup_line(run.ready)})")
+            hardware = tables_device(instance, run.ready)
+            if hardware["tables_match_device"] is False:
+                log(f"warning: the cost tables were measured on {', '.join(hardware['tables_gpu'])}, the workers run on "
+                    f"{', '.join(hardware['device_names'])}: the simulated figures predict another GPU")
+            if config.host_probe:
+                probe_plans, n_probe, span = host_probe_plans(trials[0][1], cfg, max_batch)
+                run.begin(probe_plans, n_probe)
+                run.serve("host probe", span)
+                probe = measure_host(run, probe_plans, cfg, max_batch)
+                log(_host_line("host probe", probe))
+                run.plans = []
+            for i, (policy, plans) in enumerate(trials):
+                where = os.path.join(out_dir, policy) if len(trials) > 1 else out_dir
+                began = time.time()
+                in_flight = i
+                run.begin(plans, len(req))
+                log(f"policy {policy}: replaying {len(req)} requests over {req.duration_s:g} s")
+                run.serve(f"execute {policy}", req.duration_s)
+                summaries.append(_save(_Trial(instance, placement, req, plans, pools, policy, probe,
+                                              (began, time.time())), run, backend, "complete", startup, where))
+                in_flight = None
+                log(f"policy {policy}: throughput measured {summaries[-1]['measured']['throughput_rps']:.3f} req/s, "
+                    f"simulated {summaries[-1]['simulated']['throughput_rps']:.3f}")
+                if "host_in_run" in summaries[-1]:
+                    log(_host_line(f"policy {policy}: the trial's own", {int(g): v for g, v in
+                                                                         summaries[-1]["host_in_run"].items()}))
+            run.stop(30.0)
+        except (ExecutorError, KeyboardInterrupt) as e:
+            run.kill()
+            status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {e}"
+            if in_flight is not None:  # the trial cut short (a failed probe measured nothing of the trials; a
+                # stop after the last trial keeps every trial as saved)
+                summaries.append(_save(_Trial(instance, placement, req, run.plans, pools, trials[in_flight][0], probe,
+                                              (began, time.time())), run, backend, status, startup, where))
+            _write_index(out_dir, summaries)
+            if isinstance(e, ExecutorError):
+                raise ExecutorError(f"{e}; partial results saved in {out_dir}") from None
+            raise
+        except BaseException:
+            run.kill()
+            raise
         _write_index(out_dir, summaries)
-        if isinstance(e, ExecutorError):
-            raise ExecutorError(f"{e}; partial results saved in {out_dir}") from None
-        raise
-    except BaseException:
-        run.kill()
-        raise
-    _write_index(out_dir, summaries)
-    return summaries
+        return summaries
 
 
 #: a GPU model in a name or label: a capital and two or three digits standing alone (H100, A100, L40)

@@ -164,33 +164,34 @@ def run_tp_processes(measure: Callable[..., Any], arch: Architecture, tp: int, s
     ExecutorError when it fails, dies or says nothing within ``settings.timeout_s``."""
     import torch.multiprocessing as mp
 
-    from placement_opt.executor.controller import ExecutorError, _free_port
+    from placement_opt.executor.controller import ExecutorError
+    from placement_opt.executor.rendezvous import rendezvous
 
     ctx = mp.get_context("spawn")
-    init = f"tcp://127.0.0.1:{_free_port()}"
-    recv, send = ctx.Pipe(duplex=False)
-    procs = [ctx.Process(target=measure, args=(r, tp, arch, settings, init, send), daemon=True) for r in range(tp)]
-    for p in procs:
-        p.start()
-    send.close()
-    try:
-        if not recv.poll(settings.timeout_s):
-            raise ExecutorError(f"profiling tp={tp} gave no result within {settings.timeout_s:g} s")
-        status, data = recv.recv()
-        if status != "ok":
-            raise ExecutorError(f"profiling tp={tp} failed: {data.strip().splitlines()[-1]}")
+    with rendezvous() as init:
+        recv, send = ctx.Pipe(duplex=False)
+        procs = [ctx.Process(target=measure, args=(r, tp, arch, settings, init, send), daemon=True) for r in range(tp)]
         for p in procs:
-            p.join(60)
-        return data
-    except EOFError:
-        raise ExecutorError(f"profiling tp={tp}: a process died (exit codes "
-                            f"{[p.exitcode for p in procs]})") from None
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-            p.join(5)
-        recv.close()
+            p.start()
+        send.close()
+        try:
+            if not recv.poll(settings.timeout_s):
+                raise ExecutorError(f"profiling tp={tp} gave no result within {settings.timeout_s:g} s")
+            status, data = recv.recv()
+            if status != "ok":
+                raise ExecutorError(f"profiling tp={tp} failed: {data.strip().splitlines()[-1]}")
+            for p in procs:
+                p.join(60)
+            return data
+        except EOFError:
+            raise ExecutorError(f"profiling tp={tp}: a process died (exit codes "
+                                f"{[p.exitcode for p in procs]})") from None
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                p.join(5)
+            recv.close()
 
 
 def profile_architecture(name: str, arch: Architecture, settings: ProfileSettings) -> tuple[Profile, dict]:

@@ -48,36 +48,36 @@ def sharded_forward(arch: Architecture, pp: int, tp: int, backend: str = "gloo",
     """Output of one request through ``pp`` stages of ``tp`` processes (devices 0..pp*tp-1)."""
     import torch.multiprocessing as mp
 
-    from placement_opt.executor.controller import _free_port
+    from placement_opt.executor.rendezvous import rendezvous
 
     group = Group(devices=tuple(range(pp * tp)), pp=pp, tp=tp, models=("model",))
     plans = rank_plans([group], {"model": arch.layers})
-    init = f"tcp://127.0.0.1:{_free_port()}"
-    ctx = mp.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    procs = []
-    for p in plans:
-        build = ModelBuild(index=0, name="model", architecture=arch,
-                           layer_range=model_layer_range(group, p.stage, arch.layers), seed=seed)
-        spec = WorkerSpec(plan=p, world_size=len(plans), backend=backend, init_method=init,
-                          tp_groups=tuple(tp_groups(plans)), models=(build,), warmup=0, cpu_threads=1,
-                          timeout_s=timeout_s)
-        procs.append(ctx.Process(target=_check_main, args=(spec, send), daemon=True))
-    for proc in procs:
-        proc.start()
-    send.close()
-    finished = False
-    try:
-        output = _collect(recv, procs, timeout_s)
-        finished = True
-        return output
-    finally:
-        for proc in procs:  # after a failure the other ranks wait on it: stop them at once
-            proc.join(10 if finished else 0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5)
-        recv.close()
+    with rendezvous() as init:
+        ctx = mp.get_context("spawn")
+        recv, send = ctx.Pipe(duplex=False)
+        procs = []
+        for p in plans:
+            build = ModelBuild(index=0, name="model", architecture=arch,
+                               layer_range=model_layer_range(group, p.stage, arch.layers), seed=seed)
+            spec = WorkerSpec(plan=p, world_size=len(plans), backend=backend, init_method=init,
+                              tp_groups=tuple(tp_groups(plans)), models=(build,), warmup=0, cpu_threads=1,
+                              timeout_s=timeout_s)
+            procs.append(ctx.Process(target=_check_main, args=(spec, send), daemon=True))
+        for proc in procs:
+            proc.start()
+        send.close()
+        finished = False
+        try:
+            output = _collect(recv, procs, timeout_s)
+            finished = True
+            return output
+        finally:
+            for proc in procs:  # after a failure the other ranks wait on it: stop them at once
+                proc.join(10 if finished else 0)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(5)
+            recv.close()
 
 
 def _collect(recv: Connection, procs: Sequence[Any], timeout_s: float) -> np.ndarray:

@@ -31,6 +31,9 @@ from hostile.test_hostile_cli import ROOT, llm_instance, placeopt, start
 #: on these instances), writing the output and start-up noise (stretched by :func:`_load`)
 SLACK_S = 1.5
 
+#: the per-solver limit of the timed ``compare`` (and of its warm-up, which must compile what it reaches)
+COMPARE_LIMIT_S = 1.5
+
 
 def _children_cpu_s() -> float:
     """CPU seconds (user + system) of this process's finished, waited-for children so far."""
@@ -84,7 +87,7 @@ def _compiled_kernels(tmp_path_factory):
     overran the limit by more than the tests' slack (that compiled something) run again, at most
     five times, until none does."""
     tmp = tmp_path_factory.mktemp("compile")
-    limit = 1.5
+    limit = COMPARE_LIMIT_S
     for family, make in (("dnn", _dnn_instance), ("llm", _llm_instance)):
         instance, names = make(tmp), _solvers(family)
         for _ in range(5):
@@ -124,7 +127,7 @@ def test_compare_keeps_the_limit_for_every_solver_and_exits_3(tmp_path, family, 
     per-solver limit plus the slack; a solver stopped by the limit is marked in its row and
     the command exits 3 (was 0)."""
     names = _solvers(family)
-    limit = 1.5
+    limit = COMPARE_LIMIT_S
     proc, wall, load = _timed(["compare", make(tmp_path), "--solvers", ",".join(names), "--time-limit", str(limit),
                          "--json"])
     assert "Traceback" not in proc.stderr
