@@ -155,7 +155,9 @@ class GpuCalibration:
 
     gpu: str  # the GPU's model, as its cost tables' ``gpu`` label names it (``H200``)
     calibration: str  # its calibration file (relative to benchmarks/fidelity/llm)
-    engine: str  # engine_bench.py output of the five LLMs at share 0.2: its round fits contention_hbm_gbps
+    # engine_bench.py outputs of the five LLMs at share 0.2 (batches and contexts): their rounds fit
+    # contention_hbm_gbps
+    engines: Tuple[str, ...]
     rounds: Tuple[str, ...]  # more engine_bench.py outputs: with ``engine``'s, their rounds fit the cap
     traces: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its SM-partition job fields
     whole_gpu: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its whole-GPU decode step
@@ -345,6 +347,13 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # results-v3s-h200x3s20r and -h200x3s19r: seeds 20 and 19's 3 x load policy ablation again on a
 # fresh machine (their mean TTFT errors -5% to -39%, three beyond 15%: the run or the model?),
 # predicted and committed before they ran (predictions/v3s-h200x3s20r.jsonl, v3s-h200x3s19r.jsonl).
+#: the five LLMs' decode rounds at share 0.2 on one H200 (``engine_bench.py --mechanisms green``) that fit
+#: its ``contention_hbm_gbps``: batch 8 at context 512 (the first, 2026-11-26), and batches 16 and 32
+#: at 512 and 16 at 1024, measured after the 3 x load's runs (the b8 fit over-stretched them by 2-12%:
+#: RMS log error 0.053 over the four, 0.031 refitted; docs/fidelity-llm.md "The contention rounds at
+#: larger batches")
+H200_FIVE_LLM_ROUNDS = ("engine-h200/engine-b8.json", "engine-h200/engine-b16-c512.json",
+                        "engine-h200/engine-b32-c512.json", "engine-h200/engine-b16-c1024.json")
 #: the job-traced runs on one H200 whose jobs on SM partitions (five LLMs at 0.2 of the GPU, 3 x
 #: load, the three policies) refit v3s's H200 calibration's prefill stretch beside others and host
 #: times (``GpuCalibration.traces``; docs/fidelity-llm.md "The 1-GPU sets on one H200")
@@ -451,7 +460,7 @@ GENERATIONS = {
                                      ("results-v3s-h200x3s20r", "tables-h200-g1"),
                                      ("results-v3s-h200x3s19r", "tables-h200-g1")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
-                      gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", "engine-h200/engine-b8.json",
+                      gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", H200_FIVE_LLM_ROUNDS,
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
                                            H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True),)),
 }
@@ -984,12 +993,13 @@ def replay_round(hbm_gbps: float, per_llm: List[dict], cap_gbps: float = 0.0) ->
     return [float(e - s) for e, s in zip(end, start)]  # type: ignore[operator]
 
 
-def fit_hbm(per_llm: List[dict]) -> Tuple[float, float]:
+def fit_hbm(rounds: List[List[dict]]) -> Tuple[float, float]:
     """The ``contention_hbm_gbps`` (50 GB/s grid) whose replay best fits the measured times
-    together (least squares on log times); returns it and the RMS log error."""
+    together over every round of ``rounds`` (least squares on log times); returns it and the RMS
+    log error."""
     best = (0.0, math.inf)
     for hbm in np.arange(500.0, 10000.0, 50.0):
-        rms = replay_rms(float(hbm), [per_llm], 0.0)
+        rms = replay_rms(float(hbm), rounds, 0.0)
         if rms < best[1]:
             best = (float(hbm), rms)
     return best
@@ -1005,13 +1015,14 @@ def engine_rounds(paths: Tuple[str, ...]) -> List[List[dict]]:
     return rounds
 
 
-def fit_contention(per: List[dict], round_paths: Tuple[str, ...]) -> Tuple[float, float, float, float, List[List[dict]]]:
-    """The contention model fitted on engine rounds: ``contention_hbm_gbps`` on the five-LLM round
-    ``per`` (:func:`fit_hbm`) and ``contention_hbm_cap_gbps`` at it on ``per`` and the rounds of
+def fit_contention(five: List[List[dict]], round_paths: Tuple[str, ...]
+                   ) -> Tuple[float, float, float, float, List[List[dict]]]:
+    """The contention model fitted on engine rounds: ``contention_hbm_gbps`` on the five-LLM rounds
+    ``five`` (:func:`fit_hbm`) and ``contention_hbm_cap_gbps`` at it on ``five`` and the rounds of
     ``round_paths`` (:func:`fit_hbm_cap`; none: no cap); returns both with their RMS log errors and
     the rounds."""
-    hbm, rms = fit_hbm(per)
-    rounds = [per] + engine_rounds(round_paths)
+    hbm, rms = fit_hbm(five)
+    rounds = five + engine_rounds(round_paths)
     cap, cap_rms = fit_hbm_cap(hbm, rounds) if round_paths else (0.0, math.nan)
     return hbm, rms, cap, cap_rms, rounds
 
@@ -2107,19 +2118,18 @@ def derived_calibration(gen: Generation) -> dict:
 
 def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     """``gen``'s calibration for its runs on ``gpu.gpu``: its file's fields with
-    ``contention_hbm_gbps`` fitted on ``gpu.engine``'s green-context round and
-    ``contention_hbm_cap_gbps`` on that round and ``gpu.rounds``' (:func:`fit_hbm`,
+    ``contention_hbm_gbps`` fitted on ``gpu.engines``' green-context rounds and
+    ``contention_hbm_cap_gbps`` on those and ``gpu.rounds``' (:func:`fit_hbm`,
     :func:`fit_hbm_cap`, as :func:`calibrate` fits a root generation's) and, with ``gpu.traces``,
     the SM-partition job fields fitted on their job traces (:func:`apply_gpu_trace_fields`), with
     ``gpu.whole_gpu`` the whole-GPU decode step on theirs (:func:`apply_whole_gpu_fields`)."""
     with open(os.path.join(LLM, gen.calibration)) as f:
         out = json.load(f)
-    [per] = engine_rounds((gpu.engine,))
-    hbm, rms, cap, cap_rms, rounds = fit_contention(per, gpu.rounds)
+    hbm, rms, cap, cap_rms, rounds = fit_contention(engine_rounds(gpu.engines), gpu.rounds)
     before = replay_rms(out["contention_hbm_gbps"], rounds, out["contention_hbm_cap_gbps"])
     out["contention_hbm_gbps"], out["contention_hbm_cap_gbps"] = hbm, cap
-    out["fit"]["gpu"] = (f"{gpu.gpu}: contention_hbm_gbps on {gpu.engine} (RMS log error {rms:.4f}), "
-                         f"contention_hbm_cap_gbps on {len(rounds)} green-context rounds ({gpu.engine}, "
+    out["fit"]["gpu"] = (f"{gpu.gpu}: contention_hbm_gbps on {', '.join(gpu.engines)} (RMS log error {rms:.4f}), "
+                         f"contention_hbm_cap_gbps on {len(rounds)} green-context rounds ({', '.join(gpu.engines)}, "
                          f"{', '.join(gpu.rounds)}; RMS log error {cap_rms:.4f}, {before:.4f} with "
                          f"{gen.calibration}'s); every other field {gen.calibration}'s"
                          f"{' but those below (gpu_traces, whole_gpu_fit)' if gpu.traces or gpu.whole_gpu else ''}")
@@ -2192,7 +2202,7 @@ def _calibrate(gen: Generation) -> dict:
     with open(os.path.join(LLM, gen.engine, "engine.json")) as f:
         engine = json.load(f)
     per = next(r for r in engine["runs"] if r["mechanism"] == "green-contexts")["per_llm"]
-    hbm, rms, cap, cap_rms, rounds = fit_contention(per, gen.contention_rounds)
+    hbm, rms, cap, cap_rms, rounds = fit_contention([per], gen.contention_rounds)
     floor = round(statistics.median((p["launch_us"] + p["finish_us"]) for p in per) / 1e6, 4)
     ratios = _host_ratios(engine)
     folder, name = gen.fit
