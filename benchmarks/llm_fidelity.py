@@ -158,7 +158,7 @@ class GpuCalibration:
     # engine_bench.py outputs of the five LLMs at share 0.2 (batches and contexts): their rounds fit
     # contention_hbm_gbps
     engines: Tuple[str, ...]
-    rounds: Tuple[str, ...]  # more engine_bench.py outputs: with ``engine``'s, their rounds fit the cap
+    rounds: Tuple[str, ...]  # more engine_bench.py outputs: with ``engines``', their rounds fit the cap
     traces: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its SM-partition job fields
     whole_gpu: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its whole-GPU decode step
     # with ``whole_gpu``: fit the step's seconds per request too (``Generation.whole_gpu_per_request``)
@@ -997,11 +997,14 @@ def fit_hbm(rounds: List[List[dict]]) -> Tuple[float, float]:
     """The ``contention_hbm_gbps`` (50 GB/s grid) whose replay best fits the measured times
     together over every round of ``rounds`` (least squares on log times); returns it and the RMS
     log error."""
+    grid = np.arange(500.0, 10000.0, 50.0)
     best = (0.0, math.inf)
-    for hbm in np.arange(500.0, 10000.0, 50.0):
+    for hbm in grid:
         rms = replay_rms(float(hbm), rounds, 0.0)
         if rms < best[1]:
             best = (float(hbm), rms)
+    if best[0] in (grid[0], grid[-1]):
+        raise ValueError(f"contention_hbm_gbps fitted at the edge of its grid ({best[0]:g} GB/s): widen the grid")
     return best
 
 
@@ -2125,7 +2128,11 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     ``gpu.whole_gpu`` the whole-GPU decode step on theirs (:func:`apply_whole_gpu_fields`)."""
     with open(os.path.join(LLM, gen.calibration)) as f:
         out = json.load(f)
-    hbm, rms, cap, cap_rms, rounds = fit_contention(engine_rounds(gpu.engines), gpu.rounds)
+    five = engine_rounds(gpu.engines)
+    if len(five) != len(gpu.engines):
+        raise ValueError(f"{gpu.gpu}: one green-context round per five-LLM file wanted, got {len(five)} "
+                         f"in {len(gpu.engines)}")
+    hbm, rms, cap, cap_rms, rounds = fit_contention(five, gpu.rounds)
     before = replay_rms(out["contention_hbm_gbps"], rounds, out["contention_hbm_cap_gbps"])
     out["contention_hbm_gbps"], out["contention_hbm_cap_gbps"] = hbm, cap
     out["fit"]["gpu"] = (f"{gpu.gpu}: contention_hbm_gbps on {', '.join(gpu.engines)} (RMS log error {rms:.4f}), "

@@ -46,11 +46,16 @@ def test_two_gloo_ranks_meet_through_it():
     ctx = torch_mp.get_context("spawn")
     out = ctx.Queue()
     with rendezvous() as init:
-        procs = [ctx.Process(target=_all_reduce, args=(r, init, out)) for r in range(2)]
+        procs = [ctx.Process(target=_all_reduce, args=(r, init, out), daemon=True) for r in range(2)]
         for p in procs:
             p.start()
-        got = sorted(out.get(timeout=120) for _ in procs)
-        for p in procs:
-            p.join(30)
+        try:
+            got = sorted(out.get(timeout=120) for _ in procs)
+        finally:  # a rank that never met the other waits in init_process_group: stop it
+            for p in procs:
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
+                    p.join(5)
     assert got == [(0, 3.0), (1, 3.0)]
     assert all(p.exitcode == 0 for p in procs)
