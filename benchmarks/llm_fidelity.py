@@ -721,6 +721,46 @@ def engine_lines(results: str) -> List[str]:
     return lines
 
 
+#: per GPU, the cost tables its LLMs at share 0.2 were profiled into and the five-LLM engine rounds
+#: measured there (:func:`alone_over_table`)
+ALONE_ROUNDS = (("H100", "tables-v3", ("engine-v3p/engine-b8.json", "engine-v3p/engine-b32.json")),
+                ("H200", "tables-h200-g1", None))  # None: the H200 calibration's five-LLM rounds
+
+
+def alone_over_table(tables: str, rounds: Tuple[str, ...]) -> Dict[str, List[float]]:
+    """Per LLM, its decode step alone in each engine round of ``rounds`` (green contexts, GPU time)
+    over its cost table's step at the round's SM share, batch and context (linear in the context
+    between the table's points; a round whose batch the table lacks is skipped). Above 1: the
+    engine's step on an SM partition runs longer than the profiler measured it (docs/fidelity-llm.md
+    "The contention rounds at larger batches")."""
+    out: Dict[str, List[float]] = {}
+    for path in rounds:
+        with open(os.path.join(LLM, path)) as f:
+            data = json.load(f)
+        [per] = [r["per_llm"] for r in data["runs"] if r["mechanism"] == "green-contexts"]
+        for p in per:
+            with open(os.path.join(LLM, tables, f"{p['model']}.json")) as f:
+                table = json.load(f)["tp"]["1"]
+            if data["share"] not in table["sm_share"] or data["batch"] not in table["batch"]:
+                continue
+            row = table["decode_ms"][table["sm_share"].index(data["share"])][table["batch"].index(data["batch"])]
+            at = float(np.interp(data["context"], np.array(table["seq_len"], float), np.array(row, float)))
+            out.setdefault(p["model"], []).append(p["gpu_ms"] / at)
+    return out
+
+
+def alone_over_table_lines() -> List[str]:
+    """:func:`alone_over_table` per GPU of :data:`ALONE_ROUNDS`, one line each."""
+    lines = []
+    for gpu, tables, rounds in ALONE_ROUNDS:
+        if rounds is None:
+            rounds = next(g.engines for gen in GENERATIONS.values() for g in gen.gpus if g.gpu == gpu)
+        ratios = alone_over_table(tables, rounds)
+        lines.append(f"engine step alone over its table ({gpu}, share 0.2, {len(rounds)} rounds): "
+                     + ", ".join(f"{m} {min(v):.2f}-{max(v):.2f}" for m, v in sorted(ratios.items())))
+    return lines
+
+
 def _fmt(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.3f}"
 
@@ -2575,6 +2615,8 @@ def main() -> None:
               f"(the runs: {lo:+.2f} to {hi:+.2f})")
     roofs = [f for f in folders if os.path.exists(os.path.join(f, "roofline.json"))]
     roof = roofs[-1] if roofs else (folders[-1] if folders else LLM)
+    for line in alone_over_table_lines():
+        print(line)
     print(f"(last line: {', '.join(os.path.relpath(f, HERE) for f in scope) or '-'}; "
           f"decode roofline: {os.path.relpath(roof, HERE)})")
     print(in_run_line(runs))

@@ -356,6 +356,22 @@ def test_the_h200_contention_rate_is_fitted_on_the_five_llm_rounds_at_every_batc
         assert max(abs(e) for e in errors) < 0.05, (rate, errors)
 
 
+def test_the_engines_step_alone_on_a_partition_runs_over_its_profiled_table():
+    """In the five-LLM engine rounds (share 0.2, uniform contexts), each LLM's decode step alone
+    takes 1.07-1.37 x its cost table's step at the same SM share, batch and context, on the H100
+    and the H200 alike, and ``llm-8b`` most over, ``llm-3b`` least: the simulator's partition step
+    starts from the table (docs/fidelity-llm.md "The contention rounds at larger batches")."""
+    script = load_benchmark("llm_fidelity")
+    lines = script.alone_over_table_lines()
+    assert [line.split("(")[1].split(",")[0] for line in lines] == ["H100", "H200"]
+    for gpu, tables, rounds in script.ALONE_ROUNDS:
+        [gpu_cal] = script.GENERATIONS["v3s"].gpus
+        ratios = script.alone_over_table(tables, rounds or gpu_cal.engines)
+        assert sorted(ratios) == ["llm-0.4b", "llm-1b", "llm-3b", "llm-7b", "llm-8b"]
+        assert all(1.05 < r < 1.40 for v in ratios.values() for r in v), (gpu, ratios)
+        assert min(ratios["llm-8b"]) > max(ratios["llm-3b"]), (gpu, ratios)
+
+
 def test_the_held_out_h200_runs_measured_within_5pct_of_their_committed_predictions():
     """The H200 runs made after the whole-GPU decode step's refit (its factor and seconds per
     request at two loads: the 2-GPU seed 24, seeds 25 to 28's llm-7b alone) were predicted and
