@@ -728,11 +728,13 @@ ALONE_ROUNDS = (("H100", "tables-v3", ("engine-v3p/engine-b8.json", "engine-v3p/
 
 
 def alone_over_table(tables: str, rounds: Tuple[str, ...]) -> Dict[str, List[float]]:
-    """Per LLM, its decode step alone in each engine round of ``rounds`` (green contexts, GPU time)
-    over its cost table's step at the round's SM share, batch and context (linear in the context
-    between the table's points; a round whose batch the table lacks is skipped). Above 1: the
-    engine's step on an SM partition runs longer than the profiler measured it (docs/fidelity-llm.md
-    "The contention rounds at larger batches")."""
+    """Per LLM, its decode step alone in each engine round of ``rounds`` (green contexts: its GPU
+    time less its launch's host time, which the round's timing window holds, its start event being
+    recorded before the launch, and the simulator models apart) over its cost table's step at the
+    round's SM share, batch and context (linear in the context between the table's points; a round
+    whose batch the table lacks is skipped). Above 1: the engine's step on an SM partition runs
+    longer than the profiler measured it (docs/fidelity-llm.md "The contention rounds at larger
+    batches")."""
     out: Dict[str, List[float]] = {}
     for path in rounds:
         with open(os.path.join(LLM, path)) as f:
@@ -745,7 +747,7 @@ def alone_over_table(tables: str, rounds: Tuple[str, ...]) -> Dict[str, List[flo
                 continue
             row = table["decode_ms"][table["sm_share"].index(data["share"])][table["batch"].index(data["batch"])]
             at = float(np.interp(data["context"], np.array(table["seq_len"], float), np.array(row, float)))
-            out.setdefault(p["model"], []).append(p["gpu_ms"] / at)
+            out.setdefault(p["model"], []).append((p["gpu_ms"] - p["launch_us"] / 1e3) / at)
     return out
 
 

@@ -358,9 +358,10 @@ def test_the_h200_contention_rate_is_fitted_on_the_five_llm_rounds_at_every_batc
 
 def test_the_engines_step_alone_on_a_partition_runs_over_its_profiled_table():
     """In the five-LLM engine rounds (share 0.2, uniform contexts), each LLM's decode step alone
-    takes 1.07-1.37 x its cost table's step at the same SM share, batch and context, on the H100
-    and the H200 alike, and ``llm-8b`` most over, ``llm-3b`` least: the simulator's partition step
-    starts from the table (docs/fidelity-llm.md "The contention rounds at larger batches")."""
+    (less its launch's host time) takes 1.03-1.31 x its cost table's step at the same SM share,
+    batch and context, on the H100 and the H200 alike, ``llm-8b`` 1.15-1.31 x (rounded), above every other
+    LLM's range but ``llm-0.4b``'s on the H200: the simulator's partition step starts from the
+    table (docs/fidelity-llm.md "The contention rounds at larger batches")."""
     script = load_benchmark("llm_fidelity")
     lines = script.alone_over_table_lines()
     assert [line.split("(")[1].split(",")[0] for line in lines] == ["H100", "H200"]
@@ -368,8 +369,9 @@ def test_the_engines_step_alone_on_a_partition_runs_over_its_profiled_table():
         [gpu_cal] = script.GENERATIONS["v3s"].gpus
         ratios = script.alone_over_table(tables, rounds or gpu_cal.engines)
         assert sorted(ratios) == ["llm-0.4b", "llm-1b", "llm-3b", "llm-7b", "llm-8b"]
-        assert all(1.05 < r < 1.40 for v in ratios.values() for r in v), (gpu, ratios)
-        assert min(ratios["llm-8b"]) > max(ratios["llm-3b"]), (gpu, ratios)
+        assert all(1.02 < r < 1.35 for v in ratios.values() for r in v), (gpu, ratios)
+        assert min(ratios["llm-8b"]) > 1.14 and all(min(ratios["llm-8b"]) > max(ratios[m])
+                                                    for m in ("llm-1b", "llm-3b", "llm-7b")), (gpu, ratios)
 
 
 def test_the_held_out_h200_runs_measured_within_5pct_of_their_committed_predictions():
