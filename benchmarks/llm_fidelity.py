@@ -721,24 +721,37 @@ def engine_lines(results: str) -> List[str]:
     return lines
 
 
-#: per GPU, the cost tables its LLMs at share 0.2 were profiled into and the five-LLM engine rounds
-#: measured there (:func:`alone_over_table`)
-ALONE_ROUNDS = (("H100", "tables-v3", ("engine-v3p/engine-b8.json", "engine-v3p/engine-b32.json")),
-                ("H200", "tables-h200-g1", None))  # None: the H200 calibration's five-LLM rounds
+#: per GPU, the cost tables its LLMs at share 0.2 were profiled into, the five-LLM engine rounds
+#: measured there (None: that GPU's calibration's, ``GpuCalibration.engines``) and its calibration
+#: file (the KV term's rate) (:func:`alone_over_table`)
+ALONE_ROUNDS = (("H100", "tables-v3", ("engine-v3p/engine-b8.json", "engine-v3p/engine-b32.json"), "calibration-v3s.json"),
+                ("H200", "tables-h200-g1", None, "calibration-v3s-h200.json"))
 
 
-def alone_over_table(tables: str, rounds: Tuple[str, ...]) -> Dict[str, List[float]]:
-    """Per LLM, its decode step alone in each engine round of ``rounds`` (green contexts: its GPU
-    time less its launch's host time, which the round's timing window holds, its start event being
-    recorded before the launch, and the simulator models apart) over its cost table's step at the
-    round's SM share, batch and context (linear in the context between the table's points; a round
-    whose batch the table lacks is skipped). Above 1: the engine's step on an SM partition runs
-    longer than the profiler measured it (docs/fidelity-llm.md "The contention rounds at larger
+def alone_over_table(tables: str, rounds: Tuple[str, ...], calibration: str) -> Dict[str, List[float]]:
+    """Per LLM, its decode step alone on an SM partition in each engine round of ``rounds``
+    (green contexts) over the simulator's step alone at that point: its cost table's step at the
+    round's SM share and batch, at the context of its median timed step (the benchmark's contexts
+    grow a token a step from ``context`` + 1, after three untimed steps; linear between the
+    table's points), plus the KV term (the steps' KV bytes over ``calibration``'s
+    ``decode_kv_gbps``). The round's time is its GPU time less its launch's host time: its start
+    event is recorded before the launch (the simulator models that host time apart), and the GPU
+    may start the step's copies before the launch ends, so the ratio is a lower bound (the
+    contention fit, :func:`replay_round`, compares the rounds' raw times with each other, the
+    launch on both sides). A round whose batch the table lacks is skipped. Above 1: the engine's
+    step runs longer than the simulator's (docs/fidelity-llm.md "The contention rounds at larger
     batches")."""
+    from placement_opt.model import Architecture
+
+    with open(os.path.join(LLM, calibration)) as f:
+        kv_gbps = json.load(f)["decode_kv_gbps"]
     out: Dict[str, List[float]] = {}
     for path in rounds:
         with open(os.path.join(LLM, path)) as f:
             data = json.load(f)
+        with open(os.path.join(os.path.dirname(HERE), data["instance"])) as f:
+            archs = {m["name"]: Architecture(**m["architecture"]) for m in json.load(f)["models"]}
+        context = data["context"] + 1 + 3 + (data["steps"] - 1) / 2
         [per] = [r["per_llm"] for r in data["runs"] if r["mechanism"] == "green-contexts"]
         for p in per:
             with open(os.path.join(LLM, tables, f"{p['model']}.json")) as f:
@@ -746,20 +759,20 @@ def alone_over_table(tables: str, rounds: Tuple[str, ...]) -> Dict[str, List[flo
             if data["share"] not in table["sm_share"] or data["batch"] not in table["batch"]:
                 continue
             row = table["decode_ms"][table["sm_share"].index(data["share"])][table["batch"].index(data["batch"])]
-            at = float(np.interp(data["context"], np.array(table["seq_len"], float), np.array(row, float)))
-            out.setdefault(p["model"], []).append((p["gpu_ms"] - p["launch_us"] / 1e3) / at)
+            at = float(np.interp(context, np.array(table["seq_len"], float), np.array(row, float)))
+            kv_ms = data["batch"] * context * archs[p["model"]].kv_bytes_per_token() / kv_gbps / 1e6
+            out.setdefault(p["model"], []).append((p["gpu_ms"] - p["launch_us"] / 1e3) / (at + kv_ms))
     return out
 
 
 def alone_over_table_lines() -> List[str]:
     """:func:`alone_over_table` per GPU of :data:`ALONE_ROUNDS`, one line each."""
     lines = []
-    for gpu, tables, rounds in ALONE_ROUNDS:
-        if rounds is None:
-            rounds = next(g.engines for gen in GENERATIONS.values() for g in gen.gpus if g.gpu == gpu)
-        ratios = alone_over_table(tables, rounds)
-        lines.append(f"engine step alone over its table ({gpu}, share 0.2, {len(rounds)} rounds): "
-                     + ", ".join(f"{m} {min(v):.2f}-{max(v):.2f}" for m, v in sorted(ratios.items())))
+    for gpu, tables, rounds, calibration in ALONE_ROUNDS:
+        rounds = rounds or next(g.engines for gen in GENERATIONS.values() for g in gen.gpus if g.gpu == gpu)
+        ratios = alone_over_table(tables, rounds, calibration)
+        lines.append(f"engine step alone over the simulator's, table and KV term ({gpu}, share 0.2, "
+                     f"{len(rounds)} rounds): " + ", ".join(f"{m} {min(v):.2f}-{max(v):.2f}" for m, v in sorted(ratios.items())))
     return lines
 
 

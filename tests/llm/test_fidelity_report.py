@@ -356,22 +356,26 @@ def test_the_h200_contention_rate_is_fitted_on_the_five_llm_rounds_at_every_batc
         assert max(abs(e) for e in errors) < 0.05, (rate, errors)
 
 
-def test_the_engines_step_alone_on_a_partition_runs_over_its_profiled_table():
-    """In the five-LLM engine rounds (share 0.2, uniform contexts), each LLM's decode step alone
-    (less its launch's host time) takes 1.03-1.31 x its cost table's step at the same SM share,
-    batch and context, on the H100 and the H200 alike, ``llm-8b`` 1.15-1.31 x (rounded), above every other
-    LLM's range but ``llm-0.4b``'s on the H200: the simulator's partition step starts from the
-    table (docs/fidelity-llm.md "The contention rounds at larger batches")."""
+def test_llm_8b_s_step_alone_on_a_partition_runs_over_the_simulators():
+    """In the five-LLM engine rounds (share 0.2), each LLM's decode step alone (less its launch's
+    host time) against the simulator's step alone at that point (its cost table's at the median
+    timed step's context, plus the KV term): on the H100 and the H200 alike, ``llm-8b`` runs
+    11-29% over, above ``llm-1b``, ``llm-3b`` and ``llm-7b`` in every round, while the other four
+    LLMs' medians are within 7% (docs/fidelity-llm.md "The contention rounds at larger
+    batches")."""
+    import statistics
+
     script = load_benchmark("llm_fidelity")
     lines = script.alone_over_table_lines()
     assert [line.split("(")[1].split(",")[0] for line in lines] == ["H100", "H200"]
-    for gpu, tables, rounds in script.ALONE_ROUNDS:
-        [gpu_cal] = script.GENERATIONS["v3s"].gpus
-        ratios = script.alone_over_table(tables, rounds or gpu_cal.engines)
+    for gpu, tables, rounds, calibration in script.ALONE_ROUNDS:
+        rounds = rounds or next(g.engines for gen in script.GENERATIONS.values() for g in gen.gpus if g.gpu == gpu)
+        ratios = script.alone_over_table(tables, rounds, calibration)
         assert sorted(ratios) == ["llm-0.4b", "llm-1b", "llm-3b", "llm-7b", "llm-8b"]
-        assert all(1.02 < r < 1.35 for v in ratios.values() for r in v), (gpu, ratios)
-        assert min(ratios["llm-8b"]) > 1.14 and all(min(ratios["llm-8b"]) > max(ratios[m])
-                                                    for m in ("llm-1b", "llm-3b", "llm-7b")), (gpu, ratios)
+        assert all(len(v) == len(rounds) for v in ratios.values())
+        assert 1.10 < min(ratios["llm-8b"]) and max(ratios["llm-8b"]) < 1.30, (gpu, ratios)
+        assert all(min(ratios["llm-8b"]) > max(ratios[m]) for m in ("llm-1b", "llm-3b", "llm-7b")), (gpu, ratios)
+        assert all(0.97 < statistics.median(ratios[m]) < 1.07 for m in ratios if m != "llm-8b"), (gpu, ratios)
 
 
 def test_the_held_out_h200_runs_measured_within_5pct_of_their_committed_predictions():
