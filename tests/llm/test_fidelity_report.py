@@ -383,7 +383,9 @@ def test_the_fifth_sm_partition_runs_a_decode_step_slower_and_llm_8b_had_it():
     the only LLM on the GPU run the profiler's step plus the KV term within 3%; among five LLMs,
     whichever gets the fifth partition of the executor's sequential SM split runs its step alone
     over 15% slower than on another partition (``llm-8b`` fifth, as in every five-LLM run, then
-    first; ``llm-7b`` then fifth), the others within 5%; the same order twice agrees within 2%
+    first; ``llm-7b`` then fifth), the others within 5%; the same order twice agrees within 2%;
+    five copies of ``llm-8b`` on another machine: partitions one to four within 1%, the fifth
+    over 10% slower
     (docs/fidelity-llm.md "The contention rounds at larger batches")."""
     from placement_opt.model import Architecture
 
@@ -417,6 +419,12 @@ def test_the_fifth_sm_partition_runs_a_decode_step_slower_and_llm_8b_had_it():
     assert five["llm-8b"] / first["llm-8b"] > 1.15 and abs(first["llm-8b"] / alone["llm-8b"] - 1) < 0.02
     assert first["llm-7b"] / five["llm-7b"] > 1.15
     assert all(abs(first[m] / five[m] - 1) < 0.05 for m in ("llm-0.4b", "llm-1b", "llm-3b"))
+    # five copies of llm-8b, one per partition, twice: the first four alike, the fifth over 10% slower
+    for run in ("a", "b"):
+        copies, names, _ = steps(f"order-five-8b-copies-{run}")
+        times = [copies[n] for n in names]
+        assert names == [f"llm-8b-p{i}" for i in range(1, 6)]
+        assert max(times[:4]) / min(times[:4]) < 1.01 and times[4] / max(times[:4]) > 1.10, times
 
 
 def test_the_held_out_h200_runs_measured_within_5pct_of_their_committed_predictions():
