@@ -728,18 +728,45 @@ ALONE_ROUNDS = (("H100", "tables-v3", ("engine-v3p/engine-b8.json", "engine-v3p/
                 ("H200", "tables-h200-g1", None, "calibration-v3s-h200.json"))
 
 
+def alone_round_sets() -> List[Tuple[str, str, Tuple[str, ...], str]]:
+    """:data:`ALONE_ROUNDS` with each GPU's rounds resolved (None: its ``GpuCalibration.engines``)."""
+    return [(gpu, tables, rounds or next(g.engines for gen in GENERATIONS.values() for g in gen.gpus if g.gpu == gpu),
+             calibration) for gpu, tables, rounds, calibration in ALONE_ROUNDS]
+
+
+def step_alone_ms(p: dict) -> float:
+    """An engine round's ``per_llm`` entry's step alone: its GPU time less its launch's host time
+    (its start event is recorded before the launch, which the simulator models apart; the GPU may
+    start the step's copies before the launch ends, so this is a lower bound)."""
+    return p["gpu_ms"] - p["launch_us"] / 1e3
+
+
+def timed_context(data: dict) -> float:
+    """The context of an engine round's median timed step alone: the benchmark's contexts grow a
+    token a step from ``context`` + 1, after three untimed steps."""
+    return data["context"] + 1 + 3 + (data["steps"] - 1) / 2
+
+
+def simulated_step_alone_ms(table: dict, share: float, batch: int, context: float, kv_bytes_per_token: float,
+                            kv_gbps: float) -> Optional[float]:
+    """The simulator's decode step alone on an SM partition: the cost table's (``tp`` "1" of a
+    table file) at ``share`` and ``batch``, at ``context`` (linear between its points), plus the
+    KV term (the step's KV bytes over ``kv_gbps``); None where the table lacks the share or batch."""
+    if share not in table["sm_share"] or batch not in table["batch"]:
+        return None
+    row = table["decode_ms"][table["sm_share"].index(share)][table["batch"].index(batch)]
+    at = float(np.interp(context, np.array(table["seq_len"], float), np.array(row, float)))
+    return at + batch * context * kv_bytes_per_token / kv_gbps / 1e6
+
+
 def alone_over_table(tables: str, rounds: Tuple[str, ...], calibration: str) -> Dict[str, List[float]]:
     """Per LLM, its decode step alone on an SM partition in each engine round of ``rounds``
-    (green contexts) over the simulator's step alone at that point: its cost table's step at the
-    round's SM share and batch, at the context of its median timed step (the benchmark's contexts
-    grow a token a step from ``context`` + 1, after three untimed steps; linear between the
-    table's points), plus the KV term (the steps' KV bytes over ``calibration``'s
-    ``decode_kv_gbps``). The round's time is its GPU time less its launch's host time: its start
-    event is recorded before the launch (the simulator models that host time apart), and the GPU
-    may start the step's copies before the launch ends, so the ratio is a lower bound (the
-    contention fit, :func:`replay_round`, compares the rounds' raw times with each other, the
-    launch on both sides). A round whose batch the table lacks is skipped. Above 1: the engine's
-    step runs longer than the simulator's (docs/fidelity-llm.md "The contention rounds at larger
+    (green contexts; :func:`step_alone_ms`, a lower bound) over the simulator's step alone at that
+    point (:func:`simulated_step_alone_ms` from ``tables`` at the round's SM share, batch and
+    :func:`timed_context`, the KV term at ``calibration``'s ``decode_kv_gbps``). The contention
+    fit (:func:`replay_round`) compares the rounds' raw times with each other instead, the launch
+    on both sides. A round whose batch the table lacks is skipped. Above 1: the engine's step runs
+    longer than the simulator's (docs/fidelity-llm.md "The contention rounds at larger
     batches")."""
     from placement_opt.model import Architecture
 
@@ -751,25 +778,21 @@ def alone_over_table(tables: str, rounds: Tuple[str, ...], calibration: str) -> 
             data = json.load(f)
         with open(os.path.join(os.path.dirname(HERE), data["instance"])) as f:
             archs = {m["name"]: Architecture(**m["architecture"]) for m in json.load(f)["models"]}
-        context = data["context"] + 1 + 3 + (data["steps"] - 1) / 2
         [per] = [r["per_llm"] for r in data["runs"] if r["mechanism"] == "green-contexts"]
         for p in per:
             with open(os.path.join(LLM, tables, f"{p['model']}.json")) as f:
                 table = json.load(f)["tp"]["1"]
-            if data["share"] not in table["sm_share"] or data["batch"] not in table["batch"]:
-                continue
-            row = table["decode_ms"][table["sm_share"].index(data["share"])][table["batch"].index(data["batch"])]
-            at = float(np.interp(context, np.array(table["seq_len"], float), np.array(row, float)))
-            kv_ms = data["batch"] * context * archs[p["model"]].kv_bytes_per_token() / kv_gbps / 1e6
-            out.setdefault(p["model"], []).append((p["gpu_ms"] - p["launch_us"] / 1e3) / (at + kv_ms))
+            simulated = simulated_step_alone_ms(table, data["share"], data["batch"], timed_context(data),
+                                                archs[p["model"]].kv_bytes_per_token(), kv_gbps)
+            if simulated is not None:
+                out.setdefault(p["model"], []).append(step_alone_ms(p) / simulated)
     return out
 
 
 def alone_over_table_lines() -> List[str]:
     """:func:`alone_over_table` per GPU of :data:`ALONE_ROUNDS`, one line each."""
     lines = []
-    for gpu, tables, rounds, calibration in ALONE_ROUNDS:
-        rounds = rounds or next(g.engines for gen in GENERATIONS.values() for g in gen.gpus if g.gpu == gpu)
+    for gpu, tables, rounds, calibration in alone_round_sets():
         ratios = alone_over_table(tables, rounds, calibration)
         lines.append(f"engine step alone over the simulator's, table and KV term ({gpu}, share 0.2, "
                      f"{len(rounds)} rounds): " + ", ".join(f"{m} {min(v):.2f}-{max(v):.2f}" for m, v in sorted(ratios.items())))

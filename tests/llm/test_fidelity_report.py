@@ -368,8 +368,7 @@ def test_llm_8b_s_step_alone_on_a_partition_runs_over_the_simulators():
     script = load_benchmark("llm_fidelity")
     lines = script.alone_over_table_lines()
     assert [line.split("(")[1].split(",")[0] for line in lines] == ["H100", "H200"]
-    for gpu, tables, rounds, calibration in script.ALONE_ROUNDS:
-        rounds = rounds or next(g.engines for gen in script.GENERATIONS.values() for g in gen.gpus if g.gpu == gpu)
+    for gpu, tables, rounds, calibration in script.alone_round_sets():
         ratios = script.alone_over_table(tables, rounds, calibration)
         assert sorted(ratios) == ["llm-0.4b", "llm-1b", "llm-3b", "llm-7b", "llm-8b"]
         assert all(len(v) == len(rounds) for v in ratios.values())
@@ -389,6 +388,7 @@ def test_the_fifth_sm_partition_runs_a_decode_step_slower_and_llm_8b_had_it():
     (docs/fidelity-llm.md "The contention rounds at larger batches")."""
     from placement_opt.model import Architecture
 
+    script = load_benchmark("llm_fidelity")
     with open(os.path.join(FIDELITY, "calibration-v3s-h200.json")) as f:
         kv_gbps = json.load(f)["decode_kv_gbps"]
     with open(os.path.join(ROOT, "instances", "fidelity-llm", "poisson.json")) as f:
@@ -399,16 +399,15 @@ def test_the_fifth_sm_partition_runs_a_decode_step_slower_and_llm_8b_had_it():
             data = json.load(f)
         [run] = [r for r in data["runs"] if r["mechanism"] == "green-contexts"]
         assert set(run["sm_counts"]) == {24}
-        context = data["context"] + 1 + 3 + (data["steps"] - 1) / 2
-        return {p["model"]: p["gpu_ms"] - p["launch_us"] / 1e3 for p in run["per_llm"]}, \
-            [p["model"] for p in run["per_llm"]], context
+        return {p["model"]: script.step_alone_ms(p) for p in run["per_llm"]}, [p["model"] for p in run["per_llm"]], \
+            script.timed_context(data)
 
     for model in ("llm-8b", "llm-7b"):
         only, _, context = steps(f"{model}-only")
         with open(os.path.join(FIDELITY, "engine-h200", f"profile-{model}-s02-b8-16-c512-544.json")) as f:
             t = json.load(f)["tp"]["1"]
         assert t["sm_share"] == [0.2] and t["batch"] == [8, 16]
-        profiled = float(np.interp(context, t["seq_len"], t["decode_ms"][0][1])) + 16 * context * kv_per_token[model] / kv_gbps / 1e6
+        profiled = script.simulated_step_alone_ms(t, 0.2, 16, context, kv_per_token[model], kv_gbps)
         assert abs(only[model] / profiled - 1) < 0.03, (model, only, profiled)
     five, order, _ = steps("order-five")
     again, _, _ = steps("order-five-again")
