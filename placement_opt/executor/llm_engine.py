@@ -203,7 +203,7 @@ class MeshEngine:
         self.dtype = torch.float32 if device.type == "cpu" else DTYPES.get(archs[0].dtype, torch.float16)
         self.pool = KVPool(spec.pool_pages, page_units(archs, spec.tp), spec.block, head_dims.pop(), device,
                            self.dtype)
-        self.mechanism, self.sm = "cpu-serial", [0] * len(archs)
+        self.mechanism, self.sm, self.sm_layout = "cpu-serial", [0] * len(archs), ""
         streams = self._make_streams()
         self.llms: List[_LLMRuntime] = []
         for k, b in enumerate(spec.llms):
@@ -231,7 +231,7 @@ class MeshEngine:
     def _make_streams(self) -> List[Tuple[Any, Any]]:
         """Per LLM its prefill and decode streams: on GPUs from disjoint green contexts of its
         SM share when possible (:func:`~.llm_greenctx.partition_sms`; sets ``mechanism``,
-        ``sm`` and ``fallback_reason``)."""
+        ``sm``, ``sm_layout`` and ``fallback_reason``)."""
         n = len(self.spec.llms)
         if self.device.type != "cuda":
             return [(None, None)] * n
@@ -239,6 +239,7 @@ class MeshEngine:
 
         plan = partition_sms(self.device, [b.share for b in self.spec.llms], torch, self.spec.green_contexts)
         self.mechanism, self.sm, self._sm_keep = plan.mechanism, plan.sm_counts, plan.keep
+        self.sm_layout = plan.layout
         if plan.fallback:
             self.fallback_reason = plan.fallback
         return plan.streams
@@ -309,6 +310,7 @@ class MeshEngine:
         self.sync()
         props = torch.cuda.get_device_properties(self.device)
         self.mechanism, self.sm = "streams", [props.multi_processor_count] * len(self.llms)
+        self.sm_layout = ""
         for rt in self.llms:
             rt.streams = (torch.cuda.Stream(self.device), torch.cuda.Stream(self.device))
             rt.graphs.clear()

@@ -4,38 +4,49 @@
 for every context it makes, so two contexts of 32 SMs are the same 32 SMs (the split is
 deterministic; the first H100 run measured two such half-GPU contexts at 1.93x one alone):
 colocated LLMs would then share a few SMs and leave the rest idle. MuxServe gives each LLM its
-own share of the GPU, so this module splits the device's SM resource *in sequence* (each split
-takes its group from what the previous ones left) with ``cuDevSmResourceSplitByCount``, makes
-one green context per group and one stream per context (``cuGreenCtxStreamCreate``), wrapped
-for torch as ``torch.cuda.ExternalStream``.
+own share of the GPU, so this module makes the groups itself with the driver API.
 
-The driver refuses to split a split's output again (the remainder included) with
-``CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION`` (CUresult 915; the driver API documents "the
-output results cannot be split again without first creating a descriptor and a green context
-with that descriptor"): so after each split the remainder becomes a green context of its own
-and the next split takes that context's SM resource (``cuGreenCtxGetDevResource``). Groups on
-compute capability 9.x+ are multiples of 8 SMs (at least 8); the driver rounds up, the counts
-asked here are rounded down first so the shares fit side by side.
+**One split of the whole device.** ``cuDevSmResourceSplitByCount`` cuts the device's SM resource
+into equal groups (``result``) that the driver promises to be "a disjoint set of symmetrical
+partitions", and a ``remainder`` without those performance guarantees. The groups are of the
+coarsest size that divides every LLM's SM count (a multiple of the architecture's co-scheduled
+alignment, 8 SMs from compute capability 9.0); each LLM gets as many groups as its count needs,
+dealt round the LLMs one at a time, and its green context is made from those groups together
+(``cuDevResourceGenerateDesc`` takes several outputs of one split). Equal shares therefore get one
+group each. When no size gives enough groups, the next finer size is tried.
 
-The driver structures are handled as opaque, generously sized byte buffers (only one group
-per split, so no array stride is needed); the SM count of each group is read back from its
-``CUdevSmResource`` (offset 96 of ``CUdevResource`` since CUDA 12.4) and reported. Any failure
-raises :class:`GreenContextError`; the engine then falls back (torch's green contexts, then
-plain streams) and says so.
+**Sequential splits, the fallback.** Only when no single split has enough groups does each LLM's
+group come from what the previous splits left (the driver refuses to split a split's output again
+with ``CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION``, CUresult 915, so the remainder first becomes a
+green context whose SM resource the next split takes, ``cuGreenCtxGetDevResource``). This was the
+only way up to engine generation v3s, and its groups are not equally fast: on an H200, the fifth of
+five 24-SM groups ran a decode step alone 14-20% slower than the first four
+(``docs/fidelity-llm.md``); the groups of one split measured within 2%.
+
+One stream pair per context (``cuGreenCtxStreamCreate``), wrapped for torch as
+``torch.cuda.ExternalStream``. The driver structures are opaque byte buffers; arrays of
+``CUdevResource`` are strided by its size (:data:`RESOURCE_STRIDE`); the SM count of each group is
+read back and reported, with the layout that made the groups. Any failure raises
+:class:`GreenContextError`; the engine then falls back (torch's green contexts, then plain
+streams) and says so.
 """
+
 
 from __future__ import annotations
 
 import ctypes
 import math
 from dataclasses import dataclass
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 RESOURCE_BYTES = 1024  # more than sizeof(CUdevResource) in every CUDA 12.4+ / 13 header
+RESOURCE_STRIDE = 144  # sizeof(CUdevResource) (RESOURCE_ABI_VERSION 1, CUDA 12.4-13.x): an array's stride
 SM_COUNT_OFFSET = 96  # CUdevResource: type (4 bytes), 92 bytes of padding, then the union (sm.smCount first)
+ALIGNMENT_OFFSET = 104  # sm.smCoscheduledAlignment (after smCount and minSmPartitionSize; 0 in older drivers)
 CU_DEV_RESOURCE_TYPE_SM = 1
 CU_GREEN_CTX_DEFAULT_STREAM = 1
 CU_STREAM_NON_BLOCKING = 1
+ONE_SPLIT, SEQUENTIAL = "one-split", "sequential-splits"  # how the groups were made (Partition.layout)
 
 
 class GreenContextError(RuntimeError):
@@ -44,12 +55,14 @@ class GreenContextError(RuntimeError):
 
 @dataclass
 class Partition:
-    """One green context's streams (prefill, decode) and its real SM count."""
+    """One green context's streams (prefill, decode), its real SM count and how it was made."""
 
     streams: Tuple[Any, Any]
     sm_count: int
     handle: int  # the CUgreenCtx, kept so the context lives as long as its streams
-    remainder_handle: int = 0  # the context of the SMs left after this split (the next split's input)
+    remainder_handle: int = 0  # sequential splits: the context of the SMs left (the next split's input)
+    layout: str = ONE_SPLIT  # ONE_SPLIT (with group_sms) or SEQUENTIAL
+    group_sms: int = 0  # ONE_SPLIT: the SMs of each group of the split
 
 
 def sm_granularity(capability: Tuple[int, int]) -> int:
@@ -62,6 +75,28 @@ def sm_counts(shares: Sequence[float], total_sms: int, capability: Tuple[int, in
     (so shares summing to at most 1 fit side by side), at least one granule."""
     g = sm_granularity(capability)
     return [min(total_sms, max(g, g * math.floor(s * total_sms / g + 1e-9))) for s in shares]
+
+
+def group_sizes(counts: Sequence[int], alignment: int) -> List[int]:
+    """Sizes of one split's groups that serve every count, coarsest first: the multiples of
+    ``alignment`` that divide every count (none when a count is not a multiple of it)."""
+    common = 0
+    for c in counts:
+        common = math.gcd(common, c)
+    return [d for d in range(common, 0, -alignment) if d % alignment == 0 and common % d == 0]
+
+
+def deal(needs: Sequence[int]) -> List[List[int]]:
+    """Group indices per LLM when LLM ``i`` needs ``needs[i]`` groups of one split: dealt one at a
+    time round the LLMs still short, so each LLM's groups spread over the split's order."""
+    picks: List[List[int]] = [[] for _ in needs]
+    k = 0
+    while any(len(p) < n for p, n in zip(picks, needs)):
+        for p, n in zip(picks, needs):
+            if len(p) < n:
+                p.append(k)
+                k += 1
+    return picks
 
 
 def _driver() -> Any:
@@ -81,30 +116,63 @@ def _check(result: int, call: str) -> None:
         raise GreenContextError(f"{call} failed with CUresult {result}")
 
 
-def _green_context(lib: Any, resource: Any, device: Any) -> Any:
-    """A green context (CUgreenCtx as c_void_p) holding the SMs of ``resource``."""
+def _u32(raw: bytes, offset: int) -> int:
+    return int.from_bytes(raw[offset:offset + 4], "little")
+
+
+def _green_context(lib: Any, resources: Any, device: Any, n: int = 1) -> Any:
+    """A green context (CUgreenCtx as c_void_p) holding the SMs of the ``n`` resources of the
+    array ``resources`` (several only when they are outputs of one split)."""
     desc = ctypes.c_void_p()
-    _check(lib.cuDevResourceGenerateDesc(ctypes.byref(desc), resource, ctypes.c_uint(1)), "cuDevResourceGenerateDesc")
+    _check(lib.cuDevResourceGenerateDesc(ctypes.byref(desc), resources, ctypes.c_uint(n)), "cuDevResourceGenerateDesc")
     ctx = ctypes.c_void_p()
     _check(lib.cuGreenCtxCreate(ctypes.byref(ctx), desc, device, ctypes.c_uint(CU_GREEN_CTX_DEFAULT_STREAM)),
            "cuGreenCtxCreate")
     return ctx
 
 
+def _streams(lib: Any, ctx: Any, torch: Any, device_index: int) -> Tuple[Any, Any]:
+    """A prefill and a decode stream on the green context ``ctx``."""
+    streams = []
+    for _ in range(2):
+        handle = ctypes.c_void_p()
+        _check(lib.cuGreenCtxStreamCreate(ctypes.byref(handle), ctx, ctypes.c_uint(CU_STREAM_NON_BLOCKING),
+                                          ctypes.c_int(0)), "cuGreenCtxStreamCreate")
+        streams.append(torch.cuda.ExternalStream(handle.value, device=torch.device("cuda", device_index)))
+    return streams[0], streams[1]
+
+
 def _sm_count(resource: Any, fallback: int) -> int:
-    real = int.from_bytes(resource.raw[SM_COUNT_OFFSET:SM_COUNT_OFFSET + 4], "little")
+    real = _u32(resource.raw, SM_COUNT_OFFSET)
     return real if 0 < real <= 4096 else fallback
 
 
-def disjoint_partitions(device_index: int, counts: Sequence[int], torch: Any, lib: Any = None) -> List[Partition]:
-    """One green context per entry of ``counts`` (SMs), on disjoint SMs of ``device_index``,
-    each with a prefill and a decode stream (``lib``: the driver library, loaded when None).
-    Raises GreenContextError."""
-    lib = lib if lib is not None else _driver()
-    device = ctypes.c_int()
-    _check(lib.cuDeviceGet(ctypes.byref(device), ctypes.c_int(device_index)), "cuDeviceGet")
-    left = ctypes.create_string_buffer(RESOURCE_BYTES)
-    _check(lib.cuDeviceGetDevResource(device, left, ctypes.c_int(CU_DEV_RESOURCE_TYPE_SM)), "cuDeviceGetDevResource")
+def _split(lib: Any, whole: Any, size: int, n: int) -> Optional[List[bytes]]:
+    """The ``n`` groups (CUdevResource bytes) of one split of ``whole`` into groups of ``size``
+    SMs, or None when the driver makes fewer, or groups of another size (it rounds a size up to
+    its granularity), or refuses the size."""
+    n_ref = ctypes.c_uint(n)
+    groups = ctypes.create_string_buffer(RESOURCE_STRIDE * n + RESOURCE_BYTES)
+    if lib.cuDevSmResourceSplitByCount(groups, ctypes.byref(n_ref), whole, None, ctypes.c_uint(0),
+                                       ctypes.c_uint(size)) != 0 or n_ref.value < n:
+        return None
+    out = [groups.raw[j * RESOURCE_STRIDE:(j + 1) * RESOURCE_STRIDE] for j in range(n)]
+    return out if all(_u32(g, SM_COUNT_OFFSET) == size for g in out) else None
+
+
+def _partition_of_groups(lib: Any, device: Any, device_index: int, groups: List[bytes], size: int,
+                         torch: Any) -> Partition:
+    """A partition on the SMs of ``groups`` (outputs of one split into groups of ``size`` SMs)."""
+    ctx = _green_context(lib, ctypes.create_string_buffer(b"".join(groups) + bytes(RESOURCE_BYTES)), device,
+                         len(groups))
+    return Partition(streams=_streams(lib, ctx, torch, device_index), sm_count=size * len(groups),
+                     handle=int(ctx.value or 0), group_sms=size)
+
+
+def _sequential_splits(lib: Any, device: Any, whole: Any, device_index: int, counts: Sequence[int],
+                       torch: Any) -> List[Partition]:
+    """Partitions each split from what the previous splits left (see the module's docstring)."""
+    left = whole
     out: List[Partition] = []
     for i, n in enumerate(counts):
         group = ctypes.create_string_buffer(RESOURCE_BYTES)
@@ -116,20 +184,35 @@ def disjoint_partitions(device_index: int, counts: Sequence[int], torch: Any, li
         if n_groups.value != 1:
             raise GreenContextError(f"not enough SMs left for a group of {n}")
         ctx = _green_context(lib, group, device)
-        streams = []
-        for _ in range(2):
-            handle = ctypes.c_void_p()
-            _check(lib.cuGreenCtxStreamCreate(ctypes.byref(handle), ctx, ctypes.c_uint(CU_STREAM_NON_BLOCKING),
-                                              ctypes.c_int(0)), "cuGreenCtxStreamCreate")
-            streams.append(torch.cuda.ExternalStream(handle.value, device=torch.device("cuda", device_index)))
-        out.append(Partition(streams=(streams[0], streams[1]), sm_count=_sm_count(group, n),
-                             handle=int(ctx.value or 0)))
+        out.append(Partition(streams=_streams(lib, ctx, torch, device_index), sm_count=_sm_count(group, n),
+                             handle=int(ctx.value or 0), layout=SEQUENTIAL))
         if i + 1 < len(counts):  # a remainder cannot be split again: make it a context, split that context's SMs
             rest_ctx = _green_context(lib, rest, device)
             out[-1].remainder_handle = int(rest_ctx.value or 0)
+            left = ctypes.create_string_buffer(RESOURCE_BYTES)
             _check(lib.cuGreenCtxGetDevResource(rest_ctx, left, ctypes.c_int(CU_DEV_RESOURCE_TYPE_SM)),
                    "cuGreenCtxGetDevResource")
     return out
+
+
+def disjoint_partitions(device_index: int, counts: Sequence[int], torch: Any, lib: Any = None) -> List[Partition]:
+    """One green context per entry of ``counts`` (SMs), on disjoint SMs of ``device_index``,
+    each with a prefill and a decode stream (``lib``: the driver library, loaded when None):
+    from one split of the whole device when one serves every count, else from sequential
+    splits. Raises GreenContextError."""
+    lib = lib if lib is not None else _driver()
+    device = ctypes.c_int()
+    _check(lib.cuDeviceGet(ctypes.byref(device), ctypes.c_int(device_index)), "cuDeviceGet")
+    whole = ctypes.create_string_buffer(RESOURCE_BYTES)
+    _check(lib.cuDeviceGetDevResource(device, whole, ctypes.c_int(CU_DEV_RESOURCE_TYPE_SM)), "cuDeviceGetDevResource")
+    alignment = _u32(whole.raw, ALIGNMENT_OFFSET) or 2  # 0: a driver older than the field (_split checks sizes)
+    for size in group_sizes(counts, alignment):
+        needs = [c // size for c in counts]
+        groups = _split(lib, whole, size, sum(needs))
+        if groups is not None:
+            return [_partition_of_groups(lib, device, device_index, [groups[j] for j in picks], size, torch)
+                    for picks in deal(needs)]
+    return _sequential_splits(lib, device, whole, device_index, counts, torch)
 
 
 @dataclass
@@ -141,6 +224,14 @@ class SMPlan:
     mechanism: str  # green-contexts, green-contexts-overlapping or streams
     fallback: str = ""  # why a less exact mechanism runs
     keep: Tuple[Any, ...] = ()  # objects that must live as long as the streams
+    layout: str = ""  # green-contexts: how the groups were made, e.g. "one-split of 24-SM groups"
+
+
+def layout_of(parts: Sequence[Partition]) -> str:
+    """The layout of disjoint partitions in words: "one-split of N-SM groups" or "sequential-splits"."""
+    if any(p.layout == SEQUENTIAL for p in parts):
+        return SEQUENTIAL
+    return f"{ONE_SPLIT} of {parts[0].group_sms}-SM groups" if parts else ""
 
 
 def partition_sms(device: Any, shares: Sequence[float], torch: Any, green: bool = True) -> SMPlan:
@@ -162,7 +253,7 @@ def partition_sms(device: Any, shares: Sequence[float], torch: Any, green: bool 
         streams, real = [plain() for _ in shares], [total] * len(shares)
         for i, p in zip(partial, parts):
             streams[i], real[i] = p.streams, p.sm_count
-        return SMPlan(streams, real, "green-contexts", keep=tuple(parts))
+        return SMPlan(streams, real, "green-contexts", keep=tuple(parts), layout=layout_of(parts))
     except GreenContextError as e:
         reason = f"disjoint green contexts: {e}"
     try:

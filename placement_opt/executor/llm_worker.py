@@ -315,7 +315,8 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
         channel = _channel(spec, control, ops)
         reports.send(("ready", spec.rank, {"device": str(engine.device), "device_name": device_name(engine.device),
                                            "mechanism": engine.mechanism,
-                                           "sm_counts": engine.sm, "weight_bytes": engine.weight_bytes(),
+                                           "sm_counts": engine.sm, "sm_layout": engine.sm_layout,
+                                           "weight_bytes": engine.weight_bytes(),
                                            "pool_pages": engine.pool.n_pages,
                                            "fallback": getattr(engine, "fallback_reason", None),
                                            "attention": engine.attention,

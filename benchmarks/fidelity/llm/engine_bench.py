@@ -260,7 +260,8 @@ def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool
                         **prefills[k]})
     total_alone = sum(a["wall_ms"] for a in alone)
     longest = max(a["wall_ms"] for a in alone)
-    out = {"mechanism": engine.mechanism, "sm_counts": engine.sm, "fallback": getattr(engine, "fallback_reason", None),
+    out = {"mechanism": engine.mechanism, "sm_counts": engine.sm, "sm_layout": engine.sm_layout,
+           "fallback": getattr(engine, "fallback_reason", None),
            "attention": engine.attention, "attention_fallback": engine.attention_fallback,
            "prefill_graphs": engine.prefill_graphs_on, "prefill_graph_fallback": engine.prefill_graph_fallback,
            "per_llm": per_llm, "round_ms": together["round_ms"], "sum_alone_ms": total_alone,
