@@ -347,6 +347,12 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # results-v3s-h200x3s20r and -h200x3s19r: seeds 20 and 19's 3 x load policy ablation again on a
 # fresh machine (their mean TTFT errors -5% to -39%, three beyond 15%: the run or the model?),
 # predicted and committed before they ran (predictions/v3s-h200x3s20r.jsonl, v3s-h200x3s19r.jsonl).
+# v3g: v3s with the SM partitions of one split of the whole device (executor llm_greenctx: the groups a
+# driver's split makes alike, dealt to the LLMs) where v3s split each from what the previous splits left
+# (its fifth 24-SM partition ran a decode step alone 14-20% slower on an H200); derived from v3s, its
+# H200 calibration's contention rate refitted on rounds measured with the new layout
+# (H200_ONE_SPLIT_ROUNDS), every other field v3s's H200 calibration's. Its runs (V3G_RESULTS) were
+# predicted and committed (predictions/v3g-h200x3.jsonl) before they ran.
 #: the five LLMs' decode rounds at share 0.2 on one H200 (``engine_bench.py --mechanisms green``) that fit
 #: its ``contention_hbm_gbps``: batch 8 at context 512 (the first, 2026-11-26), and batches 16 and 32
 #: at 512 and 16 at 1024, measured after the 3 x load's runs (the b8 fit over-stretched them by 2-12%:
@@ -368,6 +374,16 @@ H200_TRACES = tuple(("results-v3s-h200x3s16", f"h200x3s16-poisson-muxserve/{p}")
 H200_WHOLE_GPU_TRACES = (("results-v3s-h200s11", "h200s11-poisson-spatial"),
                          ("results-v3s-h200s12", "h200s12-poisson-spatial"),
                          ("results-v3s-h200g4s14", "h200g4s14-poisson-spatial"))
+
+#: the five LLMs' decode rounds at share 0.2 on one H200 with v3g's SM layout (one split of the whole
+#: device, ``sm_layout`` "one-split of 24-SM groups"), at the points of ``H200_FIVE_LLM_ROUNDS``: they fit
+#: v3g's ``contention_hbm_gbps`` there (docs/fidelity-llm.md "One split of the device: SM partitions alike")
+H200_ONE_SPLIT_ROUNDS = ("engine-h200/one-split-b8.json", "engine-h200/one-split-b16-c512.json",
+                         "engine-h200/one-split-b32-c512.json", "engine-h200/one-split-b16-c1024.json")
+
+#: v3g's runs: the 3 x load's policy ablation on one H200, seeds 19 and 20 again (measured twice each
+#: with v3s's sequential splits) and fresh seeds 29 and 30
+V3G_RESULTS = ("results-v3g-h200x3s19", "results-v3g-h200x3s20", "results-v3g-h200x3s29", "results-v3g-h200x3s30")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -461,6 +477,12 @@ GENERATIONS = {
                                      ("results-v3s-h200x3s19r", "tables-h200-g1")),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", H200_FIVE_LLM_ROUNDS,
+                                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
+                                           H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True),)),
+    "v3g": Generation(V3G_RESULTS, "tables-v3", "results-v3", None, "calibration-v3g.json",
+                      folder_tables=tuple((f, "tables-h200-g1") for f in V3G_RESULTS),
+                      page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3s",
+                      gpus=(GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
                                            H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True),)),
 }
