@@ -118,6 +118,7 @@ import lzma
 import math
 import os
 import statistics
+from collections import defaultdict
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -163,6 +164,9 @@ class GpuCalibration:
     whole_gpu: Tuple[Tuple[str, str], ...] = ()  # job-traced runs on this GPU: its whole-GPU decode step
     # with ``whole_gpu``: fit the step's seconds per request too (``Generation.whole_gpu_per_request``)
     whole_gpu_per_request: bool = False
+    # with ``traces``: fit ``own_prefill_decode_share`` on them too (:func:`fit_own_prefill_share`);
+    # False: the generation's (the H100's 0.25)
+    fit_own_prefill: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -484,7 +488,8 @@ GENERATIONS = {
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3s",
                       gpus=(GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
-                                           H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True),)),
+                                           H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True,
+                                           fit_own_prefill=True),)),
 }
 
 
@@ -743,17 +748,12 @@ def engine_lines(results: str) -> List[str]:
     return lines
 
 
-#: per GPU, the cost tables its LLMs at share 0.2 were profiled into, the five-LLM engine rounds
-#: measured there (None: that GPU's calibration's, ``GpuCalibration.engines``) and its calibration
-#: file (the KV term's rate) (:func:`alone_over_table`)
+#: per GPU and SM layout (its label), the cost tables its LLMs at share 0.2 were profiled into, the
+#: five-LLM engine rounds measured there and the calibration file whose KV term the simulator's
+#: step takes (:func:`alone_over_table`): the H200's with v3s's sequential splits and with v3g's one split
 ALONE_ROUNDS = (("H100", "tables-v3", ("engine-v3p/engine-b8.json", "engine-v3p/engine-b32.json"), "calibration-v3s.json"),
-                ("H200", "tables-h200-g1", None, "calibration-v3s-h200.json"))
-
-
-def alone_round_sets() -> List[Tuple[str, str, Tuple[str, ...], str]]:
-    """:data:`ALONE_ROUNDS` with each GPU's rounds resolved (None: its ``GpuCalibration.engines``)."""
-    return [(gpu, tables, rounds or next(g.engines for gen in GENERATIONS.values() for g in gen.gpus if g.gpu == gpu),
-             calibration) for gpu, tables, rounds, calibration in ALONE_ROUNDS]
+                ("H200", "tables-h200-g1", H200_FIVE_LLM_ROUNDS, "calibration-v3s-h200.json"),
+                ("H200 one split", "tables-h200-g1", H200_ONE_SPLIT_ROUNDS, "calibration-v3g-h200.json"))
 
 
 def step_alone_ms(p: dict) -> float:
@@ -812,9 +812,9 @@ def alone_over_table(tables: str, rounds: Tuple[str, ...], calibration: str) -> 
 
 
 def alone_over_table_lines() -> List[str]:
-    """:func:`alone_over_table` per GPU of :data:`ALONE_ROUNDS`, one line each."""
+    """:func:`alone_over_table` per GPU and layout of :data:`ALONE_ROUNDS`, one line each."""
     lines = []
-    for gpu, tables, rounds, calibration in alone_round_sets():
+    for gpu, tables, rounds, calibration in ALONE_ROUNDS:
         ratios = alone_over_table(tables, rounds, calibration)
         lines.append(f"engine step alone over the simulator's, table and KV term ({gpu}, share 0.2, "
                      f"{len(rounds)} rounds): " + ", ".join(f"{m} {min(v):.2f}-{max(v):.2f}" for m, v in sorted(ratios.items())))
@@ -1459,6 +1459,9 @@ def prefill_launch_silences(run: dict) -> Dict[bool, List[float]]:
 
 #: the times of a job trace row (``jobs.csv``, ``placeopt execute --job-trace``), seconds
 TRACE_TIMES = ("launch_s", "launched_s", "device_start_s", "device_end_s", "seen_s")
+#: the fields of a job of the simulator's timeline (``executor.llm_run.simulated_jobs``' tuples), as
+#: :func:`traced_jobs` names a measured job's
+SIMULATED_JOB_COLUMNS = ("group", "llm", "kind", "requests", "longest_context", "context_tokens", *TRACE_TIMES)
 
 
 def trace_has_contexts(run: dict) -> bool:
@@ -2247,7 +2250,83 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
         apply_whole_gpu_fields(dataclasses.replace(gen, fit_whole_gpu=gpu.whole_gpu,
                                                    decode_attention_sms=int(out.get("decode_attention_sms", 0)),
                                                    whole_gpu_per_request=gpu.whole_gpu_per_request), out)
+    if gpu.fit_own_prefill:
+        share, out["fit"]["own_prefill"] = fit_own_prefill_share(gpu.traces, out)
+        out["own_prefill_decode_share"] = share
     return out
+
+
+#: a decode step runs beside its own LLM's prefill when at least this part of its GPU time overlaps one
+OWN_PREFILL_OVERLAP = 0.8
+#: the values ``own_prefill_decode_share`` is fitted among (:func:`fit_own_prefill_share`), ascending
+OWN_PREFILL_SHARES = tuple(round(0.05 * i, 2) for i in range(4, 21))
+
+
+def own_prefill_slowdowns(jobs: List[dict]) -> List[float]:
+    """Per decode step of a job trace (measured rows, or the simulator's timeline as rows) that
+    ran at least :data:`OWN_PREFILL_OVERLAP` of its GPU time beside a prefill of its own LLM (same
+    mesh), its GPU time over the mean of its LLM's nearest steps (two either side) that ran clear
+    of one: how much the LLM's own prefill slows its decode on their shared SM partition."""
+    steps: Dict[Tuple[int, str], List[Tuple[float, float]]] = defaultdict(list)
+    prefills: Dict[Tuple[int, str], List[Tuple[float, float]]] = defaultdict(list)
+    for j in jobs:
+        (steps if j["kind"] == "decode" else prefills)[(j["group"], j["llm"])].append(
+            (j["device_start_s"], j["device_end_s"]))
+    out = []
+    for key, decode in steps.items():
+        spans = sorted(prefills.get(key, []))
+        if not spans:
+            continue
+        starts, ends = np.array([a for a, _ in spans]), np.array([b for _, b in spans])
+        decode.sort()
+
+        def beside(a: float, b: float) -> float:
+            i, o = int(np.searchsorted(ends, a)), 0.0
+            while i < len(starts) and starts[i] < b:
+                o += max(0.0, min(b, ends[i]) - max(a, starts[i]))
+                i += 1
+            return o / (b - a) if b > a else 0.0
+
+        part = [beside(a, b) for a, b in decode]
+        for i, share in enumerate(part):
+            clear = [decode[k][1] - decode[k][0] for k in (i - 2, i - 1, i + 1, i + 2)
+                     if 0 <= k < len(decode) and part[k] == 0.0]
+            if share >= OWN_PREFILL_OVERLAP and clear:
+                out.append((decode[i][1] - decode[i][0]) / float(np.mean(clear)))
+    return out
+
+
+def fit_own_prefill_share(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]) -> Tuple[float, str]:
+    """``own_prefill_decode_share`` fitted on the job traces of ``runs``: the value of
+    :data:`OWN_PREFILL_SHARES` whose simulated timelines of those runs (the calibration ``fields``
+    otherwise) give the median :func:`own_prefill_slowdowns` nearest the measured one's (by
+    bisection: the simulated slowdown falls as the share grows); returns it and a note. Why: the
+    H100's 0.25 (measured on eager prefills, v3w) stretches a decode step beside its own LLM's
+    graph prefill about 3x in the simulator, where one H200's traces measured 1.7-2.0x
+    (docs/fidelity-llm.md "One split of the device: SM partitions alike")."""
+    chosen = [_find_run(spec) for spec in runs]
+    measured = float(np.median([x for run in chosen for x in own_prefill_slowdowns(traced_jobs(run) or [])]))
+    simulated: Dict[float, float] = {}
+
+    def slowdown(share: float) -> float:
+        if share not in simulated:
+            model = dict({f: fields.get(f, 0.0) for f in MODEL_FIELDS}, own_prefill_decode_share=share)
+            rows = []
+            for run in chosen:
+                jobs, _ = simulated_run_jobs(run, run_instance(run, model))
+                rows += own_prefill_slowdowns([dict(zip(SIMULATED_JOB_COLUMNS, j)) for j in jobs])
+            simulated[share] = float(np.median(rows))
+        return simulated[share]
+
+    lo, hi = 0, len(OWN_PREFILL_SHARES) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if slowdown(OWN_PREFILL_SHARES[mid]) > measured else (lo, mid)
+    best = min((OWN_PREFILL_SHARES[lo], OWN_PREFILL_SHARES[hi]), key=lambda s: abs(math.log(slowdown(s) / measured)))
+    note = (f"own_prefill_decode_share on the job traces of {', '.join(f'{f}/{n}' for f, n in runs)}: a decode step "
+            f"beside its own LLM's prefill measured {measured:.2f} x its neighbours' (median), simulated "
+            f"{slowdown(best):.2f} x at {best}")
+    return best, note
 
 
 def traced_partition_decode_host(runs: Tuple[Tuple[str, str], ...]) -> Tuple[float, int]:

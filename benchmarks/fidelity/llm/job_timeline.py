@@ -46,8 +46,7 @@ import llm_fidelity as fid  # noqa: E402
 
 def as_rows(jobs: Sequence[tuple]) -> List[dict]:
     """``executor.llm_run.simulated_jobs`` tuples as ``llm_fidelity.traced_jobs`` rows."""
-    names = ("group", "llm", "kind", "requests", "longest_context", "context_tokens", *fid.TRACE_TIMES)
-    return [dict(zip(names, j)) for j in jobs]
+    return [dict(zip(fid.SIMULATED_JOB_COLUMNS, j)) for j in jobs]
 
 
 def co_runners(jobs: List[dict]) -> List[float]:
