@@ -386,8 +386,10 @@ H200_ONE_SPLIT_ROUNDS = ("engine-h200/one-split-b8.json", "engine-h200/one-split
                          "engine-h200/one-split-b32-c512.json", "engine-h200/one-split-b16-c1024.json")
 
 #: v3g's runs: the 3 x load's policy ablation on one H200, seeds 19 and 20 again (measured twice each
-#: with v3s's sequential splits) and fresh seeds 29 and 30
-V3G_RESULTS = ("results-v3g-h200x3s19", "results-v3g-h200x3s20", "results-v3g-h200x3s29", "results-v3g-h200x3s30")
+#: with v3s's sequential splits) and fresh seeds 29 and 30; seed 30's fcfs again on a fresh machine
+#: (``-h200x3s30r``, predicted with the H200's own-prefill share and committed before it ran)
+V3G_RESULTS = ("results-v3g-h200x3s19", "results-v3g-h200x3s20", "results-v3g-h200x3s29", "results-v3g-h200x3s30",
+               "results-v3g-h200x3s30r")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
