@@ -99,15 +99,21 @@ def test_one_h200_s_traces_measure_a_decode_step_beside_its_own_prefill_near_hal
 
 def test_v3g_s_runs_measured_within_5pct_of_their_committed_predictions():
     """The 3 x load's policy ablation on one H200 with one split (seeds 19 and 20 again, fresh 29
-    and 30), predicted and committed before they ran (``predictions/v3g-h200x3.jsonl``): each ran
-    with the one-split layout on the H200 its tables were profiled on, its total throughput within
-    5% of the committed prediction and every LLM's within 10%."""
+    and 30), predicted and committed before they ran (``predictions/v3g-h200x3.jsonl``), and seed
+    30's fcfs again on a fresh machine (``v3g-h200x3s30r.jsonl``, with the own-prefill share 0.5;
+    one policy, so its run folder has no policy level): each ran with the one-split layout on the
+    H200 its tables were profiled on, under the policy predicted, its total throughput within 5% of
+    the committed prediction and every LLM's within 10%."""
     with open(os.path.join(FIDELITY, "predictions", "v3g-h200x3.jsonl")) as f:
         lines = [json.loads(line) for line in f.read().splitlines()]
-    assert len(lines) == 12 and {line["generation"] for line in lines} == {"v3g"}
+    with open(os.path.join(FIDELITY, "predictions", "v3g-h200x3s30r.jsonl")) as f:
+        [again] = [json.loads(line) for line in f.read().splitlines()]
+    lines.append(dict(again, run=again["run"].rsplit("/", 1)[0]))
+    assert len(lines) == 13 and {line["generation"] for line in lines} == {"v3g"}
     for line in lines:
         with open(os.path.join(FIDELITY, line["run"], "summary.json")) as f:
             summary = json.load(f)
+        assert summary["policy"] == line["policy"]
         assert summary["tables_match_device"] is True and summary["tables_gpu"] == ["H200"]
         [worker] = summary["worker_info"].values()
         assert worker["sm_layout"] == LAYOUT and worker["sm_counts"] == [24] * 5
