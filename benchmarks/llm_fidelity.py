@@ -2261,7 +2261,19 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
 #: a decode step runs beside its own LLM's prefill when at least this part of its GPU time overlaps one
 OWN_PREFILL_OVERLAP = 0.8
 #: the values ``own_prefill_decode_share`` is fitted among (:func:`fit_own_prefill_share`), ascending
-OWN_PREFILL_SHARES = tuple(round(0.05 * i, 2) for i in range(4, 21))
+#: (the setting's range ends below 1)
+OWN_PREFILL_SHARES = tuple(round(0.05 * i, 2) for i in range(4, 20))
+
+
+def _union(spans: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """``spans`` merged where they overlap, in order."""
+    out: List[Tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def own_prefill_slowdowns(jobs: List[dict]) -> List[float]:
@@ -2276,7 +2288,7 @@ def own_prefill_slowdowns(jobs: List[dict]) -> List[float]:
             (j["device_start_s"], j["device_end_s"]))
     out = []
     for key, decode in steps.items():
-        spans = sorted(prefills.get(key, []))
+        spans = _union(prefills.get(key, []))
         if not spans:
             continue
         starts, ends = np.array([a for a, _ in spans]), np.array([b for _, b in spans])
@@ -2298,16 +2310,39 @@ def own_prefill_slowdowns(jobs: List[dict]) -> List[float]:
     return out
 
 
+def nearest_share(slowdown: Any, measured: float, grid: Sequence[float] = OWN_PREFILL_SHARES) -> float:
+    """The value of ``grid`` (ascending) whose ``slowdown(share)`` is nearest ``measured`` (in log),
+    by bisection: the slowdown falls as the share grows. ValueError when it lands at an end of the
+    grid (the fit would lie beyond it)."""
+    lo, hi = 0, len(grid) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if slowdown(grid[mid]) > measured else (lo, mid)
+    best = min((grid[lo], grid[hi]), key=lambda s: abs(math.log(slowdown(s) / measured)))
+    if best in (grid[0], grid[-1]):
+        raise ValueError(f"own_prefill_decode_share fitted at the end of its grid ({best}): measured slowdown "
+                         f"{measured:.2f}, simulated {slowdown(best):.2f}")
+    return best
+
+
 def fit_own_prefill_share(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]) -> Tuple[float, str]:
     """``own_prefill_decode_share`` fitted on the job traces of ``runs``: the value of
     :data:`OWN_PREFILL_SHARES` whose simulated timelines of those runs (the calibration ``fields``
-    otherwise) give the median :func:`own_prefill_slowdowns` nearest the measured one's (by
-    bisection: the simulated slowdown falls as the share grows); returns it and a note. Why: the
-    H100's 0.25 (measured on eager prefills, v3w) stretches a decode step beside its own LLM's
-    graph prefill about 3x in the simulator, where one H200's traces measured 1.7-2.0x
-    (docs/fidelity-llm.md "One split of the device: SM partitions alike")."""
+    otherwise) give the median :func:`own_prefill_slowdowns` nearest the measured one's
+    (:func:`nearest_share`); returns it and a note. Why: the H100's 0.25 (measured on eager
+    prefills, v3w) stretches a decode step beside its own LLM's graph prefill about 3x in the
+    simulator, where one H200's fit traces measured 1.74-1.78x (docs/fidelity-llm.md "One split of
+    the device: SM partitions alike"). ValueError for a run without a job trace or no such step."""
     chosen = [_find_run(spec) for spec in runs]
-    measured = float(np.median([x for run in chosen for x in own_prefill_slowdowns(traced_jobs(run) or [])]))
+    measured_steps = []
+    for spec, run in zip(runs, chosen):
+        jobs = traced_jobs(run)
+        if jobs is None:
+            raise ValueError(f"{spec[0]}/{spec[1]}: the run has no job trace (jobs.csv)")
+        measured_steps += own_prefill_slowdowns(jobs)
+    if not measured_steps:
+        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no decode step beside its own LLM's prefill")
+    measured = float(np.median(measured_steps))
     simulated: Dict[float, float] = {}
 
     def slowdown(share: float) -> float:
@@ -2317,14 +2352,12 @@ def fit_own_prefill_share(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, f
             for run in chosen:
                 jobs, _ = simulated_run_jobs(run, run_instance(run, model))
                 rows += own_prefill_slowdowns([dict(zip(SIMULATED_JOB_COLUMNS, j)) for j in jobs])
+            if not rows:
+                raise ValueError(f"no simulated decode step beside its own LLM's prefill at share {share}")
             simulated[share] = float(np.median(rows))
         return simulated[share]
 
-    lo, hi = 0, len(OWN_PREFILL_SHARES) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if slowdown(OWN_PREFILL_SHARES[mid]) > measured else (lo, mid)
-    best = min((OWN_PREFILL_SHARES[lo], OWN_PREFILL_SHARES[hi]), key=lambda s: abs(math.log(slowdown(s) / measured)))
+    best = nearest_share(slowdown, measured)
     note = (f"own_prefill_decode_share on the job traces of {', '.join(f'{f}/{n}' for f, n in runs)}: a decode step "
             f"beside its own LLM's prefill measured {measured:.2f} x its neighbours' (median), simulated "
             f"{slowdown(best):.2f} x at {best}")

@@ -13,7 +13,9 @@ coarsest size that divides every LLM's SM count (a multiple of the architecture'
 alignment, 8 SMs from compute capability 9.0); each LLM gets as many groups as its count needs,
 dealt round the LLMs one at a time, and its green context is made from those groups together
 (``cuDevResourceGenerateDesc`` takes several outputs of one split). Equal shares therefore get one
-group each. When no size gives enough groups, the next finer size is tried.
+group each. When no size gives enough groups, the next finer size is tried. (On an H200 only
+equal shares, one group each, have run so far; several groups per context are the driver's
+documented API, tested here on a fake driver.)
 
 **Sequential splits, the fallback.** Only when no single split has enough groups does each LLM's
 group come from what the previous splits left (the driver refuses to split a split's output again
@@ -21,7 +23,7 @@ with ``CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION``, CUresult 915, so the remaind
 green context whose SM resource the next split takes, ``cuGreenCtxGetDevResource``). This was the
 only way up to engine generation v3s, and its groups are not equally fast: on an H200, the fifth of
 five 24-SM groups ran a decode step alone 14-20% slower than the first four
-(``docs/fidelity-llm.md``); the groups of one split measured within 2%.
+(``docs/fidelity-llm.md``); the groups of one split measured within 0.6%.
 
 One stream pair per context (``cuGreenCtxStreamCreate``), wrapped for torch as
 ``torch.cuda.ExternalStream``. The driver structures are opaque byte buffers; arrays of
@@ -30,7 +32,6 @@ read back and reported, with the layout that made the groups. Any failure raises
 :class:`GreenContextError`; the engine then falls back (torch's green contexts, then plain
 streams) and says so.
 """
-
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class Partition:
     sm_count: int
     handle: int  # the CUgreenCtx, kept so the context lives as long as its streams
     remainder_handle: int = 0  # sequential splits: the context of the SMs left (the next split's input)
-    layout: str = ONE_SPLIT  # ONE_SPLIT (with group_sms) or SEQUENTIAL
+    layout: str = ""  # ONE_SPLIT (with group_sms) or SEQUENTIAL
     group_sms: int = 0  # ONE_SPLIT: the SMs of each group of the split
 
 
@@ -83,7 +84,7 @@ def group_sizes(counts: Sequence[int], alignment: int) -> List[int]:
     common = 0
     for c in counts:
         common = math.gcd(common, c)
-    return [d for d in range(common, 0, -alignment) if d % alignment == 0 and common % d == 0]
+    return [d for d in range(common, 0, -alignment) if common % d == 0] if common % alignment == 0 else []
 
 
 def deal(needs: Sequence[int]) -> List[List[int]]:
@@ -120,15 +121,25 @@ def _u32(raw: bytes, offset: int) -> int:
     return int.from_bytes(raw[offset:offset + 4], "little")
 
 
-def _green_context(lib: Any, resources: Any, device: Any, n: int = 1) -> Any:
-    """A green context (CUgreenCtx as c_void_p) holding the SMs of the ``n`` resources of the
-    array ``resources`` (several only when they are outputs of one split)."""
+def _descriptor(lib: Any, resources: Any, n: int = 1) -> Any:
+    """A resource descriptor (c_void_p) of the ``n`` resources of the array ``resources``
+    (several only when they are outputs of one split)."""
     desc = ctypes.c_void_p()
     _check(lib.cuDevResourceGenerateDesc(ctypes.byref(desc), resources, ctypes.c_uint(n)), "cuDevResourceGenerateDesc")
+    return desc
+
+
+def _context(lib: Any, desc: Any, device: Any) -> Any:
+    """A green context (CUgreenCtx as c_void_p) on the resources of the descriptor ``desc``."""
     ctx = ctypes.c_void_p()
     _check(lib.cuGreenCtxCreate(ctypes.byref(ctx), desc, device, ctypes.c_uint(CU_GREEN_CTX_DEFAULT_STREAM)),
            "cuGreenCtxCreate")
     return ctx
+
+
+def _green_context(lib: Any, resource: Any, device: Any) -> Any:
+    """A green context holding the SMs of the one resource ``resource``."""
+    return _context(lib, _descriptor(lib, resource), device)
 
 
 def _streams(lib: Any, ctx: Any, torch: Any, device_index: int) -> Tuple[Any, Any]:
@@ -160,13 +171,9 @@ def _split(lib: Any, whole: Any, size: int, n: int) -> Optional[List[bytes]]:
     return out if all(_u32(g, SM_COUNT_OFFSET) == size for g in out) else None
 
 
-def _partition_of_groups(lib: Any, device: Any, device_index: int, groups: List[bytes], size: int,
-                         torch: Any) -> Partition:
-    """A partition on the SMs of ``groups`` (outputs of one split into groups of ``size`` SMs)."""
-    ctx = _green_context(lib, ctypes.create_string_buffer(b"".join(groups) + bytes(RESOURCE_BYTES)), device,
-                         len(groups))
-    return Partition(streams=_streams(lib, ctx, torch, device_index), sm_count=size * len(groups),
-                     handle=int(ctx.value or 0), group_sms=size)
+def _groups_descriptor(lib: Any, groups: List[bytes]) -> Any:
+    """The descriptor of ``groups`` (outputs of one split) together."""
+    return _descriptor(lib, ctypes.create_string_buffer(b"".join(groups) + bytes(RESOURCE_BYTES)), len(groups))
 
 
 def _sequential_splits(lib: Any, device: Any, whole: Any, device_index: int, counts: Sequence[int],
@@ -209,9 +216,18 @@ def disjoint_partitions(device_index: int, counts: Sequence[int], torch: Any, li
     for size in group_sizes(counts, alignment):
         needs = [c // size for c in counts]
         groups = _split(lib, whole, size, sum(needs))
-        if groups is not None:
-            return [_partition_of_groups(lib, device, device_index, [groups[j] for j in picks], size, torch)
-                    for picks in deal(needs)]
+        if groups is None:
+            continue
+        try:  # every descriptor first: a driver that refuses several groups in one leaves nothing to undo
+            descs = [_groups_descriptor(lib, [groups[j] for j in picks]) for picks in deal(needs)]
+        except GreenContextError:
+            break
+        out = []
+        for desc, n in zip(descs, needs):
+            ctx = _context(lib, desc, device)
+            out.append(Partition(streams=_streams(lib, ctx, torch, device_index), sm_count=size * n,
+                                 handle=int(ctx.value or 0), layout=ONE_SPLIT, group_sms=size))
+        return out
     return _sequential_splits(lib, device, whole, device_index, counts, torch)
 
 

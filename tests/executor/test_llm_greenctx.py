@@ -57,14 +57,18 @@ STRIDE = 144  # the module's RESOURCE_STRIDE, written again here as the driver's
 class _FakeDriver:
     """The green-context calls of libcuda: a split makes groups of the asked size rounded up to 8
     SMs (at most ``max_groups[size]`` of them, as a real device's GPCs allow fewer than SMs / size),
-    written at the CUdevResource stride; a descriptor takes several outputs of one split only; and a
-    split's outputs (the remainder included) cannot be split again before they become a green
-    context (CUresult 915). Each descriptor's (split, group) pairs are kept in ``descs``."""
+    written at the CUdevResource stride; a descriptor takes several outputs of one split only
+    (none with ``several=False``, a driver that refuses them); and a split's outputs (the remainder
+    included) cannot be split again before they become a green context (CUresult 915). Each
+    descriptor's (split, group) pairs are kept in ``descs``. Its limits: it marks a resource's split
+    in the bytes the real driver keeps opaque (so it cannot tell whether copied groups still name
+    their split), and it makes no group, where the real driver refuses the call, when more SMs are
+    asked than the input holds."""
 
     SPLIT_OUTPUT, DEVICE, CONTEXT = 1, 2, 3
 
-    def __init__(self, total: int, max_groups=None, alignment: int = 8):
-        self.total, self.max_groups, self.alignment = total, dict(max_groups or {}), alignment
+    def __init__(self, total: int, max_groups=None, alignment: int = 8, several: bool = True):
+        self.total, self.max_groups, self.alignment, self.several = total, dict(max_groups or {}), alignment, several
         self.handles, self.splits, self.descs = {}, 0, []
 
     def _write(self, buf, origin: int, sms: int, split: int = 0, index: int = 0, at: int = 0) -> None:
@@ -108,7 +112,7 @@ class _FakeDriver:
 
     def cuDevResourceGenerateDesc(self, ref, buf, n):  # noqa: N802
         parts = [self._read(buf, at=j * STRIDE) for j in range(n.value)]
-        if len({split for _, split, _, _ in parts}) != 1:
+        if len({split for _, split, _, _ in parts}) != 1 or (len(parts) > 1 and not self.several):
             return 915
         self.descs.append([(split, index) for _, split, index, _ in parts])
         return self._new(ref, sum(sms for *_, sms in parts))
@@ -173,11 +177,23 @@ def test_a_split_with_too_few_groups_gives_way_to_finer_groups_then_to_sequentia
 
 def test_a_split_of_another_size_than_asked_is_not_taken():
     """Before CUDA 13 the resource carries no alignment; the module then tries sizes the driver
-    rounds up (12 SMs -> 16 on Hopper), and must not take groups larger than the shares."""
+    rounds up (12 SMs -> 16 on Hopper) and does not take such a split, whose groups are larger than
+    the counts: shares of 12 SMs fall to the sequential splits (which get 16 each, as before),
+    while shares of 16 and 32 still take one split."""
     parts = disjoint_partitions(0, [12, 12], _fake_torch(), lib=_FakeDriver(132, alignment=0))
     assert [p.sm_count for p in parts] == [16, 16] and layout_of(parts) == "sequential-splits"
     parts = disjoint_partitions(0, [16, 32], _fake_torch(), lib=_FakeDriver(132, alignment=0))
     assert [p.sm_count for p in parts] == [16, 32] and layout_of(parts) == "one-split of 16-SM groups"
+
+
+def test_a_driver_refusing_several_groups_in_one_context_gets_sequential_splits():
+    """Every descriptor is made before any context: when the driver refuses one of several groups,
+    nothing is left to undo, and the sequential splits serve; equal shares need one group each."""
+    lib = _FakeDriver(132, several=False)
+    parts = disjoint_partitions(0, [16, 32, 64], _fake_torch(), lib=lib)
+    assert [p.sm_count for p in parts] == [16, 32, 64] and layout_of(parts) == "sequential-splits"
+    parts = disjoint_partitions(0, [24] * 5, _fake_torch(), lib=_FakeDriver(132, several=False))
+    assert layout_of(parts) == "one-split of 24-SM groups"
 
 
 def test_sequential_splits_split_the_remainder_through_a_green_context():

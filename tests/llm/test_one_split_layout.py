@@ -74,6 +74,24 @@ def test_own_prefill_slowdowns_compare_a_step_beside_its_llm_s_prefill_with_its_
     # a's step (2, 4) twice as long as its clear neighbours (mean 1.125); (7.4, 8.4) only 10% beside
     # a prefill; b's step beside another LLM's prefill and a's step on another mesh: none
     assert script.own_prefill_slowdowns(jobs) == [2.0 / 1.125]
+    # prefills nested in one another count once, as their union: the step (15, 16) lies in (10, 20)
+    nested = [job("c", "prefill", 10.0, 20.0), job("c", "prefill", 11.0, 12.0),
+              *(job("c", "decode", a, a + 1.0) for a in (7.0, 8.0, 15.0, 21.0, 22.0))]
+    assert script.own_prefill_slowdowns(nested) == [1.0]
+
+
+def test_the_share_is_the_grid_value_nearest_the_measured_slowdown_inside_the_grid():
+    """Bisection over :data:`OWN_PREFILL_SHARES` on a slowdown that falls as the share grows picks
+    the value whose slowdown is nearest the measured (in log), and refuses one at the grid's end."""
+    import pytest
+
+    script = load_benchmark("llm_fidelity")
+    slowdown = lambda share: 0.9 / share  # noqa: E731 - a stand-in for the simulated timelines
+    assert script.nearest_share(slowdown, 1.8) == 0.5 and script.nearest_share(slowdown, 2.0) == 0.45
+    assert script.OWN_PREFILL_SHARES[-1] < 1.0  # the setting's range ends below 1
+    for measured in (5.0, 0.9):
+        with pytest.raises(ValueError, match="end of its grid"):
+            script.nearest_share(slowdown, measured)
 
 
 def test_one_h200_s_traces_measure_a_decode_step_beside_its_own_prefill_near_half_speed():
