@@ -171,9 +171,12 @@ def _split(lib: Any, whole: Any, size: int, n: int) -> Optional[List[bytes]]:
     return out if all(_u32(g, SM_COUNT_OFFSET) == size for g in out) else None
 
 
-def _groups_descriptor(lib: Any, groups: List[bytes]) -> Any:
-    """The descriptor of ``groups`` (outputs of one split) together."""
-    return _descriptor(lib, ctypes.create_string_buffer(b"".join(groups) + bytes(RESOURCE_BYTES)), len(groups))
+def _groups_descriptor(lib: Any, groups: List[bytes]) -> Tuple[Any, Any]:
+    """The descriptor of ``groups`` (outputs of one split) together, and the resource array it was
+    made from (kept by the caller until its context exists: the driver API does not say that the
+    descriptor copies it)."""
+    array = ctypes.create_string_buffer(b"".join(groups) + bytes(RESOURCE_BYTES))
+    return _descriptor(lib, array, len(groups)), array
 
 
 def _sequential_splits(lib: Any, device: Any, whole: Any, device_index: int, counts: Sequence[int],
@@ -205,8 +208,8 @@ def _sequential_splits(lib: Any, device: Any, whole: Any, device_index: int, cou
 def disjoint_partitions(device_index: int, counts: Sequence[int], torch: Any, lib: Any = None) -> List[Partition]:
     """One green context per entry of ``counts`` (SMs), on disjoint SMs of ``device_index``,
     each with a prefill and a decode stream (``lib``: the driver library, loaded when None):
-    from one split of the whole device when one serves every count, else from sequential
-    splits. Raises GreenContextError."""
+    from one split of the whole device when one serves every count, else (also when the driver
+    refuses a context of several groups) from sequential splits. Raises GreenContextError."""
     lib = lib if lib is not None else _driver()
     device = ctypes.c_int()
     _check(lib.cuDeviceGet(ctypes.byref(device), ctypes.c_int(device_index)), "cuDeviceGet")
@@ -223,7 +226,7 @@ def disjoint_partitions(device_index: int, counts: Sequence[int], torch: Any, li
         except GreenContextError:
             break
         out = []
-        for desc, n in zip(descs, needs):
+        for (desc, _array), n in zip(descs, needs):
             ctx = _context(lib, desc, device)
             out.append(Partition(streams=_streams(lib, ctx, torch, device_index), sm_count=size * n,
                                  handle=int(ctx.value or 0), layout=ONE_SPLIT, group_sms=size))
