@@ -1605,6 +1605,13 @@ def simulated_run_jobs(run: dict, inst: Any, clock: Any = None) -> Tuple[List[tu
     return simulated_jobs(inst, placement, inst.requests(), run_policy(run, inst, placement), clock=clock)
 
 
+def simulated_run_rows(run: dict, inst: Any) -> Tuple[List[dict], np.ndarray]:
+    """:func:`simulated_run_jobs`' timeline as rows named as :func:`traced_jobs` names a measured
+    job's (:data:`SIMULATED_JOB_COLUMNS`), and every request's first token in it."""
+    jobs, first = simulated_run_jobs(run, inst)
+    return [dict(zip(SIMULATED_JOB_COLUMNS, j)) for j in jobs], first
+
+
 #: the columns of :func:`traced_partition_prefills`
 PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "host_s", "decoding", "tokens", "eager")
 
@@ -2325,6 +2332,17 @@ def nearest_share(slowdown: Any, measured: float, grid: Sequence[float] = OWN_PR
     return best
 
 
+def simulated_own_prefill_slowdown(runs: List[dict], fields: Dict[str, float], share: float) -> float:
+    """The median :func:`own_prefill_slowdowns` over the simulator's timelines of ``runs``
+    (:func:`simulated_run_rows`) with the calibration ``fields`` and ``own_prefill_decode_share`` =
+    ``share``; ValueError when no step runs beside its own LLM's prefill."""
+    model = dict({f: fields.get(f, 0.0) for f in MODEL_FIELDS}, own_prefill_decode_share=share)
+    steps = [x for run in runs for x in own_prefill_slowdowns(simulated_run_rows(run, run_instance(run, model))[0])]
+    if not steps:
+        raise ValueError(f"no simulated decode step beside its own LLM's prefill at share {share}")
+    return float(np.median(steps))
+
+
 def fit_own_prefill_share(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]) -> Tuple[float, str]:
     """``own_prefill_decode_share`` fitted on the job traces of ``runs``: the value of
     :data:`OWN_PREFILL_SHARES` whose simulated timelines of those runs (the calibration ``fields``
@@ -2347,14 +2365,7 @@ def fit_own_prefill_share(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, f
 
     def slowdown(share: float) -> float:
         if share not in simulated:
-            model = dict({f: fields.get(f, 0.0) for f in MODEL_FIELDS}, own_prefill_decode_share=share)
-            rows = []
-            for run in chosen:
-                jobs, _ = simulated_run_jobs(run, run_instance(run, model))
-                rows += own_prefill_slowdowns([dict(zip(SIMULATED_JOB_COLUMNS, j)) for j in jobs])
-            if not rows:
-                raise ValueError(f"no simulated decode step beside its own LLM's prefill at share {share}")
-            simulated[share] = float(np.median(rows))
+            simulated[share] = simulated_own_prefill_slowdown(chosen, fields, share)
         return simulated[share]
 
     best = nearest_share(slowdown, measured)

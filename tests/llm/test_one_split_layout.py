@@ -106,9 +106,7 @@ def test_one_h200_s_traces_measure_a_decode_step_beside_its_own_prefill_near_hal
     measured = float(np.median(script.own_prefill_slowdowns(script.traced_jobs(run))))
 
     def simulated(share: float) -> float:
-        model = dict({f: calibration.get(f, 0.0) for f in script.MODEL_FIELDS}, own_prefill_decode_share=share)
-        jobs, _ = script.simulated_run_jobs(run, script.run_instance(run, model))
-        return float(np.median(script.own_prefill_slowdowns([dict(zip(script.SIMULATED_JOB_COLUMNS, j)) for j in jobs])))
+        return script.simulated_own_prefill_slowdown([run], calibration, share)
 
     assert 1.6 < measured < 2.0
     assert abs(simulated(calibration["own_prefill_decode_share"]) / measured - 1) < 0.1

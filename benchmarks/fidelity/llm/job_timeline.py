@@ -44,11 +44,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # benchmarks/: llm_f
 import llm_fidelity as fid  # noqa: E402
 
 
-def as_rows(jobs: Sequence[tuple]) -> List[dict]:
-    """``executor.llm_run.simulated_jobs`` tuples as ``llm_fidelity.traced_jobs`` rows."""
-    return [dict(zip(fid.SIMULATED_JOB_COLUMNS, j)) for j in jobs]
-
-
 def co_runners(jobs: List[dict]) -> List[float]:
     """Per job, the time-weighted number of other jobs of its mesh on the GPU while it ran."""
     out = [0.0] * len(jobs)
@@ -68,13 +63,6 @@ def co_runners(jobs: List[dict]) -> List[float]:
             running = np.concatenate(([count[lo - 1]], count[lo:hi]))
             out[i] = float(np.dot(np.diff(cuts), running) / (b - a)) - 1.0
     return out
-
-
-def simulated_timeline(run: dict, inst) -> Tuple[List[dict], np.ndarray]:
-    """The simulator's job timeline of ``run`` and its requests' first tokens
-    (``llm_fidelity.simulated_run_jobs``)."""
-    jobs, first = fid.simulated_run_jobs(run, inst)
-    return as_rows(jobs), first
 
 
 def prefill_waits(jobs: List[dict], requests: List[dict], first: Sequence[float], tolerance: float
@@ -104,7 +92,7 @@ def report(spec: str, run: dict, overrides: Dict[str, float]) -> List[str]:
     """The report's lines for ``run`` (a traced run, ``llm_fidelity.traced_run``; ``spec``: RESULTS/RUN)."""
     inst = fid.traced_instance(run, overrides)
     measured = fid.traced_jobs(run)
-    simulated, simulated_first = simulated_timeline(run, inst)
+    simulated, simulated_first = fid.simulated_run_rows(run, inst)
     lines = [f"== {spec}" + (f" with {overrides}" if overrides else "")]
     stats = {}
     for label, jobs in (("measured", measured), ("simulated", simulated)):
