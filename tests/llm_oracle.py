@@ -117,18 +117,27 @@ def table_lookup(table, bgrid, sgrid, batch, length):
 
 
 def tables_at_share(tp_table, share):
-    """Prefill and decode tables ``[batch][len]`` (seconds) at SM fraction ``share``: linear
-    between measured shares, the highest share's table above it, and below the lowest share
-    that table scaled by ``lowest / share``."""
+    """Prefill and decode tables ``[batch][len]`` (seconds) at SM fraction ``share``: linear in
+    one over the SMs between measured shares (a table measured on SM partitions counts a share's
+    SMs rounded down to its granule, at least one; else the share itself), the highest share's
+    table above it, and below the lowest share that table scaled by its SMs over ``share``'s."""
     sm = tp_table.sm_share.tolist()
     planes = (tp_table.prefill_s.tolist(), tp_table.decode_s.tolist())
+
+    def sms(s):
+        if tp_table.sm_partition is None or s >= 1.0:  # a whole GPU is not partitioned
+            return s
+        total, granule = tp_table.sm_partition
+        return min(total, max(granule, granule * int(s * total / granule + 1e-9))) / total
+
     if share <= sm[0]:
-        f = sm[0] / max(share, 1e-6)
+        f = sms(sm[0]) / max(sms(share), 1e-6)
         return tuple([[v * f for v in row] for row in p[0]] for p in planes)
     if share >= sm[-1]:
         return tuple(p[-1] for p in planes)
     k = bisect_left(sm, share) - 1
-    w = (share - sm[k]) / (sm[k + 1] - sm[k])
+    lo, hi = sms(sm[k]), sms(sm[k + 1])
+    w = (1 / sms(share) - 1 / lo) / (1 / hi - 1 / lo) if hi > lo else 0.0
     return tuple([[(1 - w) * a + w * b for a, b in zip(ra, rb)] for ra, rb in zip(p[k], p[k + 1])]
                  for p in planes)
 

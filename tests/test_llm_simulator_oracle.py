@@ -243,7 +243,8 @@ LAYOUTS = [(1, 1), (2, 2), (1, 3), (2, 1, 1), (1, 1, 1), (1, 1, 2)]  # mesh size
 
 def cost_table(rng, model):
     """An inline cost table: every mesh size of LAYOUTS as a TP degree (a lookup never falls back
-    to another degree), 1-3 SM shares, small batch and length grids (ms)."""
+    to another degree), 1-3 SM shares, small batch and length grids (ms), measured on SM partitions
+    of an H200 or A100 (lookups by the SMs a share is rounded to) or not."""
     tps = {}
     for tp in (1, 2, 3, 4):
         sm = rng.choice([[1.0], [0.5, 1.0], [0.3, 0.6, 1.0]])
@@ -252,7 +253,11 @@ def cost_table(rng, model):
         tps[str(tp)] = {"sm_share": sm, "batch": batch, "seq_len": seq,
                         "prefill_ms": [[[rng.uniform(5, 120) for _ in seq] for _ in batch] for _ in sm],
                         "decode_ms": [[[rng.uniform(2, 40) for _ in seq] for _ in batch] for _ in sm]}
-    return {"format": "placeopt-llm-cost-table", "model": model, "tp": tps}
+    out = {"format": "placeopt-llm-cost-table", "model": model, "tp": tps}
+    partition = rng.choice([None, {"sms": 132, "granule": 8}, {"sms": 108, "granule": 2}])
+    if partition is not None:
+        out["sm_partition"] = partition
+    return out
 
 
 @st.composite

@@ -16,20 +16,29 @@ measured neighbours along the batch axis, extrapolated along the last measured s
 beyond them (below the first measured point along the first segment, but never below
 proportional to batch or length: a decode step at batch 1 costs about what it costs at
 batch 2, not half), then along the length axis, then from the nearest SM share. Lookups between
-SM shares interpolate linearly; below the smallest measured share the latency grows as
-``share_min / share`` (compute-bound scaling, an upper bound).
+SM shares are linear in one over the SMs: the latency is taken as ``a + b / SMs`` between two
+measured shares (``b / SMs`` the work the SMs share out, ``a`` what more SMs do not speed up:
+launches, the HBM's own limit). The SMs are the share itself, or for a table measured on SM
+partitions (``sm_partition``) the SMs the executor gives that share
+(:mod:`~placement_opt.costs.sm_partition`). Linear in the share itself overstated the latency
+between distant shares: the A100 tables' shares 40-90 % looked up from 30 % and 100 % alone come
+within 3-4 % on average for prefills, 4-15 % for decode steps, where linear in the share gave
+19-21 % and 8-20 % (``benchmarks/fidelity/llm/interp_error.py --shares --from-ends``). Below
+the smallest measured share the latency grows as its SMs over the share's (the same form with
+``a`` = 0: compute-bound scaling, an upper bound).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, Tuple
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from placement_opt.validation import as_int, as_number, check_keys, get_list, get_str
 from placement_opt.errors import InputError
 from placement_opt.costs.interp import lookup
+from placement_opt.costs.sm_partition import share_sms
 
 FORMAT = "placeopt-llm-cost-table"
 
@@ -45,17 +54,33 @@ class TPTable:
     prefill_s: np.ndarray
     decode_s: np.ndarray
     measured: np.ndarray  # bool [sm, batch, len, 2]: which (prefill, decode) points were measured
+    # (the GPU's SMs, the granule a share's SMs are rounded down to) when the table was measured on
+    # SM partitions made so (:mod:`~placement_opt.costs.sm_partition`); None: shares as they are
+    sm_partition: Optional[Tuple[int, int]] = None
+
+    def sm_fraction(self, share: float) -> float:
+        """The fraction of the GPU's SMs an LLM of ``share`` runs on: with ``sm_partition`` its
+        SMs rounded as the executor rounds them, else the share itself."""
+        if self.sm_partition is None:
+            return share
+        total, granule = self.sm_partition
+        return share_sms(share, total, granule) / total
 
     def at_share(self, share: float) -> Tuple[np.ndarray, np.ndarray]:
-        """Prefill and decode tables (2-D, seconds) at SM fraction ``share``."""
+        """Prefill and decode tables (2-D, seconds) at SM fraction ``share``: between measured
+        shares linear in ``1 / SMs`` (:meth:`sm_fraction`; a latency ``a + b / SMs``: work the
+        SMs share out and a part they do not), below the smallest its latency times its SMs over
+        ``share``'s, above the largest that latency."""
         sm = self.sm_share
+        x = self.sm_fraction(share)
         if share <= sm[0]:
-            f = sm[0] / max(share, 1e-6)
+            f = self.sm_fraction(sm[0]) / max(x, 1e-6)
             return self.prefill_s[0] * f, self.decode_s[0] * f
         if share >= sm[-1]:
             return self.prefill_s[-1].copy(), self.decode_s[-1].copy()
         k = int(np.searchsorted(sm, share) - 1)
-        w = (share - sm[k]) / (sm[k + 1] - sm[k])
+        lo, hi = self.sm_fraction(sm[k]), self.sm_fraction(sm[k + 1])
+        w = (1.0 / x - 1.0 / lo) / (1.0 / hi - 1.0 / lo) if hi > lo else 0.0  # two shares on the same SMs
         return ((1 - w) * self.prefill_s[k] + w * self.prefill_s[k + 1],
                 (1 - w) * self.decode_s[k] + w * self.decode_s[k + 1])
 
@@ -69,6 +94,7 @@ class CostTable:
     tables: Dict[int, TPTable]
     gpu: str = ""
     source: str = ""
+    sm_partition: Optional[Tuple[int, int]] = None  # see TPTable.sm_partition (every degree's)
 
     @property
     def tp_degrees(self) -> Tuple[int, ...]:
@@ -111,12 +137,13 @@ class CostTable:
     @classmethod
     def from_dict(cls, name: str, data: Any, field: str) -> "CostTable":
         """The cost table of JSON object ``data`` (times in ms), checked and with gaps filled."""
-        check_keys(data, field, ["format", "model", "tp"], ["version", "gpu", "source", "units"])
+        check_keys(data, field, ["format", "model", "tp"], ["version", "gpu", "source", "units", "sm_partition"])
         if data["format"] != FORMAT:
             raise InputError(f"expected format {FORMAT!r}", f"{field}.format")
         if data.get("units", "ms") != "ms":
             raise InputError("only ms is supported", f"{field}.units")
         model = get_str(data, "model", field)
+        partition = _sm_partition(data, field)
         tps = data["tp"]
         if not isinstance(tps, dict) or not tps:
             raise InputError("expected a non-empty object {tp degree: table}", f"{field}.tp")
@@ -129,23 +156,39 @@ class CostTable:
                 raise InputError("tp degree must be an integer", where) from None
             if tp < 1:
                 raise InputError("tp degree must be >= 1", where)
-            tables[tp] = _tp_table(tp, t, where)
+            tables[tp] = replace(_tp_table(tp, t, where), sm_partition=partition)
         return cls(name=name, model=model, tables=tables, gpu=str(data.get("gpu", "")),
-                   source=str(data.get("source", "")))
+                   source=str(data.get("source", "")), sm_partition=partition)
 
     def to_dict(self) -> dict:
         """The raw (unfilled) table in the package format."""
         tp_tables: Dict[str, dict] = {}
         out = {"format": FORMAT, "version": 1, "model": self.model, "gpu": self.gpu, "source": self.source,
                "units": "ms", "tp": tp_tables}
+        if self.sm_partition is not None:
+            out["sm_partition"] = {"sms": self.sm_partition[0], "granule": self.sm_partition[1]}
         for tp, t in sorted(self.tables.items()):
             def raw(a: np.ndarray, k: int) -> list:
                 return [[[float(round(v * 1e3, 6)) if m else None for v, m in zip(row, mrow)]
                          for row, mrow in zip(a[s], t.measured[s, :, :, k])] for s in range(len(t.sm_share))]
-            tp_tables[str(tp)] = {"sm_share": t.sm_share.tolist(), "batch": t.batch.tolist(),
-                                  "seq_len": t.seq_len.tolist(), "prefill_ms": raw(t.prefill_s, 0),
+            tp_tables[str(tp)] = {"sm_share": t.sm_share.tolist(), "batch": [int(b) for b in t.batch],
+                                  "seq_len": [int(n) for n in t.seq_len], "prefill_ms": raw(t.prefill_s, 0),
                                   "decode_ms": raw(t.decode_s, 1)}
         return out
+
+
+def _sm_partition(data: dict, field: str) -> Optional[Tuple[int, int]]:
+    """The table's optional ``sm_partition`` ``{"sms": total SMs, "granule": SMs}`` as a pair."""
+    raw = data.get("sm_partition")
+    if raw is None:
+        return None
+    where = f"{field}.sm_partition"
+    check_keys(raw, where, ["sms", "granule"])
+    total = as_int(raw["sms"], f"{where}.sms", minimum=1)
+    granule = as_int(raw["granule"], f"{where}.granule", minimum=1)
+    if granule > total:
+        raise InputError(f"granule {granule} exceeds the GPU's {total} SMs", f"{where}.granule")
+    return total, granule
 
 
 def _grid(t: dict, key: str, where: str, lo: float, hi: float | None = None, integer: bool = True) -> np.ndarray:

@@ -27,8 +27,9 @@ five 24-SM groups ran a decode step alone 14-20% slower than the first four
 
 One stream pair per context (``cuGreenCtxStreamCreate``), wrapped for torch as
 ``torch.cuda.ExternalStream``. The driver structures are opaque byte buffers; arrays of
-``CUdevResource`` are strided by its size (:data:`RESOURCE_STRIDE`); the SM count of each group is
-read back and reported, with the layout that made the groups. Any failure raises
+``CUdevResource`` are strided by its size (:data:`RESOURCE_STRIDE`); the SM count of each context is
+read back from the driver (for a context of several groups: all of them) and reported, with the
+layout that made the groups. Any failure raises
 :class:`GreenContextError`; the engine then falls back (torch's green contexts, then plain
 streams) and says so.
 """
@@ -39,6 +40,8 @@ import ctypes
 import math
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
+
+from placement_opt.costs.sm_partition import share_sms, sm_granularity
 
 RESOURCE_BYTES = 1024  # more than sizeof(CUdevResource) in every CUDA 12.4+ / 13 header
 RESOURCE_STRIDE = 144  # sizeof(CUdevResource) (RESOURCE_ABI_VERSION 1, CUDA 12.4-13.x): an array's stride
@@ -66,16 +69,11 @@ class Partition:
     group_sms: int = 0  # ONE_SPLIT: the SMs of each group of the split
 
 
-def sm_granularity(capability: Tuple[int, int]) -> int:
-    """SMs a green-context group is a multiple of: 8 from compute capability 9.0, 2 before."""
-    return 8 if capability[0] >= 9 else 2
-
-
 def sm_counts(shares: Sequence[float], total_sms: int, capability: Tuple[int, int]) -> List[int]:
-    """SMs asked for each share: the share of ``total_sms`` rounded *down* to the granularity
-    (so shares summing to at most 1 fit side by side), at least one granule."""
+    """SMs asked for each share (:func:`~placement_opt.costs.sm_partition.share_sms`: rounded
+    down to the architecture's granule, the rule the cost tables interpolate by)."""
     g = sm_granularity(capability)
-    return [min(total_sms, max(g, g * math.floor(s * total_sms / g + 1e-9))) for s in shares]
+    return [share_sms(s, total_sms, g) for s in shares]
 
 
 def group_sizes(counts: Sequence[int], alignment: int) -> List[int]:
@@ -158,6 +156,14 @@ def _sm_count(resource: Any, fallback: int) -> int:
     return real if 0 < real <= 4096 else fallback
 
 
+def _context_sms(lib: Any, ctx: Any, asked: int) -> int:
+    """The SMs the green context ``ctx`` holds, as the driver reads them back (``asked`` when it
+    gives no count): for a context of several groups, the check that it took them all."""
+    resource = ctypes.create_string_buffer(RESOURCE_BYTES)
+    _check(lib.cuGreenCtxGetDevResource(ctx, resource, ctypes.c_int(CU_DEV_RESOURCE_TYPE_SM)), "cuGreenCtxGetDevResource")
+    return _sm_count(resource, asked)
+
+
 def _split(lib: Any, whole: Any, size: int, n: int) -> Optional[List[bytes]]:
     """The ``n`` groups (CUdevResource bytes) of one split of ``whole`` into groups of ``size``
     SMs, or None when the driver makes fewer, or groups of another size (it rounds a size up to
@@ -228,8 +234,9 @@ def disjoint_partitions(device_index: int, counts: Sequence[int], torch: Any, li
         out = []
         for (desc, _array), n in zip(descs, needs):
             ctx = _context(lib, desc, device)
-            out.append(Partition(streams=_streams(lib, ctx, torch, device_index), sm_count=size * n,
-                                 handle=int(ctx.value or 0), layout=ONE_SPLIT, group_sms=size))
+            out.append(Partition(streams=_streams(lib, ctx, torch, device_index),
+                                 sm_count=_context_sms(lib, ctx, size * n), handle=int(ctx.value or 0),
+                                 layout=ONE_SPLIT, group_sms=size))
         return out
     return _sequential_splits(lib, device, whole, device_index, counts, torch)
 

@@ -30,6 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from placement_opt.costs.costtable import FORMAT
+from placement_opt.costs.sm_partition import sm_granularity
 from placement_opt.model import Architecture
 from placement_opt.progress import ProgressBar
 from placement_opt.executor.profiler import run_tp_processes
@@ -247,7 +248,10 @@ def _measure(rank: int, tp: int, arch: Architecture, settings: LLMProfileSetting
             shares[repr(share)] = {"prefill_s": pre, "decode_s": dec, "sm_count": n_sm, "mechanism": how}
         peak = (torch.cuda.max_memory_allocated(device) - base - held) if device.type == "cuda" else None
         if rank == 0:
-            out.send(("ok", {"tp": tp, "shares": shares, "device_name": device_name(device), "torch": torch.__version__,
+            props = torch.cuda.get_device_properties(device) if device.type == "cuda" else None
+            sms = (props.multi_processor_count, sm_granularity((props.major, props.minor))) if props else None
+            out.send(("ok", {"tp": tp, "shares": shares, "sm_partition": sms, "device_name": device_name(device),
+                             "torch": torch.__version__,
                              "attention": bench.model.attention, "attention_fallback": bench.attention_fallback,
                              "weight_bytes_per_gpu": bench.weight_bytes, "runtime_peak_bytes_per_gpu": peak}))
         if tp > 1:
@@ -287,6 +291,10 @@ def profile_llm(model: str, arch: Architecture, settings: LLMProfileSettings, gp
               f"decode attention {first['attention']}; prefill batches over {settings.token_budget} tokens not measured)")
     table = {"format": FORMAT, "version": 1, "model": model, "gpu": gpu or first["device_name"], "source": source,
              "units": "ms", "tp": tables}
+    # every share below 1 on SMs of its own, as the executor partitions them: lookups go by those SMs
+    if first["sm_partition"] is not None and all(d["shares"][repr(sh)]["mechanism"] == "green-contexts"
+                                                 for d in by_tp.values() for sh in settings.sm_shares if sh < 1.0):
+        table["sm_partition"] = {"sms": first["sm_partition"][0], "granule": first["sm_partition"][1]}
     details = {"model": model, "architecture": arch.to_dict(), "device": first["device_name"],
                "sm_counts": {str(tp): {k: v["sm_count"] for k, v in d["shares"].items()} for tp, d in by_tp.items()},
                "memory": {str(tp): {"weight_bytes_per_gpu": d["weight_bytes_per_gpu"],

@@ -38,8 +38,65 @@ def test_conversion_keeps_values_and_marks_missing():
     assert table.prefill_s(1, 1.0, 1, 32) == pytest.approx(0.014082)
     # the unmeasured point extends the last measured segment along the batch axis (batches 1 -> 2)
     assert table.prefill_s(1, 1.0, 4, 64) == pytest.approx((16.092 + 2 * (16.092 - 14.129)) / 1e3)
-    # halfway between the measured SM shares
-    assert table.decode_s(1, 0.75, 1, 32) == pytest.approx((11.264 + 13.0) / 2 / 1e3)
+    # between the measured SM shares linear in 1 / share: 0.75 is two thirds of the way from 1 / 0.5 to 1 / 1
+    assert table.decode_s(1, 0.75, 1, 32) == pytest.approx((13.0 / 3 + 2 * 11.264 / 3) / 1e3)
+
+
+def test_between_shares_a_latency_a_plus_b_over_share_is_reproduced():
+    """A latency of the form a + b / share (work the SMs share out, and a part they do not) is
+    looked up exactly between two measured shares; linear in the share it was overstated (at
+    0.4 from shares 0.2 and 1: 9 ms for 6)."""
+    a, b = 1.0, 2.0  # ms
+    shares = [0.2, 1.0]
+    raw = {"format": "placeopt-llm-cost-table", "version": 1, "model": "m", "gpu": "g", "source": "s", "units": "ms",
+           "tp": {"1": {"sm_share": shares, "batch": [1, 2], "seq_len": [32, 64],
+                        "prefill_ms": [[[a + b / s] * 2] * 2 for s in shares],
+                        "decode_ms": [[[a + b / s] * 2] * 2 for s in shares]}}}
+    table = CostTable.from_dict("m", raw, "t")
+    for share in (0.25, 0.4, 0.62, 0.9):
+        assert table.decode_s(1, share, 1, 32) == pytest.approx((a + b / share) / 1e3)
+        assert table.prefill_s(1, share, 2, 64) == pytest.approx((a + b / share) / 1e3)
+
+
+def _a_plus_b_over(x_of_share, shares, partition=None):
+    """A table of latency 1 + 2 / x ms at each share (``x_of_share``: the SM measure), with
+    ``partition`` as its ``sm_partition``."""
+    raw = {"format": "placeopt-llm-cost-table", "version": 1, "model": "m", "units": "ms",
+           "tp": {"1": {"sm_share": shares, "batch": [1, 2], "seq_len": [32, 64],
+                        "prefill_ms": [[[1 + 2 / x_of_share(s)] * 2] * 2 for s in shares],
+                        "decode_ms": [[[1 + 2 / x_of_share(s)] * 2] * 2 for s in shares]}}}
+    if partition is not None:
+        raw["sm_partition"] = partition
+    return raw
+
+
+def test_a_table_measured_on_sm_partitions_is_looked_up_by_the_sms_a_share_gets():
+    """On an H200 (132 SMs, groups of 8) a share of 0.3 runs on 32 SMs, not 39.6: a table measured
+    on such partitions (``sm_partition``) places a share between its measured ones by those SMs,
+    and below its smallest share scales by them too."""
+    partition = {"sms": 132, "granule": 8}
+    sms = {0.2: 24, 0.3: 32, 0.42: 48, 0.57: 72, 0.75: 96, 1.0: 132}
+    table = CostTable.from_dict("m", _a_plus_b_over(lambda s: sms[s] / 132, [0.2, 1.0], partition), "t")
+    assert table.sm_partition == (132, 8) and table.tables[1].sm_fraction(0.3) == pytest.approx(32 / 132)
+    for share in (0.3, 0.42, 0.57, 0.75):
+        assert table.decode_s(1, share, 1, 32) == pytest.approx((1 + 2 / (sms[share] / 132)) / 1e3)
+    # below the smallest share: 0.1 gets one group of 8 SMs, a third of the 24 at 0.2
+    assert table.prefill_s(1, 0.1, 1, 32) == pytest.approx(3 * (1 + 2 / (24 / 132)) / 1e3)
+    again = CostTable.from_dict("m", table.to_dict(), "t")
+    assert again.sm_partition == (132, 8) and again.to_dict()["sm_partition"] == partition
+    # without it, by the share itself
+    plain = CostTable.from_dict("m", _a_plus_b_over(lambda s: sms[s] / 132, [0.2, 1.0]), "t")
+    assert plain.tables[1].sm_fraction(0.3) == 0.3 and "sm_partition" not in plain.to_dict()
+
+
+@pytest.mark.parametrize("partition, field", [({"sms": 8, "granule": 16}, "sm_partition.granule"),
+                                              ({"sms": 0, "granule": 8}, "sm_partition.sms"),
+                                              ({"sms": 132}, "sm_partition"),
+                                              ({"sms": 132, "granule": 8, "x": 1}, "sm_partition")])
+def test_a_bad_sm_partition_is_refused_naming_its_field(partition, field):
+    with pytest.raises(InputError) as e:
+        CostTable.from_dict("m", _a_plus_b_over(lambda s: s, [0.5, 1.0], partition), "cost_tables.m")
+    assert field in str(e.value)
 
 
 def test_shipped_tables_match_the_source_excerpt():

@@ -1,6 +1,8 @@
 """GPU self-check of the LLM executor before the fidelity runs (prints one line per check).
 
-1. green contexts: whether this torch build and driver create them, with how many SMs;
+1. green contexts: whether this torch build and driver create them, with how many SMs; and
+   for unequal shares (a context of several groups of one split) that each context holds the
+   SMs asked and runs at their pace, on SMs disjoint from the others';
 2. paged KV decode (fp32 on the GPU) gives the greedy tokens of full recomputation, with the
    engine's decode attention (the Triton paged kernels) and with the gather path;
 3. the Triton paged-attention kernel equals a plain torch reference (fp16 and bf16, GQA and
@@ -23,6 +25,25 @@ from __future__ import annotations
 import sys
 
 
+def _busy_ms(torch, x, streams) -> float:  # type: ignore[no-untyped-def]
+    """Milliseconds for 20 products ``x @ x`` on each of ``streams`` at once (a compute-bound
+    load: its time falls with the SMs of the stream's partition)."""
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    for s in streams:
+        s.wait_event(start)
+        with torch.cuda.stream(s):
+            for _ in range(20):
+                x @ x
+    for s in streams:
+        torch.cuda.current_stream().wait_stream(s)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def green_contexts(torch) -> str:  # type: ignore[no-untyped-def]
     """Two LLMs of share 0.5: which mechanism the executor gets, their SM counts, and whether
     their SMs are disjoint (a compute-bound loop on both at once takes about as long as on one)."""
@@ -31,28 +52,39 @@ def green_contexts(torch) -> str:  # type: ignore[no-untyped-def]
     dev = torch.device("cuda", 0)
     plan = partition_sms(dev, [0.5, 0.5], torch)
     x = torch.randn(8192, 8192, device=dev, dtype=torch.float16)
-
-    def run(streams) -> float:  # type: ignore[no-untyped-def]
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for s in streams:
-            s.wait_event(start)
-            with torch.cuda.stream(s):
-                for _ in range(20):
-                    x @ x
-        for s in streams:
-            torch.cuda.current_stream().wait_stream(s)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-
     a, b = plan.streams[0][1], plan.streams[1][1]
-    run([a])
-    alone, both = run([a]), run([a, b])
+    _busy_ms(torch, x, [a])
+    alone, both = _busy_ms(torch, x, [a]), _busy_ms(torch, x, [a, b])
     return (f"{plan.mechanism} SMs {plan.sm_counts} {plan.fallback or ''}; one partition {alone:.1f} ms, both "
             f"at once {both:.1f} ms (ratio {both / alone:.2f}: ~1 disjoint SMs, ~2 shared)")
+
+
+def unequal_partitions(torch, shares) -> tuple:  # type: ignore[no-untyped-def]
+    """LLMs of unequal ``shares``: a partition of several groups of one split must hold all of
+    them. Per partition the SMs asked, the SMs the driver reads back from its context, and a
+    compute-bound loop's time alone; then all at once. Passes (or is not a green-context plan,
+    reported) when every context holds the SMs asked, time x SMs agrees within 25% over the
+    partitions (a context short of groups would run slower than its count says) and all at once
+    takes at most 1.5 x the slowest alone: disjoint SMs (an H200 measured 1.26-1.33 x, the whole
+    GPU's compute then sharing its power and clocks, as two halves do in ``green_contexts``);
+    shared SMs would take 2 x and more."""
+    from placement_opt.executor.llm_greenctx import partition_sms, sm_counts
+
+    dev = torch.device("cuda", 0)
+    props = torch.cuda.get_device_properties(dev)
+    asked = sm_counts(shares, props.multi_processor_count, (props.major, props.minor))
+    plan = partition_sms(dev, shares, torch)
+    x = torch.randn(8192, 8192, device=dev, dtype=torch.float16)
+    decode = [s[1] for s in plan.streams]
+    _busy_ms(torch, x, decode[:1])
+    alone = [_busy_ms(torch, x, [s]) for s in decode]
+    together = _busy_ms(torch, x, decode)
+    work = [t * n for t, n in zip(alone, plan.sm_counts)]
+    ok = (plan.sm_counts == asked and max(work) <= 1.25 * min(work) and together <= 1.5 * max(alone))
+    line = (f"{plan.mechanism} ({plan.layout or plan.fallback}) SMs asked {asked}, held {plan.sm_counts}; alone "
+            f"{', '.join(f'{t:.1f}' for t in alone)} ms (x SMs spread {max(work) / min(work):.2f}), all at once "
+            f"{together:.1f} ms ({together / max(alone):.2f} x the slowest)")
+    return line, ok or plan.mechanism != "green-contexts"
 
 
 def five_partitions(torch) -> str:  # type: ignore[no-untyped-def]
@@ -205,6 +237,11 @@ def main() -> None:
     print("green contexts:", green_contexts(torch))
     print("five 0.2 shares:", five_partitions(torch))
     oks = []
+    # the muxserve solver's shares on the bundled instances (h100-llama-mix, chatlmsys-500 and -2000)
+    for shares in ([0.25, 0.5, 0.25], [0.37, 0.62], [0.33] * 3, [0.34] + [0.13] * 5):
+        line, ok = unequal_partitions(torch, shares)
+        print(f"shares {shares}: {line}: {ok}")
+        oks.append(ok)
     for attention in ("auto", "gather"):
         oks.append(paged_equals_full(torch, attention))
         print(f"paged KV decode equals full recompute (fp32, attention {attention}):", oks[-1])
