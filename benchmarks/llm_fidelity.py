@@ -390,6 +390,10 @@ H200_ONE_SPLIT_ROUNDS = ("engine-h200/one-split-b8.json", "engine-h200/one-split
 #: (``-h200x3s30r``, predicted with the H200's own-prefill share and committed before it ran)
 V3G_RESULTS = ("results-v3g-h200x3s19", "results-v3g-h200x3s20", "results-v3g-h200x3s29", "results-v3g-h200x3s30",
                "results-v3g-h200x3s30r")
+#: v3g's runs of unequal SM shares: llm-1b and llm-8b on one H200 in MuxServe's split and others
+#: (make_instances.py --h200u), with the cost tables measured at seven shares there
+#: (``tables-h200-shares``), predicted and committed (predictions/v3g-h200us.jsonl) before they ran
+V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -485,8 +489,9 @@ GENERATIONS = {
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", H200_FIVE_LLM_ROUNDS,
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
                                            H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True),)),
-    "v3g": Generation(V3G_RESULTS, "tables-v3", "results-v3", None, "calibration-v3g.json",
-                      folder_tables=tuple((f, "tables-h200-g1") for f in V3G_RESULTS),
+    "v3g": Generation(V3G_RESULTS + V3G_SHARE_RESULTS, "tables-v3", "results-v3", None, "calibration-v3g.json",
+                      folder_tables=tuple((f, "tables-h200-g1") for f in V3G_RESULTS)
+                      + tuple((f, "tables-h200-shares") for f in V3G_SHARE_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3s",
                       gpus=(GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),

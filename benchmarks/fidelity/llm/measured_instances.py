@@ -58,11 +58,12 @@ SPECS = {"H100": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 3350},
          "H200": {"peak_fp16_tflops": 989, "memory_bandwidth_gbps": 4800}}
 
 
-def main() -> None:
-    tables_dir = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else TABLES
-    src = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else SRC
+def write_measured(tables_dir: str, src: str = SRC) -> list:
+    """The measured copy of every instance of folder ``src`` into ``src/measured/`` (tables from
+    ``tables_dir``, the newest calibration for their GPU); returns the copies' paths."""
     dst = os.path.join(src, "measured")
     os.makedirs(dst, exist_ok=True)
+    written = []
     for path in sorted(glob.glob(os.path.join(src, "*.json"))):
         if path.endswith(".placement.json"):
             continue
@@ -90,6 +91,14 @@ def main() -> None:
             f.write("\n")
         os.replace(out + ".tmp", out)
         print("wrote", os.path.relpath(out, ROOT))
+        written.append(out)
+    return written
+
+
+def main() -> None:
+    tables_dir = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else TABLES
+    src = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else SRC
+    write_measured(tables_dir, src)
 
 
 if __name__ == "__main__":
