@@ -138,7 +138,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s",
                 "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
                 "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms",
-                "decode_full_request_s")
+                "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +167,10 @@ class GpuCalibration:
     # with ``traces``: fit ``own_prefill_decode_share`` on them too (:func:`fit_own_prefill_share`);
     # False: the generation's (the H100's 0.25)
     fit_own_prefill: bool = False
+    # job-traced runs on this GPU whose decode steps alone on SM partitions of one-GPU meshes fit
+    # ``decode_partition_stretch`` and ``decode_partition_request_s`` (:func:`apply_partition_decode_fields`);
+    # empty: off (the table time at the mean context plus the KV read)
+    partition_decode: Tuple[Tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,10 +394,17 @@ H200_ONE_SPLIT_ROUNDS = ("engine-h200/one-split-b8.json", "engine-h200/one-split
 #: (``-h200x3s30r``, predicted with the H200's own-prefill share and committed before it ran)
 V3G_RESULTS = ("results-v3g-h200x3s19", "results-v3g-h200x3s20", "results-v3g-h200x3s29", "results-v3g-h200x3s30",
                "results-v3g-h200x3s30r")
-#: v3g's runs of unequal SM shares: llm-1b and llm-8b on one H200 in MuxServe's split and others
-#: (make_instances.py --h200u), with the cost tables measured at seven shares there
-#: (``tables-h200-shares``), predicted and committed (predictions/v3g-h200us.jsonl) before they ran
-V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32")
+#: the job-traced runs on one H200 whose decode steps alone on SM partitions of unequal shares (48,
+#: 64 and 96 SMs: llm-1b and llm-8b at 2 + 8 req/s) fit v3g's H200 ``decode_partition_stretch`` and
+#: ``decode_partition_request_s`` (``GpuCalibration.partition_decode``; docs/fidelity-llm.md "Unequal SM
+#: shares on one H200"): seed 32's three splits, seed 31's four held out
+H200_PARTITION_TRACES = tuple(("results-v3g-h200us32", f"h200us32-poisson-{p}") for p in ("muxserve", "skewed", "reverse"))
+#: v3g's runs of unequal SM shares: llm-1b and llm-8b (and llm-3b, ``-h200u3s35``) on one H200 in
+#: MuxServe's split and others (make_instances.py --h200u), with the cost tables measured at seven
+#: shares there (``tables-h200-shares``), predicted and committed before they ran: seeds 31 and 32
+#: (predictions/v3g-h200us.jsonl), then with the partition decode step refitted on seed 32's
+#: traces (``H200_PARTITION_TRACES``) seeds 33 and 35 (predictions/v3g-h200us-refit.jsonl)
+V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -496,7 +507,7 @@ GENERATIONS = {
                       gpus=(GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
                                            H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True,
-                                           fit_own_prefill=True),)),
+                                           fit_own_prefill=True, partition_decode=H200_PARTITION_TRACES),)),
 }
 
 
@@ -1269,15 +1280,17 @@ def _mesh_step_tables(run: dict, at_shares: bool = False) -> Dict[str, Tuple[Any
     return out
 
 
-def decode_waves(run: dict, attention_sms: int) -> Dict[str, float]:
+def decode_waves(run: dict, attention_sms: int, on_partitions: bool = False) -> Dict[str, float]:
     """Per model of ``run``'s placement its decode wave (the simulator's
     :func:`~placement_opt.simulate.llm.decode_wave`) under ``llm.decode_attention_sms`` =
-    ``attention_sms``, at the SM share the run's policy gives it (0 on a partition)."""
+    ``attention_sms``, at the SM share the run's policy gives it (0 on a partition, unless
+    ``on_partitions``: there as with a partition stretch, that count x the partition's SMs)."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.simulate.llm import decode_wave, sm_shares
 
     inst, placement, policy = run_setup(run)
-    cfg = dataclasses.replace(LLMConfig(), decode_attention_sms=attention_sms)
+    cfg = dataclasses.replace(LLMConfig(), decode_attention_sms=attention_sms,
+                              decode_partition_stretch=1.0 if on_partitions else 0.0)
     specs = {s.name: s for s in llm_specs(inst)}
     out = {}
     for g in placement.groups:
@@ -1811,6 +1824,72 @@ def traced_full_decode_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(-1, 3)
 
 
+def partition_groups(run: dict) -> Set[int]:
+    """The indices of ``run``'s placement groups of one GPU whose LLMs each run on an SM partition
+    under the run's policy (:func:`~placement_opt.simulate.llm.on_partition`)."""
+    from placement_opt.simulate.llm import on_partition, sm_shares
+
+    _, placement, policy = run_setup(run)
+    return {gi for gi, g in enumerate(placement.groups)
+            if g.tp == 1 and all(on_partition(sh) for sh in sm_shares(g, policy))}
+
+
+def traced_partition_decode_steps(run: dict, attention_sms: int) -> np.ndarray:
+    """(GPU seconds, table seconds, requests) of every decode step of ``run``'s job trace on an SM
+    partition of a one-GPU mesh (:func:`partition_groups`) that ran alone on its GPU (no other job
+    of its mesh overlapping it), its table time at its LLM's share and batch, read at its
+    effective context with ``attention_sms`` (``llm.decode_attention_sms``) x the partition's SMs
+    (:func:`decode_waves` on partitions); ValueError for a run without the trace or whose trace
+    does not record the contexts (:func:`trace_has_contexts`)."""
+    from placement_opt.executor.llm_sched import len_interp
+    from placement_opt.simulate.meshsim import decode_context
+
+    jobs = traced_jobs(run)
+    if jobs is None or not trace_has_contexts(run):
+        raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace with the "
+                         "context_tokens column")
+    tables = _mesh_step_tables(run, at_shares=True)
+    waves = decode_waves(run, attention_sms, on_partitions=True)
+    rows = []
+    for gi in sorted(partition_groups(run)):
+        for j in jobs_alone([j for j in jobs if j["group"] == gi]):
+            if j["kind"] != "decode":
+                continue
+            table, k = tables[j["llm"]][:2]
+            n = j["requests"]
+            length = decode_context(float(j["context_tokens"]), float(j["longest_context"]), n, waves[j["llm"]])
+            seconds = len_interp(table.decode[k][min(n, table.decode.shape[1] - 1)], table.lgrid, length)
+            rows.append((j["device_end_s"] - j["device_start_s"], seconds, n))
+    return np.array(rows, dtype=np.float64).reshape(-1, 3)
+
+
+def apply_partition_decode_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List[str]:
+    """Set the calibration ``out``'s decode step on SM partitions of one-GPU meshes to the one
+    measured on ``runs``' job traces: GPU time = ``decode_partition_stretch`` x table time at
+    the effective context (``out``'s ``decode_attention_sms`` x the partition's SMs) +
+    ``decode_partition_request_s`` x requests, least squares with both at least 0 over the steps
+    that ran alone (:func:`traced_partition_decode_steps`; in place of the KV term there, as on
+    a whole GPU). Returns the fields set."""
+    sms = int(out.get("decode_attention_sms", 0))
+    if sms <= 0:
+        raise ValueError("the partition decode step is read at its effective context: decode_attention_sms wanted")
+    steps = np.vstack([traced_partition_decode_steps(_find_run(w), sms) for w in runs])
+    if not len(steps):
+        raise ValueError("no decode step alone on an SM partition of a one-GPU mesh traced")
+    gpu, table, requests = steps.T
+    stretch, per_request = _nonnegative_pair(np.vstack([table, requests]), gpu)
+    out["decode_partition_stretch"], out["decode_partition_request_s"] = round(stretch, 4), round(per_request, 8)
+    before = np.sqrt(np.mean(np.log(gpu / table) ** 2))
+    after = np.sqrt(np.mean(np.log(gpu / (out["decode_partition_stretch"] * table
+                                         + out["decode_partition_request_s"] * requests)) ** 2))
+    out["fit"]["partition_decode"] = (
+        f"{', '.join(f'{f}/{n}' for f, n in runs)}: job traces, {len(steps)} decode steps alone on SM partitions "
+        f"of one-GPU meshes: GPU time = {out['decode_partition_stretch']:.4f} x table time at the effective "
+        f"context ({sms} SMs x the partition's share) + {1e6 * out['decode_partition_request_s']:.2f} us x "
+        f"requests (least squares; RMS log error {after:.4f}, {before:.4f} at the table time alone)")
+    return ["decode_partition_stretch", "decode_partition_request_s"]
+
+
 def traced_full_prefill_starts(run: dict) -> List[float]:
     """Seconds from the launch of each graph prefill (one the engine runs as a CUDA graph) on a
     whole GPU of a one-GPU mesh in ``run``'s job trace to its GPU start; ValueError for a run
@@ -2264,6 +2343,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
         apply_whole_gpu_fields(dataclasses.replace(gen, fit_whole_gpu=gpu.whole_gpu,
                                                    decode_attention_sms=int(out.get("decode_attention_sms", 0)),
                                                    whole_gpu_per_request=gpu.whole_gpu_per_request), out)
+    if gpu.partition_decode:
+        apply_partition_decode_fields(gpu.partition_decode, out)
     if gpu.fit_own_prefill:
         share, out["fit"]["own_prefill"] = fit_own_prefill_share(gpu.traces, out)
         out["own_prefill_decode_share"] = share

@@ -141,6 +141,16 @@ class LLMConfig:
       programs, and the profiled steps, which hold every request at one context, do not show
       it (the GPU's SM count: 132 on an H100 SXM, which job traces of H100 runs also fit best,
       docs/fidelity-llm.md; 0: off, at the mean).
+    * ``decode_partition_stretch``: a decode step of an LLM on an SM partition (share below 1) of
+      a one-GPU mesh lasts this times its cost-table time, in place of the KV read, read at an
+      effective context as on a whole GPU with ``decode_attention_sms`` x the partition's share
+      of the SMs (:meth:`~placement_opt.costs.costtable.TPTable.sm_fraction`) over its KV heads:
+      the engine's served steps on a partition run over the profiled ones (at one context) by a
+      share, and wait for their longest request while their attention programs fit on the
+      partition (fitted on job traces of H200 runs of unequal shares, docs/fidelity-llm.md; 0:
+      off, the table time at the mean context plus the KV read).
+    * ``decode_partition_request_s``: such a step (on an SM partition of a one-GPU mesh, with
+      the stretch above) lasts this many seconds more per request it holds (0: off).
     * ``prefill_start_full_s``: a graph prefill of an LLM on a whole GPU of a one-GPU mesh lasts
       this much longer than its table time: the engine's GPU work starts that far into its
       launch (the simulator's starts with the launch; measured on job traces of H100 runs: 0.38
@@ -242,6 +252,13 @@ class LLMConfig:
                                        help="SMs a whole GPU's decode attention programs spread over: a decode step "
                                             "on a whole GPU of a one-GPU mesh is timed at mean + min(1, SMs / (KV "
                                             "heads x requests)) x (longest - mean) context (0: off, at the mean)")
+    decode_partition_stretch: float = option(0.0, minimum=0, maximum=4,
+                                             help="a decode step on an SM partition of a one-GPU mesh lasts this x its "
+                                                  "table time at its effective context (decode_attention_sms x its "
+                                                  "SM share), in place of the KV read (0: off)")
+    decode_partition_request_s: float = option(0.0, minimum=0,
+                                               help="seconds a decode step on an SM partition of a one-GPU mesh lasts "
+                                                    "more per request it holds, beside decode_partition_stretch (0: off)")
     prefill_start_full_s: float = option(0.0, minimum=0,
                                          help="seconds a graph prefill on a whole GPU of a one-GPU mesh lasts "
                                               "beyond its table time: its GPU work starts that far into its launch "

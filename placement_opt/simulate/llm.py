@@ -320,30 +320,47 @@ def decode_stretch(cfg: LLMConfig, share: float, tp: int) -> float:
     """The factor on the table time of a decode step of an LLM at SM ``share`` on a mesh of TP
     degree ``tp``, in place of the KV read (:func:`kv_read_gbps`): ``llm.decode_full_stretch``
     on a whole GPU (no partition) of a one-GPU mesh, where it was measured (one LLM per GPU, or
-    several taking the GPU in turns or side by side on plain streams); 0 (off) elsewhere or when
-    that field is 0."""
-    return cfg.decode_full_stretch if on_whole_gpu(share, tp) else 0.0
+    several taking the GPU in turns or side by side on plain streams), and
+    ``llm.decode_partition_stretch`` on an SM partition of one (several LLMs side by side on
+    green contexts); 0 (off) on a mesh of several GPUs or when that field is 0."""
+    if tp != 1:
+        return 0.0
+    return cfg.decode_full_stretch if on_whole_gpu(share, tp) else cfg.decode_partition_stretch
 
 
 def decode_request_seconds(cfg: LLMConfig, share: float, tp: int) -> float:
     """The seconds a decode step of an LLM at SM ``share`` on a mesh of TP degree ``tp`` lasts
     more per request it holds, after its table time and :func:`decode_stretch` (or the KV read):
-    ``llm.decode_full_request_s`` on a whole GPU of a one-GPU mesh, where it was measured with
-    the stretch (the steps' excess there grows with the batch); 0 elsewhere."""
-    return cfg.decode_full_request_s if on_whole_gpu(share, tp) else 0.0
+    ``llm.decode_full_request_s`` on a whole GPU of a one-GPU mesh and
+    ``llm.decode_partition_request_s`` on an SM partition of one (with a partition stretch),
+    where they were measured with the stretch (the steps' excess grows with the batch); 0
+    elsewhere."""
+    if tp != 1:
+        return 0.0
+    if on_whole_gpu(share, tp):
+        return cfg.decode_full_request_s
+    return cfg.decode_partition_request_s if cfg.decode_partition_stretch > 0 else 0.0
 
 
 def decode_wave(cfg: LLMConfig, spec: LLMSpec, share: float, tp: int) -> float:
     """The requests of ``spec`` whose decode attention programs (one per request and KV head)
     fit on its SMs at once, the simulator's ``MeshLLMs.decode_wave``
     (:func:`~placement_opt.simulate.meshsim.decode_context`): ``llm.decode_attention_sms`` over
-    the LLM's KV heads, on a whole GPU of a one-GPU mesh, where the job traces measured it
-    beside the decode stretch (:func:`decode_stretch`); 0 (steps at their mean context)
-    elsewhere or when that field is 0."""
-    if cfg.decode_attention_sms <= 0 or not on_whole_gpu(share, tp):
+    the LLM's KV heads on a whole GPU of a one-GPU mesh, where the job traces measured it
+    beside the decode stretch (:func:`decode_stretch`), and on an SM partition of one with a
+    partition stretch, there that SM count x the SMs the partition holds (its cost table's
+    :meth:`~placement_opt.costs.costtable.TPTable.sm_fraction` of ``share``); 0 (steps at
+    their mean context) elsewhere or when that field is 0."""
+    if cfg.decode_attention_sms <= 0 or tp != 1:
+        return 0.0
+    if on_whole_gpu(share, tp):
+        sms = float(cfg.decode_attention_sms)
+    elif cfg.decode_partition_stretch > 0:
+        sms = cfg.decode_attention_sms * spec.table.table_for(tp).sm_fraction(share)
+    else:
         return 0.0
     arch = spec.architecture
-    return cfg.decode_attention_sms / float(arch.kv_heads or arch.heads)
+    return sms / float(arch.kv_heads or arch.heads)
 
 
 def on_whole_gpu(share: float, tp: int) -> bool:
