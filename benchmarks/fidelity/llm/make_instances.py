@@ -36,16 +36,22 @@ LLMs colocated on one TP-2 mesh of GPUs 0-1 at SM shares 0.5, the large ones on 
 is the spatial placement); ``temporal4`` (one TP-4 mesh of the four GPUs serving all four LLMs
 one job at a time, as the 2-GPU set's temporal placement; added after the first 4-GPU runs).
 
-The unequal-share sets (``--h200u``, ``instances/fidelity-llm/h200us31/`` and ``h200us32/``):
-``llm-1b`` and ``llm-8b`` on one H200 (the H100 sets' 76 GB budget), 30 s of Poisson arrivals at 2
-and 10 req/s (seed 31, near saturation) and at 2 and 8 (seed 32), 20 s drain, and four SM splits of
-the one GPU between them: ``muxserve`` (solved on the measured instance: the cost tables measured
-at seven SM shares on an H200, ``tables-h200-shares``, and the newest H200 calibration), ``equal``
-(0.5 each), ``skewed`` (0.25 / 0.75: more SMs for the busy LLM than MuxServe gives it) and
-``reverse`` (0.62 / 0.37: fewer); a split that is MuxServe's own is written once, as ``muxserve``
-(seed 32's). The SM-shared sets before ran equal shares only.
+The unequal-share sets (``--h200u NAME...``, ``instances/fidelity-llm/<NAME>/``, ``H200U_SETS``):
+LLMs of the fidelity five on one H200 (the H100 sets' 76 GB budget), 30 s of Poisson arrivals, 20 s
+drain, and SM splits of the one GPU between them: ``muxserve`` (solved on the measured instance:
+the cost tables measured at seven SM shares on an H200, ``tables-h200-shares``, and the newest
+H200 calibration) and hand-made ones beside it (a split that is MuxServe's own is written once, as
+``muxserve``). ``h200us31`` and ``h200us32``: ``llm-1b`` and ``llm-8b`` at 2 + 10 req/s (seed 31,
+near saturation) and 2 + 8 (seed 32), splits ``equal`` (0.5 each), ``skewed`` (0.25 / 0.75: more
+SMs for the busy LLM than MuxServe gives it) and ``reverse`` (0.62 / 0.37: fewer); ``h200us33``:
+seed 31's rates drawn anew (seed 33; ``skewed`` and ``reverse``), held out from the refit on seed
+32; ``h200u3s35``: ``llm-1b``,
+``llm-3b`` and ``llm-8b`` at 1 + 1 + 8 req/s (seed 35), where MuxServe gives every LLM a third and
+the simulator prefers more SMs for the busy one (``half``: 0.25 / 0.25 / 0.5, ``skewed``: 0.2 / 0.2 /
+0.57). The SM-shared sets before ran equal shares only. Write a set once, before its runs: its
+placements and measured instance record the calibration of that day.
 
-Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2 | --gpu4 | --h200u]
+Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2 | --gpu4 | --h200u NAME...]
 """
 
 from __future__ import annotations
@@ -260,26 +266,33 @@ def gpu4_placements(path: str) -> None:
     write_placements(path, placements, ("temporal", "temporal4"))
 
 
-H200U_SETS = {"h200us31": ({"llm-1b": 2.0, "llm-8b": 10.0}, 31), "h200us32": ({"llm-1b": 2.0, "llm-8b": 8.0}, 32)}
-H200U_SPLITS = {"equal": (0.5, 0.5), "skewed": (0.25, 0.75), "reverse": (0.62, 0.37)}  # (llm-1b, llm-8b)
+H200U_PAIR_SPLITS = {"equal": (0.5, 0.5), "skewed": (0.25, 0.75), "reverse": (0.62, 0.37)}  # (llm-1b, llm-8b)
+#: name: (rates, seed, hand-made SM splits in the rates' order)
+H200U_SETS = {"h200us31": ({"llm-1b": 2.0, "llm-8b": 10.0}, 31, H200U_PAIR_SPLITS),
+              "h200us32": ({"llm-1b": 2.0, "llm-8b": 8.0}, 32, H200U_PAIR_SPLITS),
+              "h200us33": ({"llm-1b": 2.0, "llm-8b": 10.0}, 33,
+                           {k: v for k, v in H200U_PAIR_SPLITS.items() if k != "equal"}),
+              "h200u3s35": ({"llm-1b": 1.0, "llm-3b": 1.0, "llm-8b": 8.0}, 35,
+                            {"half": (0.25, 0.25, 0.5), "skewed": (0.2, 0.2, 0.57)})}
 H200U_TABLES = os.path.join(HERE, "tables-h200-shares")
 
 
-def write_h200u_sets() -> None:
-    """The unequal-share sets on one H200 (module docstring): each set's instance, its measured
-    copy, and the four placements beside it."""
+def write_h200u_sets(names: list) -> None:
+    """The unequal-share sets ``names`` of ``H200U_SETS`` on one H200 (module docstring): each
+    set's instance, its measured copy, and its placements beside it."""
     import measured_instances
     from placement_opt import load_instance, solve
     from placement_opt.placement import Group, Placement
 
-    for name, (rates, seed) in H200U_SETS.items():
+    for name in names:
+        rates, seed, splits = H200U_SETS[name]
         folder = os.path.join(OUT, name)
-        rate_text = " and ".join(f"{r:g}" for r in rates.values())
+        rate_text = " + ".join(f"{r:g}" for r in rates.values())
         path = write_set_instance(folder, f"{name}-poisson", rates, 1,
-                                  f"LLaMA-shaped 1.1B and LLaMA-3-8B shapes (random weights) on one H200 GPU, with the "
+                                  f"{' and '.join(rates)} (LLaMA shapes, random weights) on one H200 GPU, with the "
                                   f"H100 sets' memory budget (76 GB usable); Poisson arrivals at {rate_text} req/s, "
                                   f"ShareGPT-like lengths (exponential, means 161 / 338); seed {seed}. SM splits of "
-                                  f"the GPU between the two LLMs: MuxServe's and three others.")
+                                  f"the GPU between them: MuxServe's and {len(splits)} others.")
         with open(path) as f:
             doc = json.load(f)
         doc["cluster"]["gpu"] = {"name": "H200", "memory_gb": 141, "usable_memory_gb": 76, "peak_fp16_tflops": 989,
@@ -292,14 +305,14 @@ def write_h200u_sets() -> None:
         inst = load_instance(measured)
         names = tuple(inst.model_names)
         placements = {"muxserve": solve(inst, "muxserve", seed=0)}
-        for split, shares in H200U_SPLITS.items():
+        for split, shares in splits.items():
             if shares == placements["muxserve"].groups[0].sm_share:
                 continue  # MuxServe's own split: run once, as muxserve
             placements[split] = Placement(
                 groups=(Group(devices=(0,), tp=1, models=names, sm_share=shares),),
                 provenance={"made_by": "benchmarks/fidelity/llm/make_instances.py",
                             "why": f"the two LLMs on one GPU at SM shares {shares} (an SM split beside MuxServe's)"})
-        write_placements(path, placements, tuple(H200U_SPLITS), scored_on=measured)
+        write_placements(path, placements, tuple(splits), scored_on=measured)
         print(f"{name}: placements {' '.join(placements)}")
 
 
@@ -309,10 +322,11 @@ def main() -> None:
                     help="folder with splitwise_conv.csv and splitwise_code.csv")
     ap.add_argument("--tp2", action="store_true", help="write only the 2-GPU set (instances/fidelity-llm/tp2/)")
     ap.add_argument("--gpu4", action="store_true", help="write only the 4-GPU set (instances/fidelity-llm/gpu4/)")
-    ap.add_argument("--h200u", action="store_true", help="write only the unequal-share sets (instances/fidelity-llm/h200us*/)")
+    ap.add_argument("--h200u", nargs="+", choices=sorted(H200U_SETS), metavar="NAME",
+                    help="write only these unequal-share sets (instances/fidelity-llm/NAME/; H200U_SETS)")
     args = ap.parse_args()
     if args.h200u:
-        write_h200u_sets()
+        write_h200u_sets(args.h200u)
     elif args.tp2:
         tp2_placements(write_tp2_instance())
     elif args.gpu4:
