@@ -35,7 +35,10 @@ with the cost tables *of the run's engine generation*, the run's placement and p
 values. Attainment is scored on both sides
 against the SLOs of that instance (the measured requests of ``requests.csv`` re-scored), so a
 new cost table changes both sides alike. The last line takes each run's *after* errors (its
-committed ones where its instance or placement is not in the repository: not re-predicted).
+committed ones where its instance or placement is not in the repository: not re-predicted),
+over the runs that measured their whole trial (:func:`whole_trial`: a run a time cap interrupted
+after its last request finished counts; one cut short with requests unfinished is printed, not
+counted).
 A folder may use its own tables (``Generation.folder_tables``: ``results-v3-tp2`` uses
 ``tables-tp2``, profiled in the same call); a model without a table there keeps the measured
 instance's. Run folders are named ``<workload>-<placement>`` (the workload may contain ``-``);
@@ -613,6 +616,18 @@ def load_runs(results: str) -> List[dict]:
     return runs
 
 
+def whole_trial(run: dict) -> bool:
+    """Whether ``run`` measured its whole trial: it completed, or it was interrupted (a time cap's
+    SIGINT) after its every request had finished, while its results were being saved. A trial
+    cut short with requests unfinished is printed but counted nowhere: its throughput and
+    attainment are of part of the workload."""
+    s = run["summary"]
+    if s["status"] == "complete":
+        return True
+    m = s.get("measured", {})
+    return s["status"] == "interrupted" and m.get("unfinished") == 0 and m.get("finished") == m.get("requests")
+
+
 def _worst(values: List[Optional[float]]) -> float:
     known = [abs(v) for v in values if v is not None]
     return max(known) if known else math.nan
@@ -666,7 +681,7 @@ def repeat_spreads(runs: List[dict]) -> Dict[Tuple[str, str, str], Tuple[float, 
     warm-up's effect)."""
     seen: Dict[Tuple[str, str, str], List[Tuple[float, float, float]]] = {}
     for r in runs:
-        if r["summary"]["status"] == "complete":
+        if whole_trial(r):
             key = (r["workload"], r["placement"], r["policy"])
             measured = r["summary"]["measured"]
             seen.setdefault(key, []).append((measured["throughput_rps"], measured["ttft_mean_s"],
@@ -718,7 +733,7 @@ def rankings(runs: List[dict]) -> Tuple[List[str], bool, bool]:
     whether all agree and whether there was anything to compare."""
     lines, ok, compared = [], True, False
     for w in sorted({r["workload"] for r in runs}):
-        mine = [r for r in runs if r["workload"] == w and r["summary"]["status"] == "complete"]
+        mine = [r for r in runs if r["workload"] == w and whole_trial(r)]
         placements = {r["placement"]: (r["summary"]["measured"]["throughput_rps"], _simulated_tput(r))
                       for r in mine if r["policy"] in ("adbs", "temporal")}
         policies = {r["policy"]: (r["summary"]["measured"]["throughput_rps"], _simulated_tput(r))
@@ -1063,7 +1078,7 @@ def repredict(runs: List[dict]) -> None:
     :func:`in_run_host`, where it has them; a run whose measured instance or placement is not in
     the repository is left as committed)."""
     for r in runs:
-        if generation_of(r["folder"]) is None or r["summary"]["status"] != "complete":
+        if generation_of(r["folder"]) is None or not whole_trial(r):
             continue
         missing = [p for p in run_inputs(r) if not os.path.exists(p)]
         if missing:
@@ -1802,6 +1817,15 @@ def traced_full_decode_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
     effective context between that and the trace's ``longest_context``: :func:`decode_waves`);
     ValueError for a run without the trace or whose trace does not record the contexts (its
     mean context unknown: :func:`trace_has_contexts`)."""
+    return _decode_steps_alone(run, whole_gpu_groups(run), decode_waves(run, attention_sms))
+
+
+def _decode_steps_alone(run: dict, groups: Set[int], waves: Dict[str, float]) -> np.ndarray:
+    """(GPU seconds, table seconds, requests) of every decode step of ``run``'s job trace in the
+    placement groups ``groups`` that ran alone on its GPUs, its table time at its LLM's share and
+    batch, read at the effective context of its LLM's wave in ``waves``
+    (:func:`~placement_opt.simulate.meshsim.decode_context`); ValueError for a run without the
+    trace or whose trace does not record the contexts (:func:`trace_has_contexts`)."""
     from placement_opt.executor.llm_sched import len_interp
     from placement_opt.simulate.meshsim import decode_context
 
@@ -1810,9 +1834,8 @@ def traced_full_decode_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
         raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace with the "
                          "context_tokens column")
     tables = _mesh_step_tables(run, at_shares=True)
-    waves = decode_waves(run, attention_sms)
     rows = []
-    for gi in sorted(whole_gpu_groups(run)):
+    for gi in sorted(groups):
         for j in jobs_alone([j for j in jobs if j["group"] == gi]):
             if j["kind"] != "decode":
                 continue
@@ -1841,26 +1864,7 @@ def traced_partition_decode_steps(run: dict, attention_sms: int) -> np.ndarray:
     effective context with ``attention_sms`` (``llm.decode_attention_sms``) x the partition's SMs
     (:func:`decode_waves` on partitions); ValueError for a run without the trace or whose trace
     does not record the contexts (:func:`trace_has_contexts`)."""
-    from placement_opt.executor.llm_sched import len_interp
-    from placement_opt.simulate.meshsim import decode_context
-
-    jobs = traced_jobs(run)
-    if jobs is None or not trace_has_contexts(run):
-        raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace with the "
-                         "context_tokens column")
-    tables = _mesh_step_tables(run, at_shares=True)
-    waves = decode_waves(run, attention_sms, on_partitions=True)
-    rows = []
-    for gi in sorted(partition_groups(run)):
-        for j in jobs_alone([j for j in jobs if j["group"] == gi]):
-            if j["kind"] != "decode":
-                continue
-            table, k = tables[j["llm"]][:2]
-            n = j["requests"]
-            length = decode_context(float(j["context_tokens"]), float(j["longest_context"]), n, waves[j["llm"]])
-            seconds = len_interp(table.decode[k][min(n, table.decode.shape[1] - 1)], table.lgrid, length)
-            rows.append((j["device_end_s"] - j["device_start_s"], seconds, n))
-    return np.array(rows, dtype=np.float64).reshape(-1, 3)
+    return _decode_steps_alone(run, partition_groups(run), decode_waves(run, attention_sms, on_partitions=True))
 
 
 def apply_partition_decode_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List[str]:
@@ -2872,7 +2876,10 @@ def main() -> None:
     folders = [args.results] if args.results else results_folders()
     reported = {folder: report(folder) for folder in folders}
     scope = summary_scope(folders, reported) if folders else []
-    runs = [r for f in scope for r in reported[f][0]]
+    runs = [r for f in scope for r in reported[f][0] if whole_trial(r)]
+    cut = [f"{os.path.relpath(r['folder'], LLM)}/{r['name']}" for f in scope for r in reported[f][0] if not whole_trial(r)]
+    if cut:
+        print(f"cut short with requests unfinished, counted nowhere: {', '.join(cut)}")
     # every ranking of the scope agrees, and there is at least one
     ranking_ok = all(reported[f][1] for f in scope) and any(reported[f][2] for f in scope)
     for (w, placement, policy), (tput, ttft, attain) in sorted(repeat_spreads(runs).items()):

@@ -39,10 +39,12 @@ per GPU / decode_kv_gbps`` longer, that rate divided by ``tp**llm.decode_kv_tp_p
 mesh of TP degree ``tp`` (the simulator adds the KV bytes of the step's actual contexts);
 ``llm.decode_full_stretch``: on a whole GPU of a one-GPU mesh a decode step lasts that many
 times its table time instead (no KV term there, as in the simulator), and
-``llm.decode_full_request_s`` seconds more per request (``b x`` that);
-``llm.decode_attention_sms``: there a step of ``b`` requests is read at the simulator's effective
-context (:func:`~placement_opt.simulate.meshsim.decode_context`) of the mean context and the
-longest of ``b`` requests whose decode progress is spread evenly, prompt + output x b / (b + 1);
+``llm.decode_full_request_s`` seconds more per request (``b x`` that); on an SM partition of
+one, ``llm.decode_partition_stretch`` and ``llm.decode_partition_request_s`` likewise;
+``llm.decode_attention_sms``: there (on a partition: x its SM fraction) a step of ``b``
+requests is read at the simulator's effective context
+(:func:`~placement_opt.simulate.meshsim.decode_context`) of the mean context and the longest of
+``b`` requests whose decode progress is spread evenly, prompt + output x b / (b + 1);
 ``llm.decode_page_entry_s``: a decode step lasts ``b x blocks at the mean context x pages per
 block x decode_page_entry_s`` longer (the simulator's page-table fill on the scheduling thread;
 the search's per-LLM tables take a block as one page, as alone on a mesh, and
@@ -399,8 +401,9 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     :func:`_prefill_with_host`); with ``llm.decode_kv_gbps`` a decode step of ``b`` requests
     lasts their KV bytes per GPU at the mean context / that rate at its TP degree longer (the
     simulator's KV-read term, :func:`kv_read_gbps`), or where the LLM has a decode stretch
-    (:func:`decode_stretch`: ``llm.decode_full_stretch`` on a whole GPU of a one-GPU mesh) its
-    table time that many times and ``llm.decode_full_request_s`` more per request, read there with
+    (:func:`decode_stretch`: ``llm.decode_full_stretch`` on a whole GPU of a one-GPU mesh,
+    ``llm.decode_partition_stretch`` on an SM partition of one) its table time that many times and
+    the seconds per request (:func:`decode_request_seconds`) more per request, read there with
     ``llm.decode_attention_sms`` at the step's
     effective context (:func:`decode_wave`, the kernel's ``decode_context``; mean-value form: the
     longest of ``b`` requests whose decode progress is spread evenly, prompt + output x b / (b + 1)

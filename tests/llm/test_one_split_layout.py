@@ -38,11 +38,12 @@ def test_the_partitions_of_one_split_run_a_decode_step_alike():
     assert all(abs(last[m] / first[m] - 1) < 0.03 for m in last) and abs(last["llm-8b"] / first["llm-8b"] - 1) < 0.01
 
 
-def test_v3g_s_h200_calibration_is_v3s_s_with_two_fields_measured_anew():
+def test_v3g_s_h200_calibration_is_v3s_s_with_its_own_fields_measured_anew():
     """``calibration-v3g-h200.json`` is v3s's H200 calibration but for the contention rate, refitted
-    on the one-split rounds (9500 -> 9600 GB/s: the layout barely moves it), and the speed a decode
+    on the one-split rounds (9500 -> 9600 GB/s: the layout barely moves it), the speed a decode
     step keeps beside its own LLM's prefill, measured on one H200's job traces (0.25, the H100's,
-    -> 0.5). v3g's own file is v3s's."""
+    -> 0.5), and the decode step on SM partitions, fitted on the unequal-share runs' traces (none
+    in v3s's: ``test_partition_decode.py``). v3g's own file is v3s's."""
     script = load_benchmark("llm_fidelity")
     [gpu] = script.GENERATIONS["v3g"].gpus
     assert gpu.engines == script.H200_ONE_SPLIT_ROUNDS and gpu.traces == script.H200_TRACES and gpu.fit_own_prefill
@@ -52,8 +53,8 @@ def test_v3g_s_h200_calibration_is_v3s_s_with_two_fields_measured_anew():
             files[name] = {k: v for k, v in json.load(f).items() if k != "fit"}
     assert files["v3g"] == files["v3s"]
     old, new = files["v3s-h200"], files["v3g-h200"]
-    assert {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)} == {"contention_hbm_gbps",
-                                                                                "own_prefill_decode_share"}
+    assert {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)} == {
+        "contention_hbm_gbps", "own_prefill_decode_share", "decode_partition_stretch", "decode_partition_request_s"}
     assert (old["contention_hbm_gbps"], new["contention_hbm_gbps"]) == (9500.0, 9600.0)
     assert (old["own_prefill_decode_share"], new["own_prefill_decode_share"]) == (0.25, 0.5)
     hbm, rms = script.fit_contention(script.engine_rounds(gpu.engines), gpu.rounds)[:2]
