@@ -2877,9 +2877,10 @@ def main() -> None:
     reported = {folder: report(folder) for folder in folders}
     scope = summary_scope(folders, reported) if folders else []
     runs = [r for f in scope for r in reported[f][0] if whole_trial(r)]
-    cut = [f"{os.path.relpath(r['folder'], LLM)}/{r['name']}" for f in scope for r in reported[f][0] if not whole_trial(r)]
+    cut = [f"{os.path.relpath(r['folder'], LLM)}/{r['name']} ({r['summary']['status']})"
+           for f in scope for r in reported[f][0] if not whole_trial(r)]
     if cut:
-        print(f"cut short with requests unfinished, counted nowhere: {', '.join(cut)}")
+        print(f"trials not measured whole, counted nowhere: {', '.join(cut)}")
     # every ranking of the scope agrees, and there is at least one
     ranking_ok = all(reported[f][1] for f in scope) and any(reported[f][2] for f in scope)
     for (w, placement, policy), (tput, ttft, attain) in sorted(repeat_spreads(runs).items()):

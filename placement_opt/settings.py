@@ -150,7 +150,8 @@ class LLMConfig:
       partition (fitted on job traces of H200 runs of unequal shares, docs/fidelity-llm.md; 0:
       off, the table time at the mean context plus the KV read).
     * ``decode_partition_request_s``: such a step (on an SM partition of a one-GPU mesh, with
-      the stretch above) lasts this many seconds more per request it holds (0: off).
+      the stretch above; ignored while the stretch is 0, so the KV-read form stays as it was)
+      lasts this many seconds more per request it holds (0: off).
     * ``prefill_start_full_s``: a graph prefill of an LLM on a whole GPU of a one-GPU mesh lasts
       this much longer than its table time: the engine's GPU work starts that far into its
       launch (the simulator's starts with the launch; measured on job traces of H100 runs: 0.38
@@ -254,11 +255,12 @@ class LLMConfig:
                                             "heads x requests)) x (longest - mean) context (0: off, at the mean)")
     decode_partition_stretch: float = option(0.0, minimum=0, maximum=4,
                                              help="a decode step on an SM partition of a one-GPU mesh lasts this x its "
-                                                  "table time at its effective context (decode_attention_sms x its "
-                                                  "SM share), in place of the KV read (0: off)")
+                                                  "table time at its effective context (decode_attention_sms x the "
+                                                  "partition's SM fraction), in place of the KV read (0: off)")
     decode_partition_request_s: float = option(0.0, minimum=0,
                                                help="seconds a decode step on an SM partition of a one-GPU mesh lasts "
-                                                    "more per request it holds, beside decode_partition_stretch (0: off)")
+                                                    "more per request it holds, with decode_partition_stretch (ignored "
+                                                    "while that is 0; 0: off)")
     prefill_start_full_s: float = option(0.0, minimum=0,
                                          help="seconds a graph prefill on a whole GPU of a one-GPU mesh lasts "
                                               "beyond its table time: its GPU work starts that far into its launch "

@@ -137,7 +137,9 @@ def test_the_unequal_splits_ran_as_placed_on_the_tables_h200():
     """Every unequal-share run ran its placement's SMs (the shares rounded down to 8 SMs) as one
     split of the device, contexts of several groups where a share needs them, on the H200 its
     tables were profiled on."""
-    for line in _committed("v3g-h200us.jsonl") + _committed("v3g-h200us-refit.jsonl"):
+    lines = _committed("v3g-h200us.jsonl") + _committed("v3g-h200us-refit.jsonl")
+    assert len(lines) == 13
+    for line in lines:
         summary = _summary(line["run"])
         assert summary["tables_match_device"] is True and summary["tables_gpu"] == ["H200"]
         [worker] = summary["worker_info"].values()

@@ -303,15 +303,15 @@ def write_h200u_sets(names: list) -> None:
             f.write("\n")
         measured = measured_instances.write_measured(H200U_TABLES, folder)[0]
         inst = load_instance(measured)
-        names = tuple(inst.model_names)
+        models = tuple(inst.model_names)
         placements = {"muxserve": solve(inst, "muxserve", seed=0)}
         for split, shares in splits.items():
             if shares == placements["muxserve"].groups[0].sm_share:
                 continue  # MuxServe's own split: run once, as muxserve
             placements[split] = Placement(
-                groups=(Group(devices=(0,), tp=1, models=names, sm_share=shares),),
+                groups=(Group(devices=(0,), tp=1, models=models, sm_share=shares),),
                 provenance={"made_by": "benchmarks/fidelity/llm/make_instances.py",
-                            "why": f"the two LLMs on one GPU at SM shares {shares} (an SM split beside MuxServe's)"})
+                            "why": f"the {len(models)} LLMs on one GPU at SM shares {shares} (an SM split beside MuxServe's)"})
         write_placements(path, placements, tuple(splits), scored_on=measured)
         print(f"{name}: placements {' '.join(placements)}")
 

@@ -36,6 +36,9 @@ def main(out_dir: str, *in_dirs: str) -> None:
         tables = [json.loads((Path(d) / name).read_text()) for d in in_dirs if (Path(d) / name).exists()]
         merged = tables[0]
         for extra in tables[1:]:
+            if extra.get("sm_partition") != merged.get("sm_partition"):
+                raise SystemExit(f"{name}: the tables' sm_partition differ ({merged.get('sm_partition')} and "
+                                 f"{extra.get('sm_partition')}): measured on SM partitions made otherwise")
             for tp, rows in extra["tp"].items():
                 if tp in merged["tp"]:
                     merge_rows(merged["tp"][tp], rows, name)
