@@ -169,13 +169,18 @@ GPU4_OUT = os.path.join(OUT, "gpu4")
 GPU4_RATES = {"llm-1b": 2.0, "llm-3b": 1.5, "llm-7b": 10.0, "llm-8b": 8.0}  # req/s
 
 
-def write_set_instance(folder: str, name: str, rates: dict, gpus: int, description: str) -> str:
-    """A multi-GPU Poisson instance of the LLMs in ``rates`` (30 s of arrivals, 20 s drain) as
-    ``folder/poisson.json``; returns its path."""
+def write_set_instance(folder: str, name: str, rates: dict, gpus: int, description: str,
+                       gpu: Optional[dict] = None, seed: int = 0) -> str:
+    """A multi-GPU Poisson instance of the LLMs in ``rates`` (30 s of arrivals, 20 s drain; on the
+    GPU ``gpu``, default ``CLUSTER``'s; arrivals of ``seed``) as ``folder/poisson.json``; returns
+    its path."""
     doc = instance(name, {"duration_s": TP2_DURATION_S,
                           "per_model": {n: {"process": "poisson", "rate": r} for n, r in rates.items()},
                           "lengths": dict(POISSON_LENGTHS), "slo": {"scale": 10}}, description)
     doc["cluster"] = dict(CLUSTER, gpus_per_node=gpus)
+    if gpu is not None:
+        doc["cluster"]["gpu"] = gpu
+    doc["seed"] = seed
     doc["llm"]["drain_s"] = TP2_DRAIN_S
     doc["models"] = [m for m in doc["models"] if m["name"] in rates]
     os.makedirs(folder, exist_ok=True)
@@ -275,6 +280,9 @@ H200U_SETS = {"h200us31": ({"llm-1b": 2.0, "llm-8b": 10.0}, 31, H200U_PAIR_SPLIT
               "h200u3s35": ({"llm-1b": 1.0, "llm-3b": 1.0, "llm-8b": 8.0}, 35,
                             {"half": (0.25, 0.25, 0.5), "skewed": (0.2, 0.2, 0.57)})}
 H200U_TABLES = os.path.join(HERE, "tables-h200-shares")
+#: one H200 with the H100 sets' memory budget, so the KV pools are theirs
+H200_GPU = {"name": "H200", "memory_gb": 141, "usable_memory_gb": 76, "peak_fp16_tflops": 989,
+            "memory_bandwidth_gbps": 4800}
 
 
 def write_h200u_sets(names: list) -> None:
@@ -292,15 +300,7 @@ def write_h200u_sets(names: list) -> None:
                                   f"{' and '.join(rates)} (LLaMA shapes, random weights) on one H200 GPU, with the "
                                   f"H100 sets' memory budget (76 GB usable); Poisson arrivals at {rate_text} req/s, "
                                   f"ShareGPT-like lengths (exponential, means 161 / 338); seed {seed}. SM splits of "
-                                  f"the GPU between them: MuxServe's and {len(splits)} others.")
-        with open(path) as f:
-            doc = json.load(f)
-        doc["cluster"]["gpu"] = {"name": "H200", "memory_gb": 141, "usable_memory_gb": 76, "peak_fp16_tflops": 989,
-                                 "memory_bandwidth_gbps": 4800}
-        doc["seed"] = seed
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+                                  f"the GPU between them: MuxServe's and {len(splits)} others.", gpu=H200_GPU, seed=seed)
         measured = measured_instances.write_measured(H200U_TABLES, folder)[0]
         inst = load_instance(measured)
         models = tuple(inst.model_names)
