@@ -406,8 +406,11 @@ H200_PARTITION_TRACES = tuple(("results-v3g-h200us32", f"h200us32-poisson-{p}") 
 #: MuxServe's split and others (make_instances.py --h200u), with the cost tables measured at seven
 #: shares there (``tables-h200-shares``), predicted and committed before they ran: seeds 31 and 32
 #: (predictions/v3g-h200us.jsonl), then with the partition decode step refitted on seed 32's
-#: traces (``H200_PARTITION_TRACES``) seeds 33 and 35 (predictions/v3g-h200us-refit.jsonl)
-V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35")
+#: traces (``H200_PARTITION_TRACES``) seeds 33 and 35 (predictions/v3g-h200us-refit.jsonl); then one
+#: LLM alone on a partition (``-h200p36`` to ``-h200p38``: llm-1b, llm-3b, llm-8b at 24 to 48 SMs;
+#: predictions/v3g-h200p.jsonl), the partition step's check on LLMs and SM counts it was not fitted on
+V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35",
+                     "results-v3g-h200p36", "results-v3g-h200p37", "results-v3g-h200p38")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",

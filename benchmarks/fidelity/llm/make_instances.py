@@ -48,7 +48,11 @@ seed 31's rates drawn anew (seed 33; ``skewed`` and ``reverse``), held out from 
 32; ``h200u3s35``: ``llm-1b``,
 ``llm-3b`` and ``llm-8b`` at 1 + 1 + 8 req/s (seed 35), where MuxServe gives every LLM a third and
 the simulator prefers more SMs for the busy one (``half``: 0.25 / 0.25 / 0.5, ``skewed``: 0.2 / 0.2 /
-0.57). The SM-shared sets before ran equal shares only. Write a set once, before its runs: its
+0.57). The SM-shared sets before ran equal shares only. ``h200p36``, ``h200p37``, ``h200p38``: one
+LLM alone on an SM partition of the GPU (``llm-1b`` at 16 req/s, ``llm-3b`` at 9, ``llm-8b`` at 5;
+splits ``p20`` and ``p42``, or ``p30`` for ``llm-8b``: shares 0.2, 0.42, 0.3), so that every decode
+step of the trace runs alone on its partition: the partition step's check on the LLMs and SM
+counts it was not fitted on (no ``muxserve``: it gives a lone LLM the whole GPU). Write a set once, before its runs: its
 placements and measured instance record the calibration of that day.
 
 Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2 | --gpu4 | --h200u NAME...]
@@ -278,7 +282,10 @@ H200U_SETS = {"h200us31": ({"llm-1b": 2.0, "llm-8b": 10.0}, 31, H200U_PAIR_SPLIT
               "h200us33": ({"llm-1b": 2.0, "llm-8b": 10.0}, 33,
                            {k: v for k, v in H200U_PAIR_SPLITS.items() if k != "equal"}),
               "h200u3s35": ({"llm-1b": 1.0, "llm-3b": 1.0, "llm-8b": 8.0}, 35,
-                            {"half": (0.25, 0.25, 0.5), "skewed": (0.2, 0.2, 0.57)})}
+                            {"half": (0.25, 0.25, 0.5), "skewed": (0.2, 0.2, 0.57)}),
+              "h200p36": ({"llm-1b": 16.0}, 36, {"p20": (0.2,), "p42": (0.42,)}),
+              "h200p37": ({"llm-3b": 9.0}, 37, {"p20": (0.2,), "p42": (0.42,)}),
+              "h200p38": ({"llm-8b": 5.0}, 38, {"p20": (0.2,), "p30": (0.3,)})}
 H200U_TABLES = os.path.join(HERE, "tables-h200-shares")
 #: one H200 with the H100 sets' memory budget, so the KV pools are theirs
 H200_GPU = {"name": "H200", "memory_gb": 141, "usable_memory_gb": 76, "peak_fp16_tflops": 989,
@@ -304,9 +311,10 @@ def write_h200u_sets(names: list) -> None:
         measured = measured_instances.write_measured(H200U_TABLES, folder)[0]
         inst = load_instance(measured)
         models = tuple(inst.model_names)
-        placements = {"muxserve": solve(inst, "muxserve", seed=0)}
+        # a lone LLM gets the whole GPU from MuxServe: its set runs only its SM partitions
+        placements = {"muxserve": solve(inst, "muxserve", seed=0)} if len(models) > 1 else {}
         for split, shares in splits.items():
-            if shares == placements["muxserve"].groups[0].sm_share:
+            if "muxserve" in placements and shares == placements["muxserve"].groups[0].sm_share:
                 continue  # MuxServe's own split: run once, as muxserve
             placements[split] = Placement(
                 groups=(Group(devices=(0,), tp=1, models=models, sm_share=shares),),
