@@ -122,7 +122,7 @@ import math
 import os
 import statistics
 from collections import defaultdict
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -141,7 +141,8 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_eager_host_tp_s", "contention_hbm_cap_gbps", "prefill_beside_stretch", "prefill_beside_delay_s",
                 "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
                 "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms",
-                "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s")
+                "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s",
+                "own_decode_prefill_share")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +175,10 @@ class GpuCalibration:
     # ``decode_partition_stretch`` and ``decode_partition_request_s`` (:func:`apply_partition_decode_fields`);
     # empty: off (the table time at the mean context plus the KV read)
     partition_decode: Tuple[Tuple[str, str], ...] = ()
+    # job-traced runs on this GPU whose prefills beside their own LLM's decode steps fit, with
+    # ``traces``' prefills, ``own_decode_prefill_share`` and the stretch beside the other LLMs' jobs
+    # (:func:`apply_own_decode_prefill_fields`); empty: off (the own decode step counts as any other)
+    own_decode_prefill: Tuple[Tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,15 +407,26 @@ V3G_RESULTS = ("results-v3g-h200x3s19", "results-v3g-h200x3s20", "results-v3g-h2
 #: ``decode_partition_request_s`` (``GpuCalibration.partition_decode``; docs/fidelity-llm.md "Unequal SM
 #: shares on one H200"): seed 32's three splits, seed 31's four held out
 H200_PARTITION_TRACES = tuple(("results-v3g-h200us32", f"h200us32-poisson-{p}") for p in ("muxserve", "skewed", "reverse"))
+#: the job-traced runs on one H200 of one LLM alone on an SM partition (llm-1b, llm-3b, llm-8b at 24 to
+#: 48 SMs: every prefill beside its own decode steps only): with ``H200_TRACES``' (five LLMs) and
+#: ``H200_PARTITION_TRACES``' (two) they fit v3g's H200 ``own_decode_prefill_share`` and the stretch
+#: beside the other LLMs' jobs
+#: (``GpuCalibration.own_decode_prefill``; docs/fidelity-llm.md "A prefill beside its own decode step")
+H200_OWN_DECODE_TRACES = tuple((f"results-v3g-{s}", f"{s}-poisson-{p}") for s, splits in
+                               (("h200p36", ("p20", "p42")), ("h200p37", ("p20", "p42")), ("h200p38", ("p20", "p30")))
+                               for p in splits)
 #: v3g's runs of unequal SM shares: llm-1b and llm-8b (and llm-3b, ``-h200u3s35``) on one H200 in
 #: MuxServe's split and others (make_instances.py --h200u), with the cost tables measured at seven
 #: shares there (``tables-h200-shares``), predicted and committed before they ran: seeds 31 and 32
 #: (predictions/v3g-h200us.jsonl), then with the partition decode step refitted on seed 32's
 #: traces (``H200_PARTITION_TRACES``) seeds 33 and 35 (predictions/v3g-h200us-refit.jsonl); then one
 #: LLM alone on a partition (``-h200p36`` to ``-h200p38``: llm-1b, llm-3b, llm-8b at 24 to 48 SMs;
-#: predictions/v3g-h200p.jsonl), the partition step's check on LLMs and SM counts it was not fitted on
+#: predictions/v3g-h200p.jsonl), the partition step's check on LLMs and SM counts it was not fitted on;
+#: then, held out from the fit of the prefill beside its own decode step on those, fresh lone LLMs and
+#: pairs (``-h200p40``, ``-h200p41``, ``-h200us42``, ``-h200us43``; predictions/v3g-h200-own.jsonl)
 V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35",
-                     "results-v3g-h200p36", "results-v3g-h200p37", "results-v3g-h200p38")
+                     "results-v3g-h200p36", "results-v3g-h200p37", "results-v3g-h200p38", "results-v3g-h200p40",
+                     "results-v3g-h200p41", "results-v3g-h200us42", "results-v3g-h200us43")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -513,7 +529,8 @@ GENERATIONS = {
                       gpus=(GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
                                            H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True,
-                                           fit_own_prefill=True, partition_decode=H200_PARTITION_TRACES),)),
+                                           fit_own_prefill=True, partition_decode=H200_PARTITION_TRACES,
+                                           own_decode_prefill=H200_OWN_DECODE_TRACES + H200_PARTITION_TRACES),)),
 }
 
 
@@ -522,7 +539,8 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     return ([gen.fit] if gen.fit else []) + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
         [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv) + [
         r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + list(gen.fit_whole_gpu) + (
-        [gen.fit_contention_tp] if gen.fit_contention_tp else []) + [r for g in gen.gpus for r in g.traces + g.whole_gpu]
+        [gen.fit_contention_tp] if gen.fit_contention_tp else []) + [
+        r for g in gen.gpus for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill]
 
 
 def is_fit_run(run: dict) -> bool:
@@ -1664,6 +1682,17 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     kernel stretches a prefill's table time and collect together, where the table time here has
     no collect: the same on TP-1 meshes, as ``PREFILL_TRACES``'); ValueError for a run without
     the trace."""
+    rows = [(table, took, float(np.dot(overlap, demand)) / took, host, float(np.dot(overlap, decoding)) / took,
+             tokens, eager) for table, took, overlap, _, host, tokens, eager, demand, decoding in _partition_prefills(run)]
+    return np.array(rows).reshape(-1, len(PREFILL_COLUMNS))
+
+
+def _partition_prefills(run: dict) -> Iterator[tuple]:
+    """Per prefill on an SM partition in ``run``'s job trace: its table seconds, GPU seconds, the
+    seconds each job of the trace overlapped it on its mesh (itself 0), a mask of its own LLM's
+    jobs, its launch's host seconds, padded prompt tokens and whether it ran eagerly (1.0), and the
+    trace's per-job HBM demand (GB/s) and decode requests (:func:`traced_partition_prefills`);
+    ValueError for a run without the trace."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.simulate.llm import on_partition, sm_shares
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
@@ -1684,17 +1713,104 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     start = np.array([j["device_start_s"] for j in jobs])
     end = np.array([j["device_end_s"] for j in jobs])
     group = np.array([j["group"] for j in jobs])
-    rows = []
+    llm = np.array([j["llm"] for j in jobs])
     for i, j in enumerate(jobs):
         if j["kind"] != "prefill" or not on_partition(share[(j["group"], j["llm"])]) or end[i] <= start[i]:
             continue
         overlap = np.clip(np.minimum(end, end[i]) - np.maximum(start, start[i]), 0.0, None) * (group == group[i])
         overlap[i] = 0.0
-        took = end[i] - start[i]
-        rows.append((table[i], took, float(np.dot(overlap, demand)) / took, j["launched_s"] - j["launch_s"],
-                     float(np.dot(overlap, decoding)) / took, j["requests"] * j["longest_context"],
-                     float(prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS))))
-    return np.array(rows).reshape(-1, len(PREFILL_COLUMNS))
+        yield (table[i], end[i] - start[i], overlap, llm == j["llm"], j["launched_s"] - j["launch_s"],
+               j["requests"] * j["longest_context"],
+               float(prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)), demand, decoding)
+
+
+#: the columns of :func:`traced_own_decode_prefills`
+OWN_PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "others_decoding", "own_fraction", "tokens", "eager")
+
+
+def traced_own_decode_prefills(run: dict) -> np.ndarray:
+    """One row per prefill on an SM partition in ``run``'s job trace (:data:`OWN_PREFILL_COLUMNS`),
+    as :func:`traced_partition_prefills` but with its own LLM's decode steps apart: the HBM demand
+    and decode requests of the *other* LLMs' jobs of its mesh beside it (time-weighted), and the
+    part of its GPU time its own LLM's decode steps ran beside it (on the same SM partition)."""
+    rows = []
+    for table, took, overlap, own, _, tokens, eager, demand, decoding in _partition_prefills(run):
+        others = overlap * ~own
+        rows.append((table, took, float(np.dot(others, demand)) / took, float(np.dot(others, decoding)) / took,
+                     float(np.sum(overlap * own)) / took, tokens, eager))
+    return np.array(rows).reshape(-1, len(OWN_PREFILL_COLUMNS))
+
+
+def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndarray:
+    """The GPU seconds of :func:`traced_own_decode_prefills`' ``points`` in mean-value form of the
+    kernel's :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`: the stretch beside the
+    other LLMs' jobs (``prefill_beside_gbps``, ``_requests``, ``_knee_tokens``, ``_delay_s``) while
+    any ran, and the speed ``own_decode_prefill_share`` for the part of the time its own decode
+    step ran: the table time over ``1 - f + f x share`` (f that part)."""
+    table, _, others, decoding, own, tokens, _ = points.T
+    gbps, per, knee = (fields["prefill_beside_gbps"], fields["prefill_beside_requests"],
+                       fields["prefill_beside_knee_tokens"])
+    load = (others / gbps if gbps > 0 else 0.0) + (decoding / per if per > 0 else 0.0)
+    if knee > 0:
+        load = load / (1.0 + tokens / knee)
+    beside = (others > 0) | (decoding > 0)
+    share = fields["own_decode_prefill_share"]
+    speed = 1.0 - own + own * share if share > 0 else 1.0
+    return table * (1.0 + load * beside) / speed + fields["prefill_beside_delay_s"] * beside
+
+
+#: the values ``own_decode_prefill_share`` is fitted among (:func:`fit_own_decode_prefill`)
+OWN_DECODE_SHARES = tuple(round(0.01 * i, 2) for i in range(20, 100))
+
+
+def fit_own_decode_prefill(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
+                           ) -> Tuple[Dict[str, float], float, float, int]:
+    """``own_decode_prefill_share`` and the stretch beside the other LLMs' jobs
+    (``prefill_beside_gbps``, ``prefill_beside_requests``) measured on the graph prefills on SM
+    partitions of ``runs``' job traces (:func:`traced_own_decode_prefills`), the knee and delay
+    kept from ``fields`` (:func:`fit_prefill_trace`'s): per share of :data:`OWN_DECODE_SHARES` the
+    pair by least squares on the relative error (at least 0), the share of least RMS log error
+    kept (:func:`own_decode_prefill_model`). Returns those three fields, the RMS log error with
+    them and with ``fields`` (the own decode step counted as any other job,
+    :func:`prefill_trace_model`), and the number of prefills."""
+    points = np.vstack([traced_own_decode_prefills(_find_run(r)) for r in runs])
+    before = np.vstack([traced_partition_prefills(_find_run(r)) for r in runs])
+    graph = points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0
+    points, before = points[graph], before[graph]
+    if not len(points):
+        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
+    table, gpu, others, decoding, own, tokens, _ = points.T
+    beside = (others > 0) | (decoding > 0)
+    knee, delay = fields["prefill_beside_knee_tokens"], fields["prefill_beside_delay_s"]
+    x = np.stack([others, decoding]) * beside / (1.0 + tokens / knee if knee > 0 else 1.0)
+    best: Tuple[float, Dict[str, float]] = (math.inf, {})
+    for share in OWN_DECODE_SHARES:
+        c = table / ((1.0 - own + own * share) * (gpu - delay * beside))  # model / measured = c (1 + a x0 + b x1)
+        a, b = _nonnegative_pair(x * c, 1.0 - c)
+        trial = dict(fields, prefill_beside_gbps=round(1.0 / a, 1) if a > 0 else 0.0,
+                     prefill_beside_requests=round(1.0 / b, 2) if b > 0 else 0.0, own_decode_prefill_share=share)
+        rms = float(np.sqrt(np.mean(np.log(own_decode_prefill_model(points, trial) / gpu) ** 2)))
+        if rms < best[0]:
+            best = (rms, trial)
+    rms_before = float(np.sqrt(np.mean(np.log(prefill_trace_model(before, fields) / before[:, 1]) ** 2)))
+    keep = ("prefill_beside_gbps", "prefill_beside_requests", "own_decode_prefill_share")
+    return {k: best[1][k] for k in keep}, best[0], rms_before, len(points)
+
+
+def apply_own_decode_prefill_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List[str]:
+    """Set the calibration ``out``'s ``own_decode_prefill_share`` and its stretch beside the other
+    LLMs' jobs to those measured on ``runs``' job traces (:func:`fit_own_decode_prefill`, the knee
+    and delay ``out``'s); returns the fields set."""
+    fields, rms, before, count = fit_own_decode_prefill(runs, out)
+    out.update(fields)
+    out["fit"]["own_decode_prefill"] = (
+        f"{', '.join(f'{f}/{n}' for f, n in runs)}: job traces, {count} graph prefills on SM partitions: GPU time = "
+        f"table time x (1 + (other LLMs' HBM demand / {fields['prefill_beside_gbps']:.0f} GB/s + requests in their "
+        f"decode steps / {fields['prefill_beside_requests']:.1f}) / (1 + prompt tokens / "
+        f"{out['prefill_beside_knee_tokens']:.0f})) / (1 - f + f x {fields['own_decode_prefill_share']:.2f}), f the "
+        f"part of it its own LLM's decode steps ran beside it; RMS log error {rms:.4f} ({before:.4f} with the own "
+        f"decode step counted as any other job)")
+    return list(fields)
 
 
 #: the knees (prompt tokens) :func:`fit_prefill_trace` tries: 100-10000, 2% apart
@@ -2352,6 +2468,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
                                                    whole_gpu_per_request=gpu.whole_gpu_per_request), out)
     if gpu.partition_decode:
         apply_partition_decode_fields(gpu.partition_decode, out)
+    if gpu.own_decode_prefill:
+        apply_own_decode_prefill_fields(gpu.traces + gpu.own_decode_prefill, out)
     if gpu.fit_own_prefill:
         share, out["fit"]["own_prefill"] = fit_own_prefill_share(gpu.traces, out)
         out["own_prefill_decode_share"] = share

@@ -184,6 +184,11 @@ class LLMConfig:
     * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
       partition, so while its prefill runs its decode step keeps only this part of its speed
       (applies on a partition, share below 1; 0: off, the step keeps its table time).
+    * ``own_decode_prefill_share``: the other way round, while its decode step runs a prefill on
+      the same SM partition keeps only this part of its speed, and that decode step leaves the
+      demand and requests of the prefill's stretch beside others (``prefill_beside_*``: they
+      then count the other LLMs' jobs only). Measured on one H200 with one LLM alone on a
+      partition: docs/fidelity-llm.md. 0: off, the own decode step counts as any other.
     """
 
     policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")
@@ -293,6 +298,10 @@ class LLMConfig:
     own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,
                                              help="while an LLM's prefill runs on its SM partition, the part of "
                                                   "its speed its decode step keeps (0: off)")
+    own_decode_prefill_share: float = option(0.0, minimum=0, maximum=0.999,
+                                             help="while an LLM's decode step runs on its SM partition, the part "
+                                                  "of its speed a prefill there keeps, in place of that step's part "
+                                                  "of the prefill's stretch beside others (0: off)")
 
     @classmethod
     def from_dict(cls, d: dict, field: str = "llm") -> "LLMConfig":

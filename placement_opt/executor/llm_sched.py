@@ -29,7 +29,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
-                                            contention_on, contention_stretch, decode_context, prefill_beside_stretch,
+                                            contention_on, contention_stretch, decode_context, prefill_factor_beside,
                                             prefill_runs_eagerly, prefill_stretches_beside)
 
 PREFILL = "prefill"
@@ -528,8 +528,9 @@ class VirtualJobs:
         """Work left brought up to t, then each running job re-stretched: HBM contention (when
         on) and a decode step beside its own LLM's running prefill (``own_prefill_decode``); a
         prefill on a partition beside any other running job by
-        :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` of the others' demand and
-        decode requests instead (where ``prefill_stretches_beside``). A
+        :func:`~placement_opt.simulate.meshsim.prefill_factor_beside` (the others' demand and
+        decode requests, and its own LLM's decode step apart with ``own_decode_prefill``) instead
+        (where ``prefill_stretches_beside``). A
         ``fixed`` job keeps its end (its demand still counts for the others)."""
         total, decoding = 0.0, 0
         running = [self.end[j] < np.inf and self.start[j] <= t < self.end[j] for j in range(len(self.end))]
@@ -546,9 +547,10 @@ class VirtualJobs:
             if running[j] and not self.fixed[j]:
                 if j % 2 == 0 and self.beside[j]:
                     job = self.running_job(j)
-                    factor = (prefill_beside_stretch(self.alone[j], len(job.requests) * max(job.contexts),
-                                                     total - self.demand[j], decoding, cfg)
-                              if n_running > 1 else 1.0)
+                    own = running[j + 1]
+                    factor = prefill_factor_beside(self.alone[j], len(job.requests) * max(job.contexts), total,
+                                                   self.demand[j], decoding, n_running, own, self.demand[j + 1],
+                                                   len(self.running_job(j + 1).requests) if own else 0, cfg)
                 else:
                     factor = contention_stretch(total, self.demand[j], cfg.hbm_gbps, cfg.hbm_cap_gbps)
                 if j % 2 == 1 and running[j - 1] and cfg.own_prefill_decode > 0:

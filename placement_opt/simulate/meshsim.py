@@ -70,8 +70,11 @@ never stretched). **Prefills beside others** (``MeshSettings.prefill_beside``,
 stretches by :func:`prefill_beside_stretch` instead (``prefill_beside_gbps``,
 ``prefill_beside_requests``: also in proportion to the other running jobs' HBM demand and to the
 requests in the running decode steps; ``prefill_beside_knee``: those terms shrink as the
-prefill's prompt grows, and eager prefills stretch so too). Calibrated on an H100 in
-``docs/fidelity-llm.md``.
+prefill's prompt grows, and eager prefills stretch so too). **Beside its own decode step**
+(``MeshSettings.own_prefill_decode``, ``own_decode_prefill``): an LLM's prefill and decode step
+share its one SM partition, so while both run each keeps that part of its speed (the decode
+step's leaves the prefill's stretch beside others: :func:`prefill_factor_beside`). Calibrated on
+an H100 and an H200 in ``docs/fidelity-llm.md``.
 
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
 :class:`MeshLLMs` (per LLM), :class:`LatencyTables`, :class:`MeshSettings` (scalars) and
@@ -161,6 +164,7 @@ class MeshSettings(NamedTuple):
     prefill_beside_requests: float = 0.0  # ... and (the requests in the running decode steps) / this; 0 off
     prefill_beside_knee: float = 0.0  # ... both terms over 1 + (its padded prompt tokens) / this, eager prefills too; 0 off
     prefill_at_longest: bool = False  # a prefill's table time at its longest prompt (the engine pads to it), not the mean
+    own_decode_prefill: float = 0.0  # shared partition: a prefill runs at this part of its speed while its LLM's decode step runs, which leaves its beside stretch; 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -1026,7 +1030,8 @@ def contention_stretch(total, own, hbm_gbps, hbm_cap_gbps):
 def contention_on(cfg):
     """Whether running jobs are re-timed as the set of running jobs changes (HBM contention or
     a decode step beside its own LLM's prefill)."""
-    return cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.own_prefill_decode > 0 or prefill_beside_on(cfg)
+    return (cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.own_prefill_decode > 0 or cfg.own_decode_prefill > 0
+            or prefill_beside_on(cfg))
 
 
 @njit(cache=True, inline="always")
@@ -1071,14 +1076,40 @@ def prefill_stretches_beside(share, eager, cfg):
     return prefill_beside_on(cfg) and share < 1.0 - EPS and (not eager or cfg.prefill_beside_knee > 0)
 
 
+@njit(cache=True, inline="always")
+def prefill_factor_beside(alone, tokens, total, demand, decoding, n_running, own_running, own_demand, own_requests,
+                          cfg):
+    """The stretch of a prefill on an SM partition that stretches beside others
+    (:func:`prefill_stretches_beside`; table seconds ``alone``, padded prompt ``tokens``, its own
+    HBM ``demand``) among ``n_running`` running jobs of the mesh (itself included) of HBM demand
+    ``total`` and ``decoding`` requests in their decode steps, its own LLM's decode step among
+    them when ``own_running`` (that step's ``own_demand`` and ``own_requests``): with
+    ``cfg.own_decode_prefill`` on, that step shares the partition's SMs with it, so the prefill
+    keeps that part of its speed and the step leaves the others of
+    :func:`prefill_beside_stretch`; else every other running job counts there. 1 alone. The one
+    formula of the kernel and the executor's virtual clock."""
+    others_gbps = total - demand
+    others_requests = decoding
+    others = n_running - 1
+    speed = 1.0
+    if cfg.own_decode_prefill > 0 and own_running:
+        others_gbps -= own_demand
+        others_requests -= own_requests
+        others -= 1
+        speed = cfg.own_decode_prefill
+    stretch = prefill_beside_stretch(alone, tokens, others_gbps, others_requests, cfg) if others > 0 else 1.0
+    return stretch / speed
+
+
 @njit(cache=True)
 def _retime(t, llms, jobs, cfg):
     """Contention: bring every running job's work left up to ``t`` at its old stretch, then
     stretch it by :func:`contention_stretch` (when on), and a decode step, while its LLM's
     prefill runs too (the engine runs both on the LLM's one SM partition), by 1 /
     ``cfg.own_prefill_decode`` (when on); a prefill on a partition, where
-    :func:`prefill_stretches_beside`, by :func:`prefill_beside_stretch` of the others' demand
-    and decode requests while another job runs (else not at all) instead; then re-time its end
+    :func:`prefill_stretches_beside`, by :func:`prefill_factor_beside` (the others' demand and
+    decode requests while another job runs, its own LLM's decode step apart with
+    ``cfg.own_decode_prefill``; else not at all) instead; then re-time its end
     where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
     the scheduling thread) take no part."""
     total = 0.0
@@ -1097,9 +1128,9 @@ def _retime(t, llms, jobs, cfg):
         decode_running = _running(t, llms, jobs, 2 * k + 1)
         if prefill_running and prefill_stretches_beside(llms[k].share, llms[k].prefill_eager, cfg):
             _refactor(t, llms, jobs, 2 * k,
-                      prefill_beside_stretch(jobs[2 * k].alone, llms[k].prefill_tokens, total - jobs[2 * k].demand,
-                                             decoding, cfg)
-                      if n_running > 1 else 1.0)
+                      prefill_factor_beside(jobs[2 * k].alone, llms[k].prefill_tokens, total, jobs[2 * k].demand,
+                                            decoding, n_running, decode_running, jobs[2 * k + 1].demand,
+                                            llms[k].n_decode, cfg))
         elif prefill_running:
             _restretch(t, llms, jobs, 2 * k, total, cfg, 1.0)
         if decode_running:

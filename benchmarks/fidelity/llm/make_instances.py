@@ -52,7 +52,11 @@ the simulator prefers more SMs for the busy one (``half``: 0.25 / 0.25 / 0.5, ``
 LLM alone on an SM partition of the GPU (``llm-1b`` at 16 req/s, ``llm-3b`` at 9, ``llm-8b`` at 5;
 splits ``p20`` and ``p42``, or ``p30`` for ``llm-8b``: shares 0.2, 0.42, 0.3), so that every decode
 step of the trace runs alone on its partition: the partition step's check on the LLMs and SM
-counts it was not fitted on (no ``muxserve``: it gives a lone LLM the whole GPU). Write a set once, before its runs: its
+counts it was not fitted on (no ``muxserve``: it gives a lone LLM the whole GPU). Held out from the
+fit on them (written after it): ``h200p40`` (``llm-3b`` alone at 12 req/s, shares 0.3 and 0.5),
+``h200p41`` (``llm-8b`` alone at 7, 0.42 and 0.5), ``h200us42`` (``llm-1b`` and ``llm-3b`` at
+12 + 8, muxserve and ``skewed`` 0.3 / 0.7) and ``h200us43`` (``llm-3b`` and ``llm-8b`` at 4 + 8,
+muxserve and ``skewed`` 0.25 / 0.75). Write a set once, before its runs: its
 placements and measured instance record the calibration of that day.
 
 Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2 | --gpu4 | --h200u NAME...]
@@ -285,7 +289,11 @@ H200U_SETS = {"h200us31": ({"llm-1b": 2.0, "llm-8b": 10.0}, 31, H200U_PAIR_SPLIT
                             {"half": (0.25, 0.25, 0.5), "skewed": (0.2, 0.2, 0.57)}),
               "h200p36": ({"llm-1b": 16.0}, 36, {"p20": (0.2,), "p42": (0.42,)}),
               "h200p37": ({"llm-3b": 9.0}, 37, {"p20": (0.2,), "p42": (0.42,)}),
-              "h200p38": ({"llm-8b": 5.0}, 38, {"p20": (0.2,), "p30": (0.3,)})}
+              "h200p38": ({"llm-8b": 5.0}, 38, {"p20": (0.2,), "p30": (0.3,)}),
+              "h200p40": ({"llm-3b": 12.0}, 40, {"p30": (0.3,), "p50": (0.5,)}),
+              "h200p41": ({"llm-8b": 7.0}, 41, {"p42": (0.42,), "p50": (0.5,)}),
+              "h200us42": ({"llm-1b": 12.0, "llm-3b": 8.0}, 42, {"skewed": (0.3, 0.7)}),
+              "h200us43": ({"llm-3b": 4.0, "llm-8b": 8.0}, 43, {"skewed": (0.25, 0.75)})}
 H200U_TABLES = os.path.join(HERE, "tables-h200-shares")
 #: one H200 with the H100 sets' memory budget, so the KV pools are theirs
 H200_GPU = {"name": "H200", "memory_gb": 141, "usable_memory_gb": 76, "peak_fp16_tflops": 989,
