@@ -77,7 +77,10 @@ prefills one at a time while those decode steps run beside them (the simulator's
 :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` over its co-runners of the
 moment, at the padded prompt and sparing eager prefills without a knee; here the mean prompt
 and every prefill). The stretches depend on the batches and are re-evaluated with them, a
-member's own at each batch its search tries (:func:`_beside_terms`). Not in the estimate:
+member's own at each batch its search tries (:func:`_beside_terms`). With
+``llm.own_decode_prefill_share`` o and two jobs of its share fitting, its own decode step leaves
+``requests`` and ``demand`` and the prefill lasts all that over o (a lone member: ``prefill_m / o``):
+it keeps that part of its speed beside its own decode step, which Eq. 3 runs throughout. Not in the estimate:
 ``llm.prefill_partition_stretch`` and the timing at the longest prompt (``prefill_at_longest``):
 Eq. 3 has no batch composition, only ``b`` mean-length prompts.
 
@@ -184,7 +187,7 @@ def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len:
 
 #: the fields of a prefill-beside parameter vector (:func:`prefill_beside_params`), in order
 PREFILL_BESIDE = ("prefill_beside_stretch", "prefill_beside_delay_s", "prefill_beside_gbps",
-                  "prefill_beside_requests", "prefill_beside_knee_tokens")
+                  "prefill_beside_requests", "prefill_beside_knee_tokens", "own_decode_prefill_share")
 
 
 def prefill_beside_params(llm: Optional[LLMConfig], mesh_gpus: float = 1.0) -> np.ndarray:
@@ -210,25 +213,36 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
     while the decode steps overlap), and its own LLM's too where two jobs of its share fit
     (share at most 0.5: the simulator then runs its prefill and decode step together); their HBM
     demand as :func:`_stretch` counts it, their requests their batches, its prompt its mean
-    prompt (the simulator's knee: the padded prompt, a little longer). Only on an SM partition
-    (``row_share`` below 1, as the simulator); (1, 0, 0, 0) alone, on the whole GPU or with the
-    terms off (``params``: :func:`prefill_beside_params`)."""
+    prompt (the simulator's knee: the padded prompt, a little longer). With
+    ``own_decode_prefill_share`` s (``params[5]``) and its own decode step beside it, that step
+    leaves the others and the whole stretch is over s (the prefill keeps that part of its speed
+    throughout, a lone member too: the simulator's
+    :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`). Only on an SM partition
+    (``row_share`` below 1, as the simulator); (1, 0, 0, 0) alone (without s), on the whole GPU or
+    with the terms off (``params``: :func:`prefill_beside_params`)."""
     out[0], out[1], out[2], out[3] = 1.0, 0.0, 0.0, 0.0
     on = params[0] > 0 or params[1] > 0 or params[2] > 0 or params[3] > 0
     share = row_share[rows[i]]
-    if not on or rows.shape[0] < 2 or share >= 1.0 - 1e-9:
+    beside_own = 2.0 * share <= 1.0 + 1e-9  # its own decode step runs beside it
+    apart = params[5] > 0 and beside_own  # ... and keeps it at that part of its speed instead
+    if share >= 1.0 - 1e-9:
         return
-    demand = 0.0
-    requests = 0.0
-    for j in range(rows.shape[0]):
-        if j == i and 2.0 * share > 1.0 + 1e-9:
-            continue
-        demand += _decode_demand(j, rows, llms, D, out_len, weights, kv, tokens, batch)
-        requests += batch[j]
-    out[0] = 1.0 + params[0]
-    out[1] = (demand / params[2] if params[2] > 0 else 0.0) + (requests / params[3] if params[3] > 0 else 0.0)
-    out[2] = (tokens[llms[i]] - out_len[llms[i]]) / params[4] if params[4] > 0 else 0.0
-    out[3] = params[1]
+    if on and rows.shape[0] >= 2:
+        demand = 0.0
+        requests = 0.0
+        for j in range(rows.shape[0]):
+            if j == i and (not beside_own or apart):
+                continue
+            demand += _decode_demand(j, rows, llms, D, out_len, weights, kv, tokens, batch)
+            requests += batch[j]
+        out[0] = 1.0 + params[0]
+        out[1] = (demand / params[2] if params[2] > 0 else 0.0) + (requests / params[3] if params[3] > 0 else 0.0)
+        out[2] = (tokens[llms[i]] - out_len[llms[i]]) / params[4] if params[4] > 0 else 0.0
+        out[3] = params[1]
+    if apart:
+        out[0] /= params[5]
+        out[1] /= params[5]
+        out[3] /= params[5]
 
 
 @njit(cache=True)
@@ -310,7 +324,7 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     # each member's prefill beside the decode steps running with it (_beside_terms; off: exactly P)
     terms = np.zeros((k, 4))
     terms[:, 0] = 1.0
-    on = not serial_decode and (beside[0] > 0 or beside[1] > 0 or beside[2] > 0 or beside[3] > 0)
+    on = not serial_decode and (beside[0] > 0 or beside[1] > 0 or beside[2] > 0 or beside[3] > 0 or beside[5] > 0)
     for _ in range(FIXED_POINT_ROUNDS):
         for i in range(k):
             r = rows[i]

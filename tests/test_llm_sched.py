@@ -54,6 +54,7 @@ class Timing(NamedTuple):
     decode_stretch: Sequence[float] = ()
     decode_wave: Sequence[float] = ()
     decode_request: Sequence[float] = ()
+    own_decode_prefill: float = 0.0
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -88,7 +89,7 @@ def mesh_inputs(case, timing=None):
                        own_prefill_decode=tm.own_prefill_decode, prefill_beside=tm.prefill_beside,
                        prefill_beside_delay=tm.prefill_beside_delay, prefill_beside_gbps=tm.prefill_beside_gbps,
                        prefill_beside_requests=tm.prefill_beside_requests, prefill_beside_knee=tm.prefill_beside_knee,
-                       prefill_at_longest=tm.prefill_at_longest)
+                       prefill_at_longest=tm.prefill_at_longest, own_decode_prefill=tm.own_decode_prefill)
     return requests, llms, tables, cfg
 
 
@@ -119,7 +120,8 @@ def timings(draw, n_llms):
     5 or 50 ms later, or by the others' demand at 10-100 GB/s and their decode requests at 2 or
     20 per unit, over 1 + tokens / 8 or 64 (which stretches eager prefills too); prefills timed
     at their longest prompt or the mean; decode steps 1.07 or 1.5 times their table time in place of
-    the KV read, and 1 or 10 ms more per request, per LLM. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
+    the KV read, and 1 or 10 ms more per request, per LLM; a prefill beside its own decode step at
+    0.4 or 0.7 of its speed. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
     others."""
     def per_llm(values):
         return draw(st.lists(st.sampled_from(values), min_size=n_llms, max_size=n_llms))
@@ -147,7 +149,8 @@ def timings(draw, n_llms):
                   prefill_beside_knee=draw(st.sampled_from([0.0, 8.0, 64.0])),
                   prefill_at_longest=draw(st.booleans()),
                   decode_stretch=optional([0.0, 1.07, 1.5]), decode_wave=optional([0.0, 0.5, 2.0, 8.0]),
-                  decode_request=optional([0.0, 0.001, 0.01]))
+                  decode_request=optional([0.0, 0.001, 0.01]),
+                  own_decode_prefill=draw(st.sampled_from([0.0, 0.4, 0.7])))
 
 
 @st.composite
@@ -195,6 +198,7 @@ TERMS_OFF = {
     "decode_stretch": dict(decode_stretch=[]),
     "decode_wave": dict(decode_wave=[]),
     "decode_request": dict(decode_request=[]),
+    "own_decode_prefill": dict(own_decode_prefill=0.0),
 }
 
 
@@ -205,7 +209,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     decode steps their page-table fill),
     ended jobs noticed when it is free, prefills stretched and collected, decode steps reading
     their KV, running jobs re-timed by HBM contention (and its bandwidth cap), by their own
-    LLM's prefill and, prefills on partitions, by the jobs beside them (their demand, their
+    LLM's prefill and, prefills on partitions, by their own LLM's decode step and the jobs beside them (their demand, their
     decode requests, over the prompt's length), prefills timed at their longest prompt, decode
     steps stretched in place of their KV read, decode steps timed at their effective context and
     lasting more per request they hold. Same
@@ -231,7 +235,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     check()
     # they act only between jobs running at once
     overlap = ("hbm_gbps", "hbm_cap_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay",
-               "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee")
+               "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee", "own_decode_prefill")
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}

@@ -45,7 +45,7 @@ def test_the_stretch_counts_the_other_members_demand_requests_and_its_prompt():
     lasts (1.1 + (6.125 + 1) / 2) x 50 ms + 2 ms. Member 1 (share 0.6: no own decode beside)
     counts member 0 only. Alone, on the whole GPU, or with every term off: exactly its table
     time."""
-    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0])
+    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.0])
     batch = np.array([2, 3])
     terms = _terms(0, batch, params)
     assert _beside_seconds(0.05, 2, terms) == pytest.approx((1.1 + (6.125 + 1.0) / 2) * 0.05 + 0.002)
@@ -53,8 +53,25 @@ def test_the_stretch_counts_the_other_members_demand_requests_and_its_prompt():
     assert other[1] == pytest.approx(2.05 / 100 * 100 + 2 / 5)  # member 0's 205 GB/s and 2 requests
     alone = np.zeros(4)
     _beside_terms(0, np.array([0]), np.array([0]), D, OUT, WEIGHTS, KV, TOKENS, batch, np.array([0.4]), params, alone)
-    for t in (alone, _terms(0, batch, params, shares=(1.0, 1.0)), _terms(0, batch, np.zeros(5))):
+    for t in (alone, _terms(0, batch, params, shares=(1.0, 1.0)), _terms(0, batch, np.zeros(6))):
         assert _beside_seconds(0.05, 2, t) == 0.05
+
+
+def test_the_own_decode_step_leaves_the_others_and_the_prefill_keeps_its_share():
+    """With ``own_decode_prefill_share`` 0.5 (``params[5]``), member 0 (share 0.4: its own decode
+    step beside its prefill) counts member 1 alone (its 4e9 + 3 x 250 x 1e5 bytes over 0.01 s =
+    407.5 GB/s, 3 requests) and its whole stretch is over 0.5; a lone member at share 0.4 lasts
+    its table time over 0.5; member 1 (share 0.6: no own decode step beside) is unchanged, and a
+    member on the whole GPU keeps its table time."""
+    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.5])
+    batch = np.array([2, 3])
+    terms = _terms(0, batch, params)
+    assert _beside_seconds(0.05, 2, terms) == pytest.approx(((1.1 + (4.075 + 0.6) / 2) * 0.05 + 0.002) / 0.5)
+    assert _terms(1, batch, params).tolist() == _terms(1, batch, np.append(params[:5], 0.0)).tolist()
+    alone = np.zeros(4)
+    _beside_terms(0, np.array([0]), np.array([0]), D, OUT, WEIGHTS, KV, TOKENS, batch, np.array([0.4]), params, alone)
+    assert _beside_seconds(0.05, 2, alone) == pytest.approx(0.1)
+    assert _beside_seconds(0.05, 2, _terms(0, batch, params, shares=(1.0, 1.0))) == 0.05
 
 
 def _estimate(P_: np.ndarray, beside: np.ndarray, serial: bool = False, shares=(0.5, 0.5)) -> float:
@@ -69,14 +86,14 @@ def test_a_fixed_stretch_is_the_same_unit_with_longer_prefills():
     """With only the fixed stretch (1: twice the table time, whatever the others do) the unit's
     estimate is, bit for bit, that of the same unit with its prefill table doubled; a stretch
     lowers the estimate of a loaded unit; temporal units (one job at a time) have none."""
-    stretched = _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0]))
-    assert stretched == _estimate(2.0 * P, np.zeros(5))
-    assert stretched < _estimate(P, np.zeros(5))
-    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0]), serial=True) == _estimate(P, np.zeros(5), serial=True)
+    stretched = _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
+    assert stretched == _estimate(2.0 * P, np.zeros(6))
+    assert stretched < _estimate(P, np.zeros(6))
+    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0]), serial=True) == _estimate(P, np.zeros(6), serial=True)
     # on the whole GPU (share 1) the simulator does not stretch a prefill beside others: neither here
-    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0]), shares=(1.0, 1.0)) == _estimate(P, np.zeros(5))
+    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0]), shares=(1.0, 1.0)) == _estimate(P, np.zeros(6))
     # a knee alone divides nothing: bit-identical to off
-    assert _estimate(P, np.array([0.0, 0.0, 0.0, 0.0, 400.0])) == _estimate(P, np.zeros(5))
+    assert _estimate(P, np.array([0.0, 0.0, 0.0, 0.0, 400.0, 0.0])) == _estimate(P, np.zeros(6))
 
 
 def test_a_members_own_batch_search_prices_each_candidate_at_its_own_knee():
@@ -84,9 +101,9 @@ def test_a_members_own_batch_search_prices_each_candidate_at_its_own_knee():
     prices each batch it tries at that batch's stretch, so the estimate with the request term on
     and a knee is at least the one without the knee (a shorter stretch at every batch) and at
     most the one without the term."""
-    with_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 200.0]))
-    no_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 0.0]))
-    assert no_knee < with_knee < _estimate(P, np.zeros(5))
+    with_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 200.0, 0.0]))
+    no_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 0.0, 0.0]))
+    assert no_knee < with_knee < _estimate(P, np.zeros(6))
 
 
 def test_the_mesh_greedy_estimates_its_meshes_as_the_tables_do():
@@ -127,10 +144,11 @@ def test_the_mesh_greedy_estimates_its_meshes_as_the_tables_do():
 
 
 def test_the_parameters_come_from_the_settings_with_the_meshs_bandwidth():
-    """``prefill_beside_params``: the settings' five fields in order, the bandwidth times the
+    """``prefill_beside_params``: the settings' six fields in order, the bandwidth times the
     mesh's GPUs (the members' demand is the whole mesh's); zeros without settings."""
-    llm = LLMConfig(prefill_beside_gbps=3250.3, prefill_beside_requests=96.55, prefill_beside_knee_tokens=1312.0)
-    assert prefill_beside_params(llm, 2.0).tolist() == [0.0, 0.0, 6500.6, 96.55, 1312.0]
+    llm = LLMConfig(prefill_beside_gbps=3250.3, prefill_beside_requests=96.55, prefill_beside_knee_tokens=1312.0,
+                    own_decode_prefill_share=0.57)
+    assert prefill_beside_params(llm, 2.0).tolist() == [0.0, 0.0, 6500.6, 96.55, 1312.0, 0.57]
     assert prefill_beside_params(None).tolist() == [0.0] * len(PREFILL_BESIDE)
 
 
