@@ -1745,18 +1745,13 @@ def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np
     """The GPU seconds of :func:`traced_own_decode_prefills`' ``points`` in mean-value form of the
     kernel's :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`: the stretch beside the
     other LLMs' jobs (``prefill_beside_gbps``, ``_requests``, ``_knee_tokens``, ``_delay_s``) while
-    any ran, and the speed ``own_decode_prefill_share`` for the part of the time its own decode
-    step ran: the table time over ``1 - f + f x share`` (f that part)."""
-    table, _, others, decoding, own, tokens, _ = points.T
-    gbps, per, knee = (fields["prefill_beside_gbps"], fields["prefill_beside_requests"],
-                       fields["prefill_beside_knee_tokens"])
-    load = (others / gbps if gbps > 0 else 0.0) + (decoding / per if per > 0 else 0.0)
-    if knee > 0:
-        load = load / (1.0 + tokens / knee)
-    beside = (others > 0) | (decoding > 0)
+    any ran (:func:`prefill_trace_model` of those), over the speed ``1 - f + f x share`` for the
+    part f of the time its own decode step ran (``own_decode_prefill_share``)."""
+    table, gpu, others, decoding, own, tokens, eager = points.T
     share = fields["own_decode_prefill_share"]
     speed = 1.0 - own + own * share if share > 0 else 1.0
-    return table * (1.0 + load * beside) / speed + fields["prefill_beside_delay_s"] * beside
+    beside_others = np.column_stack([table, gpu, others, np.zeros(len(table)), decoding, tokens, eager])
+    return prefill_trace_model(beside_others, fields) / speed
 
 
 #: the values ``own_decode_prefill_share`` is fitted among (:func:`fit_own_decode_prefill`)
@@ -1785,7 +1780,7 @@ def fit_own_decode_prefill(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, 
     x = np.stack([others, decoding]) * beside / (1.0 + tokens / knee if knee > 0 else 1.0)
     best: Tuple[float, Dict[str, float]] = (math.inf, {})
     for share in OWN_DECODE_SHARES:
-        c = table / ((1.0 - own + own * share) * (gpu - delay * beside))  # model / measured = c (1 + a x0 + b x1)
+        c = table / ((1.0 - own + own * share) * gpu - delay * beside)  # model / measured = c (1 + a x0 + b x1)
         a, b = _nonnegative_pair(x * c, 1.0 - c)
         trial = dict(fields, prefill_beside_gbps=round(1.0 / a, 1) if a > 0 else 0.0,
                      prefill_beside_requests=round(1.0 / b, 2) if b > 0 else 0.0, own_decode_prefill_share=share)
