@@ -367,8 +367,11 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # driver's split makes alike, dealt to the LLMs) where v3s split each from what the previous splits left
 # (its fifth 24-SM partition ran a decode step alone 14-20% slower on an H200); derived from v3s, its
 # H200 calibration's contention rate refitted on rounds measured with the new layout
-# (H200_ONE_SPLIT_ROUNDS), every other field v3s's H200 calibration's. Its runs (V3G_RESULTS) were
-# predicted and committed (predictions/v3g-h200x3.jsonl) before they ran.
+# (H200_ONE_SPLIT_ROUNDS), and its SM-partition job fields refitted on job traces (the own-prefill
+# share; then the partition decode step and the prefill beside its own decode step on v3g's own
+# runs: GpuCalibration.partition_decode, own_decode_prefill); every other field v3s's H200
+# calibration's. Its runs (V3G_RESULTS) were predicted and committed (predictions/v3g-h200x3.jsonl)
+# before they ran.
 #: the five LLMs' decode rounds at share 0.2 on one H200 (``engine_bench.py --mechanisms green``) that fit
 #: its ``contention_hbm_gbps``: batch 8 at context 512 (the first, 2026-11-26), and batches 16 and 32
 #: at 512 and 16 at 1024, measured after the 3 x load's runs (the b8 fit over-stretched them by 2-12%:
@@ -539,8 +542,8 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
     return ([gen.fit] if gen.fit else []) + ([gen.fit_streams] if gen.fit_streams else []) + list(gen.fit_eager) + (
         [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv) + [
         r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + list(gen.fit_whole_gpu) + (
-        [gen.fit_contention_tp] if gen.fit_contention_tp else []) + [
-        r for g in gen.gpus for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill]
+        [gen.fit_contention_tp] if gen.fit_contention_tp else []) + list(dict.fromkeys(
+        r for g in gen.gpus for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill))
 
 
 def is_fit_run(run: dict) -> bool:
@@ -2439,7 +2442,12 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     ``contention_hbm_cap_gbps`` on those and ``gpu.rounds``' (:func:`fit_hbm`,
     :func:`fit_hbm_cap`, as :func:`calibrate` fits a root generation's) and, with ``gpu.traces``,
     the SM-partition job fields fitted on their job traces (:func:`apply_gpu_trace_fields`), with
-    ``gpu.whole_gpu`` the whole-GPU decode step on theirs (:func:`apply_whole_gpu_fields`)."""
+    ``gpu.whole_gpu`` the whole-GPU decode step on theirs (:func:`apply_whole_gpu_fields`), with
+    ``gpu.partition_decode`` the decode step on partitions (:func:`apply_partition_decode_fields`),
+    with ``gpu.own_decode_prefill`` the prefill beside its own decode step and the stretch beside
+    others (:func:`apply_own_decode_prefill_fields`, on those and ``gpu.traces``), and with
+    ``gpu.fit_own_prefill`` the decode step's speed beside its own prefill
+    (:func:`fit_own_prefill_share`)."""
     with open(os.path.join(LLM, gen.calibration)) as f:
         out = json.load(f)
     five = engine_rounds(gpu.engines)

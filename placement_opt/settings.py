@@ -187,8 +187,9 @@ class LLMConfig:
     * ``own_decode_prefill_share``: the other way round, while its decode step runs a prefill on
       the same SM partition keeps only this part of its speed, and that decode step leaves the
       demand and requests of the prefill's stretch beside others (``prefill_beside_*``: they
-      then count the other LLMs' jobs only). Measured on one H200 with one LLM alone on a
-      partition: docs/fidelity-llm.md. 0: off, the own decode step counts as any other.
+      then count the other LLMs' jobs only). A prefill that runs eagerly keeps its speed unless
+      ``prefill_beside_knee_tokens`` is set, as for the stretch. Measured on one H200 with one LLM
+      alone on a partition: docs/fidelity-llm.md. 0: off, the own decode step counts as any other.
     """
 
     policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")

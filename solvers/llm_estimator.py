@@ -218,8 +218,10 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
     leaves the others and the whole stretch is over s (the prefill keeps that part of its speed
     throughout, a lone member too: the simulator's
     :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`). Only on an SM partition
-    (``row_share`` below 1, as the simulator); (1, 0, 0, 0) alone (without s), on the whole GPU or
-    with the terms off (``params``: :func:`prefill_beside_params`)."""
+    (``row_share`` below 1, as the simulator); (1, 0, 0, 0) on the whole GPU, or alone or with the
+    terms off where s is 0 or no own decode step runs beside it (``params``:
+    :func:`prefill_beside_params`). Mean-value form: the own step and the others count at once
+    even where their SM shares could not run together with the prefill (docs/fidelity-llm.md)."""
     out[0], out[1], out[2], out[3] = 1.0, 0.0, 0.0, 0.0
     on = params[0] > 0 or params[1] > 0 or params[2] > 0 or params[3] > 0
     share = row_share[rows[i]]

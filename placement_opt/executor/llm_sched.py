@@ -426,7 +426,8 @@ class VirtualJobs:
     re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``, ``hbm_cap_gbps``:
     :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``; a prefill
     on a partition beside others: ``prefill_beside``, ``_delay``, ``_gbps``, ``_requests``,
-    ``_knee``, :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch`). The
+    ``_knee``, and beside its own LLM's decode step ``own_decode_prefill``:
+    :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`). The
     same arithmetic in the same order as ``meshsim._llm_state``, ``_start_prefill``,
     ``_start_decode``, ``_launch_started``, ``_retime`` and ``_next_event``."""
 

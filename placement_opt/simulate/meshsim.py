@@ -1037,7 +1037,8 @@ def contention_on(cfg):
 @njit(cache=True, inline="always")
 def prefill_beside_stretch(alone, tokens, others_gbps, others_requests, cfg):
     """The factor a prefill on an SM partition stretches by while other jobs run on the mesh
-    (other LLMs', or its own LLM's decode step) that demand ``others_gbps`` of HBM bandwidth
+    (other LLMs', and its own LLM's decode step unless ``own_decode_prefill`` sets that apart:
+    :func:`prefill_factor_beside`) that demand ``others_gbps`` of HBM bandwidth
     and whose decode steps hold ``others_requests`` requests: ``1 + beside + (others_gbps /
     gbps + others_requests / requests) / (1 + tokens / knee) + delay / alone`` (``cfg``'s
     ``prefill_beside``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
@@ -1049,8 +1050,7 @@ def prefill_beside_stretch(alone, tokens, others_gbps, others_requests, cfg):
     beside one 7B decode at half the GPU 1.8 x (the others' demand); beside the 3 x load's
     batches of 40 requests more than beside the 1 x load's of 10 at the same demand (the
     requests); a prefill of a few hundred tokens twice as much as one of a few thousand, which
-    is compute-bound (the knee) (docs/fidelity-llm.md). The one formula of the kernel and the
-    executor's virtual clock."""
+    is compute-bound (the knee) (docs/fidelity-llm.md)."""
     load = ((others_gbps / cfg.prefill_beside_gbps if cfg.prefill_beside_gbps > 0 else 0.0)
             + (others_requests / cfg.prefill_beside_requests if cfg.prefill_beside_requests > 0 else 0.0))
     if cfg.prefill_beside_knee > 0:
@@ -1060,9 +1060,10 @@ def prefill_beside_stretch(alone, tokens, others_gbps, others_requests, cfg):
 
 @njit(cache=True, inline="always")
 def prefill_beside_on(cfg):
-    """Whether prefills on partitions stretch beside other running jobs."""
+    """Whether prefills on partitions stretch beside other running jobs (or keep a part of their
+    speed beside their own LLM's decode step: ``own_decode_prefill``)."""
     return (cfg.prefill_beside > 0 or cfg.prefill_beside_delay > 0 or cfg.prefill_beside_gbps > 0
-            or cfg.prefill_beside_requests > 0)
+            or cfg.prefill_beside_requests > 0 or cfg.own_decode_prefill > 0)
 
 
 @njit(cache=True, inline="always")
