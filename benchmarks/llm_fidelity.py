@@ -1728,19 +1728,23 @@ def _partition_prefills(run: dict) -> Iterator[tuple]:
 
 
 #: the columns of :func:`traced_own_decode_prefills`
-OWN_PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "others_decoding", "own_fraction", "tokens", "eager")
+OWN_PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "others_decoding", "own_fraction", "tokens", "eager",
+                       "own_gbps", "own_decoding")
 
 
 def traced_own_decode_prefills(run: dict) -> np.ndarray:
     """One row per prefill on an SM partition in ``run``'s job trace (:data:`OWN_PREFILL_COLUMNS`),
     as :func:`traced_partition_prefills` but with its own LLM's decode steps apart: the HBM demand
-    and decode requests of the *other* LLMs' jobs of its mesh beside it (time-weighted), and the
-    part of its GPU time its own LLM's decode steps ran beside it (on the same SM partition)."""
+    and decode requests of the *other* LLMs' jobs of its mesh beside it (time-weighted), the
+    part of its GPU time its own LLM's decode steps ran beside it (on the same SM partition), and
+    their demand and requests likewise (with the others', :func:`traced_partition_prefills`'
+    columns)."""
     rows = []
     for table, took, overlap, own, _, tokens, eager, demand, decoding in _partition_prefills(run):
-        others = overlap * ~own
+        others, mine = overlap * ~own, overlap * own
         rows.append((table, took, float(np.dot(others, demand)) / took, float(np.dot(others, decoding)) / took,
-                     float(np.sum(overlap * own)) / took, tokens, eager))
+                     float(np.sum(mine)) / took, tokens, eager, float(np.dot(mine, demand)) / took,
+                     float(np.dot(mine, decoding)) / took))
     return np.array(rows).reshape(-1, len(OWN_PREFILL_COLUMNS))
 
 
@@ -1750,7 +1754,7 @@ def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np
     other LLMs' jobs (``prefill_beside_gbps``, ``_requests``, ``_knee_tokens``, ``_delay_s``) while
     any ran (:func:`prefill_trace_model` of those), over the speed ``1 - f + f x share`` for the
     part f of the time its own decode step ran (``own_decode_prefill_share``)."""
-    table, gpu, others, decoding, own, tokens, eager = points.T
+    table, gpu, others, decoding, own, tokens, eager, _, _ = points.T
     share = fields["own_decode_prefill_share"]
     speed = 1.0 - own + own * share if share > 0 else 1.0
     beside_others = np.column_stack([table, gpu, others, np.zeros(len(table)), decoding, tokens, eager])
@@ -1772,12 +1776,13 @@ def fit_own_decode_prefill(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, 
     them and with ``fields`` (the own decode step counted as any other job,
     :func:`prefill_trace_model`), and the number of prefills."""
     points = np.vstack([traced_own_decode_prefills(_find_run(r)) for r in runs])
-    before = np.vstack([traced_partition_prefills(_find_run(r)) for r in runs])
-    graph = points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0
-    points, before = points[graph], before[graph]
+    points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0]
     if not len(points):
         raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
-    table, gpu, others, decoding, own, tokens, _ = points.T
+    table, gpu, others, decoding, own, tokens, eager, own_gbps, own_decoding = points.T
+    # the same prefills with the own decode step as any other job (traced_partition_prefills' columns)
+    before = np.column_stack([table, gpu, others + own_gbps, np.zeros(len(table)), decoding + own_decoding, tokens,
+                              eager])
     beside = (others > 0) | (decoding > 0)
     knee, delay = fields["prefill_beside_knee_tokens"], fields["prefill_beside_delay_s"]
     x = np.stack([others, decoding]) * beside / (1.0 + tokens / knee if knee > 0 else 1.0)
