@@ -142,7 +142,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
                 "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms",
                 "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s",
-                "own_decode_prefill_share")
+                "own_decode_prefill_share", "prefill_beside_share_power")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -426,10 +426,13 @@ H200_OWN_DECODE_TRACES = tuple((f"results-v3g-{s}", f"{s}-poisson-{p}") for s, s
 #: LLM alone on a partition (``-h200p36`` to ``-h200p38``: llm-1b, llm-3b, llm-8b at 24 to 48 SMs;
 #: predictions/v3g-h200p.jsonl), the partition step's check on LLMs and SM counts it was not fitted on;
 #: then, held out from the fit of the prefill beside its own decode step on those, fresh lone LLMs and
-#: pairs (``-h200p40``, ``-h200p41``, ``-h200us42``, ``-h200us43``; predictions/v3g-h200-own.jsonl)
+#: pairs (``-h200p40``, ``-h200p41``, ``-h200us42``, ``-h200us43``; predictions/v3g-h200-own.jsonl);
+#: then, held out from the fit of the stretch's power of the SM share, fresh pairs and a triple
+#: (``-h200us44``, ``-h200us45``, ``-h200u3s46``; predictions/v3g-h200-power.jsonl)
 V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35",
                      "results-v3g-h200p36", "results-v3g-h200p37", "results-v3g-h200p38", "results-v3g-h200p40",
-                     "results-v3g-h200p41", "results-v3g-h200us42", "results-v3g-h200us43")
+                     "results-v3g-h200p41", "results-v3g-h200us42", "results-v3g-h200us43", "results-v3g-h200us44",
+                     "results-v3g-h200us45", "results-v3g-h200u3s46")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -1670,15 +1673,15 @@ def simulated_run_rows(run: dict, inst: Any) -> Tuple[List[dict], np.ndarray]:
 
 
 #: the columns of :func:`traced_partition_prefills`
-PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "host_s", "decoding", "tokens", "eager")
+PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "host_s", "decoding", "tokens", "eager", "share")
 
 
 def traced_partition_prefills(run: dict) -> np.ndarray:
     """One row per prefill on an SM partition in ``run``'s job trace (:data:`PREFILL_COLUMNS`):
     its table time alone, its GPU time, the HBM demand in GB/s of the other jobs of its mesh on
     the GPU while it ran and the requests in their decode steps (both time-weighted), its
-    launch's host seconds, its padded prompt tokens (requests x longest context) and whether it
-    ran eagerly (1) or as a CUDA graph (0). A job's demand is counted about as the simulator's
+    launch's host seconds, its padded prompt tokens (requests x longest context), whether it
+    ran eagerly (1) or as a CUDA graph (0) and its LLM's SM share. A job's demand is counted about as the simulator's
     contention model counts it: its bytes per GPU (weights, and the KV of its requests'
     contexts: :func:`traced_jobs`' ``context_tokens``) over its table time (the model: over its
     time alone, which adds the KV read and, on TP meshes, the prefill's collect; likewise the
@@ -1686,15 +1689,17 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     no collect: the same on TP-1 meshes, as ``PREFILL_TRACES``'); ValueError for a run without
     the trace."""
     rows = [(table, took, float(np.dot(overlap, demand)) / took, host, float(np.dot(overlap, decoding)) / took,
-             tokens, eager) for table, took, overlap, _, host, tokens, eager, demand, decoding in _partition_prefills(run)]
+             tokens, eager, share)
+            for table, took, overlap, _, host, tokens, eager, demand, decoding, share in _partition_prefills(run)]
     return np.array(rows).reshape(-1, len(PREFILL_COLUMNS))
 
 
 def _partition_prefills(run: dict) -> Iterator[tuple]:
     """Per prefill on an SM partition in ``run``'s job trace: its table seconds, GPU seconds, the
     seconds each job of the trace overlapped it on its mesh (itself 0), a mask of its own LLM's
-    jobs, its launch's host seconds, padded prompt tokens and whether it ran eagerly (1.0), and the
-    trace's per-job HBM demand (GB/s) and decode requests (:func:`traced_partition_prefills`);
+    jobs, its launch's host seconds, padded prompt tokens and whether it ran eagerly (1.0), the
+    trace's per-job HBM demand (GB/s) and decode requests, and its LLM's SM share
+    (:func:`traced_partition_prefills`);
     ValueError for a run without the trace."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.simulate.llm import on_partition, sm_shares
@@ -1724,27 +1729,28 @@ def _partition_prefills(run: dict) -> Iterator[tuple]:
         overlap[i] = 0.0
         yield (table[i], end[i] - start[i], overlap, llm == j["llm"], j["launched_s"] - j["launch_s"],
                j["requests"] * j["longest_context"],
-               float(prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)), demand, decoding)
+               float(prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)), demand, decoding,
+               share[(j["group"], j["llm"])])
 
 
 #: the columns of :func:`traced_own_decode_prefills`
 OWN_PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "others_decoding", "own_fraction", "tokens", "eager",
-                       "own_gbps", "own_decoding")
+                       "own_gbps", "own_decoding", "share")
 
 
 def traced_own_decode_prefills(run: dict) -> np.ndarray:
     """One row per prefill on an SM partition in ``run``'s job trace (:data:`OWN_PREFILL_COLUMNS`),
     as :func:`traced_partition_prefills` but with its own LLM's decode steps apart: the HBM demand
     and decode requests of the *other* LLMs' jobs of its mesh beside it (time-weighted), the
-    part of its GPU time its own LLM's decode steps ran beside it (on the same SM partition), and
+    part of its GPU time its own LLM's decode steps ran beside it (on the same SM partition),
     their demand and requests likewise (with the others', :func:`traced_partition_prefills`'
-    columns)."""
+    columns), and its LLM's SM share."""
     rows = []
-    for table, took, overlap, own, _, tokens, eager, demand, decoding in _partition_prefills(run):
+    for table, took, overlap, own, _, tokens, eager, demand, decoding, share in _partition_prefills(run):
         others, mine = overlap * ~own, overlap * own
         rows.append((table, took, float(np.dot(others, demand)) / took, float(np.dot(others, decoding)) / took,
                      float(np.sum(mine)) / took, tokens, eager, float(np.dot(mine, demand)) / took,
-                     float(np.dot(mine, decoding)) / took))
+                     float(np.dot(mine, decoding)) / took, share))
     return np.array(rows).reshape(-1, len(OWN_PREFILL_COLUMNS))
 
 
@@ -1754,49 +1760,54 @@ def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np
     other LLMs' jobs (``prefill_beside_gbps``, ``_requests``, ``_knee_tokens``, ``_delay_s``) while
     any ran (:func:`prefill_trace_model` of those), over the speed ``1 - f + f x share`` for the
     part f of the time its own decode step ran (``own_decode_prefill_share``)."""
-    table, gpu, others, decoding, own, tokens, eager, _, _ = points.T
+    table, gpu, others, decoding, own, tokens, eager, _, _, sm_share = points.T
     share = fields["own_decode_prefill_share"]
     speed = 1.0 - own + own * share if share > 0 else 1.0
-    beside_others = np.column_stack([table, gpu, others, np.zeros(len(table)), decoding, tokens, eager])
+    beside_others = np.column_stack([table, gpu, others, np.zeros(len(table)), decoding, tokens, eager, sm_share])
     return prefill_trace_model(beside_others, fields) / speed
 
 
 #: the values ``own_decode_prefill_share`` is fitted among (:func:`fit_own_decode_prefill`)
 OWN_DECODE_SHARES = tuple(round(0.01 * i, 2) for i in range(20, 100))
+#: the values ``prefill_beside_share_power`` is fitted among (:func:`fit_own_decode_prefill`)
+BESIDE_SHARE_POWERS = tuple(round(0.05 * i, 2) for i in range(0, 31))
 
 
 def fit_own_decode_prefill(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
                            ) -> Tuple[Dict[str, float], float, float, int]:
     """``own_decode_prefill_share`` and the stretch beside the other LLMs' jobs
-    (``prefill_beside_gbps``, ``prefill_beside_requests``) measured on the graph prefills on SM
-    partitions of ``runs``' job traces (:func:`traced_own_decode_prefills`), the knee and delay
-    kept from ``fields`` (:func:`fit_prefill_trace`'s): per share of :data:`OWN_DECODE_SHARES` the
-    pair by least squares on the relative error (at least 0), the share of least RMS log error
-    kept (:func:`own_decode_prefill_model`). Returns those three fields, the RMS log error with
-    them and with ``fields`` (the own decode step counted as any other job,
-    :func:`prefill_trace_model`), and the number of prefills."""
+    (``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_share_power``)
+    measured on the graph prefills on SM partitions of ``runs``' job traces
+    (:func:`traced_own_decode_prefills`), the knee and delay kept from ``fields``
+    (:func:`fit_prefill_trace`'s): per share of :data:`OWN_DECODE_SHARES` and power of
+    :data:`BESIDE_SHARE_POWERS` the pair by least squares on the relative error (at least 0),
+    the share and power of least RMS log error kept (:func:`own_decode_prefill_model`). Returns
+    those four fields, the RMS log error with them and with ``fields`` (the own decode step
+    counted as any other job, :func:`prefill_trace_model`), and the number of prefills."""
     points = np.vstack([traced_own_decode_prefills(_find_run(r)) for r in runs])
     points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0]
     if not len(points):
         raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
-    table, gpu, others, decoding, own, tokens, eager, own_gbps, own_decoding = points.T
+    table, gpu, others, decoding, own, tokens, eager, own_gbps, own_decoding, sm_share = points.T
     # the same prefills with the own decode step as any other job (traced_partition_prefills' columns)
     before = np.column_stack([table, gpu, others + own_gbps, np.zeros(len(table)), decoding + own_decoding, tokens,
-                              eager])
+                              eager, sm_share])
     beside = (others > 0) | (decoding > 0)
     knee, delay = fields["prefill_beside_knee_tokens"], fields["prefill_beside_delay_s"]
     x = np.stack([others, decoding]) * beside / (1.0 + tokens / knee if knee > 0 else 1.0)
     best: Tuple[float, Dict[str, float]] = (math.inf, {})
-    for share in OWN_DECODE_SHARES:
-        c = table / ((1.0 - own + own * share) * gpu - delay * beside)  # model / measured = c (1 + a x0 + b x1)
-        a, b = _nonnegative_pair(x * c, 1.0 - c)
-        trial = dict(fields, prefill_beside_gbps=round(1.0 / a, 1) if a > 0 else 0.0,
-                     prefill_beside_requests=round(1.0 / b, 2) if b > 0 else 0.0, own_decode_prefill_share=share)
-        rms = float(np.sqrt(np.mean(np.log(own_decode_prefill_model(points, trial) / gpu) ** 2)))
-        if rms < best[0]:
-            best = (rms, trial)
+    for power in BESIDE_SHARE_POWERS:
+        for share in OWN_DECODE_SHARES:
+            c = table / ((1.0 - own + own * share) * gpu - delay * beside)  # model / measured = c (1 + a x0 + b x1)
+            a, b = _nonnegative_pair(x * sm_share ** power * c, 1.0 - c)
+            trial = dict(fields, prefill_beside_gbps=round(1.0 / a, 1) if a > 0 else 0.0,
+                         prefill_beside_requests=round(1.0 / b, 2) if b > 0 else 0.0, own_decode_prefill_share=share,
+                         prefill_beside_share_power=power)
+            rms = float(np.sqrt(np.mean(np.log(own_decode_prefill_model(points, trial) / gpu) ** 2)))
+            if rms < best[0]:
+                best = (rms, trial)
     rms_before = float(np.sqrt(np.mean(np.log(prefill_trace_model(before, fields) / before[:, 1]) ** 2)))
-    keep = ("prefill_beside_gbps", "prefill_beside_requests", "own_decode_prefill_share")
+    keep = ("prefill_beside_gbps", "prefill_beside_requests", "own_decode_prefill_share", "prefill_beside_share_power")
     return {k: best[1][k] for k in keep}, best[0], rms_before, len(points)
 
 
@@ -1810,7 +1821,8 @@ def apply_own_decode_prefill_fields(runs: Tuple[Tuple[str, str], ...], out: dict
         f"{', '.join(f'{f}/{n}' for f, n in runs)}: job traces, {count} graph prefills on SM partitions: GPU time = "
         f"table time x (1 + (other LLMs' HBM demand / {fields['prefill_beside_gbps']:.0f} GB/s + requests in their "
         f"decode steps / {fields['prefill_beside_requests']:.1f}) / (1 + prompt tokens / "
-        f"{out['prefill_beside_knee_tokens']:.0f})) / (1 - f + f x {fields['own_decode_prefill_share']:.2f}), f the "
+        f"{out['prefill_beside_knee_tokens']:.0f}) x SM share ** {fields['prefill_beside_share_power']:.2f}) / "
+        f"(1 - f + f x {fields['own_decode_prefill_share']:.2f}), f the "
         f"part of it its own LLM's decode steps ran beside it; RMS log error {rms:.4f} ({before:.4f} with the own "
         f"decode step counted as any other job)")
     return list(fields)
@@ -1823,15 +1835,18 @@ PREFILL_KNEES = np.round(100.0 * 1.02 ** np.arange(233))
 def prefill_trace_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndarray:
     """The GPU seconds of :func:`traced_partition_prefills`' ``points`` under the stretch
     beside others of ``fields`` (``prefill_beside_gbps``, ``prefill_beside_requests``,
-    ``prefill_beside_knee_tokens``, ``prefill_beside_delay_s``; the simulator's
-    ``meshsim.prefill_beside_stretch`` at each prefill's mean co-runners, the fixed stretch off;
-    a test holds the two equal)."""
-    table, _, others, _, decoding, tokens, _ = points.T
+    ``prefill_beside_knee_tokens``, ``prefill_beside_share_power``: 0 where absent,
+    ``prefill_beside_delay_s``; the simulator's ``meshsim.prefill_beside_stretch`` at each
+    prefill's mean co-runners, the fixed stretch off; a test holds the two equal)."""
+    table, _, others, _, decoding, tokens, _, share = points.T
     gbps, per, knee = (fields["prefill_beside_gbps"], fields["prefill_beside_requests"],
                        fields["prefill_beside_knee_tokens"])
+    power = fields.get("prefill_beside_share_power", 0.0)
     load = (others / gbps if gbps > 0 else 0.0) + (decoding / per if per > 0 else 0.0)
     if knee > 0:
         load = load / (1.0 + tokens / knee)
+    if power > 0:
+        load = load * share ** power
     beside = (others > 0) | (decoding > 0)
     return table * (1.0 + load * beside) + fields["prefill_beside_delay_s"] * beside
 
@@ -1850,7 +1865,7 @@ def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...]) -> Tuple[Dict[str, floa
     points = points[points[:, PREFILL_COLUMNS.index("eager")] == 0]
     if not len(points):
         raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
-    table, gpu, others, host, decoding, tokens, _ = points.T
+    table, gpu, others, host, decoding, tokens, _, _ = points.T
     beside = (others > 0) | (decoding > 0)
     best: Tuple[float, Dict[str, float]] = (math.inf, {})
     for knee in PREFILL_KNEES:

@@ -176,7 +176,9 @@ class LLMConfig:
       ``prefill_beside_knee_tokens`` divides both terms by ``1 + tokens / this`` (the
       prefill's padded prompt tokens: a long prefill is compute-bound and slows less) and,
       where set, applies the stretch to eager prefills too (0: off; both fitted on the job
-      trace).
+      trace). ``prefill_beside_share_power`` multiplies both terms by the prefill's SM share to
+      this power (a prefill on more of the GPU's SMs slows more beside the same others: the
+      rates are then those at the whole GPU; 0: off, every share alike).
     * ``prefill_at_longest``: a prefill's time is its cost-table entry at its batch size and its
       longest prompt (an engine that pads a batch's prompts to the longest, as placeopt's
       executor does, computes that much), not at their mean (one that packs them: vLLM, the
@@ -294,6 +296,9 @@ class LLMConfig:
                                                help="tokens: the demand and request terms of such a prefill's "
                                                     "stretch are divided by 1 + its prompt tokens / this, and "
                                                     "eager prefills stretch too (0: off)")
+    prefill_beside_share_power: float = option(0.0, minimum=0, maximum=4,
+                                               help="the demand and request terms of such a prefill's stretch are "
+                                                    "multiplied by its SM share to this power (0: off)")
     prefill_at_longest: bool = option(False, help="a prefill's table time at its longest prompt (an engine that "
                                                   "pads to it), not at the mean")
     own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,

@@ -187,7 +187,8 @@ def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len:
 
 #: the fields of a prefill-beside parameter vector (:func:`prefill_beside_params`), in order
 PREFILL_BESIDE = ("prefill_beside_stretch", "prefill_beside_delay_s", "prefill_beside_gbps",
-                  "prefill_beside_requests", "prefill_beside_knee_tokens", "own_decode_prefill_share")
+                  "prefill_beside_requests", "prefill_beside_knee_tokens", "own_decode_prefill_share",
+                  "prefill_beside_share_power")
 
 
 def prefill_beside_params(llm: Optional[LLMConfig], mesh_gpus: float = 1.0) -> np.ndarray:
@@ -213,7 +214,8 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
     while the decode steps overlap), and its own LLM's too where two jobs of its share fit
     (share at most 0.5: the simulator then runs its prefill and decode step together); their HBM
     demand as :func:`_stretch` counts it, their requests their batches, its prompt its mean
-    prompt (the simulator's knee: the padded prompt, a little longer). With
+    prompt (the simulator's knee: the padded prompt, a little longer), the load times its share
+    to ``prefill_beside_share_power`` (``params[6]``; 0: off). With
     ``own_decode_prefill_share`` s (``params[5]``) and its own decode step beside it, that step
     leaves the others and the whole stretch is over s (the prefill keeps that part of its speed
     throughout, a lone member too: the simulator's
@@ -239,6 +241,8 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
             requests += batch[j]
         out[0] = 1.0 + params[0]
         out[1] = (demand / params[2] if params[2] > 0 else 0.0) + (requests / params[3] if params[3] > 0 else 0.0)
+        if params[6] > 0:
+            out[1] *= share ** params[6]
         out[2] = (tokens[llms[i]] - out_len[llms[i]]) / params[4] if params[4] > 0 else 0.0
         out[3] = params[1]
     if apart:

@@ -50,6 +50,7 @@ class Timing(NamedTuple):
     prefill_beside_gbps: float = 0.0
     prefill_beside_requests: float = 0.0
     prefill_beside_knee: float = 0.0
+    prefill_beside_power: float = 0.0
     prefill_at_longest: bool = False
     decode_stretch: Sequence[float] = ()
     decode_wave: Sequence[float] = ()
@@ -89,7 +90,7 @@ def mesh_inputs(case, timing=None):
                        own_prefill_decode=tm.own_prefill_decode, prefill_beside=tm.prefill_beside,
                        prefill_beside_delay=tm.prefill_beside_delay, prefill_beside_gbps=tm.prefill_beside_gbps,
                        prefill_beside_requests=tm.prefill_beside_requests, prefill_beside_knee=tm.prefill_beside_knee,
-                       prefill_at_longest=tm.prefill_at_longest, own_decode_prefill=tm.own_decode_prefill)
+                       prefill_beside_power=tm.prefill_beside_power, prefill_at_longest=tm.prefill_at_longest, own_decode_prefill=tm.own_decode_prefill)
     return requests, llms, tables, cfg
 
 
@@ -147,6 +148,7 @@ def timings(draw, n_llms):
                   prefill_beside_gbps=draw(st.sampled_from([0.0, 10.0, 100.0])),
                   prefill_beside_requests=draw(st.sampled_from([0.0, 2.0, 20.0])),
                   prefill_beside_knee=draw(st.sampled_from([0.0, 8.0, 64.0])),
+                  prefill_beside_power=draw(st.sampled_from([0.0, 0.4, 1.5])),
                   prefill_at_longest=draw(st.booleans()),
                   decode_stretch=optional([0.0, 1.07, 1.5]), decode_wave=optional([0.0, 0.5, 2.0, 8.0]),
                   decode_request=optional([0.0, 0.001, 0.01]),
@@ -194,6 +196,7 @@ TERMS_OFF = {
     "prefill_beside_gbps": dict(prefill_beside_gbps=0.0),
     "prefill_beside_requests": dict(prefill_beside_requests=0.0),
     "prefill_beside_knee": dict(prefill_beside_knee=0.0),
+    "prefill_beside_power": dict(prefill_beside_power=0.0),
     "prefill_at_longest": dict(prefill_at_longest=False),
     "decode_stretch": dict(decode_stretch=[]),
     "decode_wave": dict(decode_wave=[]),
@@ -210,12 +213,12 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     ended jobs noticed when it is free, prefills stretched and collected, decode steps reading
     their KV, running jobs re-timed by HBM contention (and its bandwidth cap), by their own
     LLM's prefill and, prefills on partitions, by their own LLM's decode step and the jobs beside them (their demand, their
-    decode requests, over the prompt's length), prefills timed at their longest prompt, decode
+    decode requests, over the prompt's length, by a power of their SM share), prefills timed at their longest prompt, decode
     steps stretched in place of their KV read, decode steps timed at their effective context and
     lasting more per request they hold. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
     changes the kernel's outcome in some cases (so the equality covers it; under the temporal
-    baseline, whose jobs never overlap, the eight terms between running jobs change nothing)."""
+    baseline, whose jobs never overlap, the ten terms between running jobs change nothing)."""
     seen = {name: 0 for name in TERMS_OFF}
 
     @settings(max_examples=320, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
@@ -235,7 +238,8 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     check()
     # they act only between jobs running at once
     overlap = ("hbm_gbps", "hbm_cap_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay",
-               "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee", "own_decode_prefill")
+               "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee", "prefill_beside_power",
+               "own_decode_prefill")
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}

@@ -426,7 +426,7 @@ class VirtualJobs:
     re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``, ``hbm_cap_gbps``:
     :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``; a prefill
     on a partition beside others: ``prefill_beside``, ``_delay``, ``_gbps``, ``_requests``,
-    ``_knee``, and beside its own LLM's decode step ``own_decode_prefill``:
+    ``_knee``, ``_power``, and beside its own LLM's decode step ``own_decode_prefill``:
     :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`). The
     same arithmetic in the same order as ``meshsim._llm_state``, ``_start_prefill``,
     ``_start_decode``, ``_launch_started``, ``_retime`` and ``_next_event``."""
@@ -549,8 +549,9 @@ class VirtualJobs:
                 if j % 2 == 0 and self.beside[j]:
                     job = self.running_job(j)
                     own = running[j + 1]
-                    factor = prefill_factor_beside(self.alone[j], len(job.requests) * max(job.contexts), total,
-                                                   self.demand[j], decoding, n_running, own, self.demand[j + 1],
+                    factor = prefill_factor_beside(self.alone[j], len(job.requests) * max(job.contexts),
+                                                   self.share[j // 2], total, self.demand[j], decoding, n_running,
+                                                   own, self.demand[j + 1],
                                                    len(self.running_job(j + 1).requests) if own else 0, cfg)
                 else:
                     factor = contention_stretch(total, self.demand[j], cfg.hbm_gbps, cfg.hbm_cap_gbps)

@@ -293,7 +293,8 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
     """The kernel's settings of a mesh of TP degree ``tp`` under ``cfg``: scheduling, KV pool,
     the contention model (:func:`contention_gbps` at that degree, ``contention_hbm_cap_gbps``), the prefill
     stretch beside other jobs (``prefill_beside_stretch``, ``prefill_beside_delay_s``,
-    ``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``), a job's
+    ``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``,
+    ``prefill_beside_share_power``), a job's
     speed beside its own LLM's other job on one partition (``own_prefill_decode_share``,
     ``own_decode_prefill_share``), the prefill's length (``prefill_at_longest``), the
     eager-prefill limit (when its cost is on) and the KV-read rate at that degree
@@ -308,6 +309,7 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         hbm_cap_gbps=cfg.contention_hbm_cap_gbps, prefill_beside=cfg.prefill_beside_stretch,
                         prefill_beside_delay=cfg.prefill_beside_delay_s, prefill_beside_gbps=cfg.prefill_beside_gbps,
                         prefill_beside_requests=cfg.prefill_beside_requests,
+                        prefill_beside_power=cfg.prefill_beside_share_power,
                         prefill_beside_knee=cfg.prefill_beside_knee_tokens, prefill_at_longest=bool(cfg.prefill_at_longest))
 
 

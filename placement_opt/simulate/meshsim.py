@@ -163,6 +163,7 @@ class MeshSettings(NamedTuple):
     prefill_beside_gbps: float = 0.0  # ... its stretch also adds (the other running jobs' HBM demand) / this (GB/s); 0 off
     prefill_beside_requests: float = 0.0  # ... and (the requests in the running decode steps) / this; 0 off
     prefill_beside_knee: float = 0.0  # ... both terms over 1 + (its padded prompt tokens) / this, eager prefills too; 0 off
+    prefill_beside_power: float = 0.0  # ... both terms times its SM share to this power; 0 off
     prefill_at_longest: bool = False  # a prefill's table time at its longest prompt (the engine pads to it), not the mean
     own_decode_prefill: float = 0.0  # shared partition: a prefill runs at this part of its speed while its LLM's decode step runs, which leaves its beside stretch; 0 off
 
@@ -1035,26 +1036,30 @@ def contention_on(cfg):
 
 
 @njit(cache=True, inline="always")
-def prefill_beside_stretch(alone, tokens, others_gbps, others_requests, cfg):
+def prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, cfg):
     """The factor a prefill on an SM partition stretches by while other jobs run on the mesh
     (other LLMs', and its own LLM's decode step unless ``own_decode_prefill`` sets that apart:
     :func:`prefill_factor_beside`) that demand ``others_gbps`` of HBM bandwidth
     and whose decode steps hold ``others_requests`` requests: ``1 + beside + (others_gbps /
-    gbps + others_requests / requests) / (1 + tokens / knee) + delay / alone`` (``cfg``'s
-    ``prefill_beside``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
-    ``prefill_beside_knee``, ``prefill_beside_delay``; a term whose divisor is 0 is off;
-    ``alone``: its table time, seconds; ``tokens``: its padded prompt tokens), so that beside
+    gbps + others_requests / requests) / (1 + tokens / knee) x share ** power + delay / alone``
+    (``cfg``'s ``prefill_beside``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
+    ``prefill_beside_knee``, ``prefill_beside_power``, ``prefill_beside_delay``; a term whose
+    divisor is 0 is off, and a power of 0; ``alone``: its table time, seconds; ``tokens``: its
+    padded prompt tokens; ``share``: its LLM's SM share), so that beside
     the same others throughout it lasts ``(1 + ...) x alone + delay``. Measured with
     ``engine_bench.py --prefill-beside`` (a fixed stretch and delay) and on the job trace of the
     runs on SM partitions: a prefill beside four decode steps on the five-LLM GPU slows 2.4-2.8 x,
     beside one 7B decode at half the GPU 1.8 x (the others' demand); beside the 3 x load's
     batches of 40 requests more than beside the 1 x load's of 10 at the same demand (the
     requests); a prefill of a few hundred tokens twice as much as one of a few thousand, which
-    is compute-bound (the knee) (docs/fidelity-llm.md)."""
+    is compute-bound (the knee); on one H200 a prefill on 72 SMs beside one LLM's decode steps
+    more per GB/s than one on 24 beside four (the power) (docs/fidelity-llm.md)."""
     load = ((others_gbps / cfg.prefill_beside_gbps if cfg.prefill_beside_gbps > 0 else 0.0)
             + (others_requests / cfg.prefill_beside_requests if cfg.prefill_beside_requests > 0 else 0.0))
     if cfg.prefill_beside_knee > 0:
         load /= 1.0 + tokens / cfg.prefill_beside_knee
+    if cfg.prefill_beside_power > 0:
+        load *= share ** cfg.prefill_beside_power
     return 1.0 + cfg.prefill_beside + load + (cfg.prefill_beside_delay / alone if alone > 0 else 0.0)
 
 
@@ -1078,11 +1083,11 @@ def prefill_stretches_beside(share, eager, cfg):
 
 
 @njit(cache=True, inline="always")
-def prefill_factor_beside(alone, tokens, total, demand, decoding, n_running, own_running, own_demand, own_requests,
-                          cfg):
+def prefill_factor_beside(alone, tokens, share, total, demand, decoding, n_running, own_running, own_demand,
+                          own_requests, cfg):
     """The stretch of a prefill on an SM partition that stretches beside others
-    (:func:`prefill_stretches_beside`; table seconds ``alone``, padded prompt ``tokens``, its own
-    HBM ``demand``) among ``n_running`` running jobs of the mesh (itself included) of HBM demand
+    (:func:`prefill_stretches_beside`; table seconds ``alone``, padded prompt ``tokens``, its
+    LLM's SM ``share``, its own HBM ``demand``) among ``n_running`` running jobs of the mesh (itself included) of HBM demand
     ``total`` and ``decoding`` requests in their decode steps, its own LLM's decode step among
     them when ``own_running`` (that step's ``own_demand`` and ``own_requests``): with
     ``cfg.own_decode_prefill`` on, that step shares the partition's SMs with it, so the prefill
@@ -1098,7 +1103,7 @@ def prefill_factor_beside(alone, tokens, total, demand, decoding, n_running, own
         others_requests -= own_requests
         others -= 1
         speed = cfg.own_decode_prefill
-    stretch = prefill_beside_stretch(alone, tokens, others_gbps, others_requests, cfg) if others > 0 else 1.0
+    stretch = prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, cfg) if others > 0 else 1.0
     return stretch / speed
 
 
@@ -1129,9 +1134,9 @@ def _retime(t, llms, jobs, cfg):
         decode_running = _running(t, llms, jobs, 2 * k + 1)
         if prefill_running and prefill_stretches_beside(llms[k].share, llms[k].prefill_eager, cfg):
             _refactor(t, llms, jobs, 2 * k,
-                      prefill_factor_beside(jobs[2 * k].alone, llms[k].prefill_tokens, total, jobs[2 * k].demand,
-                                            decoding, n_running, decode_running, jobs[2 * k + 1].demand,
-                                            llms[k].n_decode, cfg))
+                      prefill_factor_beside(jobs[2 * k].alone, llms[k].prefill_tokens, llms[k].share, total,
+                                            jobs[2 * k].demand, decoding, n_running, decode_running,
+                                            jobs[2 * k + 1].demand, llms[k].n_decode, cfg))
         elif prefill_running:
             _restretch(t, llms, jobs, 2 * k, total, cfg, 1.0)
         if decode_running:

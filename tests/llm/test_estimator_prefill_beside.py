@@ -45,7 +45,7 @@ def test_the_stretch_counts_the_other_members_demand_requests_and_its_prompt():
     lasts (1.1 + (6.125 + 1) / 2) x 50 ms + 2 ms. Member 1 (share 0.6: no own decode beside)
     counts member 0 only. Alone, on the whole GPU, or with every term off: exactly its table
     time."""
-    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.0])
+    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.0, 0.0])
     batch = np.array([2, 3])
     terms = _terms(0, batch, params)
     assert _beside_seconds(0.05, 2, terms) == pytest.approx((1.1 + (6.125 + 1.0) / 2) * 0.05 + 0.002)
@@ -53,7 +53,7 @@ def test_the_stretch_counts_the_other_members_demand_requests_and_its_prompt():
     assert other[1] == pytest.approx(2.05 / 100 * 100 + 2 / 5)  # member 0's 205 GB/s and 2 requests
     alone = np.zeros(4)
     _beside_terms(0, np.array([0]), np.array([0]), D, OUT, WEIGHTS, KV, TOKENS, batch, np.array([0.4]), params, alone)
-    for t in (alone, _terms(0, batch, params, shares=(1.0, 1.0)), _terms(0, batch, np.zeros(6))):
+    for t in (alone, _terms(0, batch, params, shares=(1.0, 1.0)), _terms(0, batch, np.zeros(7))):
         assert _beside_seconds(0.05, 2, t) == 0.05
 
 
@@ -63,16 +63,29 @@ def test_the_own_decode_step_leaves_the_others_and_the_prefill_keeps_its_share()
     407.5 GB/s, 3 requests) and its whole stretch is over 0.5; a lone member at share 0.4 lasts
     its table time over 0.5; member 1 (share 0.6: no own decode step beside) is unchanged, and a
     member on the whole GPU keeps its table time."""
-    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.5])
+    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.5, 0.0])
     batch = np.array([2, 3])
     terms = _terms(0, batch, params)
     assert _beside_seconds(0.05, 2, terms) == pytest.approx(((1.1 + (4.075 + 0.6) / 2) * 0.05 + 0.002) / 0.5)
-    assert _terms(1, batch, params).tolist() == _terms(1, batch, np.append(params[:5], 0.0)).tolist()
+    assert _terms(1, batch, params).tolist() == _terms(1, batch, np.append(params[:5], [0.0, 0.0])).tolist()
     alone = np.zeros(4)
     _beside_terms(0, np.array([0]), np.array([0]), D, OUT, WEIGHTS, KV, TOKENS, batch, np.array([0.4]), params, alone)
     assert _beside_seconds(0.05, 2, alone) == pytest.approx(0.1)
     assert _beside_seconds(0.05, 2, _terms(0, batch, params, shares=(1.0, 1.0))) == 0.05
 
+
+
+def test_the_load_grows_with_the_prefills_sm_share_to_the_power():
+    """With ``prefill_beside_share_power`` 0.4 (``params[6]``) the demand and request terms of
+    member 0 (share 0.4) are 0.4 ** 0.4 times those without it, and member 1's (share 0.6) 0.6 **
+    0.4 times: the simulator's ``prefill_beside_stretch`` at the member's share."""
+    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.5, 0.0])
+    batch = np.array([2, 3])
+    powered = np.append(params[:6], 0.4)
+    for i, share in ((0, 0.4), (1, 0.6)):
+        plain, scaled = _terms(i, batch, params), _terms(i, batch, powered)
+        assert scaled[1] == pytest.approx(plain[1] * share ** 0.4)
+        assert [scaled[0], scaled[2], scaled[3]] == [plain[0], plain[2], plain[3]]
 
 def _estimate(P_: np.ndarray, beside: np.ndarray, serial: bool = False, shares=(0.5, 0.5)) -> float:
     tpt = np.zeros(2)
@@ -144,11 +157,11 @@ def test_the_mesh_greedy_estimates_its_meshes_as_the_tables_do():
 
 
 def test_the_parameters_come_from_the_settings_with_the_meshs_bandwidth():
-    """``prefill_beside_params``: the settings' six fields in order, the bandwidth times the
+    """``prefill_beside_params``: the settings' seven fields in order, the bandwidth times the
     mesh's GPUs (the members' demand is the whole mesh's); zeros without settings."""
     llm = LLMConfig(prefill_beside_gbps=3250.3, prefill_beside_requests=96.55, prefill_beside_knee_tokens=1312.0,
-                    own_decode_prefill_share=0.57)
-    assert prefill_beside_params(llm, 2.0).tolist() == [0.0, 0.0, 6500.6, 96.55, 1312.0, 0.57]
+                    own_decode_prefill_share=0.57, prefill_beside_share_power=0.4)
+    assert prefill_beside_params(llm, 2.0).tolist() == [0.0, 0.0, 6500.6, 96.55, 1312.0, 0.57, 0.4]
     assert prefill_beside_params(None).tolist() == [0.0] * len(PREFILL_BESIDE)
 
 

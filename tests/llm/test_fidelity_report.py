@@ -145,7 +145,7 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
         "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens",
         "decode_full_stretch", "decode_full_request_s", "decode_host_full_s", "decode_host_mesh_s",
         "prefill_start_full_s", "own_prefill_decode_share", "decode_partition_stretch", "decode_partition_request_s",
-        "own_decode_prefill_share"}
+        "own_decode_prefill_share", "prefill_beside_share_power"}
 
 
 def test_each_generation_is_calibrated_on_its_own_runs():
@@ -732,15 +732,16 @@ def test_the_trace_fits_prefill_model_is_the_simulators_stretch():
     rng = np.random.default_rng(0)
     n = 50
     points = np.column_stack([rng.uniform(0.005, 0.5, n), np.ones(n), rng.uniform(0, 6000, n), np.zeros(n),
-                              rng.uniform(0, 50, n), rng.integers(16, 4096, n), np.zeros(n)])
+                              rng.uniform(0, 50, n), rng.integers(16, 4096, n), np.zeros(n),
+                              rng.uniform(0.1, 0.9, n)])
     points[:5, 2] = points[:5, 4] = 0.0  # alone
     fields = {"prefill_beside_gbps": 3250.3, "prefill_beside_requests": 96.55, "prefill_beside_knee_tokens": 1312.0,
-              "prefill_beside_delay_s": 0.002}
+              "prefill_beside_delay_s": 0.002, "prefill_beside_share_power": 0.4}
     cfg = MeshSettings(policy=0, pool=1, block=16, max_batch=1, token_budget=1, period=1.0, frac=0.5, horizon=1.0,
                        prefill_beside_gbps=3250.3, prefill_beside_requests=96.55, prefill_beside_knee=1312.0,
-                       prefill_beside_delay=0.002)
-    kernel = [t * prefill_beside_stretch(t, int(tok), d, r, cfg) if d > 0 or r > 0 else t
-              for t, _, d, _, r, tok, _ in points]
+                       prefill_beside_delay=0.002, prefill_beside_power=0.4)
+    kernel = [t * prefill_beside_stretch(t, int(tok), share, d, r, cfg) if d > 0 or r > 0 else t
+              for t, _, d, _, r, tok, _, share in points]
     assert script.prefill_trace_model(points, fields) == pytest.approx(kernel, rel=1e-12)
 
 

@@ -56,7 +56,7 @@ def test_v3g_s_h200_calibration_is_v3s_s_with_its_own_fields_measured_anew():
     old, new = files["v3s-h200"], files["v3g-h200"]
     assert {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)} == {
         "contention_hbm_gbps", "own_prefill_decode_share", "decode_partition_stretch", "decode_partition_request_s",
-        "own_decode_prefill_share", "prefill_beside_gbps", "prefill_beside_requests"}
+        "own_decode_prefill_share", "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_share_power"}
     assert (old["contention_hbm_gbps"], new["contention_hbm_gbps"]) == (9500.0, 9600.0)
     assert (old["own_prefill_decode_share"], new["own_prefill_decode_share"]) == (0.25, 0.55)
     hbm, rms = script.fit_contention(script.engine_rounds(gpu.engines), gpu.rounds)[:2]

@@ -33,12 +33,12 @@ def test_the_own_decode_step_leaves_the_others_and_the_prefill_keeps_its_share()
     over 0.5; beside its own step alone, 1 / 0.5; off, every job counts as before; alone, 1."""
     on, off = _settings(0.5), _settings(0.0)
     # prefill: 0.1 s, 200 tokens, demand 100; running: itself, its own decode, one other
-    both = prefill_factor_beside(0.1, 200, 1100.0, 100.0, 15, 3, True, 300.0, 10, on)
-    assert both == pytest.approx(prefill_beside_stretch(0.1, 200, 700.0, 5, on) / 0.5)
-    assert prefill_factor_beside(0.1, 200, 400.0, 100.0, 10, 2, True, 300.0, 10, on) == pytest.approx(2.0)
-    assert (prefill_factor_beside(0.1, 200, 1100.0, 100.0, 15, 3, True, 300.0, 10, off)
-            == pytest.approx(prefill_beside_stretch(0.1, 200, 1000.0, 15, off)))
-    assert prefill_factor_beside(0.1, 200, 100.0, 100.0, 0, 1, False, 0.0, 0, on) == 1.0
+    both = prefill_factor_beside(0.1, 200, 0.4, 1100.0, 100.0, 15, 3, True, 300.0, 10, on)
+    assert both == pytest.approx(prefill_beside_stretch(0.1, 200, 0.4, 700.0, 5, on) / 0.5)
+    assert prefill_factor_beside(0.1, 200, 0.4, 400.0, 100.0, 10, 2, True, 300.0, 10, on) == pytest.approx(2.0)
+    assert (prefill_factor_beside(0.1, 200, 0.4, 1100.0, 100.0, 15, 3, True, 300.0, 10, off)
+            == pytest.approx(prefill_beside_stretch(0.1, 200, 0.4, 1000.0, 15, off)))
+    assert prefill_factor_beside(0.1, 200, 0.4, 100.0, 100.0, 0, 1, False, 0.0, 0, on) == 1.0
 
 
 def test_a_lone_llm_on_a_partition_waits_longer_for_its_first_tokens():
@@ -60,14 +60,16 @@ def test_a_lone_llm_on_a_partition_waits_longer_for_its_first_tokens():
 def test_the_fit_on_the_h200_traces_gives_the_calibrations_fields():
     """``fit_own_decode_prefill`` on the H200's five-LLM, lone-LLM and pair traces (the knee and
     delay from the trace fit) reproduces the committed calibration's share and stretch beside
-    others, and fits better than the model that counts the own decode step as any other job."""
+    others (its power of the SM share too), and fits better than the model that counts the own
+    decode step as any other job."""
     script = load_benchmark("llm_fidelity")
     with open(os.path.join(FIDELITY, "calibration-v3g-h200.json")) as f:
         cal = json.load(f)
     runs = script.H200_TRACES + script.H200_OWN_DECODE_TRACES + script.H200_PARTITION_TRACES
     fields, rms, before, count = script.fit_own_decode_prefill(runs, cal)
-    assert fields == {k: cal[k] for k in ("prefill_beside_gbps", "prefill_beside_requests", "own_decode_prefill_share")}
-    assert count > 4000 and rms < 0.14 < 0.2 < before
+    assert fields == {k: cal[k] for k in ("prefill_beside_gbps", "prefill_beside_requests", "own_decode_prefill_share",
+                                          "prefill_beside_share_power")}
+    assert count > 4000 and rms < 0.134 < 0.2 < before
 
 
 def test_the_fresh_lone_llms_meet_their_prediction_and_the_old_model_did_not():

@@ -56,7 +56,11 @@ counts it was not fitted on (no ``muxserve``: it gives a lone LLM the whole GPU)
 fit on them (written after it): ``h200p40`` (``llm-3b`` alone at 12 req/s, shares 0.3 and 0.5),
 ``h200p41`` (``llm-8b`` alone at 7, 0.42 and 0.5), ``h200us42`` (``llm-1b`` and ``llm-3b`` at
 12 + 8, muxserve and ``skewed`` 0.3 / 0.7) and ``h200us43`` (``llm-3b`` and ``llm-8b`` at 4 + 8,
-muxserve and ``skewed`` 0.25 / 0.75). Write a set once, before its runs: its
+muxserve and ``skewed`` 0.25 / 0.75). Held out from the fit of the stretch's power of the SM
+share (written after it): ``h200us44`` (``llm-1b`` and ``llm-8b`` at 3 + 7, muxserve and ``skewed``
+0.25 / 0.75), ``h200us45`` (``llm-3b`` and ``llm-8b`` at 6 + 6, muxserve and ``skewed`` 0.3 / 0.7)
+and ``h200u3s46`` (``llm-1b``, ``llm-3b`` and ``llm-8b`` at 4 + 3 + 5, muxserve and ``half``).
+Write a set once, before its runs: its
 placements and measured instance record the calibration of that day.
 
 Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2 | --gpu4 | --h200u NAME...]
@@ -293,7 +297,10 @@ H200U_SETS = {"h200us31": ({"llm-1b": 2.0, "llm-8b": 10.0}, 31, H200U_PAIR_SPLIT
               "h200p40": ({"llm-3b": 12.0}, 40, {"p30": (0.3,), "p50": (0.5,)}),
               "h200p41": ({"llm-8b": 7.0}, 41, {"p42": (0.42,), "p50": (0.5,)}),
               "h200us42": ({"llm-1b": 12.0, "llm-3b": 8.0}, 42, {"skewed": (0.3, 0.7)}),
-              "h200us43": ({"llm-3b": 4.0, "llm-8b": 8.0}, 43, {"skewed": (0.25, 0.75)})}
+              "h200us43": ({"llm-3b": 4.0, "llm-8b": 8.0}, 43, {"skewed": (0.25, 0.75)}),
+              "h200us44": ({"llm-1b": 3.0, "llm-8b": 7.0}, 44, {"skewed": (0.25, 0.75)}),
+              "h200us45": ({"llm-3b": 6.0, "llm-8b": 6.0}, 45, {"skewed": (0.3, 0.7)}),
+              "h200u3s46": ({"llm-1b": 4.0, "llm-3b": 3.0, "llm-8b": 5.0}, 46, {"half": (0.25, 0.25, 0.5)})}
 H200U_TABLES = os.path.join(HERE, "tables-h200-shares")
 #: one H200 with the H100 sets' memory budget, so the KV pools are theirs
 H200_GPU = {"name": "H200", "memory_gb": 141, "usable_memory_gb": 76, "peak_fp16_tflops": 989,
