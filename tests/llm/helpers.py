@@ -30,6 +30,13 @@ def load_benchmark(name: str) -> ModuleType:
     return module
 
 
+def beside_settings(**fields) -> MeshSettings:
+    """Kernel settings with the stretch beside others on (1000 GB/s, 50 requests, a knee of 500
+    tokens) and ``fields`` beside, for the prefill-stretch formulas' tests."""
+    return MeshSettings(policy=0, pool=1, block=16, max_batch=1, token_budget=1, period=1.0, frac=0.5, horizon=1.0,
+                        prefill_beside_gbps=1000.0, prefill_beside_requests=50.0, prefill_beside_knee=500.0, **fields)
+
+
 def lone_request(prompt: int, output: int, llm=None, settings=None) -> Tuple[float, float]:
     """(first token, finish) of one request arriving at 0 on a one-LLM mesh (FCFS, blocks of 16
     tokens): prefill 0.1 s and decode steps 0.01 s in the table; ``llm`` sets ``MeshLLMs``'

@@ -14,24 +14,18 @@ import pytest
 
 from placement_opt import load_instance, simulate
 from placement_opt.placement import load_placement
-from placement_opt.simulate.meshsim import MeshSettings, prefill_beside_stretch, prefill_factor_beside
+from placement_opt.simulate.meshsim import prefill_beside_stretch, prefill_factor_beside
 
-from .helpers import ROOT, load_benchmark
+from .helpers import ROOT, beside_settings, load_benchmark
 
 FIDELITY = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
-
-
-def _settings(own: float) -> MeshSettings:
-    return MeshSettings(policy=0, pool=1, block=16, max_batch=1, token_budget=1, period=1.0, frac=0.5, horizon=1.0,
-                        prefill_beside_gbps=1000.0, prefill_beside_requests=50.0, prefill_beside_knee=500.0,
-                        own_decode_prefill=own)
 
 
 def test_the_own_decode_step_leaves_the_others_and_the_prefill_keeps_its_share():
     """Beside its own decode step (300 GB/s, 10 requests) and another LLM's (700 GB/s, 5
     requests): with the share 0.5 the prefill's stretch counts the other LLM's job only and is
     over 0.5; beside its own step alone, 1 / 0.5; off, every job counts as before; alone, 1."""
-    on, off = _settings(0.5), _settings(0.0)
+    on, off = beside_settings(own_decode_prefill=0.5), beside_settings(own_decode_prefill=0.0)
     # prefill: 0.1 s, 200 tokens, demand 100; running: itself, its own decode, one other
     both = prefill_factor_beside(0.1, 200, 0.4, 1100.0, 100.0, 15, 3, True, 300.0, 10, on)
     assert both == pytest.approx(prefill_beside_stretch(0.1, 200, 0.4, 700.0, 5, on) / 0.5)

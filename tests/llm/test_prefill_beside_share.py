@@ -10,24 +10,18 @@ import os
 
 import pytest
 
-from placement_opt.simulate.meshsim import MeshSettings, prefill_beside_stretch
+from placement_opt.simulate.meshsim import prefill_beside_stretch
 
-from .helpers import ROOT
+from .helpers import ROOT, beside_settings
 
 FIDELITY = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
-
-
-def _settings(power: float) -> MeshSettings:
-    return MeshSettings(policy=0, pool=1, block=16, max_batch=1, token_budget=1, period=1.0, frac=0.5, horizon=1.0,
-                        prefill_beside_gbps=1000.0, prefill_beside_requests=50.0, prefill_beside_knee=500.0,
-                        prefill_beside_power=power)
 
 
 def test_the_load_beside_others_scales_with_the_share_to_the_power():
     """Beside 700 GB/s and 5 decoding requests, a 200-token prefill's load (0.7 + 0.1) / 1.4 is
     multiplied by its share ** 0.4: three times the share gives 3 ** 0.4 times the load; with
     the power 0 every share stretches alike (the calibrations before v3g's H200 one)."""
-    on, off = _settings(0.4), _settings(0.0)
+    on, off = beside_settings(prefill_beside_power=0.4), beside_settings(prefill_beside_power=0.0)
     load = (0.7 + 0.1) / (1.0 + 200 / 500.0)
     for share in (0.25, 0.75):
         assert prefill_beside_stretch(0.1, 200, share, 700.0, 5, on) == pytest.approx(1.0 + load * share ** 0.4)
