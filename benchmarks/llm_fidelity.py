@@ -428,11 +428,12 @@ H200_OWN_DECODE_TRACES = tuple((f"results-v3g-{s}", f"{s}-poisson-{p}") for s, s
 #: then, held out from the fit of the prefill beside its own decode step on those, fresh lone LLMs and
 #: pairs (``-h200p40``, ``-h200p41``, ``-h200us42``, ``-h200us43``; predictions/v3g-h200-own.jsonl);
 #: then, held out from the fit of the stretch's power of the SM share, fresh pairs and a triple
-#: (``-h200us44``, ``-h200us45``, ``-h200u3s46``; predictions/v3g-h200-power.jsonl)
+#: (``-h200us44``, ``-h200us45``, ``-h200u3s46``; predictions/v3g-h200-power.jsonl); and seeds 31 and
+#: 33's muxserve split again on a fresh machine (``-h200us31r``, ``-h200us33r``; predictions/v3g-h200us-again.jsonl)
 V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35",
                      "results-v3g-h200p36", "results-v3g-h200p37", "results-v3g-h200p38", "results-v3g-h200p40",
                      "results-v3g-h200p41", "results-v3g-h200us42", "results-v3g-h200us43", "results-v3g-h200us44",
-                     "results-v3g-h200us45", "results-v3g-h200u3s46")
+                     "results-v3g-h200us45", "results-v3g-h200u3s46", "results-v3g-h200us31r", "results-v3g-h200us33r")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
