@@ -68,10 +68,11 @@ prefill's ``llm.prefill_eager_host_tp_s`` per rank beyond the first comes with i
 seconds (:func:`host_seconds`).
 
 The prefill's stretch beside other jobs enters in mean-value form (off when its fields are 0):
-with ``llm.prefill_beside_stretch`` s, ``_delay_s`` d, ``_gbps`` g, ``_requests`` q and
-``_knee_tokens`` n, member ``m``'s prefill in a unit of several (not ``serial_decode``) lasts
-``(1 + s + (demand / (g x mesh GPUs) + requests / q) / (1 + b_m x prompt_m / n)) x prefill_m(b_m)
-+ d`` on an SM partition (share below 1), ``demand`` the decode demand as above and ``requests``
+with ``llm.prefill_beside_stretch`` s, ``_delay_s`` d, ``_gbps`` g, ``_requests`` q,
+``_knee_tokens`` n and ``_share_power`` p, member ``m``'s prefill in a unit of several (not
+``serial_decode``) lasts ``(1 + s + (demand / (g x mesh GPUs) + requests / q) / (1 + b_m x
+prompt_m / n) x share_m ** p) x prefill_m(b_m) + d`` on an SM partition (share_m below 1; p = 0:
+no share term), ``demand`` the decode demand as above and ``requests``
 the batches of the other members (and of its own where two jobs of its share fit): Eq. 3 runs
 prefills one at a time while those decode steps run beside them (the simulator's
 :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` over its co-runners of the

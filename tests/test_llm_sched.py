@@ -119,7 +119,8 @@ def timings(draw, n_llms):
     decode step's requests hold; prefill collects of 0-50 ms and graph prefill stretches of
     1-3x, per LLM; graph prefills on partitions beside other jobs 1.37 or 3 times slower and
     5 or 50 ms later, or by the others' demand at 10-100 GB/s and their decode requests at 2 or
-    20 per unit, over 1 + tokens / 8 or 64 (which stretches eager prefills too); prefills timed
+    20 per unit, over 1 + tokens / 8 or 64 (which stretches eager prefills too), times the
+    LLM's share to the power 0.4 or 1.5; prefills timed
     at their longest prompt or the mean; decode steps 1.07 or 1.5 times their table time in place of
     the KV read, and 1 or 10 ms more per request, per LLM; a prefill beside its own decode step at
     0.4 or 0.7 of its speed. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the

@@ -28,6 +28,7 @@ OUT = np.array([100.0, 100.0])
 WEIGHTS = np.array([2e9, 4e9])
 KV = np.array([1e5, 1e5])
 TOKENS = np.array([300.0, 300.0])  # prompt 200 + output 100
+OFF = np.zeros(len(PREFILL_BESIDE))  # every term of the stretch off
 
 
 def _terms(i: int, batch: np.ndarray, params: np.ndarray, shares=(0.4, 0.6)) -> np.ndarray:
@@ -53,7 +54,7 @@ def test_the_stretch_counts_the_other_members_demand_requests_and_its_prompt():
     assert other[1] == pytest.approx(2.05 / 100 * 100 + 2 / 5)  # member 0's 205 GB/s and 2 requests
     alone = np.zeros(4)
     _beside_terms(0, np.array([0]), np.array([0]), D, OUT, WEIGHTS, KV, TOKENS, batch, np.array([0.4]), params, alone)
-    for t in (alone, _terms(0, batch, params, shares=(1.0, 1.0)), _terms(0, batch, np.zeros(7))):
+    for t in (alone, _terms(0, batch, params, shares=(1.0, 1.0)), _terms(0, batch, OFF)):
         assert _beside_seconds(0.05, 2, t) == 0.05
 
 
@@ -74,7 +75,6 @@ def test_the_own_decode_step_leaves_the_others_and_the_prefill_keeps_its_share()
     assert _beside_seconds(0.05, 2, _terms(0, batch, params, shares=(1.0, 1.0))) == 0.05
 
 
-
 def test_the_load_grows_with_the_prefills_sm_share_to_the_power():
     """With ``prefill_beside_share_power`` 0.4 (``params[6]``) the demand and request terms of
     member 0 (share 0.4) are 0.4 ** 0.4 times those without it, and member 1's (share 0.6) 0.6 **
@@ -86,6 +86,7 @@ def test_the_load_grows_with_the_prefills_sm_share_to_the_power():
         plain, scaled = _terms(i, batch, params), _terms(i, batch, powered)
         assert scaled[1] == pytest.approx(plain[1] * share ** 0.4)
         assert [scaled[0], scaled[2], scaled[3]] == [plain[0], plain[2], plain[3]]
+
 
 def _estimate(P_: np.ndarray, beside: np.ndarray, serial: bool = False, shares=(0.5, 0.5)) -> float:
     tpt = np.zeros(2)
@@ -99,14 +100,14 @@ def test_a_fixed_stretch_is_the_same_unit_with_longer_prefills():
     """With only the fixed stretch (1: twice the table time, whatever the others do) the unit's
     estimate is, bit for bit, that of the same unit with its prefill table doubled; a stretch
     lowers the estimate of a loaded unit; temporal units (one job at a time) have none."""
-    stretched = _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
-    assert stretched == _estimate(2.0 * P, np.zeros(6))
-    assert stretched < _estimate(P, np.zeros(6))
-    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0]), serial=True) == _estimate(P, np.zeros(6), serial=True)
+    stretched = _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
+    assert stretched == _estimate(2.0 * P, OFF)
+    assert stretched < _estimate(P, OFF)
+    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), serial=True) == _estimate(P, OFF, serial=True)
     # on the whole GPU (share 1) the simulator does not stretch a prefill beside others: neither here
-    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0]), shares=(1.0, 1.0)) == _estimate(P, np.zeros(6))
+    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), shares=(1.0, 1.0)) == _estimate(P, OFF)
     # a knee alone divides nothing: bit-identical to off
-    assert _estimate(P, np.array([0.0, 0.0, 0.0, 0.0, 400.0, 0.0])) == _estimate(P, np.zeros(6))
+    assert _estimate(P, np.array([0.0, 0.0, 0.0, 0.0, 400.0, 0.0, 0.0])) == _estimate(P, OFF)
 
 
 def test_a_members_own_batch_search_prices_each_candidate_at_its_own_knee():
@@ -114,9 +115,9 @@ def test_a_members_own_batch_search_prices_each_candidate_at_its_own_knee():
     prices each batch it tries at that batch's stretch, so the estimate with the request term on
     and a knee is at least the one without the knee (a shorter stretch at every batch) and at
     most the one without the term."""
-    with_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 200.0, 0.0]))
-    no_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 0.0, 0.0]))
-    assert no_knee < with_knee < _estimate(P, np.zeros(6))
+    with_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 200.0, 0.0, 0.0]))
+    no_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0]))
+    assert no_knee < with_knee < _estimate(P, OFF)
 
 
 def test_the_mesh_greedy_estimates_its_meshes_as_the_tables_do():

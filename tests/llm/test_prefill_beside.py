@@ -15,13 +15,13 @@ from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests
 
 
 def _inputs(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
-            weights: float = 0.0, hbm: float = 0.0, per_request: float = 0.0, knee: float = 0.0):
+            weights: float = 0.0, hbm: float = 0.0, per_request: float = 0.0, knee: float = 0.0, power: float = 0.0):
     """A mesh of two LLMs at SM ``share`` (every prefill 0.1 s in the table, every decode step
     0.01 s; no host model): LLM 1's request of 1000 output tokens at t = 0 (it decodes until
     about t = 10), LLM 0's of ``prompt`` tokens at t = 1.005, beside those decode steps, and
     again at t = 20, alone (``weights``: bytes every job of either LLM reads, its HBM demand
     over its table time; ``hbm``: the contention model's bandwidth; ``per_request``, ``knee``:
-    the stretch's decode-request term and its knee)."""
+    the stretch's decode-request term and its knee; ``power``: its power of the SM share)."""
     requests = MeshRequests(arrival=np.array([0.0, 1.005, 20.0]), llm=np.array([1, 0, 0], dtype=np.int64),
                             prompt=np.array([10, prompt, prompt], dtype=np.int64),
                             output=np.array([1000, 1, 1], dtype=np.int64))
@@ -32,15 +32,15 @@ def _inputs(beside: float, delay: float, share: float = 0.5, prompt: int = 100, 
     cfg = MeshSettings(policy=_POLICY_CODE["fcfs"], pool=100000, block=16, max_batch=4, token_budget=4096,
                        period=5.0, frac=0.5, horizon=100.0, graph_tokens=1024, prefill_beside=beside,
                        prefill_beside_delay=delay, prefill_beside_gbps=gbps, hbm_gbps=hbm,
-                       prefill_beside_requests=per_request, prefill_beside_knee=knee)
+                       prefill_beside_requests=per_request, prefill_beside_knee=knee, prefill_beside_power=power)
     return requests, llms, tables, cfg
 
 
 def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
-                  weights: float = 0.0, per_request: float = 0.0, knee: float = 0.0) -> np.ndarray:
+                  weights: float = 0.0, per_request: float = 0.0, knee: float = 0.0, power: float = 0.0) -> np.ndarray:
     """The kernel's first-token times on the mesh of :func:`_inputs`."""
     requests, llms, tables, cfg = _inputs(beside, delay, share, prompt, gbps, weights, per_request=per_request,
-                                          knee=knee)
+                                          knee=knee, power=power)
     out = mesh_outputs(3, 2, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return out.first
@@ -71,6 +71,17 @@ def test_a_graph_prefill_beside_a_decode_stretches_in_proportion_to_its_hbm_dema
     assert _first_tokens(0.0, 0.002, gbps=4000.0)[1] == pytest.approx(1.005 + 0.1 + 0.002)
     # the demand term alone switches the model on
     assert _first_tokens(0.0, 0.0, gbps=4000.0, weights=20e9)[1] == pytest.approx(1.005 + 0.15)
+
+
+def test_the_demand_term_grows_with_the_prefills_sm_share_to_the_power():
+    """``prefill_beside_power`` 0.5: the demand term (2000 / 4000 GB/s beside LLM 1's steps)
+    times the LLM's share ** 0.5, so the 0.1 s prefill lasts 1 + 0.5 x 0.5 = 1.25 x at share 0.25
+    and 1 + 0.5 x 0.45 ** 0.5 x at 0.45 (the kernel reads the LLM's own share), plus the 2 ms
+    delay, which the power leaves alone; alone (t = 20) its table time."""
+    quarter = _first_tokens(0.0, 0.002, share=0.25, gbps=4000.0, weights=20e9, power=0.5)
+    assert quarter == pytest.approx([0.1, 1.005 + 0.125 + 0.002, 20.1])
+    wider = _first_tokens(0.0, 0.002, share=0.45, gbps=4000.0, weights=20e9, power=0.5)
+    assert wider[1] == pytest.approx(1.005 + 0.1 * (1 + 0.5 * 0.45 ** 0.5) + 0.002)
 
 
 def test_a_prefill_beside_decode_requests_stretches_by_them_over_its_length():
