@@ -1798,9 +1798,10 @@ def fit_own_decode_prefill(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, 
     x = np.stack([others, decoding]) * beside / (1.0 + tokens / knee if knee > 0 else 1.0)
     best: Tuple[float, Dict[str, float]] = (math.inf, {})
     for power in BESIDE_SHARE_POWERS:
+        x_power = x * sm_share ** power
         for share in OWN_DECODE_SHARES:
             c = table / ((1.0 - own + own * share) * gpu - delay * beside)  # model / measured = c (1 + a x0 + b x1)
-            a, b = _nonnegative_pair(x * sm_share ** power * c, 1.0 - c)
+            a, b = _nonnegative_pair(x_power * c, 1.0 - c)
             trial = dict(fields, prefill_beside_gbps=round(1.0 / a, 1) if a > 0 else 0.0,
                          prefill_beside_requests=round(1.0 / b, 2) if b > 0 else 0.0, own_decode_prefill_share=share,
                          prefill_beside_share_power=power)

@@ -2,6 +2,7 @@
 and a hand-timed one-request mesh for the kernel's duration terms."""
 
 import importlib.util
+import json
 import os
 import sys
 from types import ModuleType
@@ -28,6 +29,13 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def committed_predictions(name: str) -> dict:
+    """The predictions committed before GPU runs, ``benchmarks/fidelity/llm/predictions/<name>``
+    (one JSON line per run, ``llm_fidelity.py --predict``), by run."""
+    with open(os.path.join(ROOT, "benchmarks", "fidelity", "llm", "predictions", name)) as f:
+        return {d["run"]: d for d in map(json.loads, f)}
 
 
 def beside_settings(**fields) -> MeshSettings:

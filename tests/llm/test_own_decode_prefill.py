@@ -16,7 +16,7 @@ from placement_opt import load_instance, simulate
 from placement_opt.placement import load_placement
 from placement_opt.simulate.meshsim import prefill_beside_stretch, prefill_factor_beside
 
-from .helpers import ROOT, beside_settings, load_benchmark
+from .helpers import ROOT, beside_settings, committed_predictions, load_benchmark
 
 FIDELITY = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
 
@@ -71,11 +71,7 @@ def test_the_fresh_lone_llms_meet_their_prediction_and_the_old_model_did_not():
     before they ran, ``predictions/v3g-h200-own.jsonl``): mean TTFT within 10% and throughput and
     TPOT within 3% of the prediction; the prediction without the field
     (``v3g-h200-own-before.jsonl``) missed the TTFT of the 32-SM run by over 30%."""
-    def lines(name):
-        with open(os.path.join(FIDELITY, "predictions", name)) as f:
-            return {d["run"]: d for d in map(json.loads, f)}
-
-    new, old = lines("v3g-h200-own.jsonl"), lines("v3g-h200-own-before.jsonl")
+    new, old = committed_predictions("v3g-h200-own.jsonl"), committed_predictions("v3g-h200-own-before.jsonl")
     lone = [run for run in new if "h200p4" in run]
     assert len(lone) == 4
     for run in lone:

@@ -12,7 +12,7 @@ import pytest
 
 from placement_opt.simulate.meshsim import prefill_beside_stretch
 
-from .helpers import ROOT, beside_settings, load_benchmark
+from .helpers import ROOT, beside_settings, committed_predictions, load_benchmark
 
 FIDELITY = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
 
@@ -30,18 +30,13 @@ def test_the_load_beside_others_scales_with_the_share_to_the_power():
     assert large / small == pytest.approx(3 ** 0.4)
 
 
-def _lines(name: str) -> dict:
-    with open(os.path.join(FIDELITY, "predictions", name)) as f:
-        return {d["run"]: d for d in map(json.loads, f)}
-
-
 def test_the_fresh_runs_meet_every_target_of_their_prediction():
     """``h200us44``, ``h200us45`` and ``h200u3s46`` (written after the fit, predicted before they
     ran: ``predictions/v3g-h200-power.jsonl``): total throughput within 5%, every LLM's within
     10%, mean TTFT and TPOT within 15% and SLO attainment within 3 points of the prediction, and
     the mean TTFT closer than the prediction without the power (``-power-before.jsonl``, two of
     whose six missed the 15%)."""
-    new, old = _lines("v3g-h200-power.jsonl"), _lines("v3g-h200-power-before.jsonl")
+    new, old = committed_predictions("v3g-h200-power.jsonl"), committed_predictions("v3g-h200-power-before.jsonl")
     assert len(new) == 6 and new.keys() == old.keys()
     err_new, err_old = [], []
     for run, pred in new.items():
@@ -63,7 +58,7 @@ def test_the_current_simulator_re_predicts_them_within_every_target():
     (``llm_fidelity.predict``: what the last line counts) meet every target too, so a change to
     the kernel or the calibration that undoes the fit shows here."""
     script = load_benchmark("llm_fidelity")
-    for spec in _lines("v3g-h200-power.jsonl"):
+    for spec in committed_predictions("v3g-h200-power.jsonl"):
         run = script._find_run(tuple(spec.split("/", 1)))
         err = script.errors(run["summary"]["measured"], *script.predict(run, None))
         for key, bound, label in script.TARGETS:
