@@ -142,7 +142,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
                 "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms",
                 "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s",
-                "own_decode_prefill_share", "prefill_beside_share_power")
+                "own_decode_prefill_share", "prefill_beside_share_power", "prefill_at_bucket")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +179,9 @@ class GpuCalibration:
     # ``traces``' prefills, ``own_decode_prefill_share`` and the stretch beside the other LLMs' jobs
     # (:func:`apply_own_decode_prefill_fields`); empty: off (the own decode step counts as any other)
     own_decode_prefill: Tuple[Tuple[str, str], ...] = ()
+    # time a graph prefill at its CUDA-graph bucket (``llm.prefill_at_bucket``) in every fit on
+    # this GPU's traces and in the calibration (docs/fidelity-llm.md "A graph prefill costs its bucket")
+    prefill_at_bucket: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -433,7 +436,8 @@ H200_OWN_DECODE_TRACES = tuple((f"results-v3g-{s}", f"{s}-poisson-{p}") for s, s
 V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35",
                      "results-v3g-h200p36", "results-v3g-h200p37", "results-v3g-h200p38", "results-v3g-h200p40",
                      "results-v3g-h200p41", "results-v3g-h200us42", "results-v3g-h200us43", "results-v3g-h200us44",
-                     "results-v3g-h200us45", "results-v3g-h200u3s46", "results-v3g-h200us31r", "results-v3g-h200us33r")
+                     "results-v3g-h200us45", "results-v3g-h200u3s46", "results-v3g-h200us31r", "results-v3g-h200us33r",
+                     "results-v3g-h200us47", "results-v3g-h200us48", "results-v3g-h200f49")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -528,7 +532,8 @@ GENERATIONS = {
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3f",
                       gpus=(GpuCalibration("H200", "calibration-v3s-h200.json", H200_FIVE_LLM_ROUNDS,
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
-                                           H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True),)),
+                                           H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True,
+                                           prefill_at_bucket=True),)),
     "v3g": Generation(V3G_RESULTS + V3G_SHARE_RESULTS, "tables-v3", "results-v3", None, "calibration-v3g.json",
                       folder_tables=tuple((f, "tables-h200-g1") for f in V3G_RESULTS)
                       + tuple((f, "tables-h200-shares") for f in V3G_SHARE_RESULTS),
@@ -537,7 +542,8 @@ GENERATIONS = {
                                            tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
                                            H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True,
                                            fit_own_prefill=True, partition_decode=H200_PARTITION_TRACES,
-                                           own_decode_prefill=H200_OWN_DECODE_TRACES + H200_PARTITION_TRACES),)),
+                                           own_decode_prefill=H200_OWN_DECODE_TRACES + H200_PARTITION_TRACES,
+                                           prefill_at_bucket=True),)),
 }
 
 
@@ -1554,17 +1560,24 @@ def traced_jobs(run: dict) -> Optional[List[dict]]:
     return rows
 
 
-def traced_table_seconds(run: dict, jobs: List[dict]) -> List[float]:
+def traced_table_seconds(run: dict, jobs: List[dict], at_bucket: bool = False) -> List[float]:
     """Per job of a trace its table time alone at its LLM's SM share, batch and longest context
-    (the trace keeps no mean context)."""
+    (the trace keeps no mean context); with ``at_bucket`` a graph prefill's at its CUDA-graph
+    bucket (``llm.prefill_at_bucket``: :func:`~placement_opt.simulate.meshsim.prefill_point`)."""
     from placement_opt.executor.llm_sched import len_interp
+    from placement_opt.simulate.meshsim import prefill_point, prefill_runs_eagerly
 
     tables = _mesh_step_tables(run, at_shares=True)
     out = []
     for j in jobs:
         table, k = tables[j["llm"]][:2]
         rows = table.prefill[k] if j["kind"] == "prefill" else table.decode[k]
-        out.append(len_interp(rows[min(j["requests"], rows.shape[0] - 1)], table.lgrid, float(j["longest_context"])))
+        n, longest = j["requests"], j["longest_context"]
+        row, length = min(n, rows.shape[0] - 1), float(longest)
+        if j["kind"] == "prefill" and at_bucket:
+            eager = bool(prefill_runs_eagerly(n, longest, GRAPH_TOKENS))
+            row, length = prefill_point(row, longest, float(n * longest), eager, True, True, rows.shape[0] - 1)
+        out.append(len_interp(rows[row], table.lgrid, length))
     return out
 
 
@@ -1677,7 +1690,7 @@ def simulated_run_rows(run: dict, inst: Any) -> Tuple[List[dict], np.ndarray]:
 PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "host_s", "decoding", "tokens", "eager", "share")
 
 
-def traced_partition_prefills(run: dict) -> np.ndarray:
+def traced_partition_prefills(run: dict, at_bucket: bool = False) -> np.ndarray:
     """One row per prefill on an SM partition in ``run``'s job trace (:data:`PREFILL_COLUMNS`):
     its table time alone, its GPU time, the HBM demand in GB/s of the other jobs of its mesh on
     the GPU while it ran and the requests in their decode steps (both time-weighted), its
@@ -1687,20 +1700,21 @@ def traced_partition_prefills(run: dict) -> np.ndarray:
     contexts: :func:`traced_jobs`' ``context_tokens``) over its table time (the model: over its
     time alone, which adds the KV read and, on TP meshes, the prefill's collect; likewise the
     kernel stretches a prefill's table time and collect together, where the table time here has
-    no collect: the same on TP-1 meshes, as ``PREFILL_TRACES``'); ValueError for a run without
-    the trace."""
+    no collect: the same on TP-1 meshes, as ``PREFILL_TRACES``'; ``at_bucket``: the table time at
+    a graph prefill's bucket, :func:`traced_table_seconds`); ValueError for a run without the trace."""
     rows = [(table, took, float(np.dot(overlap, demand)) / took, host, float(np.dot(overlap, decoding)) / took,
              tokens, eager, share)
-            for table, took, overlap, _, host, tokens, eager, demand, decoding, share in _partition_prefills(run)]
+            for table, took, overlap, _, host, tokens, eager, demand, decoding, share
+            in _partition_prefills(run, at_bucket)]
     return np.array(rows).reshape(-1, len(PREFILL_COLUMNS))
 
 
-def _partition_prefills(run: dict) -> Iterator[tuple]:
+def _partition_prefills(run: dict, at_bucket: bool = False) -> Iterator[tuple]:
     """Per prefill on an SM partition in ``run``'s job trace: its table seconds, GPU seconds, the
     seconds each job of the trace overlapped it on its mesh (itself 0), a mask of its own LLM's
     jobs, its launch's host seconds, padded prompt tokens and whether it ran eagerly (1.0), the
     trace's per-job HBM demand (GB/s) and decode requests, and its LLM's SM share
-    (:func:`traced_partition_prefills`);
+    (:func:`traced_partition_prefills`; ``at_bucket``: table times at graph prefills' buckets);
     ValueError for a run without the trace."""
     from placement_opt.llm_units import llm_specs
     from placement_opt.simulate.llm import on_partition, sm_shares
@@ -1715,7 +1729,7 @@ def _partition_prefills(run: dict) -> Iterator[tuple]:
     for gi, g in enumerate(placement.groups):
         for m, sh in zip(g.models, sm_shares(g, policy)):
             share[(gi, m)], tp[(gi, m)] = sh, g.tp
-    table = np.array(traced_table_seconds(run, jobs))
+    table = np.array(traced_table_seconds(run, jobs, at_bucket))
     demand = np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["context_tokens"])
                        / tp[(j["group"], j["llm"])] / t / 1e9 if t > 0 else 0.0 for j, t in zip(jobs, table)])
     decoding = np.array([j["requests"] if j["kind"] == "decode" else 0 for j in jobs], dtype=float)
@@ -1739,15 +1753,15 @@ OWN_PREFILL_COLUMNS = ("table_s", "gpu_s", "others_gbps", "others_decoding", "ow
                        "own_gbps", "own_decoding", "share")
 
 
-def traced_own_decode_prefills(run: dict) -> np.ndarray:
+def traced_own_decode_prefills(run: dict, at_bucket: bool = False) -> np.ndarray:
     """One row per prefill on an SM partition in ``run``'s job trace (:data:`OWN_PREFILL_COLUMNS`),
     as :func:`traced_partition_prefills` but with its own LLM's decode steps apart: the HBM demand
     and decode requests of the *other* LLMs' jobs of its mesh beside it (time-weighted), the
     part of its GPU time its own LLM's decode steps ran beside it (on the same SM partition),
     their demand and requests likewise (with the others', :func:`traced_partition_prefills`'
-    columns), and its LLM's SM share."""
+    columns), and its LLM's SM share (``at_bucket``: table times at graph prefills' buckets)."""
     rows = []
-    for table, took, overlap, own, _, tokens, eager, demand, decoding, share in _partition_prefills(run):
+    for table, took, overlap, own, _, tokens, eager, demand, decoding, share in _partition_prefills(run, at_bucket):
         others, mine = overlap * ~own, overlap * own
         rows.append((table, took, float(np.dot(others, demand)) / took, float(np.dot(others, decoding)) / took,
                      float(np.sum(mine)) / took, tokens, eager, float(np.dot(mine, demand)) / took,
@@ -1784,8 +1798,10 @@ def fit_own_decode_prefill(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, 
     :data:`BESIDE_SHARE_POWERS` the pair by least squares on the relative error (at least 0),
     the share and power of least RMS log error kept (:func:`own_decode_prefill_model`). Returns
     those four fields, the RMS log error with them and with ``fields`` (the own decode step
-    counted as any other job, :func:`prefill_trace_model`), and the number of prefills."""
-    points = np.vstack([traced_own_decode_prefills(_find_run(r)) for r in runs])
+    counted as any other job, :func:`prefill_trace_model`), and the number of prefills. The table
+    times are at the graph prefills' buckets where ``fields`` sets ``prefill_at_bucket``."""
+    at_bucket = bool(fields.get("prefill_at_bucket", False))
+    points = np.vstack([traced_own_decode_prefills(_find_run(r), at_bucket) for r in runs])
     points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0]
     if not len(points):
         raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
@@ -1853,7 +1869,8 @@ def prefill_trace_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndar
     return table * (1.0 + load * beside) + fields["prefill_beside_delay_s"] * beside
 
 
-def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...]) -> Tuple[Dict[str, float], float, int]:
+def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...], at_bucket: bool = False
+                      ) -> Tuple[Dict[str, float], float, int]:
     """The stretch of a prefill on an SM partition beside other jobs and its launch's hold,
     measured on the job traces of ``runs`` (:func:`traced_partition_prefills`, the graph
     prefills): ``T x (1 + (D / gbps + R / requests) / (1 + tokens / knee)) + delay`` beside others
@@ -1862,8 +1879,9 @@ def fit_prefill_trace(runs: Tuple[Tuple[str, str], ...]) -> Tuple[Dict[str, floa
     delay (0-10 ms in 0.1 ms steps), the pair of least RMS log error kept; ``prefill_host_s``
     the median host time of their launches. Returns those fields (``prefill_beside_gbps``,
     ``prefill_beside_requests``, ``prefill_beside_knee_tokens``, ``prefill_beside_delay_s``,
-    ``prefill_host_s``), the RMS log error and the number of prefills."""
-    points = np.vstack([traced_partition_prefills(_find_run(r)) for r in runs])
+    ``prefill_host_s``), the RMS log error and the number of prefills (``at_bucket``: T at the
+    graph prefills' buckets, ``llm.prefill_at_bucket``)."""
+    points = np.vstack([traced_partition_prefills(_find_run(r), at_bucket) for r in runs])
     points = points[points[:, PREFILL_COLUMNS.index("eager")] == 0]
     if not len(points):
         raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
@@ -2469,9 +2487,12 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     with ``gpu.own_decode_prefill`` the prefill beside its own decode step and the stretch beside
     others (:func:`apply_own_decode_prefill_fields`, on those and ``gpu.traces``), and with
     ``gpu.fit_own_prefill`` the decode step's speed beside its own prefill
-    (:func:`fit_own_prefill_share`)."""
+    (:func:`fit_own_prefill_share`); with ``gpu.prefill_at_bucket`` every fit times a graph
+    prefill at its bucket and the file sets ``prefill_at_bucket``."""
     with open(os.path.join(LLM, gen.calibration)) as f:
         out = json.load(f)
+    if gpu.prefill_at_bucket:
+        out["prefill_at_bucket"] = True
     five = engine_rounds(gpu.engines)
     if len(five) != len(gpu.engines):
         raise ValueError(f"{gpu.gpu}: one green-context round per five-LLM file wanted, got {len(five)} "
@@ -2642,7 +2663,7 @@ def apply_gpu_trace_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List
     ``decode_host_s``); returns the fields set. Why: on one H200 these ran 2.3-2.5 x and 0.4-0.7
     ms and 0.17-0.20 ms where the H100's fields say 3.0 x, 0.7-1.7 ms and 0.30 ms, and the mean
     TTFT at 3 x load came out 30-44% short on the GPU (docs/fidelity-llm.md)."""
-    fields, rms, count = fit_prefill_trace(runs)
+    fields, rms, count = fit_prefill_trace(runs, bool(out.get("prefill_at_bucket", False)))
     host, steps = traced_partition_decode_host(runs)
     out.update(fields, decode_host_s=round(host, 6))
     out["fit"]["gpu_traces"] = (f"{prefill_trace_note(runs, fields, rms, count)}; decode_host_s the median of {steps} "

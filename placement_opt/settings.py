@@ -183,6 +183,13 @@ class LLMConfig:
       longest prompt (an engine that pads a batch's prompts to the longest, as placeopt's
       executor does, computes that much), not at their mean (one that packs them: vLLM, the
       default). Measured: docs/fidelity-llm.md.
+    * ``prefill_at_bucket``: a prefill that replays a CUDA graph (its padded size within
+      ``prefill_graph_tokens``) is timed at its graph's bucket: its batch rounded up to a power
+      of two and its longest prompt padded to the next of 16, 24, 32, 48, ... tokens
+      (``meshsim.padded_prefill_length``), the shape placeopt's engine computes; an eager one at
+      its longest prompt (as ``prefill_at_longest``). The profiler measures the table at the
+      buckets' own shapes, so read at the unpadded prompt a graph prefill alone came out 3-10%
+      short on an H200, at its bucket within 0-3% (docs/fidelity-llm.md).
     * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
       partition, so while its prefill runs its decode step keeps only this part of its speed
       (applies on a partition, share below 1; 0: off, the step keeps its table time).
@@ -301,6 +308,9 @@ class LLMConfig:
                                                     "multiplied by its SM share to this power (0: off)")
     prefill_at_longest: bool = option(False, help="a prefill's table time at its longest prompt (an engine that "
                                                   "pads to it), not at the mean")
+    prefill_at_bucket: bool = option(False, help="a graph prefill's table time at its CUDA-graph bucket (batch "
+                                                 "rounded up to a power of two, length padded as the engine pads "
+                                                 "it), an eager one's at its longest prompt")
     own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,
                                              help="while an LLM's prefill runs on its SM partition, the part of "
                                                   "its speed its decode step keeps (0: off)")

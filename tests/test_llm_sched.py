@@ -56,6 +56,7 @@ class Timing(NamedTuple):
     decode_wave: Sequence[float] = ()
     decode_request: Sequence[float] = ()
     own_decode_prefill: float = 0.0
+    prefill_at_bucket: bool = False
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -90,7 +91,8 @@ def mesh_inputs(case, timing=None):
                        own_prefill_decode=tm.own_prefill_decode, prefill_beside=tm.prefill_beside,
                        prefill_beside_delay=tm.prefill_beside_delay, prefill_beside_gbps=tm.prefill_beside_gbps,
                        prefill_beside_requests=tm.prefill_beside_requests, prefill_beside_knee=tm.prefill_beside_knee,
-                       prefill_beside_power=tm.prefill_beside_power, prefill_at_longest=tm.prefill_at_longest, own_decode_prefill=tm.own_decode_prefill)
+                       prefill_beside_power=tm.prefill_beside_power, prefill_at_longest=tm.prefill_at_longest,
+                       own_decode_prefill=tm.own_decode_prefill, prefill_at_bucket=tm.prefill_at_bucket)
     return requests, llms, tables, cfg
 
 
@@ -153,7 +155,8 @@ def timings(draw, n_llms):
                   prefill_at_longest=draw(st.booleans()),
                   decode_stretch=optional([0.0, 1.07, 1.5]), decode_wave=optional([0.0, 0.5, 2.0, 8.0]),
                   decode_request=optional([0.0, 0.001, 0.01]),
-                  own_decode_prefill=draw(st.sampled_from([0.0, 0.4, 0.7])))
+                  own_decode_prefill=draw(st.sampled_from([0.0, 0.4, 0.7])),
+                  prefill_at_bucket=draw(st.booleans()))
 
 
 @st.composite
@@ -203,6 +206,7 @@ TERMS_OFF = {
     "decode_wave": dict(decode_wave=[]),
     "decode_request": dict(decode_request=[]),
     "own_decode_prefill": dict(own_decode_prefill=0.0),
+    "prefill_at_bucket": dict(prefill_at_bucket=False),
 }
 
 
@@ -214,7 +218,8 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     ended jobs noticed when it is free, prefills stretched and collected, decode steps reading
     their KV, running jobs re-timed by HBM contention (and its bandwidth cap), by their own
     LLM's prefill and, prefills on partitions, by their own LLM's decode step and the jobs beside them (their demand, their
-    decode requests, over the prompt's length, by a power of their SM share), prefills timed at their longest prompt, decode
+    decode requests, over the prompt's length, by a power of their SM share), prefills timed at their longest prompt or
+    their CUDA-graph bucket, decode
     steps stretched in place of their KV read, decode steps timed at their effective context and
     lasting more per request they hold. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,

@@ -30,7 +30,7 @@ import numpy as np
 
 from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
                                             contention_on, contention_stretch, decode_context, prefill_factor_beside,
-                                            prefill_runs_eagerly, prefill_stretches_beside)
+                                            prefill_point, prefill_runs_eagerly, prefill_stretches_beside)
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -393,15 +393,19 @@ class MeshScheduler:
         return best
 
 
-def job_seconds(job: Job, tables: LatencyTables, prefill_at_longest: bool = False, decode_wave: float = 0.0) -> float:
-    """The kernel's table time of ``job``: its table row at the batch size, a prefill at its
-    mean prompt (at its longest where ``prefill_at_longest``: ``MeshSettings.prefill_at_longest``),
-    a decode step at :func:`~placement_opt.simulate.meshsim.decode_context` of its contexts with
-    its LLM's ``decode_wave`` (``MeshLLMs.decode_wave``; 0: the mean)."""
+def job_seconds(job: Job, tables: LatencyTables, prefill_at_longest: bool = False, decode_wave: float = 0.0,
+                prefill_at_bucket: bool = False, eager: bool = False) -> float:
+    """The kernel's table time of ``job``: its table row at the batch size, a prefill where
+    :func:`~placement_opt.simulate.meshsim.prefill_point` reads it (its mean prompt; its longest
+    where ``prefill_at_longest``; its CUDA-graph bucket where ``prefill_at_bucket`` and not
+    ``eager``: ``MeshSettings``' flags), a decode step at
+    :func:`~placement_opt.simulate.meshsim.decode_context` of its contexts with its LLM's
+    ``decode_wave`` (``MeshLLMs.decode_wave``; 0: the mean)."""
     b = len(job.requests)
     if job.kind == PREFILL:
-        length = max(job.contexts) if prefill_at_longest else sum(job.contexts) / b
-        return len_interp(tables.prefill[job.llm, b], tables.lgrid, float(length))
+        row, length = prefill_point(b, max(job.contexts), float(sum(job.contexts)), eager, prefill_at_longest,
+                                    prefill_at_bucket, tables.prefill.shape[1] - 1)
+        return len_interp(tables.prefill[job.llm, row], tables.lgrid, float(length))
     length = decode_context(float(sum(job.contexts)), float(max(job.contexts)), b, decode_wave)
     return len_interp(tables.decode[job.llm, b], tables.lgrid, float(length))
 
@@ -480,7 +484,9 @@ class VirtualJobs:
         k, ctx = job.llm, sum(job.contexts)
         if job.kind == PREFILL:
             stretch = self.stretch[k] if self.stretch[k] > 0 and not self.eager(job) else 1.0
-            return stretch * job_seconds(job, self.tables, self.cfg.prefill_at_longest) + self.collect[k]
+            seconds = job_seconds(job, self.tables, self.cfg.prefill_at_longest,
+                                  prefill_at_bucket=self.cfg.prefill_at_bucket, eager=self.eager(job))
+            return stretch * seconds + self.collect[k]
         dur = job_seconds(job, self.tables, decode_wave=self.decode_wave[k])
         if self.decode_stretch[k] > 0:
             dur *= self.decode_stretch[k]

@@ -296,21 +296,22 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
     ``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``,
     ``prefill_beside_share_power``), a job's
     speed beside its own LLM's other job on one partition (``own_prefill_decode_share``,
-    ``own_decode_prefill_share``), the prefill's length (``prefill_at_longest``), the
-    eager-prefill limit (when its cost is on) and the KV-read rate at that degree
-    (:func:`kv_read_gbps`)."""
+    ``own_decode_prefill_share``), the prefill's length (``prefill_at_longest``) or bucket
+    (``prefill_at_bucket``), the eager-prefill limit (when its cost or the bucket is on) and the
+    KV-read rate at that degree (:func:`kv_read_gbps`)."""
     return MeshSettings(policy=policy_code, pool=pool_kib, block=cfg.kv_block_tokens, max_batch=cfg.max_batch,
                         token_budget=cfg.prefill_token_budget, period=cfg.rebalance_period_s,
                         frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=contention_gbps(cfg, tp),
-                        graph_tokens=cfg.prefill_graph_tokens if max(cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s,
-                                                                     cfg.prefill_eager_hold_s, cfg.prefill_eager_host_tp_s) > 0
-                        else 0, decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
+                        graph_tokens=cfg.prefill_graph_tokens if cfg.prefill_at_bucket or max(
+                            cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s, cfg.prefill_eager_hold_s,
+                            cfg.prefill_eager_host_tp_s) > 0 else 0, decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
                         own_decode_prefill=cfg.own_decode_prefill_share,
                         hbm_cap_gbps=cfg.contention_hbm_cap_gbps, prefill_beside=cfg.prefill_beside_stretch,
                         prefill_beside_delay=cfg.prefill_beside_delay_s, prefill_beside_gbps=cfg.prefill_beside_gbps,
                         prefill_beside_requests=cfg.prefill_beside_requests,
                         prefill_beside_power=cfg.prefill_beside_share_power,
-                        prefill_beside_knee=cfg.prefill_beside_knee_tokens, prefill_at_longest=bool(cfg.prefill_at_longest))
+                        prefill_beside_knee=cfg.prefill_beside_knee_tokens, prefill_at_longest=bool(cfg.prefill_at_longest),
+                        prefill_at_bucket=bool(cfg.prefill_at_bucket))
 
 
 def contention_gbps(cfg: LLMConfig, tp: int) -> float:

@@ -166,6 +166,7 @@ class MeshSettings(NamedTuple):
     prefill_beside_power: float = 0.0  # ... both terms times its SM share to this power; 0 off
     prefill_at_longest: bool = False  # a prefill's table time at its longest prompt (the engine pads to it), not the mean
     own_decode_prefill: float = 0.0  # shared partition: a prefill runs at this part of its speed while its LLM's decode step runs, which leaves its beside stretch; 0 off
+    prefill_at_bucket: bool = False  # a graph prefill's table time at its CUDA-graph bucket (batch to a power of two, padded length: prefill_point); eager ones at their longest
 
 
 class MeshOutputs(NamedTuple):
@@ -528,6 +529,26 @@ def padded_prefill_length(n):
 
 
 @njit(cache=True)
+def prefill_point(batch, longest, tokens, eager, at_longest, at_bucket, max_row):
+    """Where a prefill of ``batch`` prompts (``tokens`` in all, the longest ``longest``) reads its
+    cost table: (row, length). By default its batch at the mean prompt; ``at_longest`` (an engine
+    that pads a batch to its longest prompt) at the longest; ``at_bucket`` (the LLM engine's CUDA
+    graphs, which compute their bucket's whole shape) a graph prefill (not ``eager``) at its
+    batch rounded up to a power of two (at most ``max_row``, the table's last row) and
+    :func:`padded_prefill_length` of its longest prompt, an eager one at its longest. The
+    profiled table holds the engine's buckets at its grid points, so between them a graph
+    prefill costs its padded shape (docs/fidelity-llm.md "A graph prefill costs its bucket")."""
+    if at_bucket and not eager:
+        row = 1
+        while row < batch:
+            row *= 2
+        return min(row, max_row), float(padded_prefill_length(longest))
+    if at_longest or at_bucket:
+        return batch, float(longest)
+    return batch, tokens / batch
+
+
+@njit(cache=True)
 def prefill_runs_eagerly(batch, longest, graph_tokens):
     """Whether the engine runs a prefill of ``batch`` prompts, the longest ``longest`` tokens,
     eagerly: its padded size (batch rounded up to a power of two x :func:`padded_prefill_length`)
@@ -864,8 +885,9 @@ def _start_prefill(k, t, quota_k, use_quota, reqs, llms, slots, tables, cfg):
     # the partition stretch of a graph prefill (an eager one keeps its table time here; beside other
     # jobs both may stretch later, _retime)
     stretch = llm.prefill_stretch if llm.prefill_stretch > 0 and not llm.prefill_eager else 1.0
-    length = float(longest) if cfg.prefill_at_longest else tokens / b
-    llm.prefill_dur = stretch * _len_interp(tables.prefill[k, b], tables.lgrid, length) + llm.prefill_collect
+    row, length = prefill_point(b, longest, tokens, llm.prefill_eager, cfg.prefill_at_longest, cfg.prefill_at_bucket,
+                                tables.prefill.shape[1] - 1)
+    llm.prefill_dur = stretch * _len_interp(tables.prefill[k, row], tables.lgrid, length) + llm.prefill_collect
     llm.prefill_end = t + llm.prefill_dur
     llm.prefill_bytes = llm.weight_bytes + tokens * llm.kv_bytes
     llm.prefill_seq = _next_seq(llms)

@@ -137,15 +137,17 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
     LLMConfig(**fields)  # every calibrated field is an LLM setting
     # H200 tables get v3g's H200 calibration: its HBM contention fields, the SM-partition job fields
     # (the decode step beside its own LLM's prefill among them), the whole-GPU decode step and the
-    # decode step on SM partitions refitted on its traces, every other field v3g's
+    # decode step on SM partitions refitted on its traces, graph prefills timed at their buckets
+    # (the stretch beside others refitted so: its SM-share power fitted at 0, v3g's own value),
+    # every other field v3g's
     assert os.path.basename(module.calibration_path("H200")) == "calibration-v3g-h200.json"
     h200 = module.calibrated_llm_fields("H200")
     assert {k for k in h200 if h200[k] != fields.get(k, 0.0)} == {
         "contention_hbm_gbps", "contention_hbm_cap_gbps", "decode_host_s", "prefill_host_s",
-        "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens",
+        "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_delay_s",
         "decode_full_stretch", "decode_full_request_s", "decode_host_full_s", "decode_host_mesh_s",
         "prefill_start_full_s", "own_prefill_decode_share", "decode_partition_stretch", "decode_partition_request_s",
-        "own_decode_prefill_share", "prefill_beside_share_power"}
+        "own_decode_prefill_share", "prefill_at_bucket"}
 
 
 def test_each_generation_is_calibrated_on_its_own_runs():

@@ -300,7 +300,10 @@ H200U_SETS = {"h200us31": ({"llm-1b": 2.0, "llm-8b": 10.0}, 31, H200U_PAIR_SPLIT
               "h200us43": ({"llm-3b": 4.0, "llm-8b": 8.0}, 43, {"skewed": (0.25, 0.75)}),
               "h200us44": ({"llm-1b": 3.0, "llm-8b": 7.0}, 44, {"skewed": (0.25, 0.75)}),
               "h200us45": ({"llm-3b": 6.0, "llm-8b": 6.0}, 45, {"skewed": (0.3, 0.7)}),
-              "h200u3s46": ({"llm-1b": 4.0, "llm-3b": 3.0, "llm-8b": 5.0}, 46, {"half": (0.25, 0.25, 0.5)})}
+              "h200u3s46": ({"llm-1b": 4.0, "llm-3b": 3.0, "llm-8b": 5.0}, 46, {"half": (0.25, 0.25, 0.5)}),
+              "h200us47": ({"llm-1b": 2.0, "llm-8b": 10.0}, 47, {"skewed": (0.25, 0.75)}),
+              "h200us48": ({"llm-3b": 4.0, "llm-8b": 8.5}, 48, {"skewed": (0.25, 0.75)}),
+              "h200f49": ({"llm-8b": 11.0}, 49, {"full": (1.0,)})}
 H200U_TABLES = os.path.join(HERE, "tables-h200-shares")
 #: one H200 with the H100 sets' memory budget, so the KV pools are theirs
 H200_GPU = {"name": "H200", "memory_gb": 141, "usable_memory_gb": 76, "peak_fp16_tflops": 989,
