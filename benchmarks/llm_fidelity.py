@@ -375,6 +375,9 @@ PREFILL_TRACES = (("results-v3f", "conv-muxserve"), ("results-v3f-tp2", "tp2-poi
 # runs: GpuCalibration.partition_decode, own_decode_prefill); every other field v3s's H200
 # calibration's. Its runs (V3G_RESULTS) were predicted and committed (predictions/v3g-h200x3.jsonl)
 # before they ran.
+# v3s's and v3g's H200 calibrations time a graph prefill at its CUDA-graph bucket (the batch rounded up to
+# a power of two, the padded length: the shape the engine's graph computes, llm.prefill_at_bucket) and fit
+# their prefill fields so (GpuCalibration.prefill_at_bucket); the H100 calibrations keep the longest prompt.
 #: the five LLMs' decode rounds at share 0.2 on one H200 (``engine_bench.py --mechanisms green``) that fit
 #: its ``contention_hbm_gbps``: batch 8 at context 512 (the first, 2026-11-26), and batches 16 and 32
 #: at 512 and 16 at 1024, measured after the 3 x load's runs (the b8 fit over-stretched them by 2-12%:
@@ -432,7 +435,9 @@ H200_OWN_DECODE_TRACES = tuple((f"results-v3g-{s}", f"{s}-poisson-{p}") for s, s
 #: pairs (``-h200p40``, ``-h200p41``, ``-h200us42``, ``-h200us43``; predictions/v3g-h200-own.jsonl);
 #: then, held out from the fit of the stretch's power of the SM share, fresh pairs and a triple
 #: (``-h200us44``, ``-h200us45``, ``-h200u3s46``; predictions/v3g-h200-power.jsonl); and seeds 31 and
-#: 33's muxserve split again on a fresh machine (``-h200us31r``, ``-h200us33r``; predictions/v3g-h200us-again.jsonl)
+#: 33's muxserve split again on a fresh machine (``-h200us31r``, ``-h200us33r``; predictions/v3g-h200us-again.jsonl); then, after graph prefills were timed at their CUDA-graph buckets (GpuCalibration.prefill_at_bucket), fresh
+#: pairs near saturation and ``llm-8b`` alone on the whole GPU (``-h200us47``, ``-h200us48``, ``-h200f49``;
+#: predictions/v3g-h200-bucket.jsonl, and -bucket-before.jsonl with the calibration before)
 V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35",
                      "results-v3g-h200p36", "results-v3g-h200p37", "results-v3g-h200p38", "results-v3g-h200p40",
                      "results-v3g-h200p41", "results-v3g-h200us42", "results-v3g-h200us43", "results-v3g-h200us44",
@@ -2660,7 +2665,8 @@ def apply_gpu_trace_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List
     its launch's host time (:func:`fit_prefill_trace`: ``prefill_beside_gbps``,
     ``prefill_beside_requests``, ``prefill_beside_knee_tokens``, ``prefill_beside_delay_s``,
     ``prefill_host_s``) and a decode step's host time (:func:`traced_partition_decode_host`:
-    ``decode_host_s``); returns the fields set. Why: on one H200 these ran 2.3-2.5 x and 0.4-0.7
+    ``decode_host_s``), the prefills' table times at their buckets where ``out`` sets
+    ``prefill_at_bucket``; returns the fields set. Why: on one H200 these ran 2.3-2.5 x and 0.4-0.7
     ms and 0.17-0.20 ms where the H100's fields say 3.0 x, 0.7-1.7 ms and 0.30 ms, and the mean
     TTFT at 3 x load came out 30-44% short on the GPU (docs/fidelity-llm.md)."""
     fields, rms, count = fit_prefill_trace(runs, bool(out.get("prefill_at_bucket", False)))

@@ -82,8 +82,9 @@ member's own at each batch its search tries (:func:`_beside_terms`). With
 ``llm.own_decode_prefill_share`` o and two jobs of its share fitting, its own decode step leaves
 ``requests`` and ``demand`` and the prefill lasts all that over o (a lone member: ``prefill_m / o``):
 it keeps that part of its speed beside its own decode step, which Eq. 3 runs throughout. Not in the estimate:
-``llm.prefill_partition_stretch`` and the timing at the longest prompt (``prefill_at_longest``):
-Eq. 3 has no batch composition, only ``b`` mean-length prompts.
+``llm.prefill_partition_stretch`` and the timing at the longest prompt (``prefill_at_longest``) or
+at the CUDA-graph bucket (``prefill_at_bucket``): Eq. 3 has no batch composition, only ``b``
+mean-length prompts.
 
 Latency vectors ``P[row, b]`` and ``D[row, b]`` (prefill of ``b`` mean-length prompts,
 decode step of ``b`` requests at the mean context, or the effective one above) are precomputed per (LLM, TP degree) at

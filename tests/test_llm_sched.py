@@ -123,7 +123,7 @@ def timings(draw, n_llms):
     5 or 50 ms later, or by the others' demand at 10-100 GB/s and their decode requests at 2 or
     20 per unit, over 1 + tokens / 8 or 64 (which stretches eager prefills too), times the
     LLM's share to the power 0.4 or 1.5; prefills timed
-    at their longest prompt or the mean; decode steps 1.07 or 1.5 times their table time in place of
+    at their longest prompt or the mean, and graph prefills at their CUDA-graph bucket or not; decode steps 1.07 or 1.5 times their table time in place of
     the KV read, and 1 or 10 ms more per request, per LLM; a prefill beside its own decode step at
     0.4 or 0.7 of its speed. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
     others."""
@@ -223,7 +223,8 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     steps stretched in place of their KV read, decode steps timed at their effective context and
     lasting more per request they hold. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
-    changes the kernel's outcome in some cases (so the equality covers it; under the temporal
+    changes the kernel's outcome in some cases (so the equality covers it; the prefill's table
+    point, rarely at stake in these cases, on a hand-sized one below; under the temporal
     baseline, whose jobs never overlap, the ten terms between running jobs change nothing)."""
     seen = {name: 0 for name in TERMS_OFF}
 
@@ -249,7 +250,41 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}
+    # a prefill's table point matters only in the few drawn cases that batch prompts of several
+    # lengths (and not at all at the longest where the bucket is on):
+    # test_scheduler_times_prefills_at_the_kernel_s_table_point covers both on a hand-sized case
+    seen = {name: count for name, count in seen.items() if name not in PREFILL_POINT_TERMS}
     assert min(seen.values()) >= 1, seen  # every other term changed some outcome
+
+
+#: the terms of a prefill's table point (mean, longest prompt, CUDA-graph bucket)
+PREFILL_POINT_TERMS = ("prefill_at_longest", "prefill_at_bucket")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_scheduler_times_prefills_at_the_kernel_s_table_point(policy):
+    """Prompts of 24, 40 and 80 tokens arriving together, the table linear in length and batch
+    (1 ms per padded token): at their mean, at their longest prompt and at their CUDA-graph
+    bucket (4 x 96 tokens) the prefills last apart, and the port makes the kernel's decisions at
+    each, eager prefills too (a graph limit of 256 padded tokens: the batch runs eagerly; the
+    other LLM's lone prompt of 16 tokens is a bucket's own shape)."""
+    lgrid = [0.0, 1000.0]
+    P = [[[0.0, 1e-3 * b * 1000.0] for b in range(5)]] * 2
+    case = small_case(policy, arrival=[0.0, 0.0, 0.0, 0.2], llm=[0, 0, 0, 1], prompt=[24, 40, 80, 16],
+                      output=[3, 3, 3, 3], P=P, lgrid=lgrid)
+    finishes = []
+    for at_longest, at_bucket, graph_tokens in ((False, False, 0), (True, False, 0), (False, True, 0),
+                                                (False, True, 256)):
+        timing = NO_TIMING._replace(prefill_at_longest=at_longest, prefill_at_bucket=at_bucket,
+                                    graph_tokens=graph_tokens)
+        kernel = run_timed_kernel(case, timing)
+        sched = run_scheduler(case, timing)
+        assert np.array_equal(np.asarray(sched.finish), kernel["finish"]), "finish times differ"
+        assert np.array_equal(np.asarray(sched.first), kernel["first"]), "first-token times differ"
+        finishes.append(tuple(kernel["finish"]))
+    mean, longest, bucket, eager = finishes
+    assert len({mean, longest, bucket}) == 3  # each point times the batched prefill apart
+    assert eager == longest  # the batch run eagerly is padded to its longest prompt only
 
 
 def test_scheduler_preempts_and_finishes_like_kernel():

@@ -418,7 +418,8 @@ def _per_llm(values: np.ndarray, K: int) -> List[float]:
 class VirtualJobs:
     """The kernel's job timing on a virtual clock: the jobs in flight (slot ``2k``: LLM k's
     prefill, ``2k + 1``: its decode step) with their durations (table time, a prefill's at its
-    longest prompt with ``MeshSettings.prefill_at_longest``, a graph prefill's
+    longest prompt with ``MeshSettings.prefill_at_longest`` or, a graph prefill's, at its bucket
+    with ``prefill_at_bucket`` (:func:`job_seconds`), a graph prefill's
     ``MeshLLMs.prefill_stretch``, ``prefill_collect_s``, a decode step's KV read at
     ``MeshSettings.decode_kv_gbps`` or, where set, its ``MeshLLMs.decode_stretch``, and its
     ``decode_request_s`` per request; at its effective

@@ -304,7 +304,8 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=contention_gbps(cfg, tp),
                         graph_tokens=cfg.prefill_graph_tokens if cfg.prefill_at_bucket or max(
                             cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s, cfg.prefill_eager_hold_s,
-                            cfg.prefill_eager_host_tp_s) > 0 else 0, decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
+                            cfg.prefill_eager_host_tp_s) > 0 else 0,
+                        decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
                         own_decode_prefill=cfg.own_decode_prefill_share,
                         hbm_cap_gbps=cfg.contention_hbm_cap_gbps, prefill_beside=cfg.prefill_beside_stretch,
                         prefill_beside_delay=cfg.prefill_beside_delay_s, prefill_beside_gbps=cfg.prefill_beside_gbps,

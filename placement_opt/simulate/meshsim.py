@@ -534,8 +534,10 @@ def prefill_point(batch, longest, tokens, eager, at_longest, at_bucket, max_row)
     cost table: (row, length). By default its batch at the mean prompt; ``at_longest`` (an engine
     that pads a batch to its longest prompt) at the longest; ``at_bucket`` (the LLM engine's CUDA
     graphs, which compute their bucket's whole shape) a graph prefill (not ``eager``) at its
-    batch rounded up to a power of two (at most ``max_row``, the table's last row) and
-    :func:`padded_prefill_length` of its longest prompt, an eager one at its longest. The
+    batch rounded up to a power of two and :func:`padded_prefill_length` of its longest prompt,
+    an eager one at its longest. The row is at most ``max_row``, the table's last: the mesh
+    tables hold rows up to ``llm.max_batch`` (32 in every calibrated instance, a power of two;
+    with another, a batch past its last power of two reads that row, short of the engine's). The
     profiled table holds the engine's buckets at its grid points, so between them a graph
     prefill costs its padded shape (docs/fidelity-llm.md "A graph prefill costs its bucket")."""
     if at_bucket and not eager:
@@ -1099,8 +1101,8 @@ def prefill_stretches_beside(share, eager, cfg):
     by :func:`prefill_beside_stretch` beside other jobs: on a partition (share below 1) with
     that model on; a graph prefill always, an eager one where the stretch follows the prompt's
     length (``prefill_beside_knee`` set: the whole formula then applies to it, the fixed stretch
-    and delay included, which were measured on graph prefills only; the trace-fitted
-    calibration sets those to 0)."""
+    and delay included, which were measured on graph prefills only: the trace-fitted
+    calibrations set the fixed stretch to 0 and the delay to at most 0.3 ms)."""
     return prefill_beside_on(cfg) and share < 1.0 - EPS and (not eager or cfg.prefill_beside_knee > 0)
 
 

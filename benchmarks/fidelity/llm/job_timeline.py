@@ -10,8 +10,9 @@ host and contention fields ``benchmarks/llm_fidelity.py`` re-predicts the run wi
 * ``host ms``: the mean time the scheduling thread spent launching one (what the simulator's
   host model charges);
 * ``GPU ms``: the mean time from its GPU start to its end (table time and contention);
-* ``x table``: the median of that time over the job's table time at its SM share, batch and
-  longest context (how much the co-running jobs slow it), by how many other jobs of its mesh
+* ``x table``: how much the co-running jobs slow it: the median of that time over the job's
+  table time at its SM share, batch and longest context (a graph prefill's at its CUDA-graph
+  bucket where the calibration times it so, ``llm.prefill_at_bucket``), by how many other jobs of its mesh
   ran beside it (time-weighted, rounded). The trace keeps no mean context, and the simulator
   adds to the table a decode step's KV read (on a whole GPU of a one-GPU mesh: its stretch and
   seconds per request instead) and a prefill's collect time, so a job alone shows
@@ -96,7 +97,7 @@ def report(spec: str, run: dict, overrides: Dict[str, float]) -> List[str]:
     lines = [f"== {spec}" + (f" with {overrides}" if overrides else "")]
     stats = {}
     for label, jobs in (("measured", measured), ("simulated", simulated)):
-        tab, co = fid.traced_table_seconds(run, jobs), co_runners(jobs)
+        tab, co = fid.traced_table_seconds(run, jobs, bool(inst.llm_settings.prefill_at_bucket)), co_runners(jobs)
         by: Dict[Tuple[str, str], List[Tuple[float, float, float, float]]] = defaultdict(list)
         for j, t, c in zip(jobs, tab, co):
             by[(j["llm"], j["kind"])].append((j["launched_s"] - j["launch_s"], j["device_end_s"] - j["device_start_s"],
