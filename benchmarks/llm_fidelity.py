@@ -437,12 +437,14 @@ H200_OWN_DECODE_TRACES = tuple((f"results-v3g-{s}", f"{s}-poisson-{p}") for s, s
 #: (``-h200us44``, ``-h200us45``, ``-h200u3s46``; predictions/v3g-h200-power.jsonl); and seeds 31 and
 #: 33's muxserve split again on a fresh machine (``-h200us31r``, ``-h200us33r``; predictions/v3g-h200us-again.jsonl); then, after graph prefills were timed at their CUDA-graph buckets (GpuCalibration.prefill_at_bucket), fresh
 #: pairs near saturation and ``llm-8b`` alone on the whole GPU (``-h200us47``, ``-h200us48``, ``-h200f49``;
-#: predictions/v3g-h200-bucket.jsonl, and -bucket-before.jsonl with the calibration before)
+#: predictions/v3g-h200-bucket.jsonl, and -bucket-before.jsonl with the calibration before), and the two
+#: TTFT misses among them again on a fresh machine (``-h200us48r``, ``-h200f49r``; predictions/v3g-h200-bucket-again.jsonl)
 V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35",
                      "results-v3g-h200p36", "results-v3g-h200p37", "results-v3g-h200p38", "results-v3g-h200p40",
                      "results-v3g-h200p41", "results-v3g-h200us42", "results-v3g-h200us43", "results-v3g-h200us44",
                      "results-v3g-h200us45", "results-v3g-h200u3s46", "results-v3g-h200us31r", "results-v3g-h200us33r",
-                     "results-v3g-h200us47", "results-v3g-h200us48", "results-v3g-h200f49")
+                     "results-v3g-h200us47", "results-v3g-h200us48", "results-v3g-h200f49", "results-v3g-h200us48r",
+                     "results-v3g-h200f49r")
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
