@@ -91,19 +91,23 @@ def test_graph_prefills_alone_on_the_gpu_take_their_bucket_s_table_time(where):
 FRESH = ("results-v3g-h200f49/h200f49-poisson-full", "results-v3g-h200us47/h200us47-poisson-muxserve",
          "results-v3g-h200us47/h200us47-poisson-skewed", "results-v3g-h200us48/h200us48-poisson-muxserve",
          "results-v3g-h200us48/h200us48-poisson-skewed")
+#: the two TTFT misses among them again on a fresh machine
+AGAIN = ("results-v3g-h200us48r/h200us48-poisson-muxserve", "results-v3g-h200f49r/h200f49-poisson-full")
 
 
 def test_the_fresh_runs_were_predicted_by_the_committed_model_and_meet_the_rate_targets():
-    """The five runs after the change (one H200) were predicted before they ran
+    """The five runs after the change (one H200) and two repeats were predicted before they ran
     (``predictions/v3g-h200-bucket.jsonl``): the current simulator gives those predictions again,
     and every run is within the throughput, per-LLM, TPOT and attainment targets. Their mean TTFT
-    (measured 71-285 ms) is within 15% on three; ``h200f49`` ran at a lighter host pace than
-    calibrated and ``h200us48``'s MuxServe split (``llm-8b`` at 0.57) waited longer
-    (docs/fidelity-llm.md)."""
+    (measured 71-285 ms) is within 15% on three; ``h200f49`` (``llm-8b`` alone, -24%) and
+    ``h200us48``'s MuxServe split (``llm-8b`` at 0.57, +43%) miss, and miss again on a fresh
+    machine (``predictions/v3g-h200-bucket-again.jsonl``: -28%, +30%; docs/fidelity-llm.md)."""
     committed = committed_predictions("v3g-h200-bucket.jsonl")
-    assert sorted(committed) == sorted(FRESH)
+    again = committed_predictions("v3g-h200-bucket-again.jsonl")
+    assert sorted(committed) == sorted(FRESH) and sorted(again) == sorted(AGAIN)
+    committed.update(again)
     ttft_met = 0
-    for spec in FRESH:
+    for spec in FRESH + AGAIN:
         folder, name = spec.split("/")
         run = script._find_run((folder, name))
         sim, attain = script.predict(run, None)
