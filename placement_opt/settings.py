@@ -188,8 +188,8 @@ class LLMConfig:
       of two and its longest prompt padded to the next of 16, 24, 32, 48, ... tokens
       (``meshsim.padded_prefill_length``), the shape placeopt's engine computes; an eager one at
       its longest prompt (as ``prefill_at_longest``). The profiler measures the table at the
-      buckets' own shapes, so read at the unpadded prompt a graph prefill alone came out 3-10%
-      short on an H200, at its bucket within 0-3% (docs/fidelity-llm.md).
+      buckets' own shapes, so read at the unpadded prompt a graph prefill alone came out 2-10%
+      short on an H200, at its bucket within 3% (docs/fidelity-llm.md).
     * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
       partition, so while its prefill runs its decode step keeps only this part of its speed
       (applies on a partition, share below 1; 0: off, the step keeps its table time).
