@@ -435,10 +435,12 @@ H200_OWN_DECODE_TRACES = tuple((f"results-v3g-{s}", f"{s}-poisson-{p}") for s, s
 #: pairs (``-h200p40``, ``-h200p41``, ``-h200us42``, ``-h200us43``; predictions/v3g-h200-own.jsonl);
 #: then, held out from the fit of the stretch's power of the SM share, fresh pairs and a triple
 #: (``-h200us44``, ``-h200us45``, ``-h200u3s46``; predictions/v3g-h200-power.jsonl); and seeds 31 and
-#: 33's muxserve split again on a fresh machine (``-h200us31r``, ``-h200us33r``; predictions/v3g-h200us-again.jsonl); then, after graph prefills were timed at their CUDA-graph buckets (GpuCalibration.prefill_at_bucket), fresh
-#: pairs near saturation and ``llm-8b`` alone on the whole GPU (``-h200us47``, ``-h200us48``, ``-h200f49``;
-#: predictions/v3g-h200-bucket.jsonl, and -bucket-before.jsonl with the calibration before), and the two
-#: TTFT misses among them again on a fresh machine (``-h200us48r``, ``-h200f49r``; predictions/v3g-h200-bucket-again.jsonl)
+#: 33's muxserve split again on a fresh machine (``-h200us31r``, ``-h200us33r``;
+#: predictions/v3g-h200us-again.jsonl); then, after graph prefills were timed at their CUDA-graph
+#: buckets (GpuCalibration.prefill_at_bucket), fresh pairs near saturation and ``llm-8b`` alone on
+#: the whole GPU (``-h200us47``, ``-h200us48``, ``-h200f49``; predictions/v3g-h200-bucket.jsonl, and
+#: -bucket-before.jsonl with the calibration before), and the two TTFT misses among them again on a
+#: fresh machine (``-h200us48r``, ``-h200f49r``; predictions/v3g-h200-bucket-again.jsonl)
 V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3g-h200us33", "results-v3g-h200u3s35",
                      "results-v3g-h200p36", "results-v3g-h200p37", "results-v3g-h200p38", "results-v3g-h200p40",
                      "results-v3g-h200p41", "results-v3g-h200us42", "results-v3g-h200us43", "results-v3g-h200us44",
@@ -1579,11 +1581,12 @@ def traced_table_seconds(run: dict, jobs: List[dict], at_bucket: bool = False) -
     for j in jobs:
         table, k = tables[j["llm"]][:2]
         rows = table.prefill[k] if j["kind"] == "prefill" else table.decode[k]
-        n, longest = j["requests"], j["longest_context"]
-        row, length = min(n, rows.shape[0] - 1), float(longest)
-        if j["kind"] == "prefill" and at_bucket:
-            eager = bool(prefill_runs_eagerly(n, longest, GRAPH_TOKENS))
-            row, length = prefill_point(row, longest, float(n * longest), eager, True, True, rows.shape[0] - 1)
+        n, longest, last = j["requests"], j["longest_context"], rows.shape[0] - 1
+        if j["kind"] == "prefill":
+            eager = at_bucket and bool(prefill_runs_eagerly(n, longest, GRAPH_TOKENS))
+            row, length = prefill_point(n, longest, float(n * longest), eager, True, at_bucket, last)
+        else:
+            row, length = min(n, last), float(longest)
         out.append(len_interp(rows[row], table.lgrid, length))
     return out
 

@@ -537,7 +537,7 @@ def prefill_point(batch, longest, tokens, eager, at_longest, at_bucket, max_row)
     batch rounded up to a power of two and :func:`padded_prefill_length` of its longest prompt,
     an eager one at its longest. The row is at most ``max_row``, the table's last: the mesh
     tables hold rows up to ``llm.max_batch`` (32 in every calibrated instance, a power of two;
-    with another, a batch past its last power of two reads that row, short of the engine's). The
+    with another, a bucket past it reads that row, short of the engine's). The
     profiled table holds the engine's buckets at its grid points, so between them a graph
     prefill costs its padded shape (docs/fidelity-llm.md "A graph prefill costs its bucket")."""
     if at_bucket and not eager:
@@ -546,8 +546,8 @@ def prefill_point(batch, longest, tokens, eager, at_longest, at_bucket, max_row)
             row *= 2
         return min(row, max_row), float(padded_prefill_length(longest))
     if at_longest or at_bucket:
-        return batch, float(longest)
-    return batch, tokens / batch
+        return min(batch, max_row), float(longest)
+    return min(batch, max_row), tokens / batch
 
 
 @njit(cache=True)

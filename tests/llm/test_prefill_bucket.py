@@ -72,17 +72,13 @@ def test_graph_prefills_alone_on_the_gpu_take_their_bucket_s_table_time(where):
     the bucket, within 3% (medians over the run's graph prefills that ran alone)."""
     run = script._find_run(where)
     jobs = script.traced_jobs(run)
-    start = np.array([j["device_start_s"] for j in jobs])
-    end = np.array([j["device_end_s"] for j in jobs])
-    group = np.array([j["group"] for j in jobs])
-    alone = [i for i, j in enumerate(jobs) if j["kind"] == "prefill"
-             and not prefill_runs_eagerly(j["requests"], j["longest_context"], script.GRAPH_TOKENS)
-             and not np.any((np.minimum(end, end[i]) > np.maximum(start, start[i])) & (group == group[i])
-                            & (np.arange(len(jobs)) != i))]
+    alone = [j for g in {j["group"] for j in jobs} for j in script.jobs_alone([j for j in jobs if j["group"] == g])
+             if j["kind"] == "prefill" and not prefill_runs_eagerly(j["requests"], j["longest_context"],
+                                                                    script.GRAPH_TOKENS)]
     assert len(alone) >= 50
-    took = end[alone] - start[alone]
-    longest = np.array(script.traced_table_seconds(run, [jobs[i] for i in alone]))
-    bucket = np.array(script.traced_table_seconds(run, [jobs[i] for i in alone], at_bucket=True))
+    took = np.array([j["device_end_s"] - j["device_start_s"] for j in alone])
+    longest = np.array(script.traced_table_seconds(run, alone))
+    bucket = np.array(script.traced_table_seconds(run, alone, at_bucket=True))
     assert np.all(bucket >= longest)
     assert np.median(took / longest) > 1.015
     assert 0.98 < np.median(took / bucket) < 1.03
