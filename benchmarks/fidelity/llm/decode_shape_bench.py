@@ -13,7 +13,8 @@ whole GPU on plain streams) for every batch in ``--batches`` under context patte
 * ``uniform``: every request at ``--context`` (the table's setting; at a bucket batch it is the
   table's own point);
 * ``spread``: contexts evenly spaced from 16 to ``2 x context - 16`` (longest about 2 x mean);
-* ``one-long``: one request at ``--long`` tokens, the others at the context that keeps the mean.
+* ``one-long``: one request at ``--long`` tokens, the others at the context that keeps the mean
+  (at least 16 tokens: at small batches the mean then rises, and the row records it).
 
 Each figure is the median GPU time (CUDA events on the LLM's decode stream) of ``--steps``
 steps after three warm-up steps, the contexts growing one token a step. The KV blocks are
