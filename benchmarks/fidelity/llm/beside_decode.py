@@ -53,8 +53,7 @@ DEFAULT_FAMILIES = ("h200us", "h200u3s", "h200x3s", "h200g1s", "h200s1", "h200s2
 PREFILL_SLACK = 0.05
 
 #: the columns of :func:`beside_steps`
-STEP_COLUMNS = ("gpu_s", "alone_s", "own_gbps", "others_gbps", "others_decoding", "prefilling", "share",
-                "others_share")
+STEP_COLUMNS = ("gpu_s", "alone_s", "model", "others_decoding", "prefilling", "share", "others_share")
 
 
 def default_folders() -> List[str]:
@@ -67,29 +66,37 @@ def default_folders() -> List[str]:
     return out
 
 
+def traced_on_partitions(run: dict) -> bool:
+    """Whether ``run`` is a whole trial with a job trace that records the contexts and a one-GPU
+    mesh on SM partitions (the trace's header read, not its rows)."""
+    return (lf.whole_trial(run) and os.path.exists(lf.run_file(run, "jobs.csv")) and lf.trace_has_contexts(run)
+            and bool(lf.partition_groups(run)))
+
+
 def beside_steps(run: dict) -> Tuple[List[str], np.ndarray]:
     """Per decode step on an SM partition of a one-GPU mesh in ``run``'s job trace: its LLM and
-    a row of :data:`STEP_COLUMNS`: its GPU time, the model's time alone (module docstring), its
-    own HBM demand and the time-weighted demand of the other LLMs' decode steps beside it (GB/s),
-    the part of its time other LLMs' decode steps and any prefill ran beside it (summed over
-    those jobs), its SM share and the summed shares of the other LLMs beside it. ValueError for
-    a run without a job trace that records the contexts."""
+    a row of :data:`STEP_COLUMNS`: its GPU time, the model's time alone (module docstring), the
+    contention stretch at its own HBM demand and the time-weighted demand of the other LLMs'
+    decode steps beside it (1 with none), the part of its time other LLMs' decode steps and any
+    prefill ran beside it (summed over those jobs), its SM share and the summed shares of the
+    other LLMs beside it. ValueError for a run without a job trace that records the contexts."""
     from placement_opt.executor.llm_sched import len_interp
     from placement_opt.llm_units import llm_specs
-    from placement_opt.simulate.llm import (decode_request_seconds, decode_stretch, decode_wave, kv_read_gbps,
-                                            sm_shares)
-    from placement_opt.simulate.meshsim import decode_context
+    from placement_opt.simulate.llm import (contention_gbps, decode_request_seconds, decode_stretch, decode_wave,
+                                            kv_read_gbps, sm_shares)
+    from placement_opt.simulate.meshsim import contention_stretch, decode_context
 
     jobs = lf.traced_jobs(run)
     if jobs is None or not lf.trace_has_contexts(run):
         raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace with the "
                          "context_tokens column")
-    cfg = lf.run_instance(run, None).llm_settings
-    inst, placement, policy = lf.run_setup(run)
+    inst = lf.run_instance(run, None)  # with the run's calibration
+    cfg = inst.llm_settings
+    _, placement, policy = lf.run_setup(run)
     specs = {s.name: s for s in llm_specs(inst)}
     groups = lf.partition_groups(run)
     tables = lf._mesh_step_tables(run, at_shares=True)
-    kv_gbps = kv_read_gbps(cfg, 1)
+    kv_gbps, rate, cap = kv_read_gbps(cfg, 1), contention_gbps(cfg, 1), cfg.contention_hbm_cap_gbps
     share = {}
     for gi in groups:
         g = placement.groups[gi]
@@ -132,8 +139,9 @@ def beside_steps(run: dict) -> Tuple[List[str], np.ndarray]:
         overlap[i - near.start] = 0.0
         other = llm[near] != j["llm"]
         beside = overlap * (other & decoding[near])
+        others = float(np.dot(beside, demand[near])) / took
         names.append(j["llm"])
-        rows.append((took, alone[i], demand[i], float(np.dot(beside, demand[near])) / took, beside.sum() / took,
+        rows.append((took, alone[i], contention_stretch(demand[i] + others, demand[i], rate, cap), beside.sum() / took,
                      float(overlap[~decoding[near]].sum()) / took, shares[i],
                      float(sum({m: s for m, s in zip(llm[near][beside > 0], shares[near][beside > 0])}.values()))))
     return names, np.array(rows, dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
@@ -148,26 +156,18 @@ def grouped(runs: Sequence[dict]) -> Iterator[Tuple[Tuple[str, str, float, float
     """Per (family, LLM, SM share, others' summed share; ``alone``: share -1 of others) the
     (measured, model) stretch of every step of ``runs`` beside other LLMs' decode steps only
     (:func:`beside_steps`, :data:`PREFILL_SLACK`), or alone on its partition."""
-    from placement_opt.simulate.llm import contention_gbps
-    from placement_opt.simulate.meshsim import contention_stretch
-
     out: Dict[Tuple[str, str, float, float], List[Tuple[float, float]]] = collections.defaultdict(list)
+    c = {name: k for k, name in enumerate(STEP_COLUMNS)}
     for run in runs:
-        cfg = lf.run_instance(run, None).llm_settings
-        rate, cap = contention_gbps(cfg, 1), cfg.contention_hbm_cap_gbps
-        names, rows = beside_steps(run)
-        c = {name: k for k, name in enumerate(STEP_COLUMNS)}
-        for name, r in zip(names, rows):
+        for name, r in zip(*beside_steps(run)):
             if r[c["prefilling"]] > PREFILL_SLACK:
                 continue
             measured = r[c["gpu_s"]] / r[c["alone_s"]]
             if r[c["others_decoding"]] <= PREFILL_SLACK:
                 out[(family(run["folder"]), name, round(r[c["share"]], 2), -1.0)].append((measured, 1.0))
             elif r[c["others_decoding"]] >= 1.0 - PREFILL_SLACK:
-                own = r[c["own_gbps"]]
-                model = contention_stretch(own + r[c["others_gbps"]], own, rate, cap)
                 out[(family(run["folder"]), name, round(r[c["share"]], 2), round(r[c["others_share"]], 2))].append(
-                    (measured, model))
+                    (measured, r[c["model"]]))
     for key in sorted(out, key=lambda k: (k[0], k[2], k[1], k[3])):
         yield key, np.array(out[key])
 
@@ -179,8 +179,7 @@ def main() -> None:
     ap.add_argument("-o", "--out", help="write the groups as JSON here too")
     args = ap.parse_args()
     folders = [os.path.join(lf.LLM, f) if not os.path.isabs(f) else f for f in args.folders] or default_folders()
-    runs = [r for f in folders for r in lf.load_runs(f) if lf.whole_trial(r) and lf.traced_jobs(r) is not None
-            and lf.partition_groups(r)]
+    runs = [r for f in folders for r in lf.load_runs(f) if traced_on_partitions(r)]
     print(f"{len(runs)} runs with job traces on SM partitions of one GPU")
     print(f"{'family':9s} {'LLM':9s} {'share':>5s} {'beside':>6s} {'steps':>7s} {'measured':>8s} {'model':>6s} "
           f"{'ratio':>6s}")
