@@ -1719,6 +1719,15 @@ def traced_partition_prefills(run: dict, at_bucket: bool = False) -> np.ndarray:
     return np.array(rows).reshape(-1, len(PREFILL_COLUMNS))
 
 
+def traced_demand(jobs: List[dict], specs: Dict[str, Any], tp: Sequence[int], seconds: Sequence[float]) -> np.ndarray:
+    """Per traced job (:func:`traced_jobs`' rows) its HBM demand in GB/s per GPU, about as the
+    simulator's contention model counts it: its LLM's weights and the KV of its contexts
+    (``context_tokens``) over its mesh's TP degree ``tp`` and over ``seconds``, its time alone
+    (0 where that is 0); ``specs``: the LLMs' :class:`~placement_opt.llm_units.LLMSpec` by name."""
+    return np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["context_tokens"])
+                     / n / t / 1e9 if t > 0 else 0.0 for j, n, t in zip(jobs, tp, seconds)])
+
+
 def _partition_prefills(run: dict, at_bucket: bool = False) -> Iterator[tuple]:
     """Per prefill on an SM partition in ``run``'s job trace: its table seconds, GPU seconds, the
     seconds each job of the trace overlapped it on its mesh (itself 0), a mask of its own LLM's
@@ -1740,8 +1749,7 @@ def _partition_prefills(run: dict, at_bucket: bool = False) -> Iterator[tuple]:
         for m, sh in zip(g.models, sm_shares(g, policy)):
             share[(gi, m)], tp[(gi, m)] = sh, g.tp
     table = np.array(traced_table_seconds(run, jobs, at_bucket))
-    demand = np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["context_tokens"])
-                       / tp[(j["group"], j["llm"])] / t / 1e9 if t > 0 else 0.0 for j, t in zip(jobs, table)])
+    demand = traced_demand(jobs, specs, [tp[(j["group"], j["llm"])] for j in jobs], table)
     decoding = np.array([j["requests"] if j["kind"] == "decode" else 0 for j in jobs], dtype=float)
     start = np.array([j["device_start_s"] for j in jobs])
     end = np.array([j["device_end_s"] for j in jobs])

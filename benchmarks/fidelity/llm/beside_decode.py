@@ -119,8 +119,7 @@ def beside_steps(run: dict) -> Tuple[List[str], np.ndarray]:
         elif kv_gbps > 0:
             seconds += j["context_tokens"] * spec.kv_bytes_per_token / (kv_gbps * 1e9)
         alone[i] = seconds + decode_request_seconds(cfg, sh, 1) * n
-    demand = np.array([(specs[j["llm"]].weight_bytes + specs[j["llm"]].kv_bytes_per_token * j["context_tokens"])
-                       / a / 1e9 if a > 0 else 0.0 for j, a in zip(jobs, alone)])
+    demand = lf.traced_demand(jobs, specs, [1] * len(jobs), alone)
     start = np.array([j["device_start_s"] for j in jobs])
     end = np.array([j["device_end_s"] for j in jobs])
     group = np.array([j["group"] for j in jobs])
