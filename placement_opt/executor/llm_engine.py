@@ -167,7 +167,8 @@ def prefill_buckets(max_batch: int, longest: int) -> List[Tuple[int, int]]:
 
 @dataclass
 class _Running:
-    """A launched job: its end event (GPU) and its greedy tokens (on the device)."""
+    """A launched job: its end event (GPU) and its greedy tokens (on GPUs a view of the LLM's
+    pinned host buffer that an asynchronous copy before the event fills; on CPUs the result)."""
 
     job: Job
     tokens: torch.Tensor
@@ -190,6 +191,7 @@ class _LLMRuntime:
     prefill_graphs: Dict[Tuple[int, int], Tuple[Any, PrefillInputs, torch.Tensor]] = field(default_factory=dict)
     prefill_pool: Any = None
     prepared: set = field(default_factory=set)  # prefill buckets start-up prepared (or the replay met since)
+    host_tokens: Dict[str, torch.Tensor] = field(default_factory=dict)  # kind -> pinned buffer of its job's tokens
 
 
 class MeshEngine:
@@ -220,6 +222,11 @@ class MeshEngine:
         self.cold_buckets: List[Tuple[str, int, int]] = []  # (LLM, batch, length) first met after start-up
         self.eager_prefills = 0  # prefills over the graph limit since start-up or reset
         self.trace = JobTrace(device)  # records only once begun (the leader, with spec.job_trace)
+        # the stream current when jobs are launched, looked up once (torch's per-call stream look-ups
+        # cost the launch path tens of microseconds); start-up queues work there (the weights), which
+        # jobs wait for until warm-up has synchronised the device (nothing is queued there after)
+        self._default_stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        self._wait_default = True
 
     @property
     def attention(self) -> str:
@@ -271,6 +278,7 @@ class MeshEngine:
             self._plain_streams()
             self._prepare()
         self.sync()
+        self._wait_default = False  # the device is idle: nothing on the default stream for jobs to wait for
         self.warmup["warm_up_s"] = round(time.perf_counter() - started, 3)
         self.cold_buckets, self.eager_prefills = [], 0
 
@@ -411,15 +419,33 @@ class MeshEngine:
             self.running[(job.kind, job.llm)] = _Running(job, tokens, launched=(began, time.monotonic()))
             return
         timed = self.trace.active
-        stream.wait_stream(torch.cuda.current_stream(self.device))  # the inputs copied on the default stream
-        with torch.cuda.stream(stream):
+        if self._wait_default:
+            stream.wait_stream(self._default_stream)  # start-up's work there (the weights)
+        torch.cuda.set_stream(stream)  # its kernels and copies go there (torch's context would look devices up)
+        try:
             start = torch.cuda.Event(enable_timing=True) if timed else None
             if start is not None:
                 start.record(stream)
             tokens = self._prefill(rt, job) if job.kind == PREFILL else self._decode(rt, job)
+            host = self._host_tokens(rt, job.kind, tokens.shape[0])
+            host.copy_(tokens, non_blocking=True)  # read by finish once the event has passed
             event = torch.cuda.Event(enable_timing=timed)
             event.record(stream)
-        self.running[(job.kind, job.llm)] = _Running(job, tokens, event, start, (began, time.monotonic()))
+        finally:
+            torch.cuda.set_stream(self._default_stream)
+        self.running[(job.kind, job.llm)] = _Running(job, host, event, start, (began, time.monotonic()))
+
+    def _host_tokens(self, rt: _LLMRuntime, kind: str, n: int) -> torch.Tensor:
+        """The first ``n`` entries of LLM ``rt``'s pinned host buffer for its ``kind`` job's tokens
+        (made at warm-up's first job for the most requests a job takes, grown to a power of two past
+        that). One job of a kind runs per LLM at a time, and its tokens are read before the next is
+        launched, so one buffer per kind serves: the asynchronous copy into it replaces a device
+        clone and a blocking copy back in ``finish``."""
+        buf = rt.host_tokens.get(kind)
+        if buf is None or buf.shape[0] < n:
+            size = 1 << (max(n, self.spec.max_batch) - 1).bit_length()
+            buf = rt.host_tokens[kind] = torch.empty(size, dtype=torch.long, pin_memory=True)
+        return buf[:n]
 
     def _prefill(self, rt: _LLMRuntime, job: Job) -> torch.Tensor:
         """Launch a prefill: a graph replay of its bucket on GPUs (module docstring), else eager."""
@@ -444,7 +470,7 @@ class MeshEngine:
             graph, inputs, out = entry
             inputs.fill(job.requests, lengths, ids)
             graph.replay()
-            return out[:n].clone()
+            return out[:n]  # copied to the host before the bucket's next replay (launch)
         inputs = PrefillInputs(rt.cache, *bucket)
         inputs.fill(job.requests, lengths, ids)
         first = rt.model.prefill(inputs.tokens, inputs.lengths, inputs).argmax(-1)[:n]  # this job, eagerly
@@ -481,7 +507,7 @@ class MeshEngine:
             graph, inputs, out = rt.graphs[(b, m)]
             inputs.fill(job.requests, last, pos)
             graph.replay()
-            return out[:n].clone()
+            return out[:n]  # copied to the host before the bucket's next replay (launch)
         inputs = DecodeInputs(rt.cache, n, need)
         inputs.fill(job.requests, last, pos)
         return rt.model.decode(inputs.tokens, inputs.pos, inputs).argmax(-1)

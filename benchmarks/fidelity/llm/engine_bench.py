@@ -75,10 +75,11 @@ def _event(torch: Any) -> Any:
 
 
 def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int, max_blocks: int,
-            longest: int = 0) -> Any:
+            longest: int = 0, engine_class: Any = None) -> Any:
     """A warmed-up MeshEngine with every LLM at ``share`` (green contexts or plain streams), its
     pool sized for ``batch`` requests of ``max_blocks`` blocks per LLM (``longest``: every LLM's
-    longest request, which start-up prepares; 0: the pool's bound)."""
+    longest request, which start-up prepares; 0: the pool's bound; ``engine_class``: another
+    engine class of the same interface, e.g. an earlier revision's, default the executor's)."""
     from placement_opt.executor.llm_engine import EngineSpec, LLMBuild, MeshEngine
     from placement_opt.llm_units import page_units, units_per_block
 
@@ -88,7 +89,7 @@ def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int
     builds = tuple(LLMBuild(name, arch, seed=i + 1, share=share, longest=longest) for i, (name, arch) in enumerate(llms))
     spec = EngineSpec(llms=builds, tp=1, tp_rank=0, pool_pages=pages, block=16, max_batch=batch,
                       max_blocks=max_blocks, cuda_graphs=True, green_contexts=green)
-    engine = MeshEngine(spec, _device(torch), [(None, None)] * len(llms))
+    engine = (engine_class or MeshEngine)(spec, _device(torch), [(None, None)] * len(llms))
     engine.warm_up()
     return engine
 
