@@ -448,6 +448,22 @@ V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3
                      "results-v3g-h200us47", "results-v3g-h200us48", "results-v3g-h200f49", "results-v3g-h200us48r",
                      "results-v3g-h200f49r")
 
+#: v3h: v3g's engine with a decode step's host path cut (docs/fidelity-llm.md "The decode step's host
+#: path": a job's tokens come back in one asynchronous copy into a pinned buffer, with no device clone
+#: and no blocking copy; its stream is set directly): its GPU work is v3g's, and so is its calibration,
+#: none of its fields refitted (its traces put llm-8b's median decode launch on a partition at
+#: 0.16-0.17 ms, where v3g's calibration has 0.164). Seed 31's muxserve and equal splits ran again with
+#: it first (``-h200us31``: not predicted before), then fresh pairs, predicted with v3g's calibration
+#: and committed before they ran (``-h200us50`` to ``-h200us52``; predictions/v3h-h200us.jsonl)
+V3H_RESULTS = ("results-v3h-h200us31", "results-v3h-h200us50", "results-v3h-h200us51", "results-v3h-h200us52")
+#: v3g's H200 calibration: its contention rounds and the job traces its fields are fitted on
+V3G_H200 = GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
+                          tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
+                          H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True,
+                          fit_own_prefill=True, partition_decode=H200_PARTITION_TRACES,
+                          own_decode_prefill=H200_OWN_DECODE_TRACES + H200_PARTITION_TRACES,
+                          prefill_at_bucket=True)
+
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
                      ("results-v2b", "poisson-muxserve/round-robin"), "calibration-v2.json"),
@@ -547,12 +563,11 @@ GENERATIONS = {
                       folder_tables=tuple((f, "tables-h200-g1") for f in V3G_RESULTS)
                       + tuple((f, "tables-h200-shares") for f in V3G_SHARE_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3s",
-                      gpus=(GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
-                                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
-                                           H200_TRACES, H200_WHOLE_GPU_TRACES, whole_gpu_per_request=True,
-                                           fit_own_prefill=True, partition_decode=H200_PARTITION_TRACES,
-                                           own_decode_prefill=H200_OWN_DECODE_TRACES + H200_PARTITION_TRACES,
-                                           prefill_at_bucket=True),)),
+                      gpus=(V3G_H200,)),
+    "v3h": Generation(V3H_RESULTS, "tables-v3", "results-v3", None, "calibration-v3h.json",
+                      folder_tables=tuple((f, "tables-h200-shares") for f in V3H_RESULTS),
+                      page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3g",
+                      gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3h-h200.json"),)),
 }
 
 

@@ -60,6 +60,10 @@ muxserve and ``skewed`` 0.25 / 0.75). Held out from the fit of the stretch's pow
 share (written after it): ``h200us44`` (``llm-1b`` and ``llm-8b`` at 3 + 7, muxserve and ``skewed``
 0.25 / 0.75), ``h200us45`` (``llm-3b`` and ``llm-8b`` at 6 + 6, muxserve and ``skewed`` 0.3 / 0.7)
 and ``h200u3s46`` (``llm-1b``, ``llm-3b`` and ``llm-8b`` at 4 + 3 + 5, muxserve and ``half``).
+Held out for the engine with the pinned token copy (v3h; written before its runs): ``h200us50``
+(seed 31's rates drawn anew: ``llm-1b`` and ``llm-8b`` at 2 + 10, muxserve and ``equal``) and
+``h200us51`` (``llm-3b`` and ``llm-8b`` at 4 + 8.5, as seed 48: muxserve and ``skewed`` 0.25 / 0.75)
+and ``h200us52`` (``llm-1b`` and ``llm-8b`` at 2 + 11, nearer saturation: muxserve and ``equal``).
 Write a set once, before its runs: its
 placements and measured instance record the calibration of that day.
 
@@ -303,7 +307,10 @@ H200U_SETS = {"h200us31": ({"llm-1b": 2.0, "llm-8b": 10.0}, 31, H200U_PAIR_SPLIT
               "h200u3s46": ({"llm-1b": 4.0, "llm-3b": 3.0, "llm-8b": 5.0}, 46, {"half": (0.25, 0.25, 0.5)}),
               "h200us47": ({"llm-1b": 2.0, "llm-8b": 10.0}, 47, {"skewed": (0.25, 0.75)}),
               "h200us48": ({"llm-3b": 4.0, "llm-8b": 8.5}, 48, {"skewed": (0.25, 0.75)}),
-              "h200f49": ({"llm-8b": 11.0}, 49, {"full": (1.0,)})}
+              "h200f49": ({"llm-8b": 11.0}, 49, {"full": (1.0,)}),
+              "h200us50": ({"llm-1b": 2.0, "llm-8b": 10.0}, 50, {"equal": (0.5, 0.5)}),
+              "h200us51": ({"llm-3b": 4.0, "llm-8b": 8.5}, 51, {"skewed": (0.25, 0.75)}),
+              "h200us52": ({"llm-1b": 2.0, "llm-8b": 11.0}, 52, {"equal": (0.5, 0.5)})}
 H200U_TABLES = os.path.join(HERE, "tables-h200-shares")
 #: one H200 with the H100 sets' memory budget, so the KV pools are theirs
 H200_GPU = {"name": "H200", "memory_gb": 141, "usable_memory_gb": 76, "peak_fp16_tflops": 989,
