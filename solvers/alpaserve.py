@@ -37,6 +37,7 @@ import numpy as np
 
 from placement_opt.errors import InputError
 from placement_opt.instance import Instance
+from placement_opt.limits import stop_requested
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.placement import Group, Placement
 from placement_opt.progress import slow_step
@@ -358,7 +359,9 @@ class _Search:
         return sorted(-neg_t for _, neg_t in scored[:self.o.prescreen_keep])
 
     def _stopped(self) -> bool:
-        return bool(self.stats["timed_out"] or self.stats["interrupted"])
+        """Whether the search stops submitting work: timed out, interrupted, or a stop requested
+        that no ``KeyboardInterrupt`` delivered (a signal the CLI's handler could only record)."""
+        return bool(self.stats["timed_out"] or self.stats["interrupted"]) or stop_requested() is not None
 
     def _kth_best(self, phase: Phase, p: int) -> Optional[int]:
         """The ``refine_tasks``-th best accepted count among pair ``p``'s results of ``phase``."""

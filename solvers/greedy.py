@@ -34,6 +34,7 @@ import numpy as np
 
 from placement_opt.feasibility import model_stage_bytes
 from placement_opt.instance import Instance
+from placement_opt.limits import stop_requested
 from placement_opt.placement import Group
 from placement_opt.simulate.evaluator import PlacementEvaluator
 from placement_opt.simulate.kernels import EARLIEST, SHORTEST_QUEUE
@@ -86,8 +87,10 @@ class _GreedySearch:
         return req
 
     def timed_out(self) -> bool:
-        """Whether the deadline has passed."""
-        return self.deadline is not None and time.perf_counter() > self.deadline
+        """Whether the deadline has passed or a stop was requested: a signal the CLI's handler could
+        only record (one that landed in a finalizer while Numba compiled, or in a Numba callback)
+        stops the search here, at its next check, with the best state so far."""
+        return stop_requested() is not None or (self.deadline is not None and time.perf_counter() > self.deadline)
 
 
 @dataclass
