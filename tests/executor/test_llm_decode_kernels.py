@@ -140,3 +140,26 @@ def test_engine_bench_runs_and_reports_every_llm(tmp_path):
     report = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "llm_fidelity.py"), "--results",
                              str(out.parent)], capture_output=True, text=True, check=True).stdout
     assert any(line.startswith("engine cpu-serial SMs [0, 0]: decode round ") for line in report.splitlines())
+
+
+def test_engine_bench_builds_chosen_llms_on_unequal_partitions(tmp_path):
+    """``--models`` picks the instance's LLMs (a name again: a copy, ``NAME#2``) and ``--shares``
+    gives each its SM share: the rounds of a small partition beside a large one."""
+    out = tmp_path / "engine.json"
+    instance = os.path.join(ROOT, "instances", "tiny", "llm-cpu.json")
+    script = os.path.join(ROOT, "benchmarks", "fidelity", "llm", "engine_bench.py")
+    subprocess.run([sys.executable, script, instance, "-o", str(out), "--steps", "2", "--batch", "2", "--context", "20",
+                    "--mechanisms", "streams", "--models", "tiny-llm-b,tiny-llm-b,tiny-llm-a", "--shares", "0.25,0.5,0.25"],
+                   check=True, capture_output=True, timeout=300)
+    data = json.loads(out.read_text())
+    assert data["models"] == ["tiny-llm-b", "tiny-llm-b#2", "tiny-llm-a"] and data["shares"] == [0.25, 0.5, 0.25]
+    (run,) = data["runs"]
+    assert [(p["model"], p["share"]) for p in run["per_llm"]] == [("tiny-llm-b", 0.25), ("tiny-llm-b#2", 0.5),
+                                                                  ("tiny-llm-a", 0.25)]
+    assert run["per_llm"][0]["bytes"] == run["per_llm"][1]["bytes"] != run["per_llm"][2]["bytes"]  # a copy moves the same
+    for bad, says in ((["--models", "nope"], "no LLM 'nope'"), (["--shares", "0.7,0.7"], "together at most 1"),
+                      (["--shares", "0.5"], "1 shares for 2 LLMs")):
+        r = subprocess.run([sys.executable, script, instance, "-o", str(tmp_path / "x.json"), *bad],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and says in r.stderr.strip().splitlines()[-1] and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -26,6 +26,10 @@ instance's LLMs (each at ``--share`` of the SMs) and measures, per SM-partitioni
   its steps alone just after). The engine is then built for ``--batch`` + ``--prefill-batch``
   requests per LLM (the probe's, in the pool beside the decode batch).
 
+With ``--models`` and ``--shares`` it builds some of the instance's LLMs (copies too) on unequal
+partitions, e.g. ``--models llm-1b,llm-8b --shares 0.25,0.75``: a small partition beside a large
+one, which the even splits above do not tell apart from a small LLM's own traffic.
+
 Usage (GPU): python benchmarks/fidelity/llm/engine_bench.py instances/fidelity-llm/poisson.json -o engine.json
 (without a GPU it runs on the CPU with wall-clock timing, as a smoke test of the benchmark itself).
 """
@@ -38,16 +42,42 @@ import math
 import os
 import statistics
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 
-def _architectures(path: str) -> List[tuple]:
-    """(name, Architecture) of the instance's LLMs."""
+def _architectures(path: str, names: Optional[Sequence[str]] = None) -> List[tuple]:
+    """(name, Architecture) of the instance's LLMs, or of those ``names`` in that order (a name
+    given again is another copy of that LLM, named ``NAME#2``, ``NAME#3``...); ValueError for a
+    name the instance lacks."""
     from placement_opt.model import Architecture
 
     with open(path) as f:
-        models = json.load(f)["models"]
-    return [(m["name"], Architecture(**m["architecture"])) for m in models]
+        models = {m["name"]: Architecture(**m["architecture"]) for m in json.load(f)["models"]}
+    if not names:
+        return list(models.items())
+    out, seen = [], {}  # type: List[tuple], Dict[str, int]
+    for name in names:
+        if name not in models:
+            raise ValueError(f"{path}: --models: no LLM {name!r} (the instance has {', '.join(models)})")
+        seen[name] = seen.get(name, 0) + 1
+        out.append((name if seen[name] == 1 else f"{name}#{seen[name]}", models[name]))
+    return out
+
+
+def _shares(text: Optional[str], share: float, n: int) -> List[float]:
+    """Per LLM its SM share: ``--shares`` (comma-separated, one per LLM, each in (0, 1], summing to
+    at most 1) or ``--share`` for every one; ValueError naming what is wrong."""
+    if not text:
+        return [share] * n
+    try:
+        shares = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--shares: not a comma-separated list of numbers: {text!r}") from None
+    if len(shares) != n:
+        raise ValueError(f"--shares: {len(shares)} shares for {n} LLMs")
+    if not all(0 < x <= 1 for x in shares) or sum(shares) > 1 + 1e-9:
+        raise ValueError(f"--shares: each share must be in (0, 1] and together at most 1, got {text}")
+    return shares
 
 
 class _WallEvent:
@@ -74,9 +104,10 @@ def _event(torch: Any) -> Any:
     return torch.cuda.Event(enable_timing=True) if torch.cuda.is_available() else _WallEvent()
 
 
-def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int, max_blocks: int,
-            longest: int = 0, engine_class: Any = None) -> Any:
-    """A warmed-up MeshEngine with every LLM at ``share`` (green contexts or plain streams), its
+def _engine(torch: Any, llms: List[tuple], share: Union[float, Sequence[float]], green: bool, batch: int,
+            max_blocks: int, longest: int = 0, engine_class: Any = None) -> Any:
+    """A warmed-up MeshEngine with every LLM at ``share`` (one per LLM where a sequence; green
+    contexts or plain streams), its
     pool sized for ``batch`` requests of ``max_blocks`` blocks per LLM (``longest``: every LLM's
     longest request, which start-up prepares; 0: the pool's bound; ``engine_class``: another
     engine class of the same interface, e.g. an earlier revision's, default the executor's)."""
@@ -86,7 +117,9 @@ def _engine(torch: Any, llms: List[tuple], share: float, green: bool, batch: int
     archs = [a for _, a in llms]
     page = page_units(archs, 1)
     pages = sum(batch * max_blocks * units_per_block(a, 1) // page for a in archs) + 64
-    builds = tuple(LLMBuild(name, arch, seed=i + 1, share=share, longest=longest) for i, (name, arch) in enumerate(llms))
+    shares = [float(share)] * len(llms) if isinstance(share, (int, float)) else [float(x) for x in share]
+    builds = tuple(LLMBuild(name, arch, seed=i + 1, share=shares[i], longest=longest)
+                   for i, (name, arch) in enumerate(llms))
     spec = EngineSpec(llms=builds, tp=1, tp_rank=0, pool_pages=pages, block=16, max_batch=batch,
                       max_blocks=max_blocks, cuda_graphs=True, green_contexts=green)
     engine = (engine_class or MeshEngine)(spec, _device(torch), [(None, None)] * len(llms))
@@ -241,7 +274,7 @@ def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool
         beside_tokens = sets * ((PREFILL_RUNS + 1) * (MAX_BESIDE_STEPS + 1) + 8)
         max_blocks = math.ceil((args.context + 2 * args.steps + beside_tokens + 16) / 16)
     prefill_batch = max(1, min(args.prefill_batch, args.batch))
-    engine = _engine(torch, llms, args.share, green, args.batch + (prefill_batch if args.prefill_beside else 0),
+    engine = _engine(torch, llms, args.shares, green, args.batch + (prefill_batch if args.prefill_beside else 0),
                      max_blocks)
     steps = _Steps(torch, engine, args.batch, args.context, prefill_batch)
     alone = [_alone(steps, k, args.steps) for k in range(len(llms))]
@@ -252,7 +285,7 @@ def measure(torch: Any, llms: List[tuple], args: argparse.Namespace, green: bool
     per_llm = []
     for k, (name, arch) in enumerate(llms):
         moved = engine.llms[k].model.weight_bytes() + args.batch * steps.context[k] * arch.kv_bytes_per_token()
-        per_llm.append({"model": name, "sm": engine.sm[k], "bytes": moved, **alone[k],
+        per_llm.append({"model": name, "share": args.shares[k], "sm": engine.sm[k], "bytes": moved, **alone[k],
                         "together_gpu_ms": together["gpu_ms"][k],
                         "slowdown_together": together["gpu_ms"][k] / alone[k]["gpu_ms"],
                         "alone_gbps": moved / alone[k]["gpu_ms"] / 1e6,
@@ -281,6 +314,11 @@ def main() -> None:
     ap.add_argument("instance", help="LLM instance JSON whose models are built (instances/fidelity-llm/poisson.json)")
     ap.add_argument("-o", "--output", required=True, help="JSON file to write")
     ap.add_argument("--share", type=float, default=0.2, help="SM share of every LLM (default 0.2, the muxserve placement's)")
+    ap.add_argument("--models", default="",
+                    help="comma-separated LLMs of the instance to build, in order (a name again: another copy); "
+                         "default every LLM")
+    ap.add_argument("--shares", default="",
+                    help="comma-separated SM share per LLM built (unequal partitions); default --share for every one")
     ap.add_argument("--batch", type=int, default=8, help="requests per decode step (default 8)")
     ap.add_argument("--context", type=int, default=512, help="prompt tokens of every request (default 512)")
     ap.add_argument("--prefill-batch", type=int, default=1,
@@ -292,9 +330,13 @@ def main() -> None:
     ap.add_argument("--mechanisms", default="green,streams",
                     help="comma-separated: green (SM partitions) and/or streams (plain streams, no SM limit)")
     args = ap.parse_args()
+    try:
+        llms = _architectures(args.instance, [m for m in args.models.split(",") if m])
+        args.shares = _shares(args.shares, args.share, len(llms))
+    except ValueError as e:
+        ap.error(str(e))
     import torch
 
-    llms = _architectures(args.instance)
     runs = []
     for mech in args.mechanisms.split(","):
         run = measure(torch, llms, args, mech == "green")
@@ -303,7 +345,8 @@ def main() -> None:
             print("  " + json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in p.items()}), flush=True)
         runs.append(run)
         out = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-               "torch": torch.__version__, "instance": args.instance, "share": args.share, "batch": args.batch,
+               "torch": torch.__version__, "instance": args.instance, "share": args.share, "shares": args.shares,
+               "models": [name for name, _ in llms], "batch": args.batch,
                "context": args.context, "steps": args.steps, "runs": runs}
         tmp = args.output + ".tmp"  # after every mechanism: a run cut short keeps what it measured
         with open(tmp, "w") as f:
