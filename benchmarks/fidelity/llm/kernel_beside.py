@@ -33,6 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import engine_bench as eb  # noqa: E402
 
+from placement_opt.io import atomic_write_text  # noqa: E402
+
 #: kernel names are cut to this many characters (template arguments make them long)
 NAME_CHARS = 70
 #: the kernel classes of a decode step, by name: the weights' matrix products (cuBLAS's nvjet and
@@ -194,10 +196,7 @@ def main(argv: Sequence[str] = None) -> None:
            "models": [n for n, _ in llms], "shares": shares, "batch": args.batch, "context": args.context,
            **measure(torch, llms, shares, args.batch, args.context, args.steps)}
     print("\n".join(compare(out["alone"], out["beside"])))
-    tmp = args.output + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, args.output)
+    atomic_write_text(args.output, json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
