@@ -107,10 +107,10 @@ def _event(torch: Any) -> Any:
 def _engine(torch: Any, llms: List[tuple], share: Union[float, Sequence[float]], green: bool, batch: int,
             max_blocks: int, longest: int = 0, engine_class: Any = None) -> Any:
     """A warmed-up MeshEngine with every LLM at ``share`` (one per LLM where a sequence; green
-    contexts or plain streams), its
-    pool sized for ``batch`` requests of ``max_blocks`` blocks per LLM (``longest``: every LLM's
-    longest request, which start-up prepares; 0: the pool's bound; ``engine_class``: another
-    engine class of the same interface, e.g. an earlier revision's, default the executor's)."""
+    contexts or plain streams), its pool sized for ``batch`` requests of ``max_blocks`` blocks per
+    LLM (``longest``: every LLM's longest request, which start-up prepares; 0: the pool's bound;
+    ``engine_class``: another engine class of the same interface, e.g. an earlier revision's,
+    default the executor's)."""
     from placement_opt.executor.llm_engine import EngineSpec, LLMBuild, MeshEngine
     from placement_opt.llm_units import page_units, units_per_block
 
