@@ -66,8 +66,7 @@ def step_summary(steps: List[List[Tuple[float, float, str]]]) -> Dict[str, Any]:
     for step in steps:
         for _, dur, name in step:
             by_name[name[:NAME_CHARS]] += dur
-        busy = sum(d for _, d, _ in step)
-        total += busy
+        total += sum(d for _, d, _ in step)
         span += step[-1][0] + step[-1][1] - step[0][0]
     n = max(len(steps), 1)
     return {"steps": len(steps), "kernels_us": total / n, "span_us": span / n, "gaps_us": (span - total) / n,
@@ -94,21 +93,22 @@ def class_lines(alone: Dict[str, Any], beside: Dict[str, Any]) -> List[str]:
     for c in CLASSES:
         a, b = sums["alone"][c], sums["beside"][c]
         part = a / alone["kernels_us"] if alone["kernels_us"] > 0 else float("nan")
-        lines.append(f"{'class ' + c:<{NAME_CHARS}}  {a:>8.1f}  {b:>9.1f}  {b / a if a > 0 else float('nan'):>5.2f}"
-                     f"  ({100 * part:.0f}% of the step alone)")
+        lines.append(_row("class " + c, a, b) + f"  ({100 * part:.0f}% of the step alone)")
     return lines
+
+
+def _row(label: str, alone_us: float, beside_us: float) -> str:
+    """One line of the report: ``label``, the microseconds alone and beside, their ratio."""
+    ratio = beside_us / alone_us if alone_us > 0 else float("nan")
+    return f"{label:<{NAME_CHARS}}  {alone_us:>8.1f}  {beside_us:>9.1f}  {ratio:>5.2f}"
 
 
 def compare(alone: Dict[str, Any], beside: Dict[str, Any]) -> List[str]:
     """The report's lines: per kernel name alone / beside us a step and the ratio, then the totals."""
     lines = [f"{'kernel':<{NAME_CHARS}}  alone us  beside us  ratio"]
-    for name, a in alone["by_kernel_us"].items():
-        b = beside["by_kernel_us"].get(name, 0.0)
-        lines.append(f"{name:<{NAME_CHARS}}  {a:>8.1f}  {b:>9.1f}  {b / a if a > 0 else float('nan'):>5.2f}")
+    lines += [_row(name, us, beside["by_kernel_us"].get(name, 0.0)) for name, us in alone["by_kernel_us"].items()]
     lines += class_lines(alone, beside)
-    for key in ("kernels_us", "gaps_us", "span_us"):
-        a, b = alone[key], beside[key]
-        lines.append(f"{'step ' + key[:-3]:<{NAME_CHARS}}  {a:>8.1f}  {b:>9.1f}  {b / a if a > 0 else float('nan'):>5.2f}")
+    lines += [_row("step " + key[:-3], alone[key], beside[key]) for key in ("kernels_us", "gaps_us", "span_us")]
     return lines
 
 

@@ -72,16 +72,18 @@ def lines(paths: Sequence[str], even: Sequence[str], calibration: Dict[str, floa
     unequal, even_rounds = fid.engine_rounds(tuple(paths)), fid.engine_rounds(tuple(even))
     out = [f"contention model at rate {rate:g} GB/s, cap {cap:g} GB/s (the calibration's)",
            f"{'round':<28} {'LLM@share':<14} alone GB/s   together: measured  replayed  log error"]
-    for path, per, errs in zip(paths, unequal, log_errors(unequal, rate, cap)):
+    before = log_errors(unequal, rate, cap)
+    for path, per, errs in zip(paths, unequal, before):
         for p, e in zip(per, errs):
             out.append(f"{os.path.basename(path)[:-5]:<28} {p['model'] + '@' + format(p['share'], 'g'):<14} "
                        f"{p['alone_gbps']:>10.0f}   {p['slowdown_together']:>17.3f}  "
                        f"{p['slowdown_together'] * math.exp(e):>8.3f}  {e:>+9.3f}")
     new_rate, new_cap, _ = refit(unequal + even_rounds)
-    for label, r, c in (("calibration", rate, cap), ("refit on both", new_rate, new_cap)):
+    after = log_errors(unequal, new_rate, new_cap)
+    for label, r, c, errs in (("calibration", rate, cap, before), ("refit on both", new_rate, new_cap, after)):
         out.append(f"{label}: rate {r:g} cap {c:g} GB/s: RMS log error unequal {fid.replay_rms(r, unequal, c):.4f} "
                    f"({len(unequal)} rounds), even {fid.replay_rms(r, even_rounds, c):.4f} ({len(even_rounds)}), "
-                   f"worst {min(e for per in log_errors(unequal, r, c) for e in per):+.3f}")
+                   f"worst {min(e for per in errs for e in per):+.3f}")
     return out
 
 
