@@ -142,7 +142,11 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_at_longest",
                 "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms",
                 "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s",
-                "own_decode_prefill_share", "prefill_beside_share_power", "prefill_at_bucket")
+                "own_decode_prefill_share", "prefill_beside_share_power", "prefill_at_bucket",
+                "contention_curve_gbps", "contention_curve_power")
+#: the value a model field takes where a calibration (or the all-off model) leaves it out: 0
+#: (off), but the curve's power, which is inert while its scale is 0, its setting's default
+FIELD_ABSENT = {"contention_curve_power": LLMConfig().contention_curve_power}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -651,7 +655,7 @@ def generation_model(gen: Generation, folder: Optional[str] = None) -> Dict[str,
         return {}
     with open(path) as f:
         cal = json.load(f)
-    return {k: cal.get(k, 0.0) for k in MODEL_FIELDS}
+    return {k: cal.get(k, FIELD_ABSENT.get(k, 0.0)) for k in MODEL_FIELDS}
 
 
 def results_folders() -> List[str]:
@@ -1035,7 +1039,8 @@ def run_instance(run: dict, model: Optional[Dict[str, float]]) -> Any:
         check_tables_gpu(run, gen)
         model = generation_model(gen, run["folder"])
     if model is not None:
-        inst = dataclasses.replace(inst, llm=with_model(inst.llm_settings, {f: model.get(f, 0.0) for f in MODEL_FIELDS}))
+        inst = dataclasses.replace(inst, llm=with_model(inst.llm_settings, {f: model.get(f, FIELD_ABSENT.get(f, 0.0))
+                                                                            for f in MODEL_FIELDS}))
     return inst
 
 
@@ -1157,13 +1162,14 @@ def repredict(runs: List[dict]) -> None:
 # ---------------------------------------------------------------- calibration
 
 
-def replay_round(hbm_gbps: float, per_llm: List[dict], cap_gbps: float = 0.0) -> List[float]:
+def replay_round(hbm_gbps: float, per_llm: List[dict], cap_gbps: float = 0.0, curve_gbps: float = 0.0,
+                 curve_power: float = 2.0) -> List[float]:
     """The stretch model (the simulator's :func:`~placement_opt.simulate.meshsim.contention_stretch`
-    at ``hbm_gbps`` and the bandwidth cap ``cap_gbps``) on ``engine.json``'s round: the LLMs'
-    steps launched one after another (each launch's host time apart), each alone taking its
-    ``gpu_ms`` and demanding its ``bytes`` over it; returns each step's time from its launch to
-    its end (ms)."""
-    from placement_opt.simulate.meshsim import contention_stretch
+    at ``hbm_gbps``, the bandwidth cap ``cap_gbps`` and the loaded-latency curve ``curve_gbps``,
+    ``curve_power``) on ``engine.json``'s round: the LLMs' steps launched one after another
+    (each launch's host time apart), each alone taking its ``gpu_ms`` and demanding its
+    ``bytes`` over it; returns each step's time from its launch to its end (ms)."""
+    from placement_opt.simulate.meshsim import contention_stretch, offered_load, served_latency
 
     work = [p["gpu_ms"] for p in per_llm]
     demand = [p["bytes"] / p["gpu_ms"] / 1e6 for p in per_llm]  # GB/s
@@ -1173,7 +1179,10 @@ def replay_round(hbm_gbps: float, per_llm: List[dict], cap_gbps: float = 0.0) ->
     while any(e is None for e in end):
         running = [i for i in range(len(work)) if start[i] <= t and end[i] is None]
         total = sum(demand[i] for i in running)
-        stretch = {i: contention_stretch(total, demand[i], hbm_gbps, cap_gbps) for i in running}
+        loaded = served_latency(sum(offered_load(demand[i], curve_gbps, curve_power) for i in running),
+                                curve_gbps, curve_power)
+        stretch = {i: contention_stretch(total, demand[i], loaded, hbm_gbps, cap_gbps, curve_gbps, curve_power)
+                   for i in running}
         t_next = min([start[i] for i in range(len(work)) if start[i] > t]
                      + [t + work[i] * stretch[i] for i in running])
         for i in running:
@@ -1262,11 +1271,12 @@ def fit_prefill_beside(paths: Tuple[str, ...]) -> Tuple[float, float, float]:
     return best
 
 
-def replay_rms(hbm: float, rounds: List[List[dict]], cap: float) -> float:
-    """The RMS log error of the rounds' replayed times (:func:`replay_round`) at ``hbm`` and
-    ``cap`` (0: no cap) against their measured times together."""
+def replay_rms(hbm: float, rounds: List[List[dict]], cap: float, curve_gbps: float = 0.0,
+               curve_power: float = 2.0) -> float:
+    """The RMS log error of the rounds' replayed times (:func:`replay_round`) at ``hbm``,
+    ``cap`` (0: no cap) and the loaded-latency curve (0: off) against their measured times together."""
     measured = np.log([p["together_gpu_ms"] for per in rounds for p in per])
-    replayed = np.log([x for per in rounds for x in replay_round(hbm, per, cap)])
+    replayed = np.log([x for per in rounds for x in replay_round(hbm, per, cap, curve_gbps, curve_power)])
     return float(np.sqrt(np.mean((replayed - measured) ** 2)))
 
 
@@ -2626,7 +2636,7 @@ def simulated_own_prefill_slowdown(runs: List[dict], fields: Dict[str, float], s
     """The median :func:`own_prefill_slowdowns` over the simulator's timelines of ``runs``
     (:func:`simulated_run_rows`) with the calibration ``fields`` and ``own_prefill_decode_share`` =
     ``share``; ValueError when no step runs beside its own LLM's prefill."""
-    model = dict({f: fields.get(f, 0.0) for f in MODEL_FIELDS}, own_prefill_decode_share=share)
+    model = dict({f: fields.get(f, FIELD_ABSENT.get(f, 0.0)) for f in MODEL_FIELDS}, own_prefill_decode_share=share)
     steps = [x for run in runs for x in own_prefill_slowdowns(simulated_run_rows(run, run_instance(run, model))[0])]
     if not steps:
         raise ValueError(f"no simulated decode step beside its own LLM's prefill at share {share}")

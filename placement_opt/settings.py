@@ -77,6 +77,13 @@ class LLMConfig:
       together they demand more: a running job's time stretches at least by (all the running
       jobs' demand) / max(this, its own demand) (0: off; a job alone is never stretched).
       Measured on H100s: docs/fidelity-llm.md.
+    * ``contention_curve_gbps`` / ``contention_curve_power``: the HBM's access time rises with
+      the load it serves as ``1 + (load / contention_curve_gbps) ** contention_curve_power``; a
+      running job stretches at least by that at the load the HBM serves all running jobs over
+      that at its own demand (each job keeps its accesses in flight, so it is served its demand
+      times its latency alone over the loaded one). A small job beside a bandwidth-heavy one
+      thus slows more than the heavy one, as measured on SM partitions of one H200 (0: off;
+      docs/fidelity-llm.md).
     * ``contention_tp_power``: on a mesh of TP degree ``tp`` the contention stretch runs at
       ``contention_hbm_gbps / tp**this``: colocated tensor-parallel jobs slow each other more per
       GB/s of demand than jobs on one GPU (every all-reduce of a step waits for the rank the
@@ -219,6 +226,11 @@ class LLMConfig:
                                         help="HBM GB/s per GPU that colocated jobs' demands stretch each other by (0: off)")
     contention_hbm_cap_gbps: float = option(0.0, minimum=0,
                                             help="HBM GB/s per GPU that colocated jobs share when they demand more (0: off)")
+    contention_curve_gbps: float = option(0.0, minimum=0,
+                                          help="HBM GB/s per GPU that scales the loaded-latency curve of the "
+                                               "contention stretch (0: off)")
+    contention_curve_power: float = option(2.0, minimum=0.5, maximum=8,
+                                           help="power of the loaded-latency curve of the contention stretch")
     contention_tp_power: float = option(0.0, minimum=0, maximum=4,
                                         help="on a mesh of tp GPUs the contention stretch runs at "
                                              "contention_hbm_gbps / tp**this (0: the same rate at every TP degree)")

@@ -184,7 +184,7 @@ def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len:
         total += demand
         if j == i:
             own = demand
-    return contention_stretch(total, own, hbm_mesh_gbps, hbm_cap_mesh_gbps)
+    return contention_stretch(total, own, 1.0, hbm_mesh_gbps, hbm_cap_mesh_gbps, 0.0, 2.0)  # the curve not modelled
 
 
 #: the fields of a prefill-beside parameter vector (:func:`prefill_beside_params`), in order

@@ -57,6 +57,8 @@ class Timing(NamedTuple):
     decode_request: Sequence[float] = ()
     own_decode_prefill: float = 0.0
     prefill_at_bucket: bool = False
+    hbm_curve_gbps: float = 0.0
+    hbm_curve_power: float = 2.0
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -92,7 +94,8 @@ def mesh_inputs(case, timing=None):
                        prefill_beside_delay=tm.prefill_beside_delay, prefill_beside_gbps=tm.prefill_beside_gbps,
                        prefill_beside_requests=tm.prefill_beside_requests, prefill_beside_knee=tm.prefill_beside_knee,
                        prefill_beside_power=tm.prefill_beside_power, prefill_at_longest=tm.prefill_at_longest,
-                       own_decode_prefill=tm.own_decode_prefill, prefill_at_bucket=tm.prefill_at_bucket)
+                       own_decode_prefill=tm.own_decode_prefill, prefill_at_bucket=tm.prefill_at_bucket,
+                       hbm_curve_gbps=tm.hbm_curve_gbps, hbm_curve_power=tm.hbm_curve_power)
     return requests, llms, tables, cfg
 
 
@@ -156,7 +159,9 @@ def timings(draw, n_llms):
                   decode_stretch=optional([0.0, 1.07, 1.5]), decode_wave=optional([0.0, 0.5, 2.0, 8.0]),
                   decode_request=optional([0.0, 0.001, 0.01]),
                   own_decode_prefill=draw(st.sampled_from([0.0, 0.4, 0.7])),
-                  prefill_at_bucket=draw(st.booleans()))
+                  prefill_at_bucket=draw(st.booleans()),
+                  hbm_curve_gbps=draw(st.sampled_from([0.0, 2.0, 10.0, 50.0])),
+                  hbm_curve_power=draw(st.sampled_from([1.0, 2.4, 4.0])))
 
 
 @st.composite
@@ -187,6 +192,7 @@ def test_scheduler_matches_kernel(policy):
 TERMS_OFF = {
     "hbm_gbps": dict(hbm_gbps=0.0),
     "hbm_cap_gbps": dict(hbm_cap_gbps=0.0),
+    "hbm_curve_gbps": dict(hbm_curve_gbps=0.0),
     "decode_kv_gbps": dict(decode_kv_gbps=0.0),
     "own_prefill_decode": dict(own_prefill_decode=0.0),
     "graph_tokens": dict(graph_tokens=0),
@@ -244,7 +250,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
 
     check()
     # they act only between jobs running at once
-    overlap = ("hbm_gbps", "hbm_cap_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay",
+    overlap = ("hbm_gbps", "hbm_cap_gbps", "hbm_curve_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay",
                "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee", "prefill_beside_power",
                "own_decode_prefill")
     if policy == "temporal":  # one job at a time

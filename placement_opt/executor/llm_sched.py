@@ -29,8 +29,9 @@ from typing import List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
-                                            contention_on, contention_stretch, decode_context, prefill_factor_beside,
-                                            prefill_point, prefill_runs_eagerly, prefill_stretches_beside)
+                                            contention_on, contention_stretch, decode_context, offered_load,
+                                            prefill_factor_beside, prefill_point, prefill_runs_eagerly,
+                                            prefill_stretches_beside, served_latency)
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -428,8 +429,8 @@ class VirtualJobs:
     ``decode_block_host_s`` per KV block a decode step's requests hold, ``prefill_host_s``; an
     eager prefill over
     ``MeshSettings.graph_tokens``: ``prefill_eager_host_s``, ``prefill_eager_hold_s``) and their
-    re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``, ``hbm_cap_gbps``:
-    :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``; a prefill
+    re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``, ``hbm_cap_gbps``,
+    ``hbm_curve_gbps``, ``hbm_curve_power``: :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``; a prefill
     on a partition beside others: ``prefill_beside``, ``_delay``, ``_gbps``, ``_requests``,
     ``_knee``, ``_power``, and beside its own LLM's decode step ``own_decode_prefill``:
     :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`). The
@@ -540,16 +541,18 @@ class VirtualJobs:
         decode requests, and its own LLM's decode step apart with ``own_decode_prefill``) instead
         (where ``prefill_stretches_beside``). A
         ``fixed`` job keeps its end (its demand still counts for the others)."""
-        total, decoding = 0.0, 0
+        cfg = self.cfg
+        total, offered, decoding = 0.0, 0.0, 0
         running = [self.end[j] < np.inf and self.start[j] <= t < self.end[j] for j in range(len(self.end))]
         for j in range(len(self.end)):
             if running[j]:
                 self.work[j] -= (t - self.mark[j]) / self.factor[j]
                 self.mark[j] = t
                 total += self.demand[j]
+                offered += offered_load(self.demand[j], cfg.hbm_curve_gbps, cfg.hbm_curve_power)
                 if j % 2 == 1:
                     decoding += len(self.running_job(j).requests)
-        cfg = self.cfg
+        loaded = served_latency(offered, cfg.hbm_curve_gbps, cfg.hbm_curve_power)
         n_running = sum(running)
         for j in range(len(self.end)):
             if running[j] and not self.fixed[j]:
@@ -561,7 +564,10 @@ class VirtualJobs:
                                                    own, self.demand[j + 1],
                                                    len(self.running_job(j + 1).requests) if own else 0, cfg)
                 else:
-                    factor = contention_stretch(total, self.demand[j], cfg.hbm_gbps, cfg.hbm_cap_gbps)
+                    decode = j % 2 == 1  # the curve: decode steps only (meshsim._restretch)
+                    factor = contention_stretch(total, self.demand[j], loaded if decode else 1.0, cfg.hbm_gbps,
+                                                cfg.hbm_cap_gbps, cfg.hbm_curve_gbps if decode and loaded > 1.0
+                                                else 0.0, cfg.hbm_curve_power)
                 if j % 2 == 1 and running[j - 1] and cfg.own_prefill_decode > 0:
                     factor /= cfg.own_prefill_decode
                 if factor != self.factor[j]:

@@ -291,7 +291,8 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
 
 def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: float, tp: int = 1) -> MeshSettings:
     """The kernel's settings of a mesh of TP degree ``tp`` under ``cfg``: scheduling, KV pool,
-    the contention model (:func:`contention_gbps` at that degree, ``contention_hbm_cap_gbps``), the prefill
+    the contention model (:func:`contention_gbps` at that degree, ``contention_hbm_cap_gbps``,
+    ``contention_curve_gbps``, ``contention_curve_power``), the prefill
     stretch beside other jobs (``prefill_beside_stretch``, ``prefill_beside_delay_s``,
     ``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``,
     ``prefill_beside_share_power``), a job's
@@ -312,7 +313,8 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         prefill_beside_requests=cfg.prefill_beside_requests,
                         prefill_beside_power=cfg.prefill_beside_share_power,
                         prefill_beside_knee=cfg.prefill_beside_knee_tokens, prefill_at_longest=bool(cfg.prefill_at_longest),
-                        prefill_at_bucket=bool(cfg.prefill_at_bucket))
+                        prefill_at_bucket=bool(cfg.prefill_at_bucket), hbm_curve_gbps=cfg.contention_curve_gbps,
+                        hbm_curve_power=cfg.contention_curve_power)
 
 
 def contention_gbps(cfg: LLMConfig, tp: int) -> float:

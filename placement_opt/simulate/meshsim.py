@@ -64,8 +64,11 @@ the KV bytes of its tokens); each running job's remaining work is stretched by `
 other running jobs' demand) / hbm_gbps``, re-timed at every event where the set of running
 jobs changes; with a bandwidth cap (``MeshSettings.hbm_cap_gbps``) at least by ``(all the
 running jobs' demand) / max(hbm_cap_gbps, its own)``: the GPU's HBM serves no more than that
-in all, so jobs that together demand more share it (:func:`contention_stretch`; a job alone is
-never stretched). **Prefills beside others** (``MeshSettings.prefill_beside``,
+in all, so jobs that together demand more share it; with a loaded-latency curve
+(``MeshSettings.hbm_curve_gbps``, ``hbm_curve_power``) at least by the HBM's access time at the
+load it serves the running jobs over its access time at the job's own demand
+(:func:`served_latency`, :func:`hbm_latency`: a small job beside a heavy one slows more than the
+heavy one) (:func:`contention_stretch`; a job alone is never stretched). **Prefills beside others** (``MeshSettings.prefill_beside``,
 ``prefill_beside_delay``): a graph prefill on an SM partition, while any other job runs,
 stretches by :func:`prefill_beside_stretch` instead (``prefill_beside_gbps``,
 ``prefill_beside_requests``: also in proportion to the other running jobs' HBM demand and to the
@@ -167,6 +170,8 @@ class MeshSettings(NamedTuple):
     prefill_at_longest: bool = False  # a prefill's table time at its longest prompt (the engine pads to it), not the mean
     own_decode_prefill: float = 0.0  # shared partition: a prefill runs at this part of its speed while its LLM's decode step runs, which leaves its beside stretch; 0 off
     prefill_at_bucket: bool = False  # a graph prefill's table time at its CUDA-graph bucket (batch to a power of two, padded length: prefill_point); eager ones at their longest
+    hbm_curve_gbps: float = 0.0  # contention: the loaded-latency curve's scale, GB/s (hbm_latency); a job stretches at least by the served load's latency over its own alone's; 0 off
+    hbm_curve_power: float = 2.0  # ... the curve's power
 
 
 class MeshOutputs(NamedTuple):
@@ -1036,26 +1041,67 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
 
 
 @njit(cache=True, inline="always")
-def contention_stretch(total, own, hbm_gbps, hbm_cap_gbps):
+def contention_stretch(total, own, loaded, hbm_gbps, hbm_cap_gbps, curve_gbps, curve_power):
     """The factor a running job's time stretches by under HBM contention: ``1 + (total - own)
     / hbm_gbps`` (the other running jobs' demand ``total - own``, GB/s, slows it in proportion;
-    1 when ``hbm_gbps`` is 0) and, where ``hbm_cap_gbps`` is set, at least ``total /
+    1 when ``hbm_gbps`` is 0); where ``hbm_cap_gbps`` is set, at least ``total /
     max(hbm_cap_gbps, own)`` (the jobs together demand more than the HBM serves, so they share
-    it; a job alone, whose table time already holds its own traffic, is never stretched). The
-    one formula of the kernel, the executor's virtual clock (``llm_sched.VirtualJobs``) and the
-    estimator (whose Numba cache does not see an edit here: clear ``solvers/__pycache__`` after
-    one)."""
+    it); where ``curve_gbps`` is set, at least ``loaded / hbm_latency(own)`` (``loaded``: the
+    running jobs' :func:`served_latency`; a job's memory accesses take as long as the HBM's
+    load makes them, and its time alone already holds its own load's latency, so a job of small
+    demand beside a heavy one slows more than the heavy one; only beside others' demand, so
+    that the bisection's rounding never stretches a job alone). A job alone is never stretched.
+    The one formula of the kernel, the executor's virtual clock (``llm_sched.VirtualJobs``) and
+    the estimator (whose Numba cache does not see an edit here: clear ``solvers/__pycache__``
+    after one)."""
     factor = 1.0 + (total - own) / hbm_gbps if hbm_gbps > 0 else 1.0
     if hbm_cap_gbps > 0 and total / max(hbm_cap_gbps, own) > factor:
         factor = total / max(hbm_cap_gbps, own)
+    if curve_gbps > 0 and total > own and loaded / hbm_latency(own, curve_gbps, curve_power) > factor:
+        factor = loaded / hbm_latency(own, curve_gbps, curve_power)
     return factor
+
+
+@njit(cache=True, inline="always")
+def hbm_latency(load, curve_gbps, curve_power):
+    """The HBM's access time at ``load`` GB/s served, over its idle one: ``1 + (load /
+    curve_gbps) ** curve_power`` (it rises steeply as the load nears what the HBM serves).
+    Fitted on engine rounds of two and five LLMs on SM partitions of one H200
+    (docs/fidelity-llm.md)."""
+    return 1.0 + (load / curve_gbps) ** curve_power
+
+
+@njit(cache=True)
+def served_latency(offered, curve_gbps, curve_power):
+    """The access-time ratio :func:`hbm_latency` at the load ``A`` the HBM serves to running jobs
+    whose ``offered`` is the sum over them of ``demand x hbm_latency(demand)`` (each job's
+    accesses in flight at its demand alone, by Little's law): each job is served its demand
+    times its latency alone over the loaded one, so ``A x hbm_latency(A) = offered`` (solved by
+    bisection; ``A`` increases with ``offered``). 1 when ``curve_gbps`` is 0."""
+    if curve_gbps <= 0 or offered <= 0:
+        return 1.0
+    lo, hi = 0.0, offered
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if mid * hbm_latency(mid, curve_gbps, curve_power) < offered:
+            lo = mid
+        else:
+            hi = mid
+    return hbm_latency(0.5 * (lo + hi), curve_gbps, curve_power)
+
+
+@njit(cache=True, inline="always")
+def offered_load(demand, curve_gbps, curve_power):
+    """A running job's part of :func:`served_latency`'s ``offered``: ``demand x hbm_latency(demand)``
+    (0 when the curve is off)."""
+    return demand * hbm_latency(demand, curve_gbps, curve_power) if curve_gbps > 0 else 0.0
 
 
 @njit(cache=True, inline="always")
 def contention_on(cfg):
     """Whether running jobs are re-timed as the set of running jobs changes (HBM contention or
     a decode step beside its own LLM's prefill)."""
-    return (cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.own_prefill_decode > 0 or cfg.own_decode_prefill > 0
+    return (cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.hbm_curve_gbps > 0 or cfg.own_prefill_decode > 0 or cfg.own_decode_prefill > 0
             or prefill_beside_on(cfg))
 
 
@@ -1136,13 +1182,15 @@ def _retime(t, llms, jobs, cfg):
     """Contention: bring every running job's work left up to ``t`` at its old stretch, then
     stretch it by :func:`contention_stretch` (when on), and a decode step, while its LLM's
     prefill runs too (the engine runs both on the LLM's one SM partition), by 1 /
-    ``cfg.own_prefill_decode`` (when on); a prefill on a partition, where
+    ``cfg.own_prefill_decode`` (when on), a decode step under the loaded-latency curve too (all
+    running jobs load the HBM: :func:`served_latency`); a prefill on a partition, where
     :func:`prefill_stretches_beside`, by :func:`prefill_factor_beside` (the others' demand and
     decode requests while another job runs, its own LLM's decode step apart with
     ``cfg.own_decode_prefill``; else not at all) instead; then re-time its end
     where the stretch changed. Jobs launched but not started yet and jobs ended (waiting for
     the scheduling thread) take no part."""
     total = 0.0
+    offered = 0.0
     decoding = 0
     n_running = 0
     for j in range(jobs.shape[0]):
@@ -1150,9 +1198,11 @@ def _retime(t, llms, jobs, cfg):
             jobs[j].work -= (t - jobs[j].mark) / jobs[j].factor
             jobs[j].mark = t
             total += jobs[j].demand
+            offered += offered_load(jobs[j].demand, cfg.hbm_curve_gbps, cfg.hbm_curve_power)
             n_running += 1
             if j % 2 == 1:
                 decoding += llms[j // 2].n_decode
+    loaded = served_latency(offered, cfg.hbm_curve_gbps, cfg.hbm_curve_power)
     for k in range(llms.shape[0]):  # both of an LLM's flags before either end is re-timed
         prefill_running = _running(t, llms, jobs, 2 * k)
         decode_running = _running(t, llms, jobs, 2 * k + 1)
@@ -1162,18 +1212,22 @@ def _retime(t, llms, jobs, cfg):
                                             jobs[2 * k].demand, decoding, n_running, decode_running,
                                             jobs[2 * k + 1].demand, llms[k].n_decode, cfg))
         elif prefill_running:
-            _restretch(t, llms, jobs, 2 * k, total, cfg, 1.0)
+            _restretch(t, llms, jobs, 2 * k, total, 1.0, cfg, 1.0)
         if decode_running:
             slow = cfg.own_prefill_decode if prefill_running and cfg.own_prefill_decode > 0 else 1.0
-            _restretch(t, llms, jobs, 2 * k + 1, total, cfg, slow)
+            _restretch(t, llms, jobs, 2 * k + 1, total, loaded, cfg, slow)
 
 
 @njit(cache=True, inline="always")
-def _restretch(t, llms, jobs, j, total, cfg, speed):
+def _restretch(t, llms, jobs, j, total, loaded, cfg, speed):
     """Running job ``j``'s stretch: :func:`contention_stretch` of the running jobs' HBM demand
-    ``total`` and its own, over ``speed`` (the part of its speed it keeps); where it changed,
-    its end is re-timed from ``t``."""
-    _refactor(t, llms, jobs, j, contention_stretch(total, jobs[j].demand, cfg.hbm_gbps, cfg.hbm_cap_gbps) / speed)
+    ``total``, their :func:`served_latency` ``loaded`` and its own demand, over ``speed`` (the
+    part of its speed it keeps); where it changed, its end is re-timed from ``t``. The curve
+    applies to decode steps only (``loaded`` 1: off): it was fitted on them, and a prefill,
+    compute-bound, keeps few accesses in flight for its time."""
+    curve = cfg.hbm_curve_gbps if loaded > 1.0 else 0.0
+    _refactor(t, llms, jobs, j, contention_stretch(total, jobs[j].demand, loaded, cfg.hbm_gbps, cfg.hbm_cap_gbps,
+                                                   curve, cfg.hbm_curve_power) / speed)
 
 
 @njit(cache=True, inline="always")

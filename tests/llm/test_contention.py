@@ -32,9 +32,11 @@ OFF = {"contention_hbm_gbps": 0.0, "contention_hbm_cap_gbps": 0.0, "decode_host_
 
 def run_mesh(arrival: List[float], llm: List[int], output: List[int], prefill_s: float, decode_s: float,
              hbm_gbps: float = 0.0, decode_host_s: float = 0.0, prefill_host_s: float = 0.0,
-             hbm_cap_gbps: float = 0.0) -> Dict[str, np.ndarray]:
+             hbm_cap_gbps: float = 0.0, hbm_curve_gbps: float = 0.0, hbm_curve_power: float = 2.0
+             ) -> Dict[str, np.ndarray]:
     """Two LLMs at half the SMs each, constant job times, 1 GB of weights each (no KV bytes),
-    round-robin policy, the given HBM bandwidth, bandwidth cap and host seconds per job (both LLMs)."""
+    round-robin policy, the given HBM bandwidth, bandwidth cap, loaded-latency curve and host
+    seconds per job (both LLMs)."""
     K, max_batch = 2, 4
     n = len(arrival)
     requests = MeshRequests(arrival=np.array(arrival), llm=np.array(llm, dtype=np.int64),
@@ -46,7 +48,7 @@ def run_mesh(arrival: List[float], llm: List[int], output: List[int], prefill_s:
                            decode=np.full((K, max_batch + 1, 2), decode_s), lgrid=np.array([1.0, 1000.0]))
     cfg = MeshSettings(policy=_POLICY_CODE["round-robin"], pool=1000, block=4, max_batch=max_batch,
                        token_budget=4096, period=5.0, frac=0.5, horizon=100.0, hbm_gbps=hbm_gbps,
-                       hbm_cap_gbps=hbm_cap_gbps)
+                       hbm_cap_gbps=hbm_cap_gbps, hbm_curve_gbps=hbm_curve_gbps, hbm_curve_power=hbm_curve_power)
     out = mesh_outputs(n, K, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return {"first": out.first, "finish": out.finish}
@@ -82,6 +84,41 @@ def test_jobs_demanding_more_than_the_bandwidth_cap_share_it():
     assert loose["finish"].tolist() == pytest.approx([0.225, 0.325])
     alone = run_mesh([0.0], [0], [3], 0.1, 0.1, hbm_cap_gbps=10.0)
     assert alone["finish"].tolist() == pytest.approx([0.3])
+
+
+def test_loaded_latency_curve_serves_each_job_its_demand_over_the_loaded_latency():
+    """The curve 1 + x / 10 (GB/s): two jobs of 10 GB/s offer 2 x 10 x 2 = 40, so the HBM serves
+    A with A (1 + A / 10) = 40, A = 15.62 GB/s at latency 2.562, and each job stretches 2.562 / 2
+    = 1.281 (served 7.81 GB/s each: the two sum to A). A job of 1 GB/s beside one of 9 GB/s
+    stretches more than the heavy one, and a job alone not at all."""
+    from placement_opt.simulate.meshsim import contention_stretch, hbm_latency, offered_load, served_latency
+
+    loaded = served_latency(2 * offered_load(10.0, 10.0, 1.0), 10.0, 1.0)
+    a = (np.sqrt(1 + 16) - 1) / 0.2
+    assert loaded == pytest.approx(1 + a / 10) == pytest.approx(2.5616, abs=1e-4)
+    factor = contention_stretch(20.0, 10.0, loaded, 0.0, 0.0, 10.0, 1.0)
+    assert factor == pytest.approx(loaded / 2) and 2 * 10.0 / factor == pytest.approx(a)
+    pair = served_latency(offered_load(1.0, 10.0, 2.4) + offered_load(9.0, 10.0, 2.4), 10.0, 2.4)
+    small, heavy = (contention_stretch(10.0, d, pair, 0.0, 0.0, 10.0, 2.4) for d in (1.0, 9.0))
+    assert small > heavy > 1.0 and small == pytest.approx(pair / hbm_latency(1.0, 10.0, 2.4))
+    alone = served_latency(offered_load(9.0, 10.0, 2.4), 10.0, 2.4)
+    assert contention_stretch(9.0, 9.0, alone, 0.0, 0.0, 10.0, 2.4) == 1.0
+    assert served_latency(5.0, 0.0, 2.0) == 1.0  # the curve off
+
+
+def test_decode_steps_stretch_by_the_loaded_latency_curve():
+    """The overlap of the first test (LLM 1's prefill and LLM 0's decode step, 10 GB/s each, from
+    0.1 s) under the curve 1 + x / 10 alone. The prefill keeps its time (the curve is the decode
+    steps'): it ends at 0.2 s, when LLM 0's step, at 1.2808 x (the test above), has 0.1 - 0.1 / f
+    left. LLM 1's decode step then runs beside it at the same stretch, so LLM 0 ends at 0.1 +
+    0.1 f and LLM 1, alone for the rest, at 0.1 + 0.1 f + 0.1 / f. With a 5 GB/s cap the cap's
+    stretch wins for both jobs: 20 GB/s over max(5, its own 10), 2 x."""
+    f = (1 + (np.sqrt(17) - 1) / 2) / 2
+    got = run_mesh([0.0, 0.0], [0, 1], [2, 2], 0.1, 0.1, hbm_curve_gbps=10.0, hbm_curve_power=1.0)
+    assert got["first"].tolist() == pytest.approx([0.1, 0.2])
+    assert got["finish"].tolist() == pytest.approx([0.1 + 0.1 * f, 0.1 + 0.1 * f + 0.1 / f])
+    capped = run_mesh([0.0, 0.0], [0, 1], [2, 2], 0.1, 0.1, hbm_cap_gbps=5.0, hbm_curve_gbps=10.0, hbm_curve_power=1.0)
+    assert capped["finish"].tolist() == pytest.approx([0.3, 0.4])
 
 
 def test_estimator_stretch_applies_the_bandwidth_cap():

@@ -34,10 +34,11 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import re
 import sys
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -73,18 +74,21 @@ def traced_on_partitions(run: dict) -> bool:
             and bool(lf.partition_groups(run)))
 
 
-def beside_steps(run: dict) -> Tuple[List[str], np.ndarray]:
+def beside_steps(run: dict, curve: Optional[Tuple[float, float]] = None) -> Tuple[List[str], np.ndarray]:
     """Per decode step on an SM partition of a one-GPU mesh in ``run``'s job trace: its LLM and
     a row of :data:`STEP_COLUMNS`: its GPU time, the model's time alone (module docstring), the
     contention stretch at its own HBM demand and the time-weighted demand of the other LLMs'
     decode steps beside it (1 with none), the part of its time other LLMs' decode steps and any
     prefill ran beside it (summed over those jobs), its SM share and the summed shares of the
-    other LLMs beside it. ValueError for a run without a job trace that records the contexts."""
+    other LLMs beside it. With ``curve`` (scale GB/s, power) the model takes the loaded-latency
+    curve's stretch too (beside the run's rate and cap: ``latency_curve.py``), each other LLM
+    offering its time-weighted demand. ValueError for a run without a job trace that records
+    the contexts."""
     from placement_opt.executor.llm_sched import len_interp
     from placement_opt.llm_units import llm_specs
     from placement_opt.simulate.llm import (contention_gbps, decode_request_seconds, decode_stretch, decode_wave,
                                             kv_read_gbps, sm_shares)
-    from placement_opt.simulate.meshsim import contention_stretch, decode_context
+    from placement_opt.simulate.meshsim import contention_stretch, decode_context, offered_load, served_latency
 
     jobs = lf.traced_jobs(run)
     if jobs is None or not lf.trace_has_contexts(run):
@@ -139,8 +143,17 @@ def beside_steps(run: dict) -> Tuple[List[str], np.ndarray]:
         other = llm[near] != j["llm"]
         beside = overlap * (other & decoding[near])
         others = float(np.dot(beside, demand[near])) / took
+        if curve:
+            per_llm = collections.defaultdict(float)  # each other LLM's time-weighted demand
+            for k in np.flatnonzero(beside):
+                per_llm[llm[near][k]] += beside[k] * demand[near][k] / took
+            loaded = served_latency(offered_load(demand[i], *curve) + sum(offered_load(d, *curve)
+                                                                          for d in per_llm.values()), *curve)
+            model = contention_stretch(demand[i] + others, demand[i], loaded, rate, cap, *curve)
+        else:
+            model = contention_stretch(demand[i] + others, demand[i], 1.0, rate, cap, 0.0, 2.0)
         names.append(j["llm"])
-        rows.append((took, alone[i], contention_stretch(demand[i] + others, demand[i], rate, cap), beside.sum() / took,
+        rows.append((took, alone[i], model, beside.sum() / took,
                      float(overlap[~decoding[near]].sum()) / took, shares[i],
                      float(sum({m: s for m, s in zip(llm[near][beside > 0], shares[near][beside > 0])}.values()))))
     return names, np.array(rows, dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
@@ -151,14 +164,15 @@ def family(folder: str) -> str:
     return re.sub(r"\d+r?$", "", os.path.basename(os.path.normpath(folder)).split("-")[-1])
 
 
-def grouped(runs: Sequence[dict]) -> Iterator[Tuple[Tuple[str, str, float, float], np.ndarray]]:
+def grouped(runs: Sequence[dict], curve: Optional[Tuple[float, float]] = None
+            ) -> Iterator[Tuple[Tuple[str, str, float, float], np.ndarray]]:
     """Per (family, LLM, SM share, others' summed share; ``alone``: share -1 of others) the
     (measured, model) stretch of every step of ``runs`` beside other LLMs' decode steps only
     (:func:`beside_steps`, :data:`PREFILL_SLACK`), or alone on its partition."""
     out: Dict[Tuple[str, str, float, float], List[Tuple[float, float]]] = collections.defaultdict(list)
     c = {name: k for k, name in enumerate(STEP_COLUMNS)}
     for run in runs:
-        for name, r in zip(*beside_steps(run)):
+        for name, r in zip(*beside_steps(run, curve)):
             if r[c["prefilling"]] > PREFILL_SLACK:
                 continue
             measured = r[c["gpu_s"]] / r[c["alone_s"]]
@@ -176,14 +190,25 @@ def main() -> None:
     ap.add_argument("folders", nargs="*", help="results folders (default: the H200 partition families)")
     ap.add_argument("--min-steps", type=int, default=200, help="leave out groups of fewer steps")
     ap.add_argument("-o", "--out", help="write the groups as JSON here too")
+    ap.add_argument("--curve", default=None, metavar="GBPS,POWER",
+                    help="the model with the loaded-latency curve of this scale and power too "
+                         "(latency_curve.py's fit)")
     args = ap.parse_args()
+    curve = None
+    if args.curve:
+        try:
+            curve = tuple(float(x) for x in args.curve.split(","))
+            if len(curve) != 2 or not all(math.isfinite(x) and x > 0 for x in curve):
+                raise ValueError
+        except ValueError:
+            ap.error(f"--curve {args.curve!r}: expected two positive numbers GBPS,POWER")
     folders = [os.path.join(lf.LLM, f) if not os.path.isabs(f) else f for f in args.folders] or default_folders()
     runs = [r for f in folders for r in lf.load_runs(f) if traced_on_partitions(r)]
     print(f"{len(runs)} runs with job traces on SM partitions of one GPU")
     print(f"{'family':9s} {'LLM':9s} {'share':>5s} {'beside':>6s} {'steps':>7s} {'measured':>8s} {'model':>6s} "
           f"{'ratio':>6s}")
     groups = []
-    for (fam, name, share, others), a in grouped(runs):
+    for (fam, name, share, others), a in grouped(runs, curve):
         if len(a) < args.min_steps:
             continue
         row = {"family": fam, "llm": name, "share": share, "others_share": None if others < 0 else others,
@@ -195,7 +220,8 @@ def main() -> None:
     if args.out:
         tmp = args.out + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"folders": [os.path.relpath(p, lf.LLM) for p in folders], "groups": groups}, f, indent=1)
+            json.dump({"folders": [os.path.relpath(p, lf.LLM) for p in folders], "groups": groups,
+                       **({"curve": list(curve)} if curve else {})}, f, indent=1)
         os.replace(tmp, args.out)
 
 
