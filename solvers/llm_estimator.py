@@ -110,7 +110,8 @@ from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import (contention_gbps, decode_request_seconds, decode_stretch, decode_wave,
                                         host_seconds, kv_read_gbps, on_partition, page_fill_seconds,
                                         prefill_extra_seconds, resolve_policy, sm_shares)
-from placement_opt.simulate.meshsim import contention_stretch, decode_context, prefill_runs_eagerly
+from placement_opt.simulate.meshsim import (contention_stretch, decode_context, offered_load, prefill_runs_eagerly,
+                                            served_latency)
 
 SM_SHARES = np.round(np.arange(0.3, 1.0001, 0.1), 2)  # the reference implementation's 30-100 %
 FIXED_POINT_ROUNDS = 4
@@ -170,21 +171,24 @@ def _decode_demand(j: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, ou
 @njit(cache=True)
 def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len: np.ndarray, weights: np.ndarray,
              kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, hbm_mesh_gbps: float,
-             hbm_cap_mesh_gbps: float) -> float:
+             hbm_cap_mesh_gbps: float, curve_mesh_gbps: float = 0.0, curve_power: float = 2.0) -> float:
     """How much member ``i``'s decode steps stretch beside the other members' (module
     docstring): :func:`~placement_opt.simulate.meshsim.contention_stretch` of the members' HBM
-    demands at their batches, with the mesh's contention bandwidth and bandwidth cap (1 when
-    both are off)."""
-    if hbm_mesh_gbps <= 0 and hbm_cap_mesh_gbps <= 0:
+    demands at their batches, with the mesh's contention bandwidth, bandwidth cap and
+    loaded-latency curve (its scale in the mesh's GB/s; 1 when all are off)."""
+    if hbm_mesh_gbps <= 0 and hbm_cap_mesh_gbps <= 0 and curve_mesh_gbps <= 0:
         return 1.0
     total = 0.0
     own = 0.0
+    offered = 0.0
     for j in range(rows.shape[0]):
         demand = _decode_demand(j, rows, llms, D, out_len, weights, kv, tokens, batch)
         total += demand
+        offered += offered_load(demand, curve_mesh_gbps, curve_power)
         if j == i:
             own = demand
-    return contention_stretch(total, own, 1.0, hbm_mesh_gbps, hbm_cap_mesh_gbps, 0.0, 2.0)  # the curve not modelled
+    return contention_stretch(total, own, served_latency(offered, curve_mesh_gbps, curve_power), hbm_mesh_gbps,
+                              hbm_cap_mesh_gbps, curve_mesh_gbps, curve_power)
 
 
 #: the fields of a prefill-beside parameter vector (:func:`prefill_beside_params`), in order
@@ -290,7 +294,7 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
                     rate: np.ndarray, weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, cap: float,
                     reserve: float, max_batch: int, serial_decode: bool, tpt: np.ndarray, batch: np.ndarray,
                     hbm_mesh_gbps: float, hbm_cap_mesh_gbps: float, slow: np.ndarray, beside: np.ndarray,
-                    row_share: np.ndarray) -> float:
+                    row_share: np.ndarray, curve_mesh_gbps: float = 0.0, curve_power: float = 2.0) -> float:
     """Eq. 3 for the unit of LLMs ``llms`` (their latency rows ``rows``) on a mesh of ``cap``
     bytes where every LLM reserves ``reserve`` bytes; writes per-member throughput and batch
     into ``tpt``/``batch`` and returns their sum, or -1 when weights and reserves leave no
@@ -298,8 +302,8 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     another too (temporal multiplexing: one job at a time), so each decode step of an LLM
     waits for one step of every other member. ``hbm_mesh_gbps``, ``hbm_cap_mesh_gbps``: HBM
     bandwidth and bandwidth cap of the whole mesh for the contention stretch of overlapping
-    decode steps (0: off; unused with
-    ``serial_decode``). ``slow[row]``: the shared-partition slowdown of the decode steps of that
+    decode steps, ``curve_mesh_gbps``, ``curve_power``: its loaded-latency curve (the scale in the
+    whole mesh's GB/s; 0: off; all unused with ``serial_decode``). ``slow[row]``: the shared-partition slowdown of the decode steps of that
     latency row beside its own prefill (:func:`_cycle`; 0: off; unused with ``serial_decode``).
     ``beside``: the prefill's stretch beside the others' decode steps (:func:`prefill_beside_params`
     for the mesh, :func:`_beside_terms`; zeros: off; unused with ``serial_decode``), which applies
@@ -329,6 +333,7 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         total_d += D[rows[i], 1]
     hbm = 0.0 if serial_decode else hbm_mesh_gbps
     hbm_cap = 0.0 if serial_decode else hbm_cap_mesh_gbps
+    curve = 0.0 if serial_decode else curve_mesh_gbps
     # each member's prefill beside the decode steps running with it (_beside_terms; off: exactly P)
     terms = np.zeros((k, 4))
     terms[:, 0] = 1.0
@@ -341,7 +346,7 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
                                            terms)
             others_p = total_p - _beside_seconds(P[r, batch[i]], batch[i], terms[i])
             others_d = total_d - D[r, batch[i]]
-            stretch = _stretch(i, rows, llms, D, out_len, weights, kv, tokens, batch, hbm, hbm_cap)
+            stretch = _stretch(i, rows, llms, D, out_len, weights, kv, tokens, batch, hbm, hbm_cap, curve, curve_power)
             own = 0.0 if serial_decode else slow[r]
             b = _smallest_batch(r, llms[i], others_p, others_d if serial_decode else 0.0, P, D, out_len, rate, maxb[i],
                                 stretch, own, terms[i])
@@ -355,7 +360,7 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
         m = llms[i]
         r = rows[i]
         step = total_d if serial_decode else D[r, batch[i]] * _stretch(i, rows, llms, D, out_len, weights, kv, tokens,
-                                                                       batch, hbm, hbm_cap)
+                                                                       batch, hbm, hbm_cap, curve, curve_power)
         own = 0.0 if serial_decode else slow[r]
         tpt[i] = min(batch[i] / _cycle(total_p, step, _beside_seconds(P[r, batch[i]], batch[i], terms[i]), step,
                                        out_len[m], own), rate[m])
@@ -391,6 +396,11 @@ class EstimatorTables:
         whole-mesh units (:func:`mesh_contention_gbps`; the cap times the GPUs)."""
         return mesh_contention_gbps(self.hbm_gbps, self.hbm_tp_power, size), self.hbm_cap_gbps * size
 
+    def curve(self, size: float) -> Tuple[float, float]:
+        """The loaded-latency curve's scale (``host.contention_curve_gbps`` times the GPUs: the
+        estimator's whole-mesh units) and power on a mesh of ``size`` GPUs."""
+        return self.host.contention_curve_gbps * size, self.host.contention_curve_power
+
     def beside(self, size: float) -> np.ndarray:
         """The prefill-beside parameters of ``host`` for a mesh of ``size`` GPUs (:func:`prefill_beside_params`)."""
         return prefill_beside_params(self.host, size)
@@ -408,7 +418,7 @@ class EstimatorTables:
         s = unit_throughput(rows, members, self.P, self.D, self.out_len, self.rate, self.weights, self.kv,
                             self.tokens, self.memory.per_gpu * size, self.memory.reserve * size, self.max_batch,
                             self.serial_decode, tpt, batch, *self.contention(size), self.slow, self.beside(size),
-                            self.share.reshape(-1))
+                            self.share.reshape(-1), *self.curve(size))
         return s, tpt, batch
 
 
@@ -624,7 +634,8 @@ class Headroom:
         beside = tb.beside(size)
         return tuple(unit_throughput(rows, members, P, D, tb.out_len, tb.rate * scale, tb.weights, tb.kv, tb.tokens,
                                      tb.memory.per_gpu * size, tb.memory.reserve * size, tb.max_batch,
-                                     tb.serial_decode, tpt, batch, hbm, hbm_cap, slow, beside, row_share)
+                                     tb.serial_decode, tpt, batch, hbm, hbm_cap, slow, beside, row_share,
+                                     *tb.curve(size))
                      for scale in self.scales)
 
 
@@ -662,7 +673,8 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
                         memory.reserve * g.n_gpus, cfg.max_batch, temporal, tpt, batch,
                         contention_gbps(cfg, g.tp) * g.n_gpus,
                         cfg.contention_hbm_cap_gbps * g.n_gpus, slow,
-                        prefill_beside_params(cfg, g.n_gpus), np.asarray(shares, dtype=np.float64))
+                        prefill_beside_params(cfg, g.n_gpus), np.asarray(shares, dtype=np.float64),
+                        cfg.contention_curve_gbps * g.n_gpus, cfg.contention_curve_power)
         for j, i in enumerate(members):
             out[specs[i].name] = float(tpt[j])
     return out

@@ -49,12 +49,13 @@ def _preferred(sm_fit: bool, val: float, members: int, best_fit: bool, best_val:
 @njit(cache=True)
 def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_len, rate, weights, kv, tokens,
                     max_batch, per_gpu, reserve, weight_cap, sm_limit, max_members, serial_decode, assign, unit_tpt,
-                    hbm_gbps, hbm_cap_gbps, slow, beside, hbm_tp_power=0.0):
+                    hbm_gbps, hbm_cap_gbps, slow, beside, hbm_tp_power=0.0, hbm_curve_gbps=0.0, hbm_curve_power=2.0):
     """Fill ``assign[m]`` (mesh of LLM m) and ``unit_tpt[d]`` (estimate of mesh d); memory
     figures are bytes per GPU (``per_gpu`` shared, ``reserve`` per LLM, ``weight_cap``);
     ``hbm_gbps``, ``hbm_cap_gbps``: HBM GB/s per GPU of the estimator's contention stretch and
     its bandwidth cap (0: off), the former over ``size**hbm_tp_power`` on a mesh of ``size``
-    GPUs (:func:`~placement_opt.solvers.llm_estimator.mesh_contention_gbps`); ``slow``:
+    GPUs (:func:`~placement_opt.solvers.llm_estimator.mesh_contention_gbps`);
+    ``hbm_curve_gbps``, ``hbm_curve_power``: its loaded-latency curve per GPU (0: off); ``slow``:
     per latency row, the estimator's shared-partition slowdown (``EstimatorTables.slow``);
     ``beside``: the prefill-beside parameters per GPU (``llm_estimator.prefill_beside_params``
     for one GPU; zeros: off), their bandwidth scaled to each mesh here, for the rows whose
@@ -108,7 +109,8 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
                 rows[c] = m * nt + t
                 new = unit_throughput(rows[:c + 1], llms[:c + 1], P, D, out_len, rate, weights, kv, tokens,
                                       per_gpu * size, reserve * size, max_batch, serial_decode, tpt, batch,
-                                      hbm_of[d], hbm_cap_gbps * size, slow, beside_of[d], row_share)
+                                      hbm_of[d], hbm_cap_gbps * size, slow, beside_of[d], row_share,
+                                      hbm_curve_gbps * size, hbm_curve_power)
                 if new < 0:
                     continue
                 val = new - unit_tpt[d]
@@ -137,6 +139,6 @@ def place_on_meshes(mesh_t, mesh_size, order, rule, feasible, share, P, D, out_l
             unit_tpt[d] = unit_throughput(rows[:cnt[d]], llms[:cnt[d]], P, D, out_len, rate, weights, kv, tokens,
                                           per_gpu * mesh_size[d], reserve * mesh_size[d], max_batch, serial_decode,
                                           tpt, batch, hbm_of[d], hbm_cap_gbps * mesh_size[d], slow,
-                                          beside_of[d], row_share)
+                                          beside_of[d], row_share, hbm_curve_gbps * mesh_size[d], hbm_curve_power)
         total += unit_tpt[d]
     return total

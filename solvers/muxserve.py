@@ -211,7 +211,7 @@ def _place_group(group: Tuple[Tuple[int, ...], ...], gi: int, specs: Sequence[LL
                               tables.max_batch, memory.per_gpu, memory.reserve, memory.weight_cap,
                               1.0 if full_share else rules.sm_limit, rules.max_llms_per_mesh, tables.serial_decode,
                               assign, unit_tpt, tables.hbm_gbps, tables.hbm_cap_gbps, tables.slow, tables.beside(1.0),
-                              tables.hbm_tp_power)
+                              tables.hbm_tp_power, *tables.curve(1.0))
         if est >= 0:
             return GroupResult(est, group, assign, unit_tpt, gi)
     return None

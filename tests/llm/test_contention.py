@@ -134,6 +134,29 @@ def test_estimator_stretch_applies_the_bandwidth_cap():
     assert _stretch(0, *args, 40.0, 10.0) == pytest.approx(2.0)
     assert _stretch(0, *args, 0.0, 10.0) == pytest.approx(2.0)
     assert _stretch(0, *args, 40.0, 40.0) == pytest.approx(1.25)
+    # the loaded-latency curve 1 + x / 10: 1.2808 (the kernel's, test above), beside a 40 GB/s rate too
+    curve = (1 + (np.sqrt(17) - 1) / 2) / 2
+    assert _stretch(0, *args, 0.0, 0.0, 10.0, 1.0) == pytest.approx(curve)
+    assert _stretch(0, *args, 40.0, 0.0, 10.0, 1.0) == pytest.approx(curve)
+
+
+def test_eq3_slows_colocated_members_by_the_curve():
+    """Eq. 3 of two members with 0.1 s prefills and decode steps of about 1 GB (10 GB/s), their rates
+    out of reach: the curve 1 + x / 10 stretches both decode steps 1.2808 x, so each member's
+    throughput falls; the curve's arguments off leave it as it was."""
+    from placement_opt.solvers.llm_estimator import PREFILL_BESIDE, unit_throughput
+
+    def eq3(*curve):
+        tpt, batch = np.zeros(2), np.zeros(2, dtype=np.int64)
+        table = np.full((2, 3), 0.1)
+        total = unit_throughput(np.arange(2), np.arange(2), table, table, np.full(2, 2.0), np.full(2, 1e3),
+                                np.full(2, 1e9), np.full(2, 1e5), np.full(2, 4.0), 1e12, 0.0, 2, False, tpt, batch,
+                                0.0, 0.0, np.zeros(2), np.zeros(len(PREFILL_BESIDE)), np.full(2, 0.5), *curve)
+        return total, tpt
+
+    plain, curved, off = eq3(), eq3(10.0, 1.0), eq3(0.0, 1.0)
+    assert curved[0] < plain[0] and np.all(curved[1] < plain[1])
+    assert off[0] == plain[0]
 
 
 def test_jobs_launch_one_after_another_on_the_scheduling_thread():
