@@ -459,7 +459,8 @@ V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3
 #: 0.16-0.17 ms, where v3g's calibration has 0.164). Seed 31's muxserve and equal splits ran again with
 #: it first (``-h200us31``: not predicted before), then fresh pairs, predicted with v3g's calibration
 #: and committed before they ran (``-h200us50`` to ``-h200us52``; predictions/v3h-h200us.jsonl)
-V3H_RESULTS = ("results-v3h-h200us31", "results-v3h-h200us50", "results-v3h-h200us51", "results-v3h-h200us52")
+V3H_RESULTS = ("results-v3h-h200us31", "results-v3h-h200us50", "results-v3h-h200us51", "results-v3h-h200us52",
+               "results-v3h-h200us53", "results-v3h-h200us54")
 #: v3g's H200 calibration: its contention rounds and the job traces its fields are fitted on
 V3G_H200 = GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
@@ -2840,13 +2841,14 @@ def policy_load_lines(spec: str) -> List[str]:
 # ---------------------------------------------------------------- predictions before a run
 
 
-def prediction_lines(specs: List[str]) -> List[str]:
+def prediction_lines(specs: List[str], overrides: Optional[Dict[str, float]] = None) -> List[str]:
     """The simulator's prediction of runs not made yet, each ``FOLDER/<workload>-<placement>``
     or ``FOLDER/<workload>-<placement>/<policy>`` (a results folder of an engine generation, and
     the run folder ``run_gpu.sh`` will write there; a policy names one trial of several on one
     set of workers): one JSON line per run with its generation's tables and calibration (the
     policy named, else the one the executor will use: the placement's scheduling or the
-    instance's), to commit before the GPU runs it."""
+    instance's), to commit before the GPU runs it; ``overrides``: calibration fields set over the
+    generation's (:func:`parse_overrides`), recorded in the line as ``set``."""
     from placement_opt.placement import load_placement
     from placement_opt.simulate.llm import resolve_policy
 
@@ -2861,8 +2863,10 @@ def prediction_lines(specs: List[str]) -> List[str]:
         inst_path, placement_path = run_inputs(run)
         run["policy"] = resolve_policy(generation_instance(inst_path, gen, run["folder"]),
                                        load_placement(placement_path), name.partition("/")[2] or None)
-        sim = simulate_run(run, None)[0]
+        model = dict(generation_model(gen, run["folder"]), **overrides) if overrides else None
+        sim = simulate_run(run, model)[0]
         lines.append(json.dumps({"run": spec, "generation": next(k for k, g in GENERATIONS.items() if g is gen),
+                                 **({"set": overrides} if overrides else {}),
                                  "policy": run["policy"], "throughput_rps": round(sim["throughput_rps"], 4),
                                  "per_llm_rps": {m: round(v["throughput_rps"], 4) for m, v in sim["per_model"].items()},
                                  "ttft_mean_s": round(sim["ttft_mean_s"], 5), "tpot_mean_s": round(sim["tpot_mean_s"], 6),
@@ -3072,9 +3076,15 @@ def main() -> None:
                     help="print the prediction of runs not made yet (a generation's results folder / "
                          "<workload>-<placement>, and / policy for one trial of several), one JSON line each, "
                          "to commit before the GPU runs them")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                    help="with --predict: a calibration field set over the generation's (repeatable)")
     args = ap.parse_args()
     if args.predict:
-        for line in prediction_lines(args.predict):
+        try:
+            overrides = parse_overrides(args.overrides)
+        except ValueError as e:
+            ap.error(str(e))
+        for line in prediction_lines(args.predict, overrides):
             print(line)
         return
     if args.calibrate:
