@@ -104,8 +104,12 @@ Every other run is held out; the report marks the fit runs.
 policies with the rates times SCALE (and ``llm.kv_reserve_fraction`` RESERVE): the load at
 which the policy ablation is worth measuring (docs/fidelity-llm.md).
 
+``--predict FOLDER/RUN[/POLICY]...`` prints the prediction of runs not made yet, to commit before
+they run; ``--set FIELD=VALUE`` (repeatable) predicts them with those calibration fields set over
+the generation's (e.g. the loaded-latency curve, ``latency_curve.py``).
+
 Usage: python benchmarks/llm_fidelity.py [--results DIR] [--calibrate [GENERATION]] [--policy-load SCALE[:RESERVE]]
-       [--predict FOLDER/RUN[/POLICY]...]
+       [--predict FOLDER/RUN[/POLICY]... [--set FIELD=VALUE]...]
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from .helpers import ROOT, load_benchmark
 
@@ -92,3 +93,19 @@ def test_the_committed_report_holds_the_fit_and_the_traces():
         committed = f.read().splitlines()
     n = len(script.trace_lines())
     assert out == committed[:3] + committed[-n:]
+
+
+def test_the_fresh_pairs_predictions_of_both_models_reproduce():
+    """``llm_fidelity.py --predict`` (and ``--set`` for the curve) gives the committed predictions
+    of the fresh pairs, written before they ran; the curve's lines record the fields it set."""
+    lf = (_script(), sys.modules["llm_fidelity"])[1]
+    for name, overrides in (("v3h-h200us-53-54.jsonl", {}),
+                            ("v3h-h200us-53-54-curve.jsonl",
+                             {"contention_curve_gbps": 4700.0, "contention_curve_power": 2.4})):
+        with open(os.path.join(LLM, "predictions", name)) as f:
+            committed = [json.loads(line) for line in f]
+        got = [json.loads(line) for line in lf.prediction_lines([c["run"] for c in committed], overrides)]
+        assert got == committed
+        assert all(c.get("set", {}) == overrides for c in committed)
+    with pytest.raises(ValueError, match="unknown field"):
+        lf.parse_overrides(["contention_curve=1"])
