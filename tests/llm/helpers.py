@@ -31,6 +31,23 @@ def load_benchmark(name: str) -> ModuleType:
     return module
 
 
+def fidelity_script(name: str) -> ModuleType:
+    """The script ``benchmarks/fidelity/llm/<name>.py`` as a module, loaded after
+    ``benchmarks/llm_fidelity.py`` (:func:`load_benchmark`), which it imports."""
+    load_benchmark("llm_fidelity")
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", "fidelity", "llm", f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def h200_calibration() -> dict:
+    """The newest H200 calibration, ``benchmarks/fidelity/llm/calibration-v3h-h200.json``."""
+    with open(os.path.join(ROOT, "benchmarks", "fidelity", "llm", "calibration-v3h-h200.json")) as f:
+        return json.load(f)
+
+
 def committed_predictions(name: str) -> dict:
     """The predictions committed before GPU runs, ``benchmarks/fidelity/llm/predictions/<name>``
     (one JSON line per run, ``llm_fidelity.py --predict``), by run."""

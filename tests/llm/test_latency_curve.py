@@ -5,7 +5,6 @@ linear model leaves, and on the one-GPU pair runs it brings the prediction close
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -16,30 +15,20 @@ import sys
 import numpy as np
 import pytest
 
-from .helpers import ROOT, load_benchmark
+from .helpers import ROOT, fidelity_script, h200_calibration
 
 LLM = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
 SCRIPT = os.path.join(LLM, "latency_curve.py")
 
 
 def _script():
-    load_benchmark("llm_fidelity")
-    sys.path.insert(0, LLM)
-    spec = importlib.util.spec_from_file_location("latency_curve", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _calibration():
-    with open(os.path.join(LLM, "calibration-v3h-h200.json")) as f:
-        return json.load(f)
+    return fidelity_script("latency_curve")
 
 
 def test_the_curve_fits_the_unequal_rounds_without_losing_the_even_ones():
     script = _script()
     lf = sys.modules["llm_fidelity"]
-    cal = _calibration()
+    cal = h200_calibration()
     rate, cap = cal["contention_hbm_gbps"], cal["contention_hbm_cap_gbps"]
     unequal = lf.engine_rounds(tuple(sys.modules["unequal_rounds"].unequal_paths()))
     even = lf.engine_rounds(sys.modules["unequal_rounds"].EVEN_ROUNDS)
@@ -58,7 +47,7 @@ def test_the_curve_fits_the_unequal_rounds_without_losing_the_even_ones():
 
 def test_a_small_llm_beside_llm_8b_slows_more_than_llm_8b_under_the_curve():
     lf = (_script(), sys.modules["llm_fidelity"])[1]
-    cal = _calibration()
+    cal = h200_calibration()
     per = lf.engine_rounds(("engine-h200-unequal/u-1b-8b-50-50-b16.json",))[0]
     linear = lf.replay_round(cal["contention_hbm_gbps"], per, cal["contention_hbm_cap_gbps"])
     curved = lf.replay_round(cal["contention_hbm_gbps"], per, cal["contention_hbm_cap_gbps"], 4700.0, 2.4)

@@ -5,30 +5,19 @@ splits together (docs/fidelity-llm.md "A small partition beside a large one").""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
 import os
 import subprocess
 import sys
 
-from .helpers import ROOT, load_benchmark
+from .helpers import ROOT, fidelity_script, h200_calibration
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "fidelity", "llm", "unequal_rounds.py")
 LLM = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
 
 
 def _script():
-    load_benchmark("llm_fidelity")
-    spec = importlib.util.spec_from_file_location("unequal_rounds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _calibration():
-    with open(os.path.join(LLM, "calibration-v3h-h200.json")) as f:
-        return json.load(f)
+    return fidelity_script("unequal_rounds")
 
 
 def test_the_committed_rounds_are_unequal_pairs_on_green_contexts():
@@ -47,7 +36,7 @@ def test_the_committed_rounds_are_unequal_pairs_on_green_contexts():
 
 def test_a_small_llm_beside_llm_8b_runs_past_the_model_the_large_one_does_not():
     script = _script()
-    cal = _calibration()
+    cal = h200_calibration()
     paths = [p for p in script.unequal_paths() if "-1b-8b-" in p and "-8b-8b-" not in p]
     rounds = sys.modules["llm_fidelity"].engine_rounds(tuple(paths))
     errors = script.log_errors(rounds, cal["contention_hbm_gbps"], cal["contention_hbm_cap_gbps"])
@@ -64,7 +53,7 @@ def test_a_small_llm_beside_llm_8b_runs_past_the_model_the_large_one_does_not():
 def test_a_refit_on_both_trades_the_even_splits_for_the_unequal_ones():
     script = _script()
     lf = sys.modules["llm_fidelity"]
-    cal = _calibration()
+    cal = h200_calibration()
     unequal = lf.engine_rounds(tuple(script.unequal_paths()))
     even = lf.engine_rounds(script.EVEN_ROUNDS)
     rate, cap, err = script.refit(unequal + even)
