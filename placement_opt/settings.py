@@ -79,8 +79,8 @@ class LLMConfig:
       Measured on H100s: docs/fidelity-llm.md.
     * ``contention_curve_gbps`` / ``contention_curve_power``: the HBM's access time rises with
       the load it serves as ``1 + (load / contention_curve_gbps) ** contention_curve_power``; a
-      running job stretches at least by that at the load the HBM serves all running jobs over
-      that at its own demand (each job keeps its accesses in flight, so it is served its demand
+      running decode step stretches at least by that at the load the HBM serves all running
+      jobs over that at its own demand (each job keeps its accesses in flight, so it is served its demand
       times its latency alone over the loaded one). A small job beside a bandwidth-heavy one
       thus slows more than the heavy one, as measured on SM partitions of one H200 (0: off;
       docs/fidelity-llm.md).

@@ -303,8 +303,9 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     waits for one step of every other member. ``hbm_mesh_gbps``, ``hbm_cap_mesh_gbps``: HBM
     bandwidth and bandwidth cap of the whole mesh for the contention stretch of overlapping
     decode steps, ``curve_mesh_gbps``, ``curve_power``: its loaded-latency curve (the scale in the
-    whole mesh's GB/s; 0: off; all unused with ``serial_decode``). ``slow[row]``: the shared-partition slowdown of the decode steps of that
-    latency row beside its own prefill (:func:`_cycle`; 0: off; unused with ``serial_decode``).
+    whole mesh's GB/s; 0: off; all unused with ``serial_decode``). ``slow[row]``: the
+    shared-partition slowdown of the decode steps of that latency row beside its own prefill
+    (:func:`_cycle`; 0: off; unused with ``serial_decode``).
     ``beside``: the prefill's stretch beside the others' decode steps (:func:`prefill_beside_params`
     for the mesh, :func:`_beside_terms`; zeros: off; unused with ``serial_decode``), which applies
     to the latency rows whose SM share ``row_share[row]`` is below 1."""

@@ -430,7 +430,8 @@ class VirtualJobs:
     eager prefill over
     ``MeshSettings.graph_tokens``: ``prefill_eager_host_s``, ``prefill_eager_hold_s``) and their
     re-timing as the set of running jobs changes (``MeshSettings.hbm_gbps``, ``hbm_cap_gbps``,
-    ``hbm_curve_gbps``, ``hbm_curve_power``: :func:`~placement_opt.simulate.meshsim.contention_stretch`; ``own_prefill_decode``; a prefill
+    ``hbm_curve_gbps``, ``hbm_curve_power``: :func:`~placement_opt.simulate.meshsim.contention_stretch`;
+    ``own_prefill_decode``; a prefill
     on a partition beside others: ``prefill_beside``, ``_delay``, ``_gbps``, ``_requests``,
     ``_knee``, ``_power``, and beside its own LLM's decode step ``own_decode_prefill``:
     :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`). The

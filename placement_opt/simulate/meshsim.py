@@ -65,10 +65,11 @@ other running jobs' demand) / hbm_gbps``, re-timed at every event where the set 
 jobs changes; with a bandwidth cap (``MeshSettings.hbm_cap_gbps``) at least by ``(all the
 running jobs' demand) / max(hbm_cap_gbps, its own)``: the GPU's HBM serves no more than that
 in all, so jobs that together demand more share it; with a loaded-latency curve
-(``MeshSettings.hbm_curve_gbps``, ``hbm_curve_power``) at least by the HBM's access time at the
-load it serves the running jobs over its access time at the job's own demand
-(:func:`served_latency`, :func:`hbm_latency`: a small job beside a heavy one slows more than the
-heavy one) (:func:`contention_stretch`; a job alone is never stretched). **Prefills beside others** (``MeshSettings.prefill_beside``,
+(``MeshSettings.hbm_curve_gbps``, ``hbm_curve_power``) a decode step at least by the HBM's
+access time at the load it serves the running jobs over its access time at the step's own
+demand (:func:`served_latency`, :func:`hbm_latency`: a small job beside a heavy one slows more
+than the heavy one) (:func:`contention_stretch`; a job alone is never stretched). **Prefills
+beside others** (``MeshSettings.prefill_beside``,
 ``prefill_beside_delay``): a graph prefill on an SM partition, while any other job runs,
 stretches by :func:`prefill_beside_stretch` instead (``prefill_beside_gbps``,
 ``prefill_beside_requests``: also in proportion to the other running jobs' HBM demand and to the
@@ -170,7 +171,7 @@ class MeshSettings(NamedTuple):
     prefill_at_longest: bool = False  # a prefill's table time at its longest prompt (the engine pads to it), not the mean
     own_decode_prefill: float = 0.0  # shared partition: a prefill runs at this part of its speed while its LLM's decode step runs, which leaves its beside stretch; 0 off
     prefill_at_bucket: bool = False  # a graph prefill's table time at its CUDA-graph bucket (batch to a power of two, padded length: prefill_point); eager ones at their longest
-    hbm_curve_gbps: float = 0.0  # contention: the loaded-latency curve's scale, GB/s (hbm_latency); a job stretches at least by the served load's latency over its own alone's; 0 off
+    hbm_curve_gbps: float = 0.0  # contention: the loaded-latency curve's scale, GB/s (hbm_latency): a decode step stretches at least by it at the served load over it at its own demand; 0 off
     hbm_curve_power: float = 2.0  # ... the curve's power
 
 
@@ -1101,8 +1102,8 @@ def offered_load(demand, curve_gbps, curve_power):
 def contention_on(cfg):
     """Whether running jobs are re-timed as the set of running jobs changes (HBM contention or
     a decode step beside its own LLM's prefill)."""
-    return (cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.hbm_curve_gbps > 0 or cfg.own_prefill_decode > 0 or cfg.own_decode_prefill > 0
-            or prefill_beside_on(cfg))
+    return (cfg.hbm_gbps > 0 or cfg.hbm_cap_gbps > 0 or cfg.hbm_curve_gbps > 0 or cfg.own_prefill_decode > 0
+            or cfg.own_decode_prefill > 0 or prefill_beside_on(cfg))
 
 
 @njit(cache=True, inline="always")

@@ -52,7 +52,8 @@ CURVE_GRID = np.arange(3000.0, 7001.0, 100.0)
 POWER_GRID = np.round(np.arange(1.0, 4.001, 0.1), 2)
 #: the issue's targets a run's errors are counted against: (error, bound, label)
 TARGETS = (("throughput_err", 0.05, "throughput 5%"), ("max_llm_err", 0.10, "per-LLM 10%"),
-           ("ttft_err", 0.15, "TTFT 15%"), ("tpot_err", 0.15, "TPOT 15%"), ("slo_attainment_pp", 3.0, "attainment 3 pp"))
+           ("ttft_err", 0.15, "TTFT 15%"), ("tpot_err", 0.15, "TPOT 15%"),
+           ("slo_attainment_pp", 3.0, "attainment 3 pp"))
 
 
 def fit_curve(rounds: List[List[dict]], rate: float, cap: float, curves: Sequence[float] = CURVE_GRID,
@@ -123,7 +124,8 @@ def _rms(rounds: List[List[dict]], args: Tuple[float, float, float, float]) -> f
 
 def run_lines(runs: List[dict], curve: float, power: float) -> List[str]:
     """Per run its errors with the calibration and with the curve; per family the summaries."""
-    out = [f"{'run':<58} {'calibration: tput    llm    TTFT    TPOT  att':>45} | {'with the curve: tput    llm    TTFT    TPOT  att':>49}"]
+    head = ("calibration: tput    llm    TTFT    TPOT  att", "with the curve: tput    llm    TTFT    TPOT  att")
+    out = [f"{'run':<58} {head[0]:>45} | {head[1]:>49}"]
     families: Dict[str, List[Tuple[dict, dict]]] = collections.defaultdict(list)
     for run in runs:
         before, after = run_errors(run, curve, power)
