@@ -153,6 +153,11 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
 FIELD_ABSENT = {"contention_curve_power": LLMConfig().contention_curve_power}
 
 
+def model_fields(given: Dict[str, float]) -> Dict[str, float]:
+    """Every :data:`MODEL_FIELDS` entry: ``given``'s value, else :data:`FIELD_ABSENT`'s or 0."""
+    return {f: given.get(f, FIELD_ABSENT.get(f, 0.0)) for f in MODEL_FIELDS}
+
+
 @dataclasses.dataclass(frozen=True)
 class GpuCalibration:
     """A generation's calibration for its runs on another GPU than the one its fit runs ran on
@@ -660,7 +665,7 @@ def generation_model(gen: Generation, folder: Optional[str] = None) -> Dict[str,
         return {}
     with open(path) as f:
         cal = json.load(f)
-    return {k: cal.get(k, FIELD_ABSENT.get(k, 0.0)) for k in MODEL_FIELDS}
+    return model_fields(cal)
 
 
 def results_folders() -> List[str]:
@@ -1044,8 +1049,7 @@ def run_instance(run: dict, model: Optional[Dict[str, float]]) -> Any:
         check_tables_gpu(run, gen)
         model = generation_model(gen, run["folder"])
     if model is not None:
-        inst = dataclasses.replace(inst, llm=with_model(inst.llm_settings, {f: model.get(f, FIELD_ABSENT.get(f, 0.0))
-                                                                            for f in MODEL_FIELDS}))
+        inst = dataclasses.replace(inst, llm=with_model(inst.llm_settings, model_fields(model)))
     return inst
 
 
@@ -2641,7 +2645,7 @@ def simulated_own_prefill_slowdown(runs: List[dict], fields: Dict[str, float], s
     """The median :func:`own_prefill_slowdowns` over the simulator's timelines of ``runs``
     (:func:`simulated_run_rows`) with the calibration ``fields`` and ``own_prefill_decode_share`` =
     ``share``; ValueError when no step runs beside its own LLM's prefill."""
-    model = dict({f: fields.get(f, FIELD_ABSENT.get(f, 0.0)) for f in MODEL_FIELDS}, own_prefill_decode_share=share)
+    model = dict(model_fields(fields), own_prefill_decode_share=share)
     steps = [x for run in runs for x in own_prefill_slowdowns(simulated_run_rows(run, run_instance(run, model))[0])]
     if not steps:
         raise ValueError(f"no simulated decode step beside its own LLM's prefill at share {share}")

@@ -1058,8 +1058,8 @@ def contention_stretch(total, own, loaded, hbm_gbps, hbm_cap_gbps, curve_gbps, c
     factor = 1.0 + (total - own) / hbm_gbps if hbm_gbps > 0 else 1.0
     if hbm_cap_gbps > 0 and total / max(hbm_cap_gbps, own) > factor:
         factor = total / max(hbm_cap_gbps, own)
-    if curve_gbps > 0 and total > own and loaded / hbm_latency(own, curve_gbps, curve_power) > factor:
-        factor = loaded / hbm_latency(own, curve_gbps, curve_power)
+    if curve_gbps > 0 and total > own:
+        factor = max(factor, loaded / hbm_latency(own, curve_gbps, curve_power))
     return factor
 
 

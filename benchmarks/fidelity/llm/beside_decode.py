@@ -101,6 +101,7 @@ def beside_steps(run: dict, curve: Optional[Tuple[float, float]] = None) -> Tupl
     groups = lf.partition_groups(run)
     tables = lf._mesh_step_tables(run, at_shares=True)
     kv_gbps, rate, cap = kv_read_gbps(cfg, 1), contention_gbps(cfg, 1), cfg.contention_hbm_cap_gbps
+    curve_gbps, curve_power = curve or (0.0, 2.0)
     share = {}
     for gi in groups:
         g = placement.groups[gi]
@@ -143,17 +144,15 @@ def beside_steps(run: dict, curve: Optional[Tuple[float, float]] = None) -> Tupl
         other = llm[near] != j["llm"]
         beside = overlap * (other & decoding[near])
         others = float(np.dot(beside, demand[near])) / took
-        if curve:
-            per_llm = collections.defaultdict(float)  # each other LLM's time-weighted demand
-            for k in np.flatnonzero(beside):
-                per_llm[llm[near][k]] += beside[k] * demand[near][k] / took
-            loaded = served_latency(offered_load(demand[i], *curve) + sum(offered_load(d, *curve)
-                                                                          for d in per_llm.values()), *curve)
-            model = contention_stretch(demand[i] + others, demand[i], loaded, rate, cap, *curve)
-        else:
-            model = contention_stretch(demand[i] + others, demand[i], 1.0, rate, cap, 0.0, 2.0)
+        per_llm = collections.defaultdict(float)  # each other LLM's time-weighted demand (for the curve)
+        for k in np.flatnonzero(beside) if curve_gbps > 0 else ():
+            per_llm[llm[near][k]] += beside[k] * demand[near][k] / took
+        loaded = served_latency(sum(offered_load(d, curve_gbps, curve_power) for d in [demand[i], *per_llm.values()]),
+                                curve_gbps, curve_power)
         names.append(j["llm"])
-        rows.append((took, alone[i], model, beside.sum() / took,
+        rows.append((took, alone[i],
+                     contention_stretch(demand[i] + others, demand[i], loaded, rate, cap, curve_gbps, curve_power),
+                     beside.sum() / took,
                      float(overlap[~decoding[near]].sum()) / took, shares[i],
                      float(sum({m: s for m, s in zip(llm[near][beside > 0], shares[near][beside > 0])}.values()))))
     return names, np.array(rows, dtype=np.float64).reshape(-1, len(STEP_COLUMNS))

@@ -109,17 +109,13 @@ def fit_lines(calibration: Dict[str, float]) -> Tuple[List[str], float, float]:
     curve, power, _ = fit_curve(unequal + even, rate, cap)
     out = [f"loaded-latency curve fitted on {len(unequal)} unequal and {len(even)} even-split rounds "
            f"(rate {rate:g}, cap {cap:g} GB/s kept): scale {curve:g} GB/s, power {power:g}"]
-    for label, args in ((f"calibration (rate {rate:g}, cap {cap:g})", (rate, cap, 0.0, 2.0)),
-                        ("with the curve", (rate, cap, curve, power))):
-        errs = [math.log(r / p["together_gpu_ms"]) for per in unequal + even
-                for r, p in zip(fid.replay_round(args[0], per, args[1], args[2], args[3]), per)]
-        out.append(f"{label}: RMS log error unequal {_rms(unequal, args):.4f}, "
-                   f"even {_rms(even, args):.4f}, worst {max(errs, key=abs):+.3f}")
+    for label, model in ((f"calibration (rate {rate:g}, cap {cap:g})", (0.0, 2.0)), ("with the curve", (curve, power))):
+        errs = [[e for per in unequal_rounds.log_errors(rounds, rate, cap, *model) for e in per]
+                for rounds in (unequal, even)]
+        rms = [math.sqrt(np.mean(np.square(e))) for e in errs]
+        out.append(f"{label}: RMS log error unequal {rms[0]:.4f}, even {rms[1]:.4f}, "
+                   f"worst {max(errs[0] + errs[1], key=abs):+.3f}")
     return out, curve, power
-
-
-def _rms(rounds: List[List[dict]], args: Tuple[float, float, float, float]) -> float:
-    return fid.replay_rms(args[0], rounds, args[1], args[2], args[3])
 
 
 def run_lines(runs: List[dict], curve: float, power: float) -> List[str]:

@@ -49,9 +49,12 @@ def unequal_paths() -> List[str]:
     return sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(HERE, "engine-h200-unequal", "*.json")))
 
 
-def log_errors(rounds: List[List[dict]], rate: float, cap: float) -> List[List[float]]:
-    """Per round, per LLM: log(replayed time together / measured) at ``rate`` and ``cap``."""
-    return [[math.log(r / p["together_gpu_ms"]) for r, p in zip(fid.replay_round(rate, per, cap), per)]
+def log_errors(rounds: List[List[dict]], rate: float, cap: float, curve_gbps: float = 0.0,
+               curve_power: float = 2.0) -> List[List[float]]:
+    """Per round, per LLM: log(replayed time together / measured) at ``rate``, ``cap`` and the
+    loaded-latency curve (0: off; ``latency_curve.py``)."""
+    return [[math.log(r / p["together_gpu_ms"])
+             for r, p in zip(fid.replay_round(rate, per, cap, curve_gbps, curve_power), per)]
             for per in rounds]
 
 
