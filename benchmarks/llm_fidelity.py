@@ -470,6 +470,9 @@ V3G_SHARE_RESULTS = ("results-v3g-h200us31", "results-v3g-h200us32", "results-v3
 #: and committed before they ran (``-h200us50`` to ``-h200us52``; predictions/v3h-h200us.jsonl)
 V3H_RESULTS = ("results-v3h-h200us31", "results-v3h-h200us50", "results-v3h-h200us51", "results-v3h-h200us52",
                "results-v3h-h200us53", "results-v3h-h200us54")
+#: v3h's five-LLM runs at 3 x load on one H200 (the policy ablation; tables-h200-g1), seeds 55 to 58,
+#: both contention models' predictions committed before they ran
+V3H_X3_RESULTS = tuple(f"results-v3h-h200x3s{s}" for s in (55, 56, 57, 58))
 #: v3g's H200 calibration: its contention rounds and the job traces its fields are fitted on
 V3G_H200 = GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
@@ -578,8 +581,9 @@ GENERATIONS = {
                       + tuple((f, "tables-h200-shares") for f in V3G_SHARE_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3s",
                       gpus=(V3G_H200,)),
-    "v3h": Generation(V3H_RESULTS, "tables-v3", "results-v3", None, "calibration-v3h.json",
-                      folder_tables=tuple((f, "tables-h200-shares") for f in V3H_RESULTS),
+    "v3h": Generation(V3H_RESULTS + V3H_X3_RESULTS, "tables-v3", "results-v3", None, "calibration-v3h.json",
+                      folder_tables=tuple((f, "tables-h200-shares") for f in V3H_RESULTS)
+                      + tuple((f, "tables-h200-g1") for f in V3H_X3_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3g",
                       gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3h-h200.json"),)),
 }
