@@ -19,10 +19,12 @@ and without the curve, and prints each run's errors ((measured - simulated) / si
 per family, their means and how many meet the issue's targets. Last, from the decode steps of
 the job traces (``beside_decode.py -o latency-curve/beside-linear.json`` and ``--curve SCALE,POWER
 -o latency-curve/beside-curve.json``), per family the RMS over steps of log(measured stretch /
-model) without and with the curve.
+model) without and with the curve. With ``--own-share``, ``own_prefill_decode_share`` refitted on
+its fit traces without and with the curve: the one calibrated field fitted against the
+simulator's timelines rather than measured job times alone.
 
 Usage: python benchmarks/fidelity/llm/latency_curve.py [--calibration calibration-v3h-h200.json]
-[--no-runs] [-o report.txt]
+[--no-runs] [--own-share] [-o report.txt]
 """
 
 from __future__ import annotations
@@ -164,11 +166,27 @@ def trace_lines(paths: Sequence[str] = BESIDE) -> List[str]:
             for fam, (a, b, n) in sorted(sums.items(), key=lambda kv: (kv[0] == "all", kv[0]))]
 
 
+def own_share_lines(calibration: Dict[str, float], curve: float, power: float,
+                    traces: Sequence[Tuple[str, str]] = fid.H200_TRACES) -> List[str]:
+    """``own_prefill_decode_share`` refitted on ``traces`` (the H200 calibration's own-prefill fit
+    runs; :func:`llm_fidelity.fit_own_prefill_share`) without and with the curve. Why: it is the
+    one field of the calibration fitted against the simulator's own timelines, where the decode
+    steps' contention model enters; the others are fitted on measured job times alone."""
+    base = {k: v for k, v in calibration.items() if k != "fit"}
+    out = []
+    for label, model in (("without the curve", base), ("with the curve", curve_model(base, curve, power))):
+        share, note = fid.fit_own_prefill_share(tuple(traces), model)
+        out.append(f"own_prefill_decode_share refitted {label}: {share:g} ({note.split(': ', 1)[1]})")
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calibration", default="calibration-v3h-h200.json",
                     help="calibration file under benchmarks/fidelity/llm whose rate and cap the curve is set against")
     ap.add_argument("--no-runs", action="store_true", help="the fit only, no re-prediction of the runs")
+    ap.add_argument("--own-share", action="store_true",
+                    help="refit own_prefill_decode_share on its fit traces without and with the curve (about 50 s)")
     ap.add_argument("-o", "--out", help="write the report here too (atomically)")
     args = ap.parse_args(argv)
     with open(os.path.join(HERE, args.calibration)) as f:
@@ -177,6 +195,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if not args.no_runs:
         out += run_lines(partition_runs(), curve, power)
     out += trace_lines()
+    if args.own_share:
+        out += own_share_lines(calibration, curve, power)
     text = "\n".join(out)
     print(text)
     if args.out:
