@@ -3049,6 +3049,41 @@ def targets_line(runs: List[dict]) -> str:
     return "targets met: " + ", ".join(met)
 
 
+def scored_lines(paths: List[str]) -> List[str]:
+    """Committed predictions (``--predict`` outputs, one JSON line per run) scored against the
+    runs they were made for: per run its errors (:func:`errors`, against the measured figures
+    of the run's summary), then per file how many runs meet each of :data:`TARGETS` and the
+    mean |error| of throughput, TTFT and TPOT. A prediction whose run is not measured whole is
+    left out and named."""
+    out = []
+    for path in paths:
+        with open(path) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        errs, missing = [], []
+        for p in lines:
+            try:
+                run: Optional[dict] = find_run(p["run"])
+            except ValueError:  # not run yet
+                run = None
+            if run is None or not whole_trial(run):
+                missing.append(p["run"])
+                continue
+            sim = {"throughput_rps": p["throughput_rps"], "ttft_mean_s": p["ttft_mean_s"],
+                   "tpot_mean_s": p["tpot_mean_s"], "slo_attainment": p["slo_attainment"],
+                   "per_model": {m: {"throughput_rps": v} for m, v in p["per_llm_rps"].items()}}
+            e = errors(run["summary"]["measured"], sim)
+            errs.append(e)
+            out.append(f"{os.path.basename(path)} {p['run']}: throughput {e['throughput_err']:+.3f}, worst LLM "
+                       f"{e['max_llm_err']:.3f}, TTFT {e['ttft_err']:+.3f}, TPOT {e['tpot_err']:+.3f}, "
+                       f"attainment {e['slo_attainment_pp']:+.2f} pp")
+        met = ", ".join(f"{label} {sum(1 for e in errs if abs(e[key]) <= bound)}/{len(errs)}"
+                        for key, bound, label in TARGETS)
+        means = ", ".join(f"{k} {np.mean([abs(e[k + '_err']) for e in errs]):.3f}" for k in ("throughput", "ttft", "tpot"))
+        out.append(f"{os.path.basename(path)}: targets met {met}; mean |error| {means}"
+                   + (f"; not measured whole: {', '.join(missing)}" if missing else ""))
+    return out
+
+
 def in_run_line(runs: List[dict]) -> str:
     """Over the runs with an ``in-run`` row (:func:`in_run_host`: groups that run one job at a
     time), how many meet each target with the decode host time their own steps took, beside how
@@ -3090,7 +3125,13 @@ def main() -> None:
                          "to commit before the GPU runs them")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                     help="with --predict: a calibration field set over the generation's (repeatable)")
+    ap.add_argument("--scored", nargs="+", default=None, metavar="PREDICTIONS.jsonl",
+                    help="score committed predictions (--predict outputs) against the runs they were made for")
     args = ap.parse_args()
+    if args.scored:
+        for line in scored_lines(args.scored):
+            print(line)
+        return
     if args.predict:
         try:
             overrides = parse_overrides(args.overrides)
