@@ -271,6 +271,17 @@ def _follow(engine: Any, channel: Any, leader: int) -> None:
                 return
 
 
+#: The CUDA driver feeds a context's streams to the GPU through this many hardware work queues
+#: (``CUDA_DEVICE_MAX_CONNECTIONS``; the driver's default is 8, its most 32). Streams beyond them
+#: share a queue, and an operation that waits for its own stream's kernels then holds every
+#: stream behind it. Each LLM on a GPU has a prefill and a decode stream, and each job ends with
+#: a copy of its tokens that waits for its kernels (:meth:`.llm_engine.MeshEngine.launch`): five
+#: LLMs on one H200 (10 streams) under the default held 16-19% of their jobs until another LLM's
+#: job ended (``benchmarks/fidelity/llm/start_delay.py``). A value the user set is kept.
+CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+CUDA_CONNECTIONS = 32
+
+
 def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
     """Join the process group, build this rank's engine and warm it up."""
     import torch
@@ -279,6 +290,7 @@ def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
     from placement_opt.executor.llm_engine import MeshEngine
 
     if spec.backend == "nccl":
+        os.environ.setdefault(CONNECTIONS_VAR, str(CUDA_CONNECTIONS))  # read when the CUDA context is made, just below
         torch.cuda.set_device(spec.device)
         device = torch.device("cuda", spec.device)
     else:
@@ -323,7 +335,8 @@ def llm_worker_main(spec: LLMWorkerSpec, commands: Connection, reports: Connecti
                                            "attention_fallback": engine.attention_fallback,
                                            "prefill_graphs": engine.prefill_graphs_on,
                                            "prefill_graph_fallback": engine.prefill_graph_fallback,
-                                           "warmup": engine.warmup, "op_channel": channel.name}))
+                                           "warmup": engine.warmup, "op_channel": channel.name,
+                                           "cuda_connections": os.environ.get(CONNECTIONS_VAR)}))
         while True:
             cmd = commands.recv()
             if cmd is None:
