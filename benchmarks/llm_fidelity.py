@@ -473,6 +473,15 @@ V3H_RESULTS = ("results-v3h-h200us31", "results-v3h-h200us50", "results-v3h-h200
 #: v3h's five-LLM runs at 3 x load on one H200 (the policy ablation; tables-h200-g1), seeds 55 to 58,
 #: both contention models' predictions committed before they ran
 V3H_X3_RESULTS = tuple(f"results-v3h-h200x3s{s}" for s in (55, 56, 57, 58))
+#: v3i: v3h's engine with its LLM workers' CUDA contexts on 32 hardware work queues
+#: (``CUDA_DEVICE_MAX_CONNECTIONS``, executor ``llm_worker.CUDA_CONNECTIONS``; the driver's default 8
+#: held 16-19% of the jobs of v3h's five-LLM runs behind another LLM's token copy,
+#: ``fidelity/llm/start_delay.py``); its calibration is v3h's (v3g's), none of its fields refitted
+#: (a refit of the SM-partition job fields on seed 55's traces was tried and lost on the held-out
+#: seeds: docs/fidelity-llm.md). Seeds 55 to 58's five-LLM runs again: v3h's committed predictions,
+#: made before either engine ran them, are v3i's (predictions/v3i-h200x3-55-58.jsonl, the same figures);
+#: then a fresh seed, 59 (adbs and fcfs), both models' predictions committed before it ran
+V3I_X3_RESULTS = tuple(f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58, 59))
 #: v3g's H200 calibration: its contention rounds and the job traces its fields are fitted on
 V3G_H200 = GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
@@ -586,6 +595,10 @@ GENERATIONS = {
                       + tuple((f, "tables-h200-g1") for f in V3H_X3_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3g",
                       gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3h-h200.json"),)),
+    "v3i": Generation(V3I_X3_RESULTS, "tables-v3", "results-v3", None, "calibration-v3i.json",
+                      folder_tables=tuple((f, "tables-h200-g1") for f in V3I_X3_RESULTS),
+                      page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3h",
+                      gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3i-h200.json"),)),
 }
 
 
