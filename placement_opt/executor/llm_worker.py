@@ -282,6 +282,12 @@ CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 CUDA_CONNECTIONS = 32
 
 
+def widen_hardware_queues() -> str:
+    """Have this process's CUDA context made with :data:`CUDA_CONNECTIONS` hardware work queues
+    unless the environment already names a number (call before CUDA starts); returns the number."""
+    return os.environ.setdefault(CONNECTIONS_VAR, str(CUDA_CONNECTIONS))
+
+
 def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
     """Join the process group, build this rank's engine and warm it up."""
     import torch
@@ -290,7 +296,7 @@ def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:
     from placement_opt.executor.llm_engine import MeshEngine
 
     if spec.backend == "nccl":
-        os.environ.setdefault(CONNECTIONS_VAR, str(CUDA_CONNECTIONS))  # read when the CUDA context is made, just below
+        widen_hardware_queues()  # read when the CUDA context is made, just below
         torch.cuda.set_device(spec.device)
         device = torch.device("cuda", spec.device)
     else:

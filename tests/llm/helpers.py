@@ -43,8 +43,8 @@ def fidelity_script(name: str) -> ModuleType:
 
 
 def h200_calibration() -> dict:
-    """The newest H200 calibration, ``benchmarks/fidelity/llm/calibration-v3h-h200.json``."""
-    with open(os.path.join(ROOT, "benchmarks", "fidelity", "llm", "calibration-v3h-h200.json")) as f:
+    """The newest H200 calibration, ``benchmarks/fidelity/llm/calibration-v3i-h200.json``."""
+    with open(os.path.join(ROOT, "benchmarks", "fidelity", "llm", "calibration-v3i-h200.json")) as f:
         return json.load(f)
 
 

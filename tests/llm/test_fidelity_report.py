@@ -119,7 +119,7 @@ def test_tp2_runs_use_their_own_tables_where_they_exist(fidelity_copy):
 
 def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_path):
     """``measured_instances.py`` writes a set's copies with the newest generation's calibrated
-    fields (v3h's file, v3g's fields unrefitted, its ``fit`` record left out), so the executor's
+    fields (v3i's file, v3g's fields unrefitted, its ``fit`` record left out), so the executor's
     own prediction and host probe on a new set's runs use the model the report re-predicts them with."""
     import importlib.util
 
@@ -128,21 +128,21 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert os.path.basename(module.calibration_path("H100-80GB")) == "calibration-v3h.json"
+    assert os.path.basename(module.calibration_path("H100-80GB")) == "calibration-v3i.json"
     with open(module.calibration_path("H100-80GB")) as f:
         cal = json.load(f)
     fields = module.calibrated_llm_fields("H100-80GB")
     assert "fit" not in fields and fields == {k: v for k, v in cal.items() if k != "fit"}
     assert fields["decode_full_stretch"] > 1.0
     LLMConfig(**fields)  # every calibrated field is an LLM setting
-    # H200 tables get v3h's H200 calibration, v3g's: its HBM contention fields, the SM-partition job
+    # H200 tables get v3i's H200 calibration, v3g's: its HBM contention fields, the SM-partition job
     # fields (the decode step beside its own LLM's prefill among them), the whole-GPU decode step and
     # the decode step on SM partitions refitted on its traces, graph prefills timed at their buckets
     # (the stretch beside others refitted so: its SM-share power fitted at 0, v3g's own value),
     # every other field v3g's
-    assert os.path.basename(module.calibration_path("H200")) == "calibration-v3h-h200.json"
+    assert os.path.basename(module.calibration_path("H200")) == "calibration-v3i-h200.json"
     h200 = module.calibrated_llm_fields("H200")
-    for name in ("calibration-v3g.json", "calibration-v3g-h200.json"):  # v3h refits none of v3g's fields
+    for name in ("calibration-v3g.json", "calibration-v3g-h200.json"):  # v3h and v3i refit none of v3g's fields
         with open(os.path.join(FIDELITY, name)) as f:
             v3g = {k: v for k, v in json.load(f).items() if k != "fit"}
         assert v3g == (h200 if "h200" in name else fields)
@@ -167,16 +167,19 @@ def test_each_generation_is_calibrated_on_its_own_runs():
     fields on v3s's H200 traces, whose engine differs only in the SM layout; of its own runs only
     those of the partition decode step and of the prefill beside its own decode step, the rest
     held out); v3h (v3g with the pinned token copy of a job's tokens) derives from v3g and keeps its
-    calibration, fitted on v3g's and v3s's runs, none of its own: every v3h run is held out."""
+    calibration, fitted on v3g's and v3s's runs, none of its own: every v3h run is held out; and v3i
+    (v3h on 32 CUDA hardware queues) derives from v3h and keeps it too: every v3i run is held out."""
     script = load_benchmark("llm_fidelity")
     v3g_own = set(script.GENERATIONS["v3g"].results) | set(script.GENERATIONS["v3s"].results)
     for name, gen in script.GENERATIONS.items():
-        own = v3g_own if name in ("v3g", "v3h") else set(gen.results)
+        own = v3g_own if name in ("v3g", "v3h", "v3i") else set(gen.results)
         assert all(folder in own for folder, _ in script.fit_runs(gen)), gen
-    assert not set(script.GENERATIONS["v3h"].results) & {f for f, _ in script.fit_runs(script.GENERATIONS["v3h"])}
+    for name in ("v3h", "v3i"):
+        assert not set(script.GENERATIONS[name].results) & {f for f, _ in script.fit_runs(script.GENERATIONS[name])}
     own_fits = [r for r in script.fit_runs(script.GENERATIONS["v3g"]) if r[0] in script.GENERATIONS["v3g"].results]
     assert set(own_fits) == set(script.H200_PARTITION_TRACES + script.H200_OWN_DECODE_TRACES)
-    assert list(script.GENERATIONS)[-1] == "v3h" and script.GENERATIONS["v3h"].derives == "v3g"
+    assert list(script.GENERATIONS)[-1] == "v3i" and script.GENERATIONS["v3i"].derives == "v3h"
+    assert script.GENERATIONS["v3h"].derives == "v3g"
     assert script.GENERATIONS["v3g"].derives == "v3s"
     assert script.GENERATIONS["v3s"].derives == "v3f"
     assert script.GENERATIONS["v3f"].derives == "v3p"
@@ -231,7 +234,7 @@ def test_derived_generation_keeps_its_parents_calibration_but_its_own_measuremen
     reported = {f: ([{"name": "x"}], True, False) for f in folders}  # every folder has a run
     scope = {os.path.basename(f) for f in script.summary_scope(folders, reported)}
     written = {os.path.basename(f) for f in folders}  # a generation's folders not yet run are skipped
-    family = set().union(*(script.GENERATIONS[g].results for g in ("v3w", "v3p", "v3f", "v3s", "v3g", "v3h")))
+    family = set().union(*(script.GENERATIONS[g].results for g in ("v3w", "v3p", "v3f", "v3s", "v3g", "v3h", "v3i")))
     assert scope == family & written
 
 

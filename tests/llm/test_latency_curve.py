@@ -121,3 +121,20 @@ def test_committed_predictions_are_scored_against_their_runs():
         assert "TTFT 15% 4/4" in line and "TPOT 15% 4/4" in line
     assert "TTFT 15% 0/12" in totals[2] and "TTFT 15% 1/12" in totals[3]
     assert all("throughput 5% 12/12, per-LLM 10% 12/12" in line for line in totals[2:])
+
+
+def test_the_v3i_reruns_are_scored_with_v3hs_predictions():
+    """v3i keeps v3h's calibration, so its predictions of seeds 55-58 are the ones committed
+    before v3h ran them; with the jobs no longer held the linear model meets TPOT in 12 of 12
+    runs (10 on v3h) and attainment in 11 (9), and on the fresh seed 59 every target."""
+    lf = (_script(), sys.modules["llm_fidelity"])[1]
+    for suffix in ("", "-curve"):
+        with open(os.path.join(LLM, "predictions", f"v3h-h200x3-55-58{suffix}.jsonl")) as f:
+            v3h = [line.replace("v3h", "v3") for line in f]
+        with open(os.path.join(LLM, "predictions", f"v3i-h200x3-55-58{suffix}.jsonl")) as f:
+            v3i = [line.replace("v3i", "v3") for line in f]
+        assert v3h == v3i
+    paths = [os.path.join(LLM, "predictions", n) for n in ("v3i-h200x3-55-58.jsonl", "v3i-h200x3-59.jsonl")]
+    totals = [line for line in lf.scored_lines(paths) if ": targets met" in line]
+    assert "throughput 5% 12/12, per-LLM 10% 12/12, TTFT 15% 3/12, TPOT 15% 12/12, attainment 3 pp 11/12" in totals[0]
+    assert "throughput 5% 2/2, per-LLM 10% 2/2, TTFT 15% 2/2, TPOT 15% 2/2, attainment 3 pp 2/2" in totals[1]

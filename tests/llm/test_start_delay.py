@@ -53,3 +53,12 @@ def test_the_committed_report_is_what_the_script_prints():
     out = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, check=True, timeout=300).stdout
     with open(os.path.join(ROOT, "benchmarks", "fidelity", "llm", "start-delay", "report.txt")) as f:
         assert out == f.read()
+
+
+def test_v3i_holds_none_on_the_same_arrivals():
+    """v3i (v3h on 32 CUDA hardware queues) ran seed 58's fcfs arrivals again: no job waits past
+    its launch for another LLM's job."""
+    script = fidelity_script("start_delay")
+    lf = sys.modules["llm_fidelity"]
+    v3i = script.start_delays(lf.traced_jobs(lf.find_run("results-v3i-h200x3s58/h200x3s58-poisson-muxserve/fcfs")))
+    assert v3i["jobs"] > 25000 and v3i["delayed"] == 0 and v3i["decode_p90_ms"] < 0
