@@ -276,7 +276,7 @@ def _follow(engine: Any, channel: Any, leader: int) -> None:
 #: share a queue, and an operation that waits for its own stream's kernels then holds every
 #: stream behind it. Each LLM on a GPU has a prefill and a decode stream, and each job ends with
 #: a copy of its tokens that waits for its kernels (:meth:`.llm_engine.MeshEngine.launch`): five
-#: LLMs on one H200 (10 streams) under the default held 16-19% of their jobs until another LLM's
+#: LLMs on one H200 (10 streams) under the default held 13-19% of their jobs until another LLM's
 #: job ended (``benchmarks/fidelity/llm/start_delay.py``). A value the user set is kept.
 CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 CUDA_CONNECTIONS = 32

@@ -1,7 +1,7 @@
 """An LLM worker's CUDA context gets 32 hardware work queues unless the user chose a number.
 
 Five LLMs on one GPU run ten job streams; on the driver's default eight queues v3h's five-LLM
-runs held 16-19% of their jobs until another LLM's job ended (benchmarks/fidelity/llm/
+runs held 13-19% of their jobs until another LLM's job ended (benchmarks/fidelity/llm/
 start_delay.py, docs/fidelity-llm.md "Five LLMs on the v3h engine")."""
 
 from __future__ import annotations
