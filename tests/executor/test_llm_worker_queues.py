@@ -12,7 +12,8 @@ from placement_opt.executor import llm_worker
 
 
 def test_the_worker_asks_for_32_queues(monkeypatch):
-    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "")  # records the variable's state: undone after the test
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS")
     assert llm_worker.widen_hardware_queues() == "32"
     assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
 
