@@ -474,7 +474,7 @@ V3H_RESULTS = ("results-v3h-h200us31", "results-v3h-h200us50", "results-v3h-h200
 #: both contention models' predictions committed before they ran
 V3H_X3_RESULTS = tuple(f"results-v3h-h200x3s{s}" for s in (55, 56, 57, 58))
 #: v3i: v3h's engine with its LLM workers' CUDA contexts on 32 hardware work queues
-#: (``CUDA_DEVICE_MAX_CONNECTIONS``, executor ``llm_worker.CUDA_CONNECTIONS``; the driver's default 8
+#: (``CUDA_DEVICE_MAX_CONNECTIONS``, executor ``llm_engine.CUDA_CONNECTIONS``; the driver's default 8
 #: held 13-19% of the jobs of v3h's five-LLM runs behind another LLM's token copy,
 #: ``fidelity/llm/start_delay.py``); its calibration is v3h's (v3g's), none of its fields refitted
 #: (a refit of the SM-partition job fields on seed 55's traces was tried and lost on the held-out

@@ -55,6 +55,7 @@ the weights are random, the point is the work, and every rank derives the same i
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -74,6 +75,25 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 GRAPH_GATHER_LIMIT = 512 * 2 ** 20  # bytes of gathered K and V per layer above which a decode bucket runs eagerly
 PREFILL_GRAPH_TOKENS = 1024  # padded prefills of more tokens run eagerly (every LLM's prefill graph pool holds its largest)
 EAGER_SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")  # an eager prefill's attention (not cuDNN's)
+
+
+#: The CUDA driver feeds a context's streams to the GPU through this many hardware work queues
+#: (``CUDA_DEVICE_MAX_CONNECTIONS``; the driver's default is 8, its most 32). Streams beyond them
+#: share a queue, and an operation that waits for its own stream's kernels then holds every
+#: stream behind it. Each LLM has a prefill and a decode stream, and each job ends with a copy of
+#: its tokens that waits for its kernels (:meth:`MeshEngine.launch`): five LLMs on one H200 (10
+#: streams) under the default held 13-19% of their jobs until another LLM's job ended
+#: (``benchmarks/fidelity/llm/start_delay.py``). A value the user set is kept.
+CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+CUDA_CONNECTIONS = 32
+
+
+def widen_hardware_queues() -> str:
+    """Have this process's CUDA context made with :data:`CUDA_CONNECTIONS` hardware work queues
+    unless the environment already names a number; returns the number. Call it before the
+    process's first CUDA context is made (the executor's workers, ``engine_bench._engine``):
+    later it changes nothing."""
+    return os.environ.setdefault(CONNECTIONS_VAR, str(CUDA_CONNECTIONS))
 
 
 def eager_attention(device: torch.device) -> Any:

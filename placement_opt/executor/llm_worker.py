@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple
 import numpy as np
 
 from placement_opt.simulate.meshsim import ADBS, MeshLLMs, MeshRequests, MeshSettings
-from placement_opt.executor.llm_engine import EngineSpec
+from placement_opt.executor.llm_engine import CONNECTIONS_VAR, EngineSpec, widen_hardware_queues
 from placement_opt.executor.llm_sched import MeshScheduler
 from placement_opt.executor.worker import _die_with_parent, device_name
 
@@ -269,23 +269,6 @@ def _follow(engine: Any, channel: Any, leader: int) -> None:
                 engine.release(op[1], op[2], op[3])
             elif op[0] == "stop":
                 return
-
-
-#: The CUDA driver feeds a context's streams to the GPU through this many hardware work queues
-#: (``CUDA_DEVICE_MAX_CONNECTIONS``; the driver's default is 8, its most 32). Streams beyond them
-#: share a queue, and an operation that waits for its own stream's kernels then holds every
-#: stream behind it. Each LLM on a GPU has a prefill and a decode stream, and each job ends with
-#: a copy of its tokens that waits for its kernels (:meth:`.llm_engine.MeshEngine.launch`): five
-#: LLMs on one H200 (10 streams) under the default held 13-19% of their jobs until another LLM's
-#: job ended (``benchmarks/fidelity/llm/start_delay.py``). A value the user set is kept.
-CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
-CUDA_CONNECTIONS = 32
-
-
-def widen_hardware_queues() -> str:
-    """Have this process's CUDA context made with :data:`CUDA_CONNECTIONS` hardware work queues
-    unless the environment already names a number (call before CUDA starts); returns the number."""
-    return os.environ.setdefault(CONNECTIONS_VAR, str(CUDA_CONNECTIONS))
 
 
 def _build(spec: LLMWorkerSpec) -> Tuple[Any, Any]:

@@ -111,8 +111,10 @@ def _engine(torch: Any, llms: List[tuple], share: Union[float, Sequence[float]],
     LLM (``longest``: every LLM's longest request, which start-up prepares; 0: the pool's bound;
     ``engine_class``: another engine class of the same interface, e.g. an earlier revision's,
     default the executor's)."""
-    from placement_opt.executor.llm_engine import EngineSpec, LLMBuild, MeshEngine
+    from placement_opt.executor.llm_engine import EngineSpec, LLMBuild, MeshEngine, widen_hardware_queues
     from placement_opt.llm_units import page_units, units_per_block
+
+    widen_hardware_queues()  # as the executor's workers do, before the first engine's CUDA context
 
     archs = [a for _, a in llms]
     page = page_units(archs, 1)
