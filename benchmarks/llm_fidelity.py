@@ -147,7 +147,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms",
                 "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s",
                 "own_decode_prefill_share", "prefill_beside_share_power", "prefill_at_bucket",
-                "contention_curve_gbps", "contention_curve_power")
+                "contention_curve_gbps", "contention_curve_power", "prefill_beside_knee_s")
 #: the value a model field takes where a calibration (or the all-off model) leaves it out: 0
 #: (off), but the curve's power, which is inert while its scale is 0, its setting's default
 FIELD_ABSENT = {"contention_curve_power": LLMConfig().contention_curve_power}
@@ -481,7 +481,7 @@ V3H_X3_RESULTS = tuple(f"results-v3h-h200x3s{s}" for s in (55, 56, 57, 58))
 #: seeds: docs/fidelity-llm.md). Seeds 55 to 58's five-LLM runs again: v3h's committed predictions,
 #: made before either engine ran them, are v3i's (predictions/v3i-h200x3-55-58.jsonl, the same figures);
 #: then a fresh seed, 59 (adbs and fcfs), both models' predictions committed before it ran
-V3I_X3_RESULTS = tuple(f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58, 59))
+V3I_X3_RESULTS = tuple(f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58, 59, 60, 61, 62, 63))
 #: v3g's H200 calibration: its contention rounds and the job traces its fields are fitted on
 V3G_H200 = GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),

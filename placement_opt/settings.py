@@ -183,9 +183,13 @@ class LLMConfig:
       ``prefill_beside_knee_tokens`` divides both terms by ``1 + tokens / this`` (the
       prefill's padded prompt tokens: a long prefill is compute-bound and slows less) and,
       where set, applies the stretch to eager prefills too (0: off; both fitted on the job
-      trace). ``prefill_beside_share_power`` multiplies both terms by the prefill's SM share to
-      this power (a prefill on more of the GPU's SMs slows more beside the same others: the
-      rates are then those at the whole GPU; 0: off, every share alike).
+      trace). ``prefill_beside_knee_s`` divides them by ``1 + T / this`` too (T the prefill's
+      time alone, seconds: on the five-LLM H200 a large LLM's prefill slows less than a small
+      one's of the same prompt, since it does more work per byte the others move; where set,
+      eager prefills stretch too; 0: off). ``prefill_beside_share_power`` multiplies both
+      terms by the prefill's SM share to this power (a prefill on more of the GPU's SMs slows
+      more beside the same others: the rates are then those at the whole GPU; 0: off, every
+      share alike).
     * ``prefill_at_longest``: a prefill's time is its cost-table entry at its batch size and its
       longest prompt (an engine that pads a batch's prompts to the longest, as placeopt's
       executor does, computes that much), not at their mean (one that packs them: vLLM, the
@@ -204,8 +208,8 @@ class LLMConfig:
       the same SM partition keeps only this part of its speed, and that decode step leaves the
       demand and requests of the prefill's stretch beside others (``prefill_beside_*``: they
       then count the other LLMs' jobs only). A prefill that runs eagerly keeps its speed unless
-      ``prefill_beside_knee_tokens`` is set, as for the stretch. Measured on one H200 with one LLM
-      alone on a partition: docs/fidelity-llm.md. 0: off, the own decode step counts as any other.
+      ``prefill_beside_knee_tokens`` or ``_knee_s`` is set, as for the stretch. Measured on one
+      H200 with one LLM alone on a partition: docs/fidelity-llm.md. 0: off, the own decode step counts as any other.
     """
 
     policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")
@@ -315,6 +319,10 @@ class LLMConfig:
                                                help="tokens: the demand and request terms of such a prefill's "
                                                     "stretch are divided by 1 + its prompt tokens / this, and "
                                                     "eager prefills stretch too (0: off)")
+    prefill_beside_knee_s: float = option(0.0, minimum=0,
+                                          help="seconds: the demand and request terms of such a prefill's "
+                                               "stretch are divided by 1 + its time alone / this, and eager "
+                                               "prefills stretch too (0: off)")
     prefill_beside_share_power: float = option(0.0, minimum=0, maximum=4,
                                                help="the demand and request terms of such a prefill's stretch are "
                                                     "multiplied by its SM share to this power (0: off)")

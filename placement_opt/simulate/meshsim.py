@@ -73,8 +73,8 @@ beside others** (``MeshSettings.prefill_beside``,
 ``prefill_beside_delay``): a graph prefill on an SM partition, while any other job runs,
 stretches by :func:`prefill_beside_stretch` instead (``prefill_beside_gbps``,
 ``prefill_beside_requests``: also in proportion to the other running jobs' HBM demand and to the
-requests in the running decode steps; ``prefill_beside_knee``: those terms shrink as the
-prefill's prompt grows, and eager prefills stretch so too). **Beside its own decode step**
+requests in the running decode steps; ``prefill_beside_knee``, ``prefill_beside_knee_s``: those
+terms shrink as the prefill's prompt or its time alone grows, and eager prefills stretch so too). **Beside its own decode step**
 (``MeshSettings.own_prefill_decode``, ``own_decode_prefill``): an LLM's prefill and decode step
 share its one SM partition, so while both run each keeps that part of its speed (the decode
 step's leaves the prefill's stretch beside others: :func:`prefill_factor_beside`). Calibrated on
@@ -173,6 +173,7 @@ class MeshSettings(NamedTuple):
     prefill_at_bucket: bool = False  # a graph prefill's table time at its CUDA-graph bucket (batch to a power of two, padded length: prefill_point); eager ones at their longest
     hbm_curve_gbps: float = 0.0  # contention: the loaded-latency curve's scale, GB/s (hbm_latency): a decode step stretches at least by it at the served load over it at its own demand; 0 off
     hbm_curve_power: float = 2.0  # ... the curve's power
+    prefill_beside_knee_s: float = 0.0  # a prefill's beside stretch: both terms over 1 + (its time alone) / this (seconds), eager prefills too; 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -1112,9 +1113,9 @@ def prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, c
     (other LLMs', and its own LLM's decode step unless ``own_decode_prefill`` sets that apart:
     :func:`prefill_factor_beside`) that demand ``others_gbps`` of HBM bandwidth
     and whose decode steps hold ``others_requests`` requests: ``1 + beside + (others_gbps /
-    gbps + others_requests / requests) / (1 + tokens / knee) x share ** power + delay / alone``
-    (``cfg``'s ``prefill_beside``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
-    ``prefill_beside_knee``, ``prefill_beside_power``, ``prefill_beside_delay``; a term whose
+    gbps + others_requests / requests) / (1 + tokens / knee) / (1 + alone / knee_s) x share ** power
+    + delay / alone`` (``cfg``'s ``prefill_beside``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
+    ``prefill_beside_knee``, ``prefill_beside_knee_s``, ``prefill_beside_power``, ``prefill_beside_delay``; a term whose
     divisor is 0 is off, and a power of 0; ``alone``: its table time, seconds; ``tokens``: its
     padded prompt tokens; ``share``: its LLM's SM share), so that beside
     the same others throughout it lasts ``(1 + ...) x alone + delay``. Measured with
@@ -1124,11 +1125,15 @@ def prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, c
     batches of 40 requests more than beside the 1 x load's of 10 at the same demand (the
     requests); a prefill of a few hundred tokens twice as much as one of a few thousand, which
     is compute-bound (the knee); on one H200 a prefill on 72 SMs beside one LLM's decode steps
-    more per GB/s than one on 24 beside four (the power) (docs/fidelity-llm.md)."""
+    more per GB/s than one on 24 beside four (the power); on the five-LLM H200 a 7B's prefill
+    less than a 0.4B's of the same prompt, so the knee there is in the prefill's time alone
+    (its work), not in its tokens (the time knee) (docs/fidelity-llm.md)."""
     load = ((others_gbps / cfg.prefill_beside_gbps if cfg.prefill_beside_gbps > 0 else 0.0)
             + (others_requests / cfg.prefill_beside_requests if cfg.prefill_beside_requests > 0 else 0.0))
     if cfg.prefill_beside_knee > 0:
         load /= 1.0 + tokens / cfg.prefill_beside_knee
+    if cfg.prefill_beside_knee_s > 0:
+        load /= 1.0 + alone / cfg.prefill_beside_knee_s
     if cfg.prefill_beside_power > 0:
         load *= share ** cfg.prefill_beside_power
     return 1.0 + cfg.prefill_beside + load + (cfg.prefill_beside_delay / alone if alone > 0 else 0.0)
@@ -1147,10 +1152,12 @@ def prefill_stretches_beside(share, eager, cfg):
     """Whether a prefill of an LLM at SM ``share`` (``eager``: over the graph limit) stretches
     by :func:`prefill_beside_stretch` beside other jobs: on a partition (share below 1) with
     that model on; a graph prefill always, an eager one where the stretch follows the prompt's
-    length (``prefill_beside_knee`` set: the whole formula then applies to it, the fixed stretch
-    and delay included, which were measured on graph prefills only: the trace-fitted
-    calibrations set the fixed stretch to 0 and the delay to at most 0.3 ms)."""
-    return prefill_beside_on(cfg) and share < 1.0 - EPS and (not eager or cfg.prefill_beside_knee > 0)
+    length or time (``prefill_beside_knee`` or ``prefill_beside_knee_s`` set: the whole formula
+    then applies to it, the fixed stretch and delay included, which were measured on graph
+    prefills only: the trace-fitted calibrations set the fixed stretch to 0 and the delay to at
+    most 0.3 ms)."""
+    return prefill_beside_on(cfg) and share < 1.0 - EPS and (not eager or cfg.prefill_beside_knee > 0
+                                                             or cfg.prefill_beside_knee_s > 0)
 
 
 @njit(cache=True, inline="always")
