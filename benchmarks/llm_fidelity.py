@@ -195,6 +195,10 @@ class GpuCalibration:
     # time a graph prefill at its CUDA-graph bucket (``llm.prefill_at_bucket``) in every fit on
     # this GPU's traces and in the calibration (docs/fidelity-llm.md "A graph prefill costs its bucket")
     prefill_at_bucket: bool = False
+    # job-traced runs on this GPU whose graph prefills on SM partitions refit, last, the stretch beside
+    # the other LLMs' jobs with its knee in the prefill's time alone (:func:`apply_prefill_time_knee_fields`);
+    # empty: the knee in prompt tokens, as fitted before
+    prefill_time_knee: Tuple[Tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -482,6 +486,11 @@ V3H_X3_RESULTS = tuple(f"results-v3h-h200x3s{s}" for s in (55, 56, 57, 58))
 #: made before either engine ran them, are v3i's (predictions/v3i-h200x3-55-58.jsonl, the same figures);
 #: then a fresh seed, 59 (adbs and fcfs), both models' predictions committed before it ran
 V3I_X3_RESULTS = tuple(f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58, 59, 60, 61, 62, 63))
+#: v3i's own five-LLM job traces (seeds 55 to 58, every policy) its H200 calibration's stretch of a
+#: prefill beside the other LLMs' jobs is refitted on, with the knee in the prefill's time alone
+#: (``GpuCalibration.prefill_time_knee``; docs/fidelity-llm.md "The prefill's knee in its time alone")
+V3I_TIME_KNEE_TRACES = tuple((f"results-v3i-h200x3s{s}", f"h200x3s{s}-poisson-muxserve/{p}")
+                             for s in (55, 56, 57, 58) for p in ("adbs", "round-robin", "fcfs"))
 #: v3g's H200 calibration: its contention rounds and the job traces its fields are fitted on
 V3G_H200 = GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_ROUNDS,
                           tuple(f"engine-h200/engine-tp2-s05-b{b}.json" for b in (8, 16, 32)),
@@ -598,7 +607,8 @@ GENERATIONS = {
     "v3i": Generation(V3I_X3_RESULTS, "tables-v3", "results-v3", None, "calibration-v3i.json",
                       folder_tables=tuple((f, "tables-h200-g1") for f in V3I_X3_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3h",
-                      gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3i-h200.json"),)),
+                      gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3i-h200.json",
+                                                prefill_time_knee=V3I_TIME_KNEE_TRACES),)),
 }
 
 
@@ -608,7 +618,8 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
         [gen.fit_tp] if gen.fit_tp else []) + ([gen.fit_tp_wide] if gen.fit_tp_wide else []) + list(gen.fit_kv) + [
         r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + list(gen.fit_whole_gpu) + (
         [gen.fit_contention_tp] if gen.fit_contention_tp else []) + list(dict.fromkeys(
-        r for g in gen.gpus for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill))
+        r for g in gen.gpus
+        for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill + g.prefill_time_knee))
 
 
 def is_fit_run(run: dict) -> bool:
@@ -1915,6 +1926,66 @@ def apply_own_decode_prefill_fields(runs: Tuple[Tuple[str, str], ...], out: dict
     return list(fields)
 
 
+#: the knees (seconds of a prefill's time alone) :func:`fit_prefill_time_knee` tries: 1 ms to 1 s, 2% apart
+PREFILL_TIME_KNEES = tuple(round(1e-3 * 1.02 ** i, 7) for i in range(349))
+
+
+def fit_prefill_time_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
+                          ) -> Tuple[Dict[str, float], float, float, int]:
+    """The stretch of a graph prefill on an SM partition beside the other LLMs' jobs with its
+    knee in the prefill's time alone instead of its prompt tokens (``prefill_beside_knee_s``;
+    ``prefill_beside_knee_tokens`` 0), measured on the graph prefills of ``runs``' job traces
+    (:func:`traced_own_decode_prefills`, at their buckets where ``fields`` sets
+    ``prefill_at_bucket``), with ``fields``' ``own_decode_prefill_share``, delay and SM-share
+    power: per knee of :data:`PREFILL_TIME_KNEES` the pair ``prefill_beside_gbps``,
+    ``prefill_beside_requests`` by least squares on the relative error (at least 0), the knee of
+    least RMS log error kept (:func:`own_decode_prefill_model`). On the five-LLM H200 a large
+    LLM's prefill slows less beside the same others than a small one's of the same prompt (it
+    does more work per byte they move), which a knee in tokens cannot tell apart
+    (docs/fidelity-llm.md "The prefill's knee in its time alone"). Returns those four fields,
+    the RMS log error with them and with ``fields``, and the number of prefills."""
+    at_bucket = bool(fields.get("prefill_at_bucket", False))
+    points = np.vstack([traced_own_decode_prefills(_find_run(r), at_bucket) for r in runs])
+    points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0]
+    if not len(points):
+        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
+    table, gpu, others, decoding, own, _, _, _, _, sm_share = points.T
+    beside = (others > 0) | (decoding > 0)
+    own_share, delay = fields["own_decode_prefill_share"], fields["prefill_beside_delay_s"]
+    power = fields.get("prefill_beside_share_power", 0.0)
+    speed = 1.0 - own + own * own_share if own_share > 0 else 1.0
+    c = table / (speed * gpu - delay * beside)  # model / measured = c (1 + a x0 + b x1)
+    x = np.stack([others, decoding]) * beside * (sm_share ** power if power > 0 else 1.0)
+    best: Tuple[float, Dict[str, float]] = (math.inf, {})
+    for knee in PREFILL_TIME_KNEES:
+        a, b = _nonnegative_pair(x / (1.0 + table / knee) * c, 1.0 - c)
+        trial = dict(fields, prefill_beside_gbps=round(1.0 / a, 1) if a > 0 else 0.0,
+                     prefill_beside_requests=round(1.0 / b, 2) if b > 0 else 0.0, prefill_beside_knee_tokens=0.0,
+                     prefill_beside_knee_s=knee)
+        rms = float(np.sqrt(np.mean(np.log(own_decode_prefill_model(points, trial) / gpu) ** 2)))
+        if rms < best[0]:
+            best = (rms, trial)
+    before = float(np.sqrt(np.mean(np.log(own_decode_prefill_model(points, fields) / gpu) ** 2)))
+    keep = ("prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_knee_s")
+    return {k: best[1][k] for k in keep}, best[0], before, len(points)
+
+
+def apply_prefill_time_knee_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List[str]:
+    """Set the calibration ``out``'s stretch of a prefill beside the other LLMs' jobs to the one
+    with its knee in the prefill's time alone measured on ``runs``' job traces
+    (:func:`fit_prefill_time_knee`, ``out``'s own-decode share, delay and power kept); returns
+    the fields set."""
+    fields, rms, before, count = fit_prefill_time_knee(runs, out)
+    out.update(fields)
+    out["fit"]["prefill_time_knee"] = (
+        f"{len(runs)} runs of {', '.join(dict.fromkeys(f for f, _ in runs))}: job traces, {count} graph prefills on "
+        f"SM partitions: GPU time = table time T x (1 + (other LLMs' HBM demand / {fields['prefill_beside_gbps']:.0f} GB/s + requests in their "
+        f"decode steps / {fields['prefill_beside_requests']:.1f}) / (1 + T / "
+        f"{1e3 * fields['prefill_beside_knee_s']:.2f} ms)), the own decode step's share and the delay kept; "
+        f"RMS log error {rms:.4f} ({before:.4f} with the knee in prompt tokens)")
+    return list(fields)
+
+
 #: the knees (prompt tokens) :func:`fit_prefill_trace` tries: 100-10000, 2% apart
 PREFILL_KNEES = np.round(100.0 * 1.02 ** np.arange(233))
 
@@ -1922,16 +1993,20 @@ PREFILL_KNEES = np.round(100.0 * 1.02 ** np.arange(233))
 def prefill_trace_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndarray:
     """The GPU seconds of :func:`traced_partition_prefills`' ``points`` under the stretch
     beside others of ``fields`` (``prefill_beside_gbps``, ``prefill_beside_requests``,
-    ``prefill_beside_knee_tokens``, ``prefill_beside_share_power``: 0 where absent,
-    ``prefill_beside_delay_s``; the simulator's ``meshsim.prefill_beside_stretch`` at each
-    prefill's mean co-runners, the fixed stretch off; a test holds the two equal)."""
+    ``prefill_beside_knee_tokens``, ``prefill_beside_knee_s``, ``prefill_beside_share_power``: 0
+    where absent, ``prefill_beside_delay_s``; the simulator's ``meshsim.prefill_beside_stretch`` at
+    each prefill's mean co-runners, its table time its time alone, the fixed stretch off; a test
+    holds the two equal)."""
     table, _, others, _, decoding, tokens, _, share = points.T
     gbps, per, knee = (fields["prefill_beside_gbps"], fields["prefill_beside_requests"],
                        fields["prefill_beside_knee_tokens"])
     power = fields.get("prefill_beside_share_power", 0.0)
+    knee_s = fields.get("prefill_beside_knee_s", 0.0)
     load = (others / gbps if gbps > 0 else 0.0) + (decoding / per if per > 0 else 0.0)
     if knee > 0:
         load = load / (1.0 + tokens / knee)
+    if knee_s > 0:
+        load = load / (1.0 + table / knee_s)
     if power > 0:
         load = load * share ** power
     beside = (others > 0) | (decoding > 0)
@@ -2556,8 +2631,10 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     with ``gpu.own_decode_prefill`` the prefill beside its own decode step and the stretch beside
     others (:func:`apply_own_decode_prefill_fields`, on those and ``gpu.traces``), and with
     ``gpu.fit_own_prefill`` the decode step's speed beside its own prefill
-    (:func:`fit_own_prefill_share`); with ``gpu.prefill_at_bucket`` every fit times a graph
-    prefill at its bucket and the file sets ``prefill_at_bucket``."""
+    (:func:`fit_own_prefill_share`), and last with ``gpu.prefill_time_knee`` the stretch beside
+    others with its knee in the prefill's time alone (:func:`apply_prefill_time_knee_fields`); with
+    ``gpu.prefill_at_bucket`` every fit times a graph prefill at its bucket and the file sets
+    ``prefill_at_bucket``."""
     with open(os.path.join(LLM, gen.calibration)) as f:
         out = json.load(f)
     if gpu.prefill_at_bucket:
@@ -2588,6 +2665,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     if gpu.fit_own_prefill:
         share, out["fit"]["own_prefill"] = fit_own_prefill_share(gpu.traces, out)
         out["own_prefill_decode_share"] = share
+    if gpu.prefill_time_knee:
+        apply_prefill_time_knee_fields(gpu.prefill_time_knee, out)
     return out
 
 

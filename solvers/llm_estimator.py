@@ -69,10 +69,11 @@ seconds (:func:`host_seconds`).
 
 The prefill's stretch beside other jobs enters in mean-value form (off when its fields are 0):
 with ``llm.prefill_beside_stretch`` s, ``_delay_s`` d, ``_gbps`` g, ``_requests`` q,
-``_knee_tokens`` n and ``_share_power`` p, member ``m``'s prefill in a unit of several (not
-``serial_decode``) lasts ``(1 + s + (demand / (g x mesh GPUs) + requests / q) / (1 + b_m x
-prompt_m / n) x share_m ** p) x prefill_m(b_m) + d`` on an SM partition (share_m below 1; p = 0:
-no share term), ``demand`` the decode demand as above and ``requests``
+``_knee_tokens`` n, ``_knee_s`` t and ``_share_power`` p, member ``m``'s prefill in a unit of
+several (not ``serial_decode``) lasts ``(1 + s + (demand / (g x mesh GPUs) + requests / q) /
+(1 + b_m x prompt_m / n) / (1 + prefill_m(b_m) / t) x share_m ** p) x prefill_m(b_m) + d`` on an
+SM partition (share_m below 1; p = 0: no share term; n or t 0: no such knee), ``demand`` the
+decode demand as above and ``requests``
 the batches of the other members (and of its own where two jobs of its share fit): Eq. 3 runs
 prefills one at a time while those decode steps run beside them (the simulator's
 :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` over its co-runners of the
@@ -194,7 +195,7 @@ def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len:
 #: the fields of a prefill-beside parameter vector (:func:`prefill_beside_params`), in order
 PREFILL_BESIDE = ("prefill_beside_stretch", "prefill_beside_delay_s", "prefill_beside_gbps",
                   "prefill_beside_requests", "prefill_beside_knee_tokens", "own_decode_prefill_share",
-                  "prefill_beside_share_power")
+                  "prefill_beside_share_power", "prefill_beside_knee_s")
 
 
 def prefill_beside_params(llm: Optional[LLMConfig], mesh_gpus: float = 1.0) -> np.ndarray:
@@ -213,8 +214,9 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
                   weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, row_share: np.ndarray,
                   params: np.ndarray, out: np.ndarray) -> None:
     """Member ``i``'s prefill stretch beside the decode steps running with it, into ``out`` =
-    (base, load, seconds per prompt token of the knee, delay): at batch ``b`` its prefill lasts
-    ``(base + load / (1 + b x prompt / knee)) x P(b) + delay`` (:func:`_beside_seconds`), the
+    (base, load, prompt over the knee, delay, one over the time knee): at batch ``b`` its prefill
+    lasts ``(base + load / (1 + b x prompt / knee) / (1 + P(b) / knee_s)) x P(b) + delay``
+    (:func:`_beside_seconds`; ``params[7]``, ``prefill_beside_knee_s``: 0 off), the
     simulator's :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` in mean-value form:
     the other members decode throughout it at their batches (Eq. 3 runs prefills one at a time
     while the decode steps overlap), and its own LLM's too where two jobs of its share fit
@@ -230,7 +232,7 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
     terms off where s is 0 or no own decode step runs beside it (``params``:
     :func:`prefill_beside_params`). Mean-value form: the own step and the others count at once
     even where their SM shares could not run together with the prefill (docs/fidelity-llm.md)."""
-    out[0], out[1], out[2], out[3] = 1.0, 0.0, 0.0, 0.0
+    out[0], out[1], out[2], out[3], out[4] = 1.0, 0.0, 0.0, 0.0, 0.0
     on = params[0] > 0 or params[1] > 0 or params[2] > 0 or params[3] > 0
     share = row_share[rows[i]]
     beside_own = 2.0 * share <= 1.0 + 1e-9  # its own decode step runs beside it
@@ -251,6 +253,7 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
             out[1] *= share ** params[6]
         out[2] = (tokens[llms[i]] - out_len[llms[i]]) / params[4] if params[4] > 0 else 0.0
         out[3] = params[1]
+        out[4] = 1.0 / params[7] if params[7] > 0 else 0.0
     if apart:
         out[0] /= params[5]
         out[1] /= params[5]
@@ -261,7 +264,7 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
 def _beside_seconds(p: float, b: int, terms: np.ndarray) -> float:
     """A prefill of table seconds ``p`` at batch ``b`` under :func:`_beside_terms`' ``terms``
     (exactly ``p`` with the terms off)."""
-    return p * (terms[0] + terms[1] / (1.0 + b * terms[2])) + terms[3]
+    return p * (terms[0] + terms[1] / ((1.0 + b * terms[2]) * (1.0 + p * terms[4]))) + terms[3]
 
 
 @njit(cache=True)
@@ -336,7 +339,7 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     hbm_cap = 0.0 if serial_decode else hbm_cap_mesh_gbps
     curve = 0.0 if serial_decode else curve_mesh_gbps
     # each member's prefill beside the decode steps running with it (_beside_terms; off: exactly P)
-    terms = np.zeros((k, 4))
+    terms = np.zeros((k, 5))
     terms[:, 0] = 1.0
     on = not serial_decode and (beside[0] > 0 or beside[1] > 0 or beside[2] > 0 or beside[3] > 0 or beside[5] > 0)
     for _ in range(FIXED_POINT_ROUNDS):

@@ -59,6 +59,7 @@ class Timing(NamedTuple):
     prefill_at_bucket: bool = False
     hbm_curve_gbps: float = 0.0
     hbm_curve_power: float = 2.0
+    prefill_beside_knee_s: float = 0.0
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -95,7 +96,8 @@ def mesh_inputs(case, timing=None):
                        prefill_beside_requests=tm.prefill_beside_requests, prefill_beside_knee=tm.prefill_beside_knee,
                        prefill_beside_power=tm.prefill_beside_power, prefill_at_longest=tm.prefill_at_longest,
                        own_decode_prefill=tm.own_decode_prefill, prefill_at_bucket=tm.prefill_at_bucket,
-                       hbm_curve_gbps=tm.hbm_curve_gbps, hbm_curve_power=tm.hbm_curve_power)
+                       hbm_curve_gbps=tm.hbm_curve_gbps, hbm_curve_power=tm.hbm_curve_power,
+                       prefill_beside_knee_s=tm.prefill_beside_knee_s)
     return requests, llms, tables, cfg
 
 
@@ -161,7 +163,8 @@ def timings(draw, n_llms):
                   own_decode_prefill=draw(st.sampled_from([0.0, 0.4, 0.7])),
                   prefill_at_bucket=draw(st.booleans()),
                   hbm_curve_gbps=draw(st.sampled_from([0.0, 2.0, 10.0, 50.0])),
-                  hbm_curve_power=draw(st.sampled_from([1.0, 2.4, 4.0])))
+                  hbm_curve_power=draw(st.sampled_from([1.0, 2.4, 4.0])),
+                  prefill_beside_knee_s=draw(st.sampled_from([0.0, 0.01, 0.1])))
 
 
 @st.composite
@@ -206,6 +209,7 @@ TERMS_OFF = {
     "prefill_beside_gbps": dict(prefill_beside_gbps=0.0),
     "prefill_beside_requests": dict(prefill_beside_requests=0.0),
     "prefill_beside_knee": dict(prefill_beside_knee=0.0),
+    "prefill_beside_knee_s": dict(prefill_beside_knee_s=0.0),
     "prefill_beside_power": dict(prefill_beside_power=0.0),
     "prefill_at_longest": dict(prefill_at_longest=False),
     "decode_stretch": dict(decode_stretch=[]),
@@ -252,7 +256,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     # they act only between jobs running at once
     overlap = ("hbm_gbps", "hbm_cap_gbps", "hbm_curve_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay",
                "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee", "prefill_beside_power",
-               "own_decode_prefill")
+               "own_decode_prefill", "prefill_beside_knee_s")
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}

@@ -1,7 +1,8 @@
 """Prefills on SM partitions beside other jobs (``llm.prefill_beside_stretch``,
 ``prefill_beside_delay_s``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
-``prefill_beside_knee_tokens``; ``MeshSettings.prefill_beside``, ``prefill_beside_delay``,
-``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee``) and a prefill
+``prefill_beside_knee_tokens``, ``prefill_beside_knee_s``; ``MeshSettings.prefill_beside``,
+``prefill_beside_delay``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
+``prefill_beside_knee``, ``prefill_beside_knee_s``) and a prefill
 timed at its longest prompt (``prefill_at_longest``); docs/fidelity-llm.md "Prefills beside
 decodes, modelled" and "The prefill's stretch on the job trace"): a hand-timed mesh."""
 
@@ -15,13 +16,15 @@ from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests
 
 
 def _inputs(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
-            weights: float = 0.0, hbm: float = 0.0, per_request: float = 0.0, knee: float = 0.0, power: float = 0.0):
+            weights: float = 0.0, hbm: float = 0.0, per_request: float = 0.0, knee: float = 0.0, power: float = 0.0,
+            knee_s: float = 0.0):
     """A mesh of two LLMs at SM ``share`` (every prefill 0.1 s in the table, every decode step
     0.01 s; no host model): LLM 1's request of 1000 output tokens at t = 0 (it decodes until
     about t = 10), LLM 0's of ``prompt`` tokens at t = 1.005, beside those decode steps, and
     again at t = 20, alone (``weights``: bytes every job of either LLM reads, its HBM demand
     over its table time; ``hbm``: the contention model's bandwidth; ``per_request``, ``knee``:
-    the stretch's decode-request term and its knee; ``power``: its power of the SM share)."""
+    the stretch's decode-request term and its knee; ``power``: its power of the SM share;
+    ``knee_s``: its knee in the prefill's time alone, seconds)."""
     requests = MeshRequests(arrival=np.array([0.0, 1.005, 20.0]), llm=np.array([1, 0, 0], dtype=np.int64),
                             prompt=np.array([10, prompt, prompt], dtype=np.int64),
                             output=np.array([1000, 1, 1], dtype=np.int64))
@@ -32,15 +35,17 @@ def _inputs(beside: float, delay: float, share: float = 0.5, prompt: int = 100, 
     cfg = MeshSettings(policy=_POLICY_CODE["fcfs"], pool=100000, block=16, max_batch=4, token_budget=4096,
                        period=5.0, frac=0.5, horizon=100.0, graph_tokens=1024, prefill_beside=beside,
                        prefill_beside_delay=delay, prefill_beside_gbps=gbps, hbm_gbps=hbm,
-                       prefill_beside_requests=per_request, prefill_beside_knee=knee, prefill_beside_power=power)
+                       prefill_beside_requests=per_request, prefill_beside_knee=knee, prefill_beside_power=power,
+                       prefill_beside_knee_s=knee_s)
     return requests, llms, tables, cfg
 
 
 def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
-                  weights: float = 0.0, per_request: float = 0.0, knee: float = 0.0, power: float = 0.0) -> np.ndarray:
+                  weights: float = 0.0, per_request: float = 0.0, knee: float = 0.0, power: float = 0.0,
+                  knee_s: float = 0.0) -> np.ndarray:
     """The kernel's first-token times on the mesh of :func:`_inputs`."""
     requests, llms, tables, cfg = _inputs(beside, delay, share, prompt, gbps, weights, per_request=per_request,
-                                          knee=knee, power=power)
+                                          knee=knee, power=power, knee_s=knee_s)
     out = mesh_outputs(3, 2, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return out.first
@@ -98,6 +103,20 @@ def test_a_prefill_beside_decode_requests_stretches_by_them_over_its_length():
     # the knee divides the demand term as well: 20 GB per 0.01 s step = 2000 GB/s at 4000 GB/s
     demand = _first_tokens(0.0, 0.0, gbps=4000.0, weights=20e9, knee=100.0)[1]
     assert demand == pytest.approx(1.005 + 0.1 * (1 + 0.5 / 2))
+
+
+def test_a_prefill_beside_others_stretches_less_the_longer_it_lasts_alone():
+    """The knee in time (``prefill_beside_knee_s``): at 2 requests per unit the 0.1 s prefill
+    beside LLM 1's one-request decode steps runs 1 + 0.5 / (1 + 0.1 / 0.05) = 1.167 x slower with
+    a 50 ms knee, and with the token knee too (100 tokens) both divide it: 1 + 0.5 / 2 / 3. An
+    eager prefill (2000 tokens) stretches with the time knee alone, as with the token knee;
+    alone (t = 20) its table time."""
+    kneed = _first_tokens(0.0, 0.0, per_request=2.0, knee_s=0.05)
+    assert kneed == pytest.approx([0.1, 1.005 + 0.1 * (1 + 0.5 / 3), 20.1])
+    both = _first_tokens(0.0, 0.0, per_request=2.0, knee=100.0, knee_s=0.05)[1]
+    assert both == pytest.approx(1.005 + 0.1 * (1 + 0.5 / 2 / 3))
+    eager = _first_tokens(0.0, 0.0, prompt=2000, per_request=2.0, knee_s=0.05)
+    assert eager == pytest.approx([0.1, 1.005 + 0.1 * (1 + 0.5 / 3), 20.1])
 
 
 def test_a_batched_prefill_is_timed_at_its_longest_prompt_where_the_engine_pads():
