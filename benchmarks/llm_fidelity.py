@@ -484,8 +484,14 @@ V3H_X3_RESULTS = tuple(f"results-v3h-h200x3s{s}" for s in (55, 56, 57, 58))
 #: (a refit of the SM-partition job fields on seed 55's traces was tried and lost on the held-out
 #: seeds: docs/fidelity-llm.md). Seeds 55 to 58's five-LLM runs again: v3h's committed predictions,
 #: made before either engine ran them, are v3i's (predictions/v3i-h200x3-55-58.jsonl, the same figures);
-#: then a fresh seed, 59 (adbs and fcfs), both models' predictions committed before it ran
-V3I_X3_RESULTS = tuple(f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58, 59, 60, 61, 62, 63))
+#: then a fresh seed, 59 (adbs and fcfs), both models' predictions committed before it ran; then fresh
+#: seeds 60 to 63, predicted with that calibration and with the prefill stretch's knee in the prefill's
+#: time fitted on seeds 55-58 (a candidate, predictions/v3i-h200x3-60-63-time-knee.jsonl), which was
+#: then adopted (``V3I_TIME_KNEE_TRACES``); then seed 64, predicted with it (and with the knee in tokens)
+V3I_X3_RESULTS = tuple(f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58, 59, 60, 61, 62, 63, 64))
+#: v3i's pairs on one H200 (tables-h200-shares; make_instances.py --h200u), held out from its refit:
+#: seeds 64 and 65, both calibrations' predictions committed before they ran
+V3I_PAIR_RESULTS = ("results-v3i-h200us64", "results-v3i-h200us65")
 #: v3i's own five-LLM job traces (seeds 55 to 58, every policy) its H200 calibration's stretch of a
 #: prefill beside the other LLMs' jobs is refitted on, with the knee in the prefill's time alone
 #: (``GpuCalibration.prefill_time_knee``; docs/fidelity-llm.md "The prefill's knee in its time alone")
@@ -604,8 +610,9 @@ GENERATIONS = {
                       + tuple((f, "tables-h200-g1") for f in V3H_X3_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3g",
                       gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3h-h200.json"),)),
-    "v3i": Generation(V3I_X3_RESULTS, "tables-v3", "results-v3", None, "calibration-v3i.json",
-                      folder_tables=tuple((f, "tables-h200-g1") for f in V3I_X3_RESULTS),
+    "v3i": Generation(V3I_X3_RESULTS + V3I_PAIR_RESULTS, "tables-v3", "results-v3", None, "calibration-v3i.json",
+                      folder_tables=tuple((f, "tables-h200-g1") for f in V3I_X3_RESULTS)
+                      + tuple((f, "tables-h200-shares") for f in V3I_PAIR_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3h",
                       gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3i-h200.json",
                                                 prefill_time_knee=V3I_TIME_KNEE_TRACES),)),

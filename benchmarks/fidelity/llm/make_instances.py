@@ -68,6 +68,10 @@ Held out for the loaded-latency curve (``latency_curve.py``; written before thei
 models' predictions committed first): ``h200us53`` (``llm-1b`` and ``llm-8b`` at 3 + 8) and
 ``h200us54`` (``llm-3b`` and ``llm-8b`` at 5 + 7), muxserve and ``skewed`` 0.25 / 0.75: a small
 LLM on a small partition beside ``llm-8b``, where the curve and the linear model part most.
+Held out for v3i's prefill stretch with its knee in the prefill's time (written after that refit,
+both calibrations' predictions committed first): ``h200us64`` (``llm-1b`` and ``llm-8b`` at 2 + 10,
+muxserve and ``equal``) and ``h200us65`` (``llm-3b`` and ``llm-8b`` at 4 + 8, muxserve and
+``skewed`` 0.25 / 0.75).
 Write a set once, before its runs: its
 placements and measured instance record the calibration of that day.
 
@@ -316,7 +320,9 @@ H200U_SETS = {"h200us31": ({"llm-1b": 2.0, "llm-8b": 10.0}, 31, H200U_PAIR_SPLIT
               "h200us51": ({"llm-3b": 4.0, "llm-8b": 8.5}, 51, {"skewed": (0.25, 0.75)}),
               "h200us52": ({"llm-1b": 2.0, "llm-8b": 11.0}, 52, {"equal": (0.5, 0.5)}),
               "h200us53": ({"llm-1b": 3.0, "llm-8b": 8.0}, 53, {"skewed": (0.25, 0.75)}),
-              "h200us54": ({"llm-3b": 5.0, "llm-8b": 7.0}, 54, {"skewed": (0.25, 0.75)})}
+              "h200us54": ({"llm-3b": 5.0, "llm-8b": 7.0}, 54, {"skewed": (0.25, 0.75)}),
+              "h200us64": ({"llm-1b": 2.0, "llm-8b": 10.0}, 64, {"equal": (0.5, 0.5)}),
+              "h200us65": ({"llm-3b": 4.0, "llm-8b": 8.0}, 65, {"skewed": (0.25, 0.75)})}
 H200U_TABLES = os.path.join(HERE, "tables-h200-shares")
 #: one H200 with the H100 sets' memory budget, so the KV pools are theirs
 H200_GPU = {"name": "H200", "memory_gb": 141, "usable_memory_gb": 76, "peak_fp16_tflops": 989,
