@@ -1875,6 +1875,18 @@ OWN_DECODE_SHARES = tuple(round(0.01 * i, 2) for i in range(20, 100))
 BESIDE_SHARE_POWERS = tuple(round(0.05 * i, 2) for i in range(0, 31))
 
 
+def traced_graph_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]) -> np.ndarray:
+    """The graph prefills on SM partitions of ``runs``' job traces (:func:`traced_own_decode_prefills`'
+    rows, their table times at their buckets where ``fields`` sets ``prefill_at_bucket``);
+    ValueError where there is none."""
+    at_bucket = bool(fields.get("prefill_at_bucket", False))
+    points = np.vstack([traced_own_decode_prefills(_find_run(r), at_bucket) for r in runs])
+    points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0]
+    if not len(points):
+        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
+    return points
+
+
 def fit_own_decode_prefill(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
                            ) -> Tuple[Dict[str, float], float, float, int]:
     """``own_decode_prefill_share`` and the stretch beside the other LLMs' jobs
@@ -1887,11 +1899,7 @@ def fit_own_decode_prefill(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, 
     those four fields, the RMS log error with them and with ``fields`` (the own decode step
     counted as any other job, :func:`prefill_trace_model`), and the number of prefills. The table
     times are at the graph prefills' buckets where ``fields`` sets ``prefill_at_bucket``."""
-    at_bucket = bool(fields.get("prefill_at_bucket", False))
-    points = np.vstack([traced_own_decode_prefills(_find_run(r), at_bucket) for r in runs])
-    points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0]
-    if not len(points):
-        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
+    points = traced_graph_prefills(runs, fields)
     table, gpu, others, decoding, own, tokens, eager, own_gbps, own_decoding, sm_share = points.T
     # the same prefills with the own decode step as any other job (traced_partition_prefills' columns)
     before = np.column_stack([table, gpu, others + own_gbps, np.zeros(len(table)), decoding + own_decoding, tokens,
@@ -1948,14 +1956,10 @@ def fit_prefill_time_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, f
     ``prefill_beside_requests`` by least squares on the relative error (at least 0), the knee of
     least RMS log error kept (:func:`own_decode_prefill_model`). On the five-LLM H200 a large
     LLM's prefill slows less beside the same others than a small one's of the same prompt (it
-    does more work per byte they move), which a knee in tokens cannot tell apart
+    does more work and lasts longer), which a knee in tokens cannot tell apart
     (docs/fidelity-llm.md "The prefill's knee in its time alone"). Returns those four fields,
     the RMS log error with them and with ``fields``, and the number of prefills."""
-    at_bucket = bool(fields.get("prefill_at_bucket", False))
-    points = np.vstack([traced_own_decode_prefills(_find_run(r), at_bucket) for r in runs])
-    points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0]
-    if not len(points):
-        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
+    points = traced_graph_prefills(runs, fields)
     table, gpu, others, decoding, own, _, _, _, _, sm_share = points.T
     beside = (others > 0) | (decoding > 0)
     own_share, delay = fields["own_decode_prefill_share"], fields["prefill_beside_delay_s"]
@@ -1986,7 +1990,8 @@ def apply_prefill_time_knee_fields(runs: Tuple[Tuple[str, str], ...], out: dict)
     out.update(fields)
     out["fit"]["prefill_time_knee"] = (
         f"{len(runs)} runs of {', '.join(dict.fromkeys(f for f, _ in runs))}: job traces, {count} graph prefills on "
-        f"SM partitions: GPU time = table time T x (1 + (other LLMs' HBM demand / {fields['prefill_beside_gbps']:.0f} GB/s + requests in their "
+        f"SM partitions: GPU time = table time T x (1 + (other LLMs' HBM demand / "
+        f"{fields['prefill_beside_gbps']:.0f} GB/s + requests in their "
         f"decode steps / {fields['prefill_beside_requests']:.1f}) / (1 + T / "
         f"{1e3 * fields['prefill_beside_knee_s']:.2f} ms)), the own decode step's share and the delay kept; "
         f"RMS log error {rms:.4f} ({before:.4f} with the knee in prompt tokens)")
