@@ -185,7 +185,7 @@ class LLMConfig:
       where set, applies the stretch to eager prefills too (0: off; both fitted on the job
       trace). ``prefill_beside_knee_s`` divides them by ``1 + T / this`` too (T the prefill's
       time alone, seconds: on the five-LLM H200 a large LLM's prefill slows less than a small
-      one's of the same prompt, since it does more work per byte the others move; where set,
+      one's of the same prompt, since it does more work and lasts longer; where set,
       eager prefills stretch too; 0: off). ``prefill_beside_share_power`` multiplies both
       terms by the prefill's SM share to this power (a prefill on more of the GPU's SMs slows
       more beside the same others: the rates are then those at the whole GPU; 0: off, every
@@ -209,7 +209,8 @@ class LLMConfig:
       demand and requests of the prefill's stretch beside others (``prefill_beside_*``: they
       then count the other LLMs' jobs only). A prefill that runs eagerly keeps its speed unless
       ``prefill_beside_knee_tokens`` or ``_knee_s`` is set, as for the stretch. Measured on one
-      H200 with one LLM alone on a partition: docs/fidelity-llm.md. 0: off, the own decode step counts as any other.
+      H200 with one LLM alone on a partition: docs/fidelity-llm.md. 0: off, the own decode step
+      counts as any other.
     """
 
     policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")

@@ -294,7 +294,8 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
     the contention model (:func:`contention_gbps` at that degree, ``contention_hbm_cap_gbps``,
     ``contention_curve_gbps``, ``contention_curve_power``), the prefill
     stretch beside other jobs (``prefill_beside_stretch``, ``prefill_beside_delay_s``,
-    ``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``, ``_knee_s``,
+    ``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``,
+    ``prefill_beside_knee_s``,
     ``prefill_beside_share_power``), a job's
     speed beside its own LLM's other job on one partition (``own_prefill_decode_share``,
     ``own_decode_prefill_share``), the prefill's length (``prefill_at_longest``) or bucket

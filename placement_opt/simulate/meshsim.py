@@ -74,8 +74,8 @@ beside others** (``MeshSettings.prefill_beside``,
 stretches by :func:`prefill_beside_stretch` instead (``prefill_beside_gbps``,
 ``prefill_beside_requests``: also in proportion to the other running jobs' HBM demand and to the
 requests in the running decode steps; ``prefill_beside_knee``, ``prefill_beside_knee_s``: those
-terms shrink as the prefill's prompt or its time alone grows, and eager prefills stretch so too). **Beside its own decode step**
-(``MeshSettings.own_prefill_decode``, ``own_decode_prefill``): an LLM's prefill and decode step
+terms shrink as the prefill's prompt or its time alone grows, and eager prefills stretch so
+too). **Beside its own decode step** (``MeshSettings.own_prefill_decode``, ``own_decode_prefill``): an LLM's prefill and decode step
 share its one SM partition, so while both run each keeps that part of its speed (the decode
 step's leaves the prefill's stretch beside others: :func:`prefill_factor_beside`). Calibrated on
 an H100 and an H200 in ``docs/fidelity-llm.md``.
@@ -1113,10 +1113,10 @@ def prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, c
     (other LLMs', and its own LLM's decode step unless ``own_decode_prefill`` sets that apart:
     :func:`prefill_factor_beside`) that demand ``others_gbps`` of HBM bandwidth
     and whose decode steps hold ``others_requests`` requests: ``1 + beside + (others_gbps /
-    gbps + others_requests / requests) / (1 + tokens / knee) / (1 + alone / knee_s) x share ** power
-    + delay / alone`` (``cfg``'s ``prefill_beside``, ``prefill_beside_gbps``, ``prefill_beside_requests``,
-    ``prefill_beside_knee``, ``prefill_beside_knee_s``, ``prefill_beside_power``, ``prefill_beside_delay``; a term whose
-    divisor is 0 is off, and a power of 0; ``alone``: its table time, seconds; ``tokens``: its
+    gbps + others_requests / requests) / (1 + tokens / knee) / (1 + alone / knee_s) x share **
+    power + delay / alone`` (``cfg``'s ``prefill_beside``, ``prefill_beside_gbps``,
+    ``prefill_beside_requests``, ``prefill_beside_knee``, ``prefill_beside_knee_s``,
+    ``prefill_beside_power``, ``prefill_beside_delay``; a term whose divisor is 0 is off, and a power of 0; ``alone``: its table time, seconds; ``tokens``: its
     padded prompt tokens; ``share``: its LLM's SM share), so that beside
     the same others throughout it lasts ``(1 + ...) x alone + delay``. Measured with
     ``engine_bench.py --prefill-beside`` (a fixed stretch and delay) and on the job trace of the
