@@ -1783,7 +1783,7 @@ def traced_partition_prefills(run: dict, at_bucket: bool = False) -> np.ndarray:
     a graph prefill's bucket, :func:`traced_table_seconds`); ValueError for a run without the trace."""
     rows = [(table, took, float(np.dot(overlap, demand)) / took, host, float(np.dot(overlap, decoding)) / took,
              tokens, eager, share)
-            for table, took, overlap, _, host, tokens, eager, demand, decoding, share
+            for table, took, overlap, _, host, tokens, eager, demand, decoding, share, _
             in _partition_prefills(run, at_bucket)]
     return np.array(rows).reshape(-1, len(PREFILL_COLUMNS))
 
@@ -1801,7 +1801,7 @@ def _partition_prefills(run: dict, at_bucket: bool = False) -> Iterator[tuple]:
     """Per prefill on an SM partition in ``run``'s job trace: its table seconds, GPU seconds, the
     seconds each job of the trace overlapped it on its mesh (itself 0), a mask of its own LLM's
     jobs, its launch's host seconds, padded prompt tokens and whether it ran eagerly (1.0), the
-    trace's per-job HBM demand (GB/s) and decode requests, and its LLM's SM share
+    trace's per-job HBM demand (GB/s) and decode requests, its LLM's SM share and its LLM's name
     (:func:`traced_partition_prefills`; ``at_bucket``: table times at graph prefills' buckets);
     ValueError for a run without the trace."""
     from placement_opt.llm_units import llm_specs
@@ -1832,7 +1832,7 @@ def _partition_prefills(run: dict, at_bucket: bool = False) -> Iterator[tuple]:
         yield (table[i], end[i] - start[i], overlap, llm == j["llm"], j["launched_s"] - j["launch_s"],
                j["requests"] * j["longest_context"],
                float(prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS)), demand, decoding,
-               share[(j["group"], j["llm"])])
+               share[(j["group"], j["llm"])], j["llm"])
 
 
 #: the columns of :func:`traced_own_decode_prefills`
@@ -1847,13 +1847,20 @@ def traced_own_decode_prefills(run: dict, at_bucket: bool = False) -> np.ndarray
     part of its GPU time its own LLM's decode steps ran beside it (on the same SM partition),
     their demand and requests likewise (with the others', :func:`traced_partition_prefills`'
     columns), and its LLM's SM share (``at_bucket``: table times at graph prefills' buckets)."""
-    rows = []
-    for table, took, overlap, own, _, tokens, eager, demand, decoding, share in _partition_prefills(run, at_bucket):
+    return traced_own_decode_prefills_by_llm(run, at_bucket)[0]
+
+
+def traced_own_decode_prefills_by_llm(run: dict, at_bucket: bool = False) -> Tuple[np.ndarray, List[str]]:
+    """:func:`traced_own_decode_prefills`' rows and each one's LLM name."""
+    rows, names = [], []
+    for (table, took, overlap, own, _, tokens, eager, demand, decoding, share,
+         name) in _partition_prefills(run, at_bucket):
         others, mine = overlap * ~own, overlap * own
         rows.append((table, took, float(np.dot(others, demand)) / took, float(np.dot(others, decoding)) / took,
                      float(np.sum(mine)) / took, tokens, eager, float(np.dot(mine, demand)) / took,
                      float(np.dot(mine, decoding)) / took, share))
-    return np.array(rows).reshape(-1, len(OWN_PREFILL_COLUMNS))
+        names.append(name)
+    return np.array(rows).reshape(-1, len(OWN_PREFILL_COLUMNS)), names
 
 
 def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndarray:

@@ -58,17 +58,9 @@ def traced_runs(patterns: Sequence[str]) -> List[Tuple[str, str]]:
 def graph_prefills(runs: Sequence[Tuple[str, str]]) -> Tuple[np.ndarray, np.ndarray]:
     """The graph prefills on SM partitions of ``runs`` (``traced_own_decode_prefills``' rows, at
     their buckets) and each one's LLM."""
-    from placement_opt.simulate.llm import on_partition, sm_shares
-
     points, names = [], []
     for spec in runs:
-        run = lf._find_run(spec)
-        rows = lf.traced_own_decode_prefills(run, True)
-        _, placement, policy = lf.run_setup(run)
-        share = {(gi, m): sh for gi, g in enumerate(placement.groups) for m, sh in zip(g.models, sm_shares(g, policy))}
-        llms = [j["llm"] for j in lf.traced_jobs(run) if j["kind"] == "prefill"
-                and on_partition(share[(j["group"], j["llm"])]) and j["device_end_s"] > j["device_start_s"]]
-        assert len(llms) == len(rows), spec  # the rows are those prefills, in the trace's order
+        rows, llms = lf.traced_own_decode_prefills_by_llm(lf._find_run(spec), True)
         points.append(rows)
         names += llms
     if not points:
