@@ -1866,7 +1866,7 @@ def traced_own_decode_prefills_by_llm(run: dict, at_bucket: bool = False) -> Tup
 def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndarray:
     """The GPU seconds of :func:`traced_own_decode_prefills`' ``points`` in mean-value form of the
     kernel's :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`: the stretch beside the
-    other LLMs' jobs (``prefill_beside_gbps``, ``_requests``, ``_knee_tokens``, ``_share_power`` at
+    other LLMs' jobs (``prefill_beside_gbps``, ``_requests``, ``_knee_tokens``, ``_knee_s``, ``_share_power`` at
     the LLM's SM share, ``_delay_s``) while any ran (:func:`prefill_trace_model` of those), over the speed ``1 - f + f x share`` for the
     part f of the time its own decode step ran (``own_decode_prefill_share``)."""
     table, gpu, others, decoding, own, tokens, eager, _, _, sm_share = points.T
