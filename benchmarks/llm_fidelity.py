@@ -147,7 +147,8 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "contention_tp_power", "decode_full_stretch", "prefill_start_full_s", "decode_attention_sms",
                 "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s",
                 "own_decode_prefill_share", "prefill_beside_share_power", "prefill_at_bucket",
-                "contention_curve_gbps", "contention_curve_power", "prefill_beside_knee_s")
+                "contention_curve_gbps", "contention_curve_power", "prefill_beside_knee_s",
+                "own_prefill_decode_knee_tokens")
 #: the value a model field takes where a calibration (or the all-off model) leaves it out: 0
 #: (off), but the curve's power, which is inert while its scale is 0, its setting's default
 FIELD_ABSENT = {"contention_curve_power": LLMConfig().contention_curve_power}
@@ -2713,14 +2714,25 @@ def own_prefill_slowdowns(jobs: List[dict]) -> List[float]:
     ran at least :data:`OWN_PREFILL_OVERLAP` of its GPU time beside a prefill of its own LLM (same
     mesh), its GPU time over the mean of its LLM's nearest steps (two either side) that ran clear
     of one: how much the LLM's own prefill slows its decode on their shared SM partition."""
+    return [slowdown for _, slowdown, _ in own_prefill_steps(jobs)]
+
+
+def own_prefill_steps(jobs: List[dict]) -> List[Tuple[str, float, int]]:
+    """:func:`own_prefill_slowdowns`' steps with their LLM and the padded prompt tokens
+    (requests x longest context) of the own prefill they overlap most: ``(llm, slowdown,
+    tokens)`` per step."""
     steps: Dict[Tuple[int, str], List[Tuple[float, float]]] = defaultdict(list)
-    prefills: Dict[Tuple[int, str], List[Tuple[float, float]]] = defaultdict(list)
+    prefills: Dict[Tuple[int, str], List[Tuple[float, float, int]]] = defaultdict(list)
     for j in jobs:
-        (steps if j["kind"] == "decode" else prefills)[(j["group"], j["llm"])].append(
-            (j["device_start_s"], j["device_end_s"]))
+        if j["kind"] == "decode":
+            steps[(j["group"], j["llm"])].append((j["device_start_s"], j["device_end_s"]))
+        else:
+            prefills[(j["group"], j["llm"])].append((j["device_start_s"], j["device_end_s"],
+                                                     int(j["requests"]) * int(j["longest_context"])))
     out = []
     for key, decode in steps.items():
-        spans = _union(prefills.get(key, []))
+        own = sorted(prefills.get(key, []))
+        spans = _union([(a, b) for a, b, _ in own])
         if not spans:
             continue
         starts, ends = np.array([a for a, _ in spans]), np.array([b for _, b in spans])
@@ -2733,12 +2745,16 @@ def own_prefill_slowdowns(jobs: List[dict]) -> List[float]:
                 i += 1
             return o / (b - a) if b > a else 0.0
 
+        def tokens(a: float, b: float) -> int:
+            return max((p for p in own if p[0] < b and p[1] > a), key=lambda p: min(b, p[1]) - max(a, p[0]))[2]
+
         part = [beside(a, b) for a, b in decode]
         for i, share in enumerate(part):
             clear = [decode[k][1] - decode[k][0] for k in (i - 2, i - 1, i + 1, i + 2)
                      if 0 <= k < len(decode) and part[k] == 0.0]
             if share >= OWN_PREFILL_OVERLAP and clear:
-                out.append((decode[i][1] - decode[i][0]) / float(np.mean(clear)))
+                a, b = decode[i]
+                out.append((key[1], (b - a) / float(np.mean(clear)), tokens(a, b)))
     return out
 
 

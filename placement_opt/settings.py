@@ -204,6 +204,11 @@ class LLMConfig:
     * ``own_prefill_decode_share``: the engine runs an LLM's prefill and decode on its one SM
       partition, so while its prefill runs its decode step keeps only this part of its speed
       (applies on a partition, share below 1; 0: off, the step keeps its table time).
+      ``own_prefill_decode_knee_tokens`` divides that part by ``1 + tokens / this`` (the
+      prefill's padded prompt tokens: beside a longer prefill of its own LLM the step waits
+      longer behind its kernels; on the five-LLM H200 the step slowed 1.3-1.4 x beside
+      prefills under 64 tokens and 4-5 x beside ones over 1024; 0: off, one part at every
+      length).
     * ``own_decode_prefill_share``: the other way round, while its decode step runs a prefill on
       the same SM partition keeps only this part of its speed, and that decode step leaves the
       demand and requests of the prefill's stretch beside others (``prefill_beside_*``: they
@@ -335,6 +340,9 @@ class LLMConfig:
     own_prefill_decode_share: float = option(0.0, minimum=0, maximum=0.999,
                                              help="while an LLM's prefill runs on its SM partition, the part of "
                                                   "its speed its decode step keeps (0: off)")
+    own_prefill_decode_knee_tokens: float = option(0.0, minimum=0,
+                                                   help="that part is divided by 1 + the prefill's padded prompt "
+                                                        "tokens / this (0: off)")
     own_decode_prefill_share: float = option(0.0, minimum=0, maximum=0.999,
                                              help="while an LLM's decode step runs on its SM partition, the part "
                                                   "of its speed a prefill there keeps, in place of that step's part "

@@ -51,7 +51,9 @@ the search's per-LLM tables take a block as one page, as alone on a mesh, and
 :func:`placement_estimates` the pages of the placement's meshes);
 ``llm.own_prefill_decode_share`` = s: LLM ``m``'s decode steps last ``1 + f x (1/s - 1)``
 times longer, ``f = prefill_m(b_m) / round`` the part of its Eq. 3 round its own prefill runs
-(the simulator stretches a step by 1/s while that prefill runs), the round solved exactly
+(the simulator stretches a step by 1/s while that prefill runs; with
+``llm.own_prefill_decode_knee_tokens``, s over ``1 + prompt / knee`` at the LLM's mean prompt),
+the round solved exactly
 (:func:`_cycle`); only where the simulator can run the two jobs together (share at most 0.5)
 and jobs overlap (not ``serial_decode``).
 
@@ -518,14 +520,19 @@ def eager_batches(batches: np.ndarray, longest: int, graph_tokens: int) -> np.nd
     return out
 
 
-def own_prefill_slowdown(llm: Optional[LLMConfig], share: float, serial_decode: bool) -> float:
+def own_prefill_slowdown(llm: Optional[LLMConfig], share: float, serial_decode: bool,
+                         prompt_tokens: float = 0.0) -> float:
     """The shared-partition slowdown of an LLM's decode steps at SM ``share`` (:func:`_cycle`):
-    ``1 / llm.own_prefill_decode_share - 1`` where the simulator can run the LLM's prefill and
+    ``1 / s - 1``, ``s`` the part of its speed a step keeps beside its own prefill
+    (``llm.own_prefill_decode_share``, over ``1 + prompt_tokens / llm.own_prefill_decode_knee_tokens``
+    where that is set: the simulator's ``meshsim.own_prefill_decode_speed`` at a prefill of one
+    prompt of the LLM's mean length, mean value) where the simulator can run the LLM's prefill and
     decode together (two jobs of its share fit the mesh: share at most 0.5) and scheduling
     overlaps jobs, else 0 (off, or never beside its own prefill)."""
     if llm is None or llm.own_prefill_decode_share <= 0 or serial_decode or 2.0 * share > 1.0 + 1e-9:
         return 0.0
-    return 1.0 / llm.own_prefill_decode_share - 1.0
+    knee = llm.own_prefill_decode_knee_tokens
+    return (1.0 + prompt_tokens / knee if knee > 0 else 1.0) / llm.own_prefill_decode_share - 1.0
 
 
 def build_tables(specs: List[LLMSpec], cluster: Cluster, max_batch: int, memory: MeshMemory,
@@ -582,7 +589,7 @@ def _candidate_share(tables: EstimatorTables, spec: LLMSpec, i: int, t: int, ful
     chosen = 1.0
     for sh in ([1.0] if full_share else SM_SHARES):
         tables.P[row], tables.D[row] = latency_vectors(spec, tp, float(sh), tables.max_batch, tables.host)
-        tables.slow[row] = own_prefill_slowdown(tables.host, float(sh), tables.serial_decode)
+        tables.slow[row] = own_prefill_slowdown(tables.host, float(sh), tables.serial_decode, spec.prompt_tokens)
         chosen = float(sh)
         if tables.estimate([i], t)[0] >= tables.rate[i] * (1 - 1e-9):
             break
@@ -628,7 +635,8 @@ class Headroom:
                       for m, sh in zip(members, fitted_shares)]
             P = np.stack([f[0] for f in fitted])
             D = np.stack([f[1] for f in fitted])
-            slow = np.array([own_prefill_slowdown(tb.host, float(sh), tb.serial_decode) for sh in fitted_shares])
+            slow = np.array([own_prefill_slowdown(tb.host, float(sh), tb.serial_decode, self.specs[m].prompt_tokens)
+                             for m, sh in zip(members, fitted_shares)])
             rows = np.arange(len(members), dtype=np.int64)
             row_share = fitted_shares
         size = float(tb.tps[t])
@@ -665,7 +673,8 @@ def placement_estimates(instance: Instance, placement: Placement) -> Dict[str, f
         k = len(members)
         P = np.empty((k, cfg.max_batch + 1))
         D = np.empty_like(P)
-        slow = np.array([own_prefill_slowdown(cfg, float(sh), temporal) for sh in shares])
+        slow = np.array([own_prefill_slowdown(cfg, float(sh), temporal, specs[i].prompt_tokens)
+                         for i, sh in zip(members, shares)])
         mesh = [specs[i] for i in members]
         for j, (i, sh) in enumerate(zip(members, shares)):
             P[j], D[j] = latency_vectors(specs[i], g.tp, float(sh), cfg.max_batch, cfg, mesh)

@@ -60,6 +60,7 @@ class Timing(NamedTuple):
     hbm_curve_gbps: float = 0.0
     hbm_curve_power: float = 2.0
     prefill_beside_knee_s: float = 0.0
+    own_prefill_decode_knee: float = 0.0
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -97,7 +98,8 @@ def mesh_inputs(case, timing=None):
                        prefill_beside_power=tm.prefill_beside_power, prefill_at_longest=tm.prefill_at_longest,
                        own_decode_prefill=tm.own_decode_prefill, prefill_at_bucket=tm.prefill_at_bucket,
                        hbm_curve_gbps=tm.hbm_curve_gbps, hbm_curve_power=tm.hbm_curve_power,
-                       prefill_beside_knee_s=tm.prefill_beside_knee_s)
+                       prefill_beside_knee_s=tm.prefill_beside_knee_s,
+                       own_prefill_decode_knee=tm.own_prefill_decode_knee)
     return requests, llms, tables, cfg
 
 
@@ -164,7 +166,8 @@ def timings(draw, n_llms):
                   prefill_at_bucket=draw(st.booleans()),
                   hbm_curve_gbps=draw(st.sampled_from([0.0, 2.0, 10.0, 50.0])),
                   hbm_curve_power=draw(st.sampled_from([1.0, 2.4, 4.0])),
-                  prefill_beside_knee_s=draw(st.sampled_from([0.0, 0.01, 0.1])))
+                  prefill_beside_knee_s=draw(st.sampled_from([0.0, 0.01, 0.1])),
+                  own_prefill_decode_knee=draw(st.sampled_from([0.0, 4.0, 64.0])))
 
 
 @st.composite
@@ -210,6 +213,7 @@ TERMS_OFF = {
     "prefill_beside_requests": dict(prefill_beside_requests=0.0),
     "prefill_beside_knee": dict(prefill_beside_knee=0.0),
     "prefill_beside_knee_s": dict(prefill_beside_knee_s=0.0),
+    "own_prefill_decode_knee": dict(own_prefill_decode_knee=0.0),
     "prefill_beside_power": dict(prefill_beside_power=0.0),
     "prefill_at_longest": dict(prefill_at_longest=False),
     "decode_stretch": dict(decode_stretch=[]),
@@ -227,7 +231,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     decode steps their page-table fill),
     ended jobs noticed when it is free, prefills stretched and collected, decode steps reading
     their KV, running jobs re-timed by HBM contention (and its bandwidth cap), by their own
-    LLM's prefill and, prefills on partitions, by their own LLM's decode step and the jobs beside them (their demand, their
+    LLM's prefill (over its prompt's length) and, prefills on partitions, by their own LLM's decode step and the jobs beside them (their demand, their
     decode requests, over the prompt's length, by a power of their SM share), prefills timed at their longest prompt or
     their CUDA-graph bucket, decode
     steps stretched in place of their KV read, decode steps timed at their effective context and
@@ -256,7 +260,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     # they act only between jobs running at once
     overlap = ("hbm_gbps", "hbm_cap_gbps", "hbm_curve_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay",
                "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee", "prefill_beside_power",
-               "own_decode_prefill", "prefill_beside_knee_s")
+               "own_decode_prefill", "prefill_beside_knee_s", "own_prefill_decode_knee")
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}

@@ -30,8 +30,8 @@ import numpy as np
 
 from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
                                             contention_on, contention_stretch, decode_context, offered_load,
-                                            prefill_factor_beside, prefill_point, prefill_runs_eagerly,
-                                            prefill_stretches_beside, served_latency)
+                                            own_prefill_decode_speed, prefill_factor_beside, prefill_point,
+                                            prefill_runs_eagerly, prefill_stretches_beside, served_latency)
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -569,8 +569,9 @@ class VirtualJobs:
                     factor = contention_stretch(total, self.demand[j], loaded if decode else 1.0, cfg.hbm_gbps,
                                                 cfg.hbm_cap_gbps, cfg.hbm_curve_gbps if decode and loaded > 1.0
                                                 else 0.0, cfg.hbm_curve_power)
-                if j % 2 == 1 and running[j - 1] and cfg.own_prefill_decode > 0:
-                    factor /= cfg.own_prefill_decode
+                if j % 2 == 1 and running[j - 1]:
+                    prefill = self.running_job(j - 1)
+                    factor /= own_prefill_decode_speed(len(prefill.requests) * max(prefill.contexts), cfg)
                 if factor != self.factor[j]:
                     self.factor[j] = factor
                     self.end[j] = t + self.work[j] * factor

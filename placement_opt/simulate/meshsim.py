@@ -77,7 +77,9 @@ requests in the running decode steps; ``prefill_beside_knee``, ``prefill_beside_
 terms shrink as the prefill's prompt or its time alone grows, and eager prefills stretch so
 too). **Beside its own decode step** (``MeshSettings.own_prefill_decode``, ``own_decode_prefill``): an LLM's prefill and decode step
 share its one SM partition, so while both run each keeps that part of its speed (the decode
-step's leaves the prefill's stretch beside others: :func:`prefill_factor_beside`). Calibrated on
+step's leaves the prefill's stretch beside others: :func:`prefill_factor_beside`; with
+``own_prefill_decode_knee`` the decode step's part shrinks as the prefill's prompt grows:
+:func:`own_prefill_decode_speed`). Calibrated on
 an H100 and an H200 in ``docs/fidelity-llm.md``.
 
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
@@ -174,6 +176,7 @@ class MeshSettings(NamedTuple):
     hbm_curve_gbps: float = 0.0  # contention: the loaded-latency curve's scale, GB/s (hbm_latency): a decode step stretches at least by it at the served load over it at its own demand; 0 off
     hbm_curve_power: float = 2.0  # ... the curve's power
     prefill_beside_knee_s: float = 0.0  # a prefill's beside stretch: both terms over 1 + (its time alone) / this (seconds), eager prefills too; 0 off
+    own_prefill_decode_knee: float = 0.0  # own_prefill_decode over 1 + (the own prefill's padded prompt tokens) / this; 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -1222,8 +1225,21 @@ def _retime(t, llms, jobs, cfg):
         elif prefill_running:
             _restretch(t, llms, jobs, 2 * k, total, 1.0, cfg, 1.0)
         if decode_running:
-            slow = cfg.own_prefill_decode if prefill_running and cfg.own_prefill_decode > 0 else 1.0
+            slow = own_prefill_decode_speed(llms[k].prefill_tokens, cfg) if prefill_running else 1.0
             _restretch(t, llms, jobs, 2 * k + 1, total, loaded, cfg, slow)
+
+
+@njit(cache=True, inline="always")
+def own_prefill_decode_speed(tokens, cfg):
+    """The part of its speed a decode step keeps while its own LLM's prefill of ``tokens`` padded
+    prompt tokens runs on their shared SM partition: ``cfg.own_prefill_decode``, over ``1 +
+    tokens / cfg.own_prefill_decode_knee`` where that is set (the step's kernels wait behind the
+    prefill's, which last longer the longer its prompt); 1 where ``own_prefill_decode`` is off."""
+    if cfg.own_prefill_decode <= 0:
+        return 1.0
+    if cfg.own_prefill_decode_knee > 0:
+        return cfg.own_prefill_decode / (1.0 + tokens / cfg.own_prefill_decode_knee)
+    return cfg.own_prefill_decode
 
 
 @njit(cache=True, inline="always")

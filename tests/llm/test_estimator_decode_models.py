@@ -79,6 +79,17 @@ def test_slowdown_only_where_own_prefill_and_decode_can_overlap():
     assert own_prefill_slowdown(None, 0.2, False) == 0.0
 
 
+def test_slowdown_grows_with_the_prompt_past_the_knee():
+    """``own_prefill_decode_knee_tokens`` 200: at the LLM's mean prompt of 200 tokens the step
+    keeps 0.25 / 2 of its speed (slowdown 7); a prompt of 0 or the knee off keeps 1/0.25 - 1;
+    where the share is off the knee does nothing."""
+    cfg = LLMConfig(own_prefill_decode_share=0.25, own_prefill_decode_knee_tokens=200.0)
+    assert own_prefill_slowdown(cfg, 0.2, False, 200.0) == pytest.approx(7.0)
+    assert own_prefill_slowdown(cfg, 0.2, False, 0.0) == pytest.approx(3.0)
+    assert own_prefill_slowdown(LLMConfig(own_prefill_decode_share=0.25), 0.2, False, 200.0) == pytest.approx(3.0)
+    assert own_prefill_slowdown(LLMConfig(own_prefill_decode_knee_tokens=200.0), 0.2, False, 200.0) == 0.0
+
+
 def test_both_models_off_leave_every_estimate_identical():
     """Explicit zeros are the defaults: tables and placement estimates bit-identical."""
     inst = load_instance(SMALL)

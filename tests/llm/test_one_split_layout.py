@@ -68,8 +68,9 @@ def test_own_prefill_slowdowns_compare_a_step_beside_its_llm_s_prefill_with_its_
     the mean of its nearest steps (two either side) clear of one."""
     script = load_benchmark("llm_fidelity")
 
-    def job(llm, kind, start, end, group=0):
-        return {"group": group, "llm": llm, "kind": kind, "device_start_s": start, "device_end_s": end}
+    def job(llm, kind, start, end, group=0, requests=1, longest=100):
+        return {"group": group, "llm": llm, "kind": kind, "device_start_s": start, "device_end_s": end,
+                "requests": requests, "longest_context": longest}
 
     jobs = [job("a", "prefill", 2.0, 4.0), *(job("a", "decode", a, b) for a, b in
                                              ((0, 1), (1, 2), (2, 4), (4, 5), (5, 6.5), (6.5, 7), (7.4, 8.4))),
@@ -77,6 +78,9 @@ def test_own_prefill_slowdowns_compare_a_step_beside_its_llm_s_prefill_with_its_
     # a's step (2, 4) twice as long as its clear neighbours (mean 1.125); (7.4, 8.4) only 10% beside
     # a prefill; b's step beside another LLM's prefill and a's step on another mesh: none
     assert script.own_prefill_slowdowns(jobs) == [2.0 / 1.125]
+    # with its LLM and the padded prompt of the prefill it lies beside (3 requests, longest 50)
+    jobs[0] = job("a", "prefill", 2.0, 4.0, requests=3, longest=50)
+    assert script.own_prefill_steps(jobs) == [("a", 2.0 / 1.125, 150)]
     # prefills nested in one another count once, as their union: the step (15, 16) lies in (10, 20)
     nested = [job("c", "prefill", 10.0, 20.0), job("c", "prefill", 11.0, 12.0),
               *(job("c", "decode", a, a + 1.0) for a in (7.0, 8.0, 15.0, 21.0, 22.0))]

@@ -24,9 +24,10 @@ FIDELITY = os.path.join(ROOT, "instances", "fidelity-llm")
 RESULTS = os.path.join(ROOT, "benchmarks", "fidelity", "llm")
 
 
-def one_llm_tokens(own_prefill_decode: float) -> List[float]:
-    """LLM 0 of two (shares 0.5): request A (3 tokens) at 0, request B (2 tokens) at 0.05 s;
-    prefills and decode steps take 0.1 s. Returns A's and B's finish times."""
+def one_llm_tokens(own_prefill_decode: float, knee: float = 0.0) -> List[float]:
+    """LLM 0 of two (shares 0.5): request A (3 tokens) at 0, request B (2 tokens) at 0.05 s,
+    both of 4-token prompts; prefills and decode steps take 0.1 s (``knee``:
+    ``MeshSettings.own_prefill_decode_knee``). Returns A's and B's finish times."""
     K, max_batch = 2, 4
     requests = MeshRequests(arrival=np.array([0.0, 0.05]), llm=np.zeros(2, dtype=np.int64),
                             prompt=np.full(2, 4, dtype=np.int64), output=np.array([3, 2], dtype=np.int64))
@@ -34,7 +35,8 @@ def one_llm_tokens(own_prefill_decode: float) -> List[float]:
     tables = LatencyTables(prefill=np.full((K, max_batch + 1, 2), 0.1), decode=np.full((K, max_batch + 1, 2), 0.1),
                            lgrid=np.array([1.0, 1000.0]))
     cfg = MeshSettings(policy=_POLICY_CODE["round-robin"], pool=1000, block=4, max_batch=max_batch,
-                       token_budget=4096, period=5.0, frac=0.5, horizon=100.0, own_prefill_decode=own_prefill_decode)
+                       token_budget=4096, period=5.0, frac=0.5, horizon=100.0, own_prefill_decode=own_prefill_decode,
+                       own_prefill_decode_knee=knee)
     out = mesh_outputs(2, K, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return [float(x) for x in out.finish]
@@ -47,6 +49,16 @@ def test_a_decode_step_slows_while_its_own_prefill_runs():
     (A and B) ends at 0.35 s."""
     assert one_llm_tokens(0.0) == pytest.approx([0.3, 0.3])
     assert one_llm_tokens(0.5) == pytest.approx([0.35, 0.35])
+
+
+def test_the_decode_step_slows_more_beside_a_longer_own_prefill():
+    """``own_prefill_decode_knee`` 4 tokens: beside B's prefill of one 4-token prompt the step
+    keeps 0.5 / (1 + 4 / 4) = 0.25 of its speed, so it has done 0.025 s of work when the prefill
+    ends at 0.2 s and ends alone at 0.275 s; the next step ends at 0.375 s. A knee far beyond the
+    prompt leaves the share's 0.5 (0.35 s), and the knee alone, with the share off, does nothing."""
+    assert one_llm_tokens(0.5, knee=4.0) == pytest.approx([0.375, 0.375])
+    assert one_llm_tokens(0.5, knee=1e9) == pytest.approx([0.35, 0.35])
+    assert one_llm_tokens(0.0, knee=4.0) == pytest.approx([0.3, 0.3])
 
 
 def test_calibrated_shared_partition_predicts_the_held_out_x3_load():
