@@ -148,7 +148,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s",
                 "own_decode_prefill_share", "prefill_beside_share_power", "prefill_at_bucket",
                 "contention_curve_gbps", "contention_curve_power", "prefill_beside_knee_s",
-                "own_prefill_decode_knee_tokens")
+                "own_prefill_decode_knee_tokens", "own_decode_prefill_knee_tokens")
 #: the value a model field takes where a calibration (or the all-off model) leaves it out: 0
 #: (off), but the curve's power, which is inert while its scale is 0, its setting's default
 FIELD_ABSENT = {"contention_curve_power": LLMConfig().contention_curve_power}
@@ -1870,9 +1870,12 @@ def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np
     kernel's :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`: the stretch beside the
     other LLMs' jobs (``prefill_beside_gbps``, ``_requests``, ``_knee_tokens``, ``_knee_s``, ``_share_power`` at
     the LLM's SM share, ``_delay_s``) while any ran (:func:`prefill_trace_model` of those), over the speed ``1 - f + f x share`` for the
-    part f of the time its own decode step ran (``own_decode_prefill_share``)."""
+    part f of the time its own decode step ran (``own_decode_prefill_share``; the part it loses over
+    ``1 + tokens / own_decode_prefill_knee_tokens`` where that is set)."""
     table, gpu, others, decoding, own, tokens, eager, _, _, sm_share = points.T
-    share = fields["own_decode_prefill_share"]
+    share, knee = fields["own_decode_prefill_share"], fields.get("own_decode_prefill_knee_tokens", 0.0)
+    if share > 0 and knee > 0:
+        share = 1.0 - (1.0 - share) / (1.0 + tokens / knee)
     speed = 1.0 - own + own * share if share > 0 else 1.0
     beside_others = np.column_stack([table, gpu, others, np.zeros(len(table)), decoding, tokens, eager, sm_share])
     return prefill_trace_model(beside_others, fields) / speed

@@ -215,7 +215,10 @@ class LLMConfig:
       then count the other LLMs' jobs only). A prefill that runs eagerly keeps its speed unless
       ``prefill_beside_knee_tokens`` or ``_knee_s`` is set, as for the stretch. Measured on one
       H200 with one LLM alone on a partition: docs/fidelity-llm.md. 0: off, the own decode step
-      counts as any other.
+      counts as any other. ``own_decode_prefill_knee_tokens``: the part it loses shrinks as
+      ``1 / (1 + tokens / this)``, tokens the prefill's padded prompt: a long prefill takes most
+      of the partition from its decode step (which slows the more: ``own_prefill_decode_knee_tokens``)
+      and keeps most of its own speed (0: off, one part at every length).
     """
 
     policy: str = option("adbs", choices=POLICIES, help="scheduling policy of a mesh")
@@ -347,6 +350,9 @@ class LLMConfig:
                                              help="while an LLM's decode step runs on its SM partition, the part "
                                                   "of its speed a prefill there keeps, in place of that step's part "
                                                   "of the prefill's stretch beside others (0: off)")
+    own_decode_prefill_knee_tokens: float = option(0.0, minimum=0,
+                                                   help="the part of its speed that prefill loses is divided by 1 + "
+                                                        "its padded prompt tokens / this (0: off)")
 
     @classmethod
     def from_dict(cls, d: dict, field: str = "llm") -> "LLMConfig":

@@ -298,7 +298,7 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
     ``prefill_beside_knee_s``,
     ``prefill_beside_share_power``), a job's
     speed beside its own LLM's other job on one partition (``own_prefill_decode_share``,
-    ``own_prefill_decode_knee_tokens``, ``own_decode_prefill_share``), the prefill's length (``prefill_at_longest``) or bucket
+    ``own_prefill_decode_knee_tokens``, ``own_decode_prefill_share``, ``own_decode_prefill_knee_tokens``), the prefill's length (``prefill_at_longest``) or bucket
     (``prefill_at_bucket``), the eager-prefill limit (when its cost or the bucket is on) and the
     KV-read rate at that degree (:func:`kv_read_gbps`)."""
     return MeshSettings(policy=policy_code, pool=pool_kib, block=cfg.kv_block_tokens, max_batch=cfg.max_batch,
@@ -310,6 +310,7 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
                         own_prefill_decode_knee=cfg.own_prefill_decode_knee_tokens,
                         own_decode_prefill=cfg.own_decode_prefill_share,
+                        own_decode_prefill_knee=cfg.own_decode_prefill_knee_tokens,
                         hbm_cap_gbps=cfg.contention_hbm_cap_gbps, prefill_beside=cfg.prefill_beside_stretch,
                         prefill_beside_delay=cfg.prefill_beside_delay_s, prefill_beside_gbps=cfg.prefill_beside_gbps,
                         prefill_beside_requests=cfg.prefill_beside_requests,

@@ -79,7 +79,8 @@ too). **Beside its own decode step** (``MeshSettings.own_prefill_decode``, ``own
 share its one SM partition, so while both run each keeps that part of its speed (the decode
 step's leaves the prefill's stretch beside others: :func:`prefill_factor_beside`; with
 ``own_prefill_decode_knee`` the decode step's part shrinks as the prefill's prompt grows:
-:func:`own_prefill_decode_speed`). Calibrated on
+:func:`own_prefill_decode_speed`, and with ``own_decode_prefill_knee`` the prefill's grows
+towards all of it: :func:`own_decode_prefill_speed`). Calibrated on
 an H100 and an H200 in ``docs/fidelity-llm.md``.
 
 Layout: :func:`simulate_mesh` takes five named tuples: :class:`MeshRequests` (per request),
@@ -177,6 +178,7 @@ class MeshSettings(NamedTuple):
     hbm_curve_power: float = 2.0  # ... the curve's power
     prefill_beside_knee_s: float = 0.0  # a prefill's beside stretch: both terms over 1 + (its time alone) / this (seconds), eager prefills too; 0 off
     own_prefill_decode_knee: float = 0.0  # own_prefill_decode over 1 + (the own prefill's padded prompt tokens) / this; 0 off
+    own_decode_prefill_knee: float = 0.0  # the speed own_decode_prefill takes from a prefill over 1 + (its padded prompt tokens) / this; 0 off
 
 
 class MeshOutputs(NamedTuple):
@@ -1183,7 +1185,7 @@ def prefill_factor_beside(alone, tokens, share, total, demand, decoding, n_runni
         others_gbps -= own_demand
         others_requests -= own_requests
         others -= 1
-        speed = cfg.own_decode_prefill
+        speed = own_decode_prefill_speed(tokens, cfg)
     stretch = prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, cfg) if others > 0 else 1.0
     return stretch / speed
 
@@ -1227,6 +1229,18 @@ def _retime(t, llms, jobs, cfg):
         if decode_running:
             slow = own_prefill_decode_speed(llms[k].prefill_tokens, cfg) if prefill_running else 1.0
             _restretch(t, llms, jobs, 2 * k + 1, total, loaded, cfg, slow)
+
+
+@njit(cache=True, inline="always")
+def own_decode_prefill_speed(tokens, cfg):
+    """The part of its speed a prefill of ``tokens`` padded prompt tokens keeps beside its own
+    LLM's decode step on their shared SM partition (``cfg.own_decode_prefill`` on): that share,
+    the part it loses over ``1 + tokens / cfg.own_decode_prefill_knee`` where that is set (a
+    long prefill takes most of the partition: its decode step slows the more,
+    :func:`own_prefill_decode_speed`)."""
+    if cfg.own_decode_prefill_knee > 0:
+        return 1.0 - (1.0 - cfg.own_decode_prefill) / (1.0 + tokens / cfg.own_decode_prefill_knee)
+    return cfg.own_decode_prefill
 
 
 @njit(cache=True, inline="always")
