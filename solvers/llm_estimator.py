@@ -84,7 +84,9 @@ and every prefill). The stretches depend on the batches and are re-evaluated wit
 member's own at each batch its search tries (:func:`_beside_terms`). With
 ``llm.own_decode_prefill_share`` o and two jobs of its share fitting, its own decode step leaves
 ``requests`` and ``demand`` and the prefill lasts all that over o (a lone member: ``prefill_m / o``):
-it keeps that part of its speed beside its own decode step, which Eq. 3 runs throughout. Not in the estimate:
+it keeps that part of its speed beside its own decode step, which Eq. 3 runs throughout (with
+``llm.own_decode_prefill_knee_tokens``, the part it loses over ``1 + b x prompt / knee`` at batch
+``b``). Not in the estimate:
 ``llm.prefill_partition_stretch`` and the timing at the longest prompt (``prefill_at_longest``) or
 at the CUDA-graph bucket (``prefill_at_bucket``): Eq. 3 has no batch composition, only ``b``
 mean-length prompts.
@@ -197,7 +199,9 @@ def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len:
 #: the fields of a prefill-beside parameter vector (:func:`prefill_beside_params`), in order
 PREFILL_BESIDE = ("prefill_beside_stretch", "prefill_beside_delay_s", "prefill_beside_gbps",
                   "prefill_beside_requests", "prefill_beside_knee_tokens", "own_decode_prefill_share",
-                  "prefill_beside_share_power", "prefill_beside_knee_s")
+                  "prefill_beside_share_power", "prefill_beside_knee_s", "own_decode_prefill_knee_tokens")
+#: the length of a member's :func:`_beside_terms` vector
+BESIDE_TERMS = 7
 
 
 def prefill_beside_params(llm: Optional[LLMConfig], mesh_gpus: float = 1.0) -> np.ndarray:
@@ -216,7 +220,8 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
                   weights: np.ndarray, kv: np.ndarray, tokens: np.ndarray, batch: np.ndarray, row_share: np.ndarray,
                   params: np.ndarray, out: np.ndarray) -> None:
     """Member ``i``'s prefill stretch beside the decode steps running with it, into ``out`` =
-    (base, load, prompt over the knee, delay, one over the time knee): at batch ``b`` its prefill
+    (base, load, prompt over the knee, delay, one over the time knee, own share, prompt over the
+    own share's knee; :data:`BESIDE_TERMS`): at batch ``b`` its prefill
     lasts ``(base + load / (1 + b x prompt / knee) / (1 + P(b) / knee_s)) x P(b) + delay``
     (:func:`_beside_seconds`; ``params[7]``, ``prefill_beside_knee_s``: 0 off), the
     simulator's :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` in mean-value form:
@@ -229,12 +234,15 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
     ``own_decode_prefill_share`` s (``params[5]``) and its own decode step beside it, that step
     leaves the others and the whole stretch is over s (the prefill keeps that part of its speed
     throughout, a lone member too: the simulator's
-    :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`). Only on an SM partition
+    :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`); with
+    ``own_decode_prefill_knee_tokens`` (``params[8]``) that part is ``1 - (1 - s) / (1 + b x
+    prompt / knee)`` at batch ``b`` (``out[5]``, ``out[6]``; the simulator's
+    :func:`~placement_opt.simulate.meshsim.own_decode_prefill_speed`). Only on an SM partition
     (``row_share`` below 1, as the simulator); (1, 0, 0, 0) on the whole GPU, or alone or with the
     terms off where s is 0 or no own decode step runs beside it (``params``:
     :func:`prefill_beside_params`). Mean-value form: the own step and the others count at once
     even where their SM shares could not run together with the prefill (docs/fidelity-llm.md)."""
-    out[0], out[1], out[2], out[3], out[4] = 1.0, 0.0, 0.0, 0.0, 0.0
+    out[0], out[1], out[2], out[3], out[4], out[5], out[6] = 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0
     on = params[0] > 0 or params[1] > 0 or params[2] > 0 or params[3] > 0
     share = row_share[rows[i]]
     beside_own = 2.0 * share <= 1.0 + 1e-9  # its own decode step runs beside it
@@ -256,7 +264,10 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
         out[2] = (tokens[llms[i]] - out_len[llms[i]]) / params[4] if params[4] > 0 else 0.0
         out[3] = params[1]
         out[4] = 1.0 / params[7] if params[7] > 0 else 0.0
-    if apart:
+    if apart and params[8] > 0:
+        out[5] = params[5]
+        out[6] = (tokens[llms[i]] - out_len[llms[i]]) / params[8]
+    elif apart:
         out[0] /= params[5]
         out[1] /= params[5]
         out[3] /= params[5]
@@ -266,7 +277,10 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
 def _beside_seconds(p: float, b: int, terms: np.ndarray) -> float:
     """A prefill of table seconds ``p`` at batch ``b`` under :func:`_beside_terms`' ``terms``
     (exactly ``p`` with the terms off)."""
-    return p * (terms[0] + terms[1] / ((1.0 + b * terms[2]) * (1.0 + p * terms[4]))) + terms[3]
+    seconds = p * (terms[0] + terms[1] / ((1.0 + b * terms[2]) * (1.0 + p * terms[4]))) + terms[3]
+    if terms[6] > 0:
+        seconds /= 1.0 - (1.0 - terms[5]) / (1.0 + b * terms[6])
+    return seconds
 
 
 @njit(cache=True)
@@ -341,7 +355,7 @@ def unit_throughput(rows: np.ndarray, llms: np.ndarray, P: np.ndarray, D: np.nda
     hbm_cap = 0.0 if serial_decode else hbm_cap_mesh_gbps
     curve = 0.0 if serial_decode else curve_mesh_gbps
     # each member's prefill beside the decode steps running with it (_beside_terms; off: exactly P)
-    terms = np.zeros((k, 5))
+    terms = np.zeros((k, BESIDE_TERMS))
     terms[:, 0] = 1.0
     on = not serial_decode and (beside[0] > 0 or beside[1] > 0 or beside[2] > 0 or beside[3] > 0 or beside[5] > 0)
     for _ in range(FIXED_POINT_ROUNDS):

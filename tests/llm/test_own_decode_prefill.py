@@ -35,6 +35,18 @@ def test_the_own_decode_step_leaves_the_others_and_the_prefill_keeps_its_share()
     assert prefill_factor_beside(0.1, 200, 0.4, 100.0, 100.0, 0, 1, False, 0.0, 0, on) == 1.0
 
 
+def test_the_knee_gives_a_longer_prefill_more_of_its_partition():
+    """``own_decode_prefill_knee`` 200 tokens: beside its own decode step alone, a prefill of 200
+    padded tokens keeps 1 - 0.5 / 2 = 0.75 of its speed and one of 600 keeps 0.875 (the part it
+    loses over 1 + tokens / knee); without the knee both keep 0.5."""
+    kneed = beside_settings(own_decode_prefill=0.5)._replace(own_decode_prefill_knee=200.0)
+    for tokens, speed in ((200, 0.75), (600, 0.875)):
+        assert prefill_factor_beside(0.1, tokens, 0.4, 400.0, 100.0, 10, 2, True, 300.0, 10, kneed) == pytest.approx(
+            1.0 / speed)
+    assert prefill_factor_beside(0.1, 600, 0.4, 400.0, 100.0, 10, 2, True, 300.0, 10,
+                                 beside_settings(own_decode_prefill=0.5)) == pytest.approx(2.0)
+
+
 def test_a_lone_llm_on_a_partition_waits_longer_for_its_first_tokens():
     """``llm-1b`` alone on 24 SMs (``h200p36``'s p20): with the share on its prefills run beside
     its decode steps at that part of their speed, so the mean TTFT grows as the share falls,
