@@ -1874,9 +1874,8 @@ def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np
     ``1 + tokens / own_decode_prefill_knee_tokens`` where that is set)."""
     table, gpu, others, decoding, own, tokens, eager, _, _, sm_share = points.T
     share, knee = fields["own_decode_prefill_share"], fields.get("own_decode_prefill_knee_tokens", 0.0)
-    if share > 0 and knee > 0:
-        share = 1.0 - (1.0 - share) / (1.0 + tokens / knee)
-    speed = 1.0 - own + own * share if share > 0 else 1.0
+    part = 1.0 - (1.0 - share) / (1.0 + tokens / knee) if knee > 0 else share
+    speed = 1.0 - own + own * part if share > 0 else 1.0
     beside_others = np.column_stack([table, gpu, others, np.zeros(len(table)), decoding, tokens, eager, sm_share])
     return prefill_trace_model(beside_others, fields) / speed
 
@@ -1990,6 +1989,52 @@ def fit_prefill_time_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, f
             best = (rms, trial)
     before = float(np.sqrt(np.mean(np.log(own_decode_prefill_model(points, fields) / gpu) ** 2)))
     keep = ("prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_knee_s")
+    return {k: best[1][k] for k in keep}, best[0], before, len(points)
+
+
+#: the own-decode shares and their knees (padded prompt tokens; 0: none) and the time knees
+#: (seconds) :func:`fit_own_decode_prefill_knee` tries
+OWN_KNEE_SHARES = tuple(round(0.05 * i, 2) for i in range(6, 20))
+OWN_KNEE_TOKENS = (0.0,) + tuple(round(32.0 * 128.0 ** (i / 14.0), 3) for i in range(15))
+OWN_KNEE_TIME_KNEES = (0.0,) + tuple(round(0.003 * 100.0 ** (i / 11.0), 7) for i in range(12))
+
+
+def fit_own_decode_prefill_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
+                                ) -> Tuple[Dict[str, float], float, float, int]:
+    """The prefill beside its own LLM's decode step with the part of its speed it loses shrinking
+    with its padded prompt (``own_decode_prefill_share`` o and ``own_decode_prefill_knee_tokens``:
+    ``1 - (1 - o) / (1 + tokens / knee)``), fitted jointly with the stretch beside the other
+    LLMs' jobs and its knee in the prefill's time alone on the graph prefills of ``runs``' job
+    traces (:func:`traced_graph_prefills`; ``fields``' delay and SM-share power kept, the token
+    knee of that stretch 0): per o of :data:`OWN_KNEE_SHARES`, knee of :data:`OWN_KNEE_TOKENS`
+    and time knee of :data:`OWN_KNEE_TIME_KNEES`, the two rates by least squares on the relative
+    error (:func:`_nonnegative_pair`), the triple of least RMS log error kept
+    (:func:`own_decode_prefill_model`). On v3i's five-LLM traces a long prefill beside its own
+    decode step kept most of its speed and its step slowed 4-5 x, a short one the other way
+    round (docs/fidelity-llm.md "Both sides of the shared partition"). Returns the six fields,
+    the RMS log error with them and with ``fields``, and the number of prefills."""
+    points = traced_graph_prefills(runs, fields)
+    table, gpu, others, decoding, own, tokens, _, _, _, sm_share = points.T
+    beside = (others > 0) | (decoding > 0)
+    delay, power = fields["prefill_beside_delay_s"], fields.get("prefill_beside_share_power", 0.0)
+    x = np.stack([others, decoding]) * beside * (sm_share ** power if power > 0 else 1.0)
+    best: Tuple[float, Dict[str, float]] = (math.inf, {})
+    for share in OWN_KNEE_SHARES:
+        for knee in OWN_KNEE_TOKENS:
+            part = 1.0 - (1.0 - share) / (1.0 + tokens / knee) if knee > 0 else share
+            c = table / ((1.0 - own + own * part) * gpu - delay * beside)  # model / measured = c (1 + a x0 + b x1)
+            for knee_s in OWN_KNEE_TIME_KNEES:
+                a, b = _nonnegative_pair(x / (1.0 + table / knee_s if knee_s > 0 else 1.0) * c, 1.0 - c)
+                trial = dict(fields, own_decode_prefill_share=share, own_decode_prefill_knee_tokens=knee,
+                             prefill_beside_gbps=round(1.0 / a, 1) if a > 0 else 0.0,
+                             prefill_beside_requests=round(1.0 / b, 2) if b > 0 else 0.0,
+                             prefill_beside_knee_tokens=0.0, prefill_beside_knee_s=knee_s)
+                rms = float(np.sqrt(np.mean(np.log(own_decode_prefill_model(points, trial) / gpu) ** 2)))
+                if rms < best[0]:
+                    best = (rms, trial)
+    before = float(np.sqrt(np.mean(np.log(own_decode_prefill_model(points, fields) / gpu) ** 2)))
+    keep = ("own_decode_prefill_share", "own_decode_prefill_knee_tokens", "prefill_beside_gbps",
+            "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_knee_s")
     return {k: best[1][k] for k in keep}, best[0], before, len(points)
 
 

@@ -39,3 +39,14 @@ def test_a_family_without_runs_has_no_prefills():
     script = fidelity_script("prefill_knee")
     points, llms = script.graph_prefills(script.traced_runs(("results-none-such",)))
     assert points.shape == (0, 10) and len(llms) == 0 and np.all(np.isfinite(points))
+
+
+def test_both_sides_of_the_shared_partition_fit_a_five_llm_run_better():
+    """On one of v3i's fit runs (seed 57, round-robin) the own-decode share with its knee in
+    prompt tokens (``fit_own_decode_prefill_knee``) fits the graph prefills with a lower RMS log
+    error than v3i's calibration, at a knee inside its grid, keeping the stretch's token knee 0."""
+    script = fidelity_script("prefill_knee")
+    fields, rms, before, count = script.fit_own_knee((("results-v3i-h200x3s57", "h200x3s57-poisson-muxserve/round-robin"),))
+    assert count > 500
+    assert 0 < fields["own_decode_prefill_knee_tokens"] < 4096 and fields["prefill_beside_knee_tokens"] == 0
+    assert rms < 0.9 * before

@@ -15,7 +15,12 @@ at its CUDA-graph bucket), the RMS log error of the modelled GPU time and, per L
 GPU time over the modelled one, summed: below 1 where the model stretches that LLM's prefills too
 much.
 
-Usage: python benchmarks/fidelity/llm/prefill_knee.py [-o report.txt]
+``--fit`` prints instead the fit of both sides of the shared partition on v3i's fit traces
+(``llm_fidelity.fit_own_decode_prefill_knee``: the prefill's own-decode share with its knee in
+prompt tokens, with the stretch beside others and its time knee; docs/fidelity-llm.md "Both
+sides of the shared partition").
+
+Usage: python benchmarks/fidelity/llm/prefill_knee.py [-o report.txt] [--fit]
 """
 
 from __future__ import annotations
@@ -98,11 +103,26 @@ def report() -> List[str]:
     return lines
 
 
+def fit_own_knee(runs: Sequence[Tuple[str, str]] = lf.V3I_TIME_KNEE_TRACES) -> Tuple[Dict[str, float], float, float, int]:
+    """``llm_fidelity.fit_own_decode_prefill_knee`` on ``runs`` from v3i's H200 calibration."""
+    with open(os.path.join(HERE, CALIBRATIONS[-1][1])) as f:
+        return lf.fit_own_decode_prefill_knee(tuple(runs), json.load(f))
+
+
+def fit_lines() -> List[str]:
+    """:func:`fit_own_knee`'s fields and the RMS log error with them and with the calibration's."""
+    fields, rms, before, count = fit_own_knee()
+    runs = lf.V3I_TIME_KNEE_TRACES
+    return [f"{len(runs)} runs, {count} graph prefills: " + ", ".join(f"{k} {v:g}" for k, v in fields.items()),
+            f"RMS log error {rms:.4f} ({CALIBRATIONS[-1][1]}: {before:.4f})"]
+
+
 def main(argv: Sequence[str] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--output", default=None, help="also write the lines to this file")
+    ap.add_argument("--fit", action="store_true", help="fit the own-decode share's knee on v3i's fit traces instead")
     args = ap.parse_args(argv)
-    lines = report()
+    lines = fit_lines() if args.fit else report()
     print("\n".join(lines))
     if args.output:
         with open(args.output + ".tmp", "w") as f:
