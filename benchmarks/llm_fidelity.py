@@ -200,6 +200,15 @@ class GpuCalibration:
     # the other LLMs' jobs with its knee in the prefill's time alone (:func:`apply_prefill_time_knee_fields`);
     # empty: the knee in prompt tokens, as fitted before
     prefill_time_knee: Tuple[Tuple[str, str], ...] = ()
+    # job-traced runs on this GPU whose graph prefills refit, after that, the prefill beside its own
+    # decode step with the part of its speed it loses shrinking with its prompt, jointly with the
+    # stretch beside others (:func:`apply_own_partition_knees`); empty: off
+    own_partition_knees: Tuple[Tuple[str, str], ...] = ()
+    # with ``own_partition_knees``: the decode step's speed beside its own prefill and that speed's
+    # knee in the prefill's padded prompt tokens (``own_prefill_decode_share``,
+    # ``own_prefill_decode_knee_tokens``), chosen with ``fidelity/llm/own_prefill_decode.py`` so that
+    # the simulated steps of those runs fit the measured ones' c and knee
+    own_prefill_decode_knee: Tuple[float, float] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -617,7 +626,9 @@ GENERATIONS = {
                       + tuple((f, "tables-h200-shares") for f in V3I_PAIR_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3h",
                       gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3i-h200.json",
-                                                prefill_time_knee=V3I_TIME_KNEE_TRACES),)),
+                                                prefill_time_knee=V3I_TIME_KNEE_TRACES,
+                                                own_partition_knees=V3I_TIME_KNEE_TRACES,
+                                                own_prefill_decode_knee=(0.75, 430.0)),)),
 }
 
 
@@ -628,7 +639,8 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
         r for r in gen.fit_prefill_trace if r not in gen.fit_eager] + list(gen.fit_whole_gpu) + (
         [gen.fit_contention_tp] if gen.fit_contention_tp else []) + list(dict.fromkeys(
         r for g in gen.gpus
-        for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill + g.prefill_time_knee))
+        for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill + g.prefill_time_knee
+        + g.own_partition_knees))
 
 
 def is_fit_run(run: dict) -> bool:
@@ -2055,6 +2067,24 @@ def apply_prefill_time_knee_fields(runs: Tuple[Tuple[str, str], ...], out: dict)
     return list(fields)
 
 
+def apply_own_partition_knees(runs: Tuple[Tuple[str, str], ...], decode: Tuple[float, float], out: dict) -> List[str]:
+    """Set the calibration ``out``'s prefill beside its own decode step and beside the others to
+    :func:`fit_own_decode_prefill_knee`'s on ``runs``' job traces, and the decode step beside its
+    own prefill to ``decode`` (its share and knee); returns the fields set."""
+    fields, rms, before, count = fit_own_decode_prefill_knee(runs, out)
+    out.update(fields)
+    out["own_prefill_decode_share"], out["own_prefill_decode_knee_tokens"] = decode
+    out["fit"]["own_partition_knees"] = (
+        f"{len(runs)} runs of {', '.join(dict.fromkeys(f for f, _ in runs))}: job traces, {count} graph prefills on "
+        f"SM partitions: beside its own decode step a prefill keeps 1 - (1 - {fields['own_decode_prefill_share']}) / "
+        f"(1 + tokens / {fields['own_decode_prefill_knee_tokens']:.0f}) of its speed, fitted with the stretch beside "
+        f"others ({fields['prefill_beside_gbps']:.0f} GB/s, {fields['prefill_beside_requests']:.1f} requests, time knee "
+        f"{1e3 * fields['prefill_beside_knee_s']:.1f} ms); RMS log error {rms:.4f} ({before:.4f} before); the decode "
+        f"step beside its own prefill {decode[0]} / (1 + tokens / {decode[1]:.0f}) (own_prefill_decode.py: its "
+        f"simulated steps fit the measured ones' c and knee)")
+    return list(fields) + ["own_prefill_decode_share", "own_prefill_decode_knee_tokens"]
+
+
 #: the knees (prompt tokens) :func:`fit_prefill_trace` tries: 100-10000, 2% apart
 PREFILL_KNEES = np.round(100.0 * 1.02 ** np.arange(233))
 
@@ -2700,8 +2730,10 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     with ``gpu.own_decode_prefill`` the prefill beside its own decode step and the stretch beside
     others (:func:`apply_own_decode_prefill_fields`, on those and ``gpu.traces``), and with
     ``gpu.fit_own_prefill`` the decode step's speed beside its own prefill
-    (:func:`fit_own_prefill_share`), and last with ``gpu.prefill_time_knee`` the stretch beside
-    others with its knee in the prefill's time alone (:func:`apply_prefill_time_knee_fields`); with
+    (:func:`fit_own_prefill_share`), then with ``gpu.prefill_time_knee`` the stretch beside
+    others with its knee in the prefill's time alone (:func:`apply_prefill_time_knee_fields`), and
+    last with ``gpu.own_partition_knees`` both jobs of an LLM's partition with their knees in the
+    prefill's prompt (:func:`apply_own_partition_knees`); with
     ``gpu.prefill_at_bucket`` every fit times a graph prefill at its bucket and the file sets
     ``prefill_at_bucket``."""
     with open(os.path.join(LLM, gen.calibration)) as f:
@@ -2736,6 +2768,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
         out["own_prefill_decode_share"] = share
     if gpu.prefill_time_knee:
         apply_prefill_time_knee_fields(gpu.prefill_time_knee, out)
+    if gpu.own_partition_knees:
+        apply_own_partition_knees(gpu.own_partition_knees, gpu.own_prefill_decode_knee, out)
     return out
 
 

@@ -140,10 +140,13 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
     # the decode step on SM partitions refitted on its traces, graph prefills timed at their buckets
     # (the stretch beside others refitted so: its SM-share power fitted at 0, v3g's own value),
     # every other field v3g's; but v3i's stretch beside others, refitted on its own five-LLM traces
-    # with the knee in the prefill's time alone instead of its prompt tokens
+    # with the knee in the prefill's time alone instead of its prompt tokens, jointly with both jobs
+    # of an LLM's partition, their speeds beside each other with knees in the prefill's prompt
     assert os.path.basename(module.calibration_path("H200")) == "calibration-v3i-h200.json"
     h200 = module.calibrated_llm_fields("H200")
-    knee = ("prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_knee_s")
+    knee = ("prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_knee_s",
+            "own_decode_prefill_share", "own_decode_prefill_knee_tokens", "own_prefill_decode_share",
+            "own_prefill_decode_knee_tokens")
     for name in ("calibration-v3g.json", "calibration-v3g-h200.json"):  # v3h refits none of v3g's fields
         with open(os.path.join(FIDELITY, name)) as f:
             v3g = {k: v for k, v in json.load(f).items() if k != "fit"}
@@ -157,7 +160,8 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
         "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_delay_s",
         "decode_full_stretch", "decode_full_request_s", "decode_host_full_s", "decode_host_mesh_s",
         "prefill_start_full_s", "own_prefill_decode_share", "decode_partition_stretch", "decode_partition_request_s",
-        "own_decode_prefill_share", "prefill_at_bucket", "prefill_beside_knee_s"}
+        "own_decode_prefill_share", "prefill_at_bucket", "prefill_beside_knee_s", "own_decode_prefill_knee_tokens",
+        "own_prefill_decode_knee_tokens"}
 
 
 def test_each_generation_is_calibrated_on_its_own_runs():
@@ -186,7 +190,8 @@ def test_each_generation_is_calibrated_on_its_own_runs():
     assert not set(v3h.results) & {f for f, _ in script.fit_runs(v3h)}
     v3i = script.GENERATIONS["v3i"]
     own_fits = [r for r in script.fit_runs(v3i) if r[0] in v3i.results]
-    assert own_fits == list(script.V3I_TIME_KNEE_TRACES) == list(v3i.gpus[0].prefill_time_knee)
+    assert own_fits == list(script.V3I_TIME_KNEE_TRACES) == list(v3i.gpus[0].prefill_time_knee) == list(
+        v3i.gpus[0].own_partition_knees)
     assert {f for f, _ in own_fits} == {f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58)}
     own_fits = [r for r in script.fit_runs(script.GENERATIONS["v3g"]) if r[0] in script.GENERATIONS["v3g"].results]
     assert set(own_fits) == set(script.H200_PARTITION_TRACES + script.H200_OWN_DECODE_TRACES)
@@ -790,9 +795,15 @@ def test_v3i_refits_the_prefills_stretch_with_its_knee_in_their_time_on_its_own_
     with open(os.path.join(FIDELITY, "calibration-v3g-h200.json")) as f:
         v3g = json.load(f)
     fitted, rms, before, count = script.fit_prefill_time_knee(script.V3I_TIME_KNEE_TRACES, v3g)
-    assert fitted == {k: v3i[k] for k in fitted} and count == 9228
-    assert v3i["prefill_beside_knee_tokens"] == 0.0 and 0.005 < v3i["prefill_beside_knee_s"] < 0.03
+    assert count == 9228 and 0.005 < fitted["prefill_beside_knee_s"] < 0.03
     assert rms < before - 0.005
+    # then both sides of the partition with their knees in the prompt, refitted on the same traces
+    # (docs/fidelity-llm.md "Both sides of the shared partition"): the committed fields are that fit's
+    joint, joint_rms, _, _ = script.fit_own_decode_prefill_knee(script.V3I_TIME_KNEE_TRACES, dict(v3g, **fitted))
+    assert joint == {k: v3i[k] for k in joint} and joint_rms < rms - 0.02
+    assert v3i["prefill_beside_knee_tokens"] == 0.0 and v3i["own_decode_prefill_knee_tokens"] > 0
+    assert (v3i["own_prefill_decode_share"], v3i["own_prefill_decode_knee_tokens"]) == (
+        script.GENERATIONS["v3i"].gpus[0].own_prefill_decode_knee)
     points = np.vstack([script.traced_own_decode_prefills(script._find_run(r), True)
                         for r in script.V3I_TIME_KNEE_TRACES])
     points = points[points[:, script.OWN_PREFILL_COLUMNS.index("eager")] == 0]

@@ -48,7 +48,8 @@ FAMILIES = (("v3i five LLMs, seeds 55-58 (the fit)", ("results-v3i-h200x3s5[5-8]
             ("v3g triples", ("results-v3g-h200u3s*",)),
             ("v3s five LLMs, seed 16", ("results-v3s-h200x3s16",)))
 #: the two calibrations compared: the knee in prompt tokens (v3g's) and in the prefill's time (v3i's)
-CALIBRATIONS = (("knee in tokens (v3g)", "calibration-v3g-h200.json"), ("knee in time (v3i)", "calibration-v3i-h200.json"))
+CALIBRATIONS = (("knee in tokens (v3g)", "calibration-v3g-h200.json"),
+                ("time and own knees (v3i)", "calibration-v3i-h200.json"))
 
 
 def traced_runs(patterns: Sequence[str]) -> List[Tuple[str, str]]:
@@ -103,9 +104,11 @@ def report() -> List[str]:
     return lines
 
 
-def fit_own_knee(runs: Sequence[Tuple[str, str]] = lf.V3I_TIME_KNEE_TRACES) -> Tuple[Dict[str, float], float, float, int]:
-    """``llm_fidelity.fit_own_decode_prefill_knee`` on ``runs`` from v3i's H200 calibration."""
-    with open(os.path.join(HERE, CALIBRATIONS[-1][1])) as f:
+def fit_own_knee(runs: Sequence[Tuple[str, str]] = lf.V3I_TIME_KNEE_TRACES, calibration: str = CALIBRATIONS[-1][1]
+                 ) -> Tuple[Dict[str, float], float, float, int]:
+    """``llm_fidelity.fit_own_decode_prefill_knee`` on ``runs`` from ``calibration`` (a file of
+    this folder; v3i's H200 calibration, whose fields are that fit's)."""
+    with open(os.path.join(HERE, calibration)) as f:
         return lf.fit_own_decode_prefill_knee(tuple(runs), json.load(f))
 
 
