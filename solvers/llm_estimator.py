@@ -238,7 +238,7 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
     ``own_decode_prefill_knee_tokens`` (``params[8]``) that part is ``1 - (1 - s) / (1 + b x
     prompt / knee)`` at batch ``b`` (``out[5]``, ``out[6]``; the simulator's
     :func:`~placement_opt.simulate.meshsim.own_decode_prefill_speed`). Only on an SM partition
-    (``row_share`` below 1, as the simulator); (1, 0, 0, 0) on the whole GPU, or alone or with the
+    (``row_share`` below 1, as the simulator); (1, 0, 0, 0, 0, 1, 0) on the whole GPU, or alone or with the
     terms off where s is 0 or no own decode step runs beside it (``params``:
     :func:`prefill_beside_params`). Mean-value form: the own step and the others count at once
     even where their SM shares could not run together with the prefill (docs/fidelity-llm.md)."""

@@ -112,10 +112,9 @@ def fit_own_knee(runs: Sequence[Tuple[str, str]] = lf.V3I_TIME_KNEE_TRACES, cali
         return lf.fit_own_decode_prefill_knee(tuple(runs), json.load(f))
 
 
-def fit_lines() -> List[str]:
-    """:func:`fit_own_knee`'s fields and the RMS log error with them and with the calibration's."""
-    fields, rms, before, count = fit_own_knee()
-    runs = lf.V3I_TIME_KNEE_TRACES
+def fit_lines(runs: Sequence[Tuple[str, str]] = lf.V3I_TIME_KNEE_TRACES) -> List[str]:
+    """:func:`fit_own_knee`'s fields on ``runs`` and the RMS log error with them and with the calibration's."""
+    fields, rms, before, count = fit_own_knee(runs)
     return [f"{len(runs)} runs, {count} graph prefills: " + ", ".join(f"{k} {v:g}" for k, v in fields.items()),
             f"RMS log error {rms:.4f} ({CALIBRATIONS[-1][1]}: {before:.4f})"]
 
