@@ -498,9 +498,9 @@ V3H_X3_RESULTS = tuple(f"results-v3h-h200x3s{s}" for s in (55, 56, 57, 58))
 #: seeds 60 to 63, predicted with that calibration and with the prefill stretch's knee in the prefill's
 #: time fitted on seeds 55-58 (a candidate, predictions/v3i-h200x3-60-63-time-knee.jsonl), which was
 #: then adopted (``V3I_TIME_KNEE_TRACES``); then seeds 64 to 66, predicted with it (and with the knee in
-#: tokens, and with both own-partition knees, then adopted: ``own_partition_knees``); then seeds 67 to 70,
+#: tokens, and with both own-partition knees, then adopted: ``own_partition_knees``); then seeds 67 to 72,
 #: predicted with the adopted file
-V3I_X3_RESULTS = tuple(f"results-v3i-h200x3s{s}" for s in range(55, 71))
+V3I_X3_RESULTS = tuple(f"results-v3i-h200x3s{s}" for s in range(55, 73))
 #: v3i's pairs on one H200 (tables-h200-shares; make_instances.py --h200u), held out from its refit:
 #: seeds 64 and 65, both calibrations' predictions committed before they ran
 V3I_PAIR_RESULTS = ("results-v3i-h200us64", "results-v3i-h200us65")
