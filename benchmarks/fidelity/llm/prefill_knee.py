@@ -40,7 +40,7 @@ import llm_fidelity as lf  # noqa: E402
 
 #: the families: a name and the glob patterns of their results folders (under benchmarks/fidelity/llm)
 FAMILIES = (("v3i five LLMs, seeds 55-58 (the fit)", ("results-v3i-h200x3s5[5-8]",)),
-            ("v3i five LLMs, later seeds (held out)", ("results-v3i-h200x3s59", "results-v3i-h200x3s6?")),
+            ("v3i five LLMs, later seeds (held out)", ("results-v3i-h200x3s59", "results-v3i-h200x3s6?", "results-v3i-h200x3s7?")),
             ("v3i pairs (held out)", ("results-v3i-h200us*",)),
             ("v3h pairs", ("results-v3h-h200us*",)),
             ("v3g five LLMs", ("results-v3g-h200x3s*",)),
