@@ -859,6 +859,17 @@ def test_job_replay_with_the_gpus_job_times_reproduces_the_measured_ttft():
     assert mean_ttft("decode")[1] / measured - 1 < -0.1
 
 
+def test_job_replay_summary_counts_the_runs_within_the_ttft_target():
+    """``job_replay.py --summary``: over the runs' "all" rows (measured, replayed, simulated mean
+    TTFT) the runs within 15% and the mean |error|, the error measured / model - 1 as the
+    fidelity report takes it (so 100 against a model of 115 is -13%, within; 100 against 80,
+    +25%, not)."""
+    replay = load_benchmark("fidelity/llm/job_replay")
+    line = replay.summary([(100.0, 115.0, 80.0), (50.0, 50.0, 40.0)])
+    assert line == ("over 2 runs, mean TTFT within 15%: replayed 2 (mean |error| 0.065), "
+                    "simulated 0 (mean |error| 0.250)")
+
+
 def test_the_trace_scripts_name_bad_input_in_one_line():
     """``parse_overrides`` takes ``FIELD=VALUE`` of the calibration fields and names an unknown
     field or a value that is not a number; ``traced_run`` names a missing folder, run or job
@@ -909,10 +920,13 @@ def test_job_timeline_sets_the_engine_beside_the_simulator_job_by_job():
     """``job_timeline.py`` on v3f's conv muxserve run (traced): a row per LLM and job kind with
     the measured and the simulated jobs (decode steps within 10% in number; every request
     prefilled on both sides, the same count), the decode launch's measured host time near the
-    calibrated 0.3 ms, a TTFT-parts row per LLM, and each side's scheduling-thread busy share."""
+    calibrated 0.3 ms, a TTFT-parts row per LLM, and each side's scheduling-thread busy share;
+    ``--summary`` ends with a row per LLM and kind of the simulated / measured ratios."""
     pytest.importorskip("torch")
-    out = subprocess.run([sys.executable, os.path.join(FIDELITY, "job_timeline.py"), "results-v3f/conv-muxserve"],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    out = subprocess.run([sys.executable, os.path.join(FIDELITY, "job_timeline.py"), "results-v3f/conv-muxserve",
+                          "--summary"], capture_output=True, text=True, check=True).stdout.splitlines()
+    start = out.index(next(line for line in out if line.startswith("over 1 runs")))
+    out, summary = out[:start], out[start + 2:]
     rows = {(line.split()[0], line.split()[1]): line.split() for line in out
             if line.startswith("llm-") and line.split()[1] in ("decode", "prefill")}
     llms = ("llm-0.4b", "llm-1b", "llm-3b", "llm-7b", "llm-8b")
@@ -926,6 +940,13 @@ def test_job_timeline_sets_the_engine_beside_the_simulator_job_by_job():
     assert len(parts) == len(llms)
     busy = [line for line in out if "scheduling thread busy" in line]
     assert [b.split()[2] for b in busy] == ["measured:", "simulated:"]
+    # --summary: a row per LLM and kind; over one run the median is the run's ratio, its job
+    # count's that of the rows above, and the GPU time in all their product
+    assert [tuple(line.split()[:2]) for line in summary] == sorted(rows)
+    for line in summary:
+        m, kind, per_job, _, jobs, _, in_all, _ = line.split()
+        assert float(jobs) == pytest.approx(int(rows[(m, kind)][4]) / int(rows[(m, kind)][2]), abs=5e-4)
+        assert float(in_all) == pytest.approx(float(per_job) * float(jobs), abs=2e-3)
 
 
 def test_the_in_run_host_time_separates_the_runs_pace_from_the_model():

@@ -20,8 +20,12 @@ current calibration, or the committed instance for a folder of no generation; ``
 FIELD=VALUE`` changes a calibration field of the model, for the jobs the replay models and for
 the simulated column).
 
+``--summary`` ends with a line over all the runs given: how many have their mean TTFT within
+the issue's 15% of the measured one, replayed and simulated, and the mean |error| of each (the
+error as ``llm_fidelity.py`` takes it, measured over the model, less 1).
+
 Usage: python benchmarks/fidelity/llm/job_replay.py RESULTS/RUN... [--replay prefill,decode]
-[--set FIELD=VALUE ...]
+[--set FIELD=VALUE ...] [--summary]
 """
 
 from __future__ import annotations
@@ -120,23 +124,45 @@ def replay(run: dict, kinds: Set[str], overrides: Dict[str, float]) -> Tuple[np.
     return replayed, fid.simulated_run_jobs(run, inst)[1], sum(c.unmatched for c in clocks)
 
 
-def report(spec: str, run: dict, kinds: Set[str], overrides: Dict[str, float]) -> List[str]:
-    """The replay's lines for ``run`` (a traced run, ``llm_fidelity.traced_run``; ``spec``: RESULTS/RUN)."""
+def mean_ttfts(run: dict, kinds: Set[str], overrides: Dict[str, float]
+               ) -> Tuple[Dict[str, Tuple[float, float, float]], int]:
+    """Per LLM and for ``"all"`` the mean TTFT (ms) measured, replayed and simulated, and how
+    many jobs the replay modelled beyond the measured ones (:func:`replay`)."""
     replayed, simulated, unmatched = replay(run, kinds, overrides)
     rows, arrival, measured = fid.requests_by_id(run)
     models = np.array([r["model"] for r in rows])
-    lines = [f"== {spec}: replayed {', '.join(sorted(kinds))}" + (f" with {overrides}" if overrides else "")
-             + (f" ({unmatched} jobs beyond the measured ones modelled)" if unmatched else ""),
-             "llm       mean TTFT ms: measured  replayed  simulated"]
 
     def ttft(first: np.ndarray, sel: np.ndarray) -> float:
         ok = sel & (first >= 0)
         return 1e3 * float(np.mean(first[ok] - arrival[ok])) if ok.any() else float("nan")
 
+    out = {}
     for m in sorted(set(models)) + ["all"]:
         sel = models == m if m != "all" else np.ones(len(models), dtype=bool)
-        lines.append(f"{m:<9} {ttft(measured, sel):>18.1f}  {ttft(replayed, sel):>8.1f}  {ttft(simulated, sel):>9.1f}")
+        out[m] = (ttft(measured, sel), ttft(replayed, sel), ttft(simulated, sel))
+    return out, unmatched
+
+
+def report(spec: str, ttfts: Dict[str, Tuple[float, float, float]], kinds: Set[str], overrides: Dict[str, float],
+           unmatched: int) -> List[str]:
+    """The replay's lines for the run ``spec`` (RESULTS/RUN) from its :func:`mean_ttfts`."""
+    lines = [f"== {spec}: replayed {', '.join(sorted(kinds))}" + (f" with {overrides}" if overrides else "")
+             + (f" ({unmatched} jobs beyond the measured ones modelled)" if unmatched else ""),
+             "llm       mean TTFT ms: measured  replayed  simulated"]
+    for m, (measured, replayed, simulated) in ttfts.items():
+        lines.append(f"{m:<9} {measured:>18.1f}  {replayed:>8.1f}  {simulated:>9.1f}")
     return lines
+
+
+def summary(alls: Sequence[Tuple[float, float, float]], tolerance: float = 0.15) -> str:
+    """The ``--summary`` line over runs' ``"all"`` rows (measured, replayed, simulated mean TTFT):
+    per model (replayed, simulated) the runs within ``tolerance`` and the mean |error|, the
+    error measured / model - 1 as the fidelity report takes it."""
+    parts = []
+    for label, col in (("replayed", 1), ("simulated", 2)):
+        errors = [abs(row[0] / row[col] - 1.0) for row in alls]
+        parts.append(f"{label} {sum(e <= tolerance for e in errors)} (mean |error| {np.mean(errors):.3f})")
+    return f"over {len(alls)} runs, mean TTFT within {100 * tolerance:.0f}%: " + ", ".join(parts)
 
 
 def main(argv: Sequence[str] = None) -> None:
@@ -146,13 +172,20 @@ def main(argv: Sequence[str] = None) -> None:
                     help="the job kinds whose measured times are replayed (prefill, decode or both)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                     help=f"a calibration field of the model (one of {', '.join(fid.MODEL_FIELDS)})")
+    ap.add_argument("--summary", action="store_true",
+                    help="end with the runs within 15%% of the measured mean TTFT, replayed and simulated")
     args = ap.parse_args(argv)
     kinds = {k for k in args.replay.split(",") if k}
     if not kinds or not kinds <= {PREFILL, DECODE}:
         ap.error(f"--replay {args.replay}: kinds are {PREFILL} and {DECODE}")
     runs, overrides = fid.trace_script_inputs(ap, args.runs, args.overrides)
+    alls = []
     for spec, run in runs:
-        print("\n".join(report(spec, run, kinds, overrides)))
+        ttfts, unmatched = mean_ttfts(run, kinds, overrides)
+        print("\n".join(report(spec, ttfts, kinds, overrides, unmatched)), flush=True)
+        alls.append(ttfts["all"])
+    if args.summary:
+        print(summary(alls))
 
 
 if __name__ == "__main__":

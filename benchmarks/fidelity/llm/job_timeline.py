@@ -24,7 +24,11 @@ launch to the prefill's end (the two parts of the TTFT), and the mesh's scheduli
 share. Where the measured and simulated columns part is where the simulator's model of the
 engine is wrong (docs/fidelity-llm.md "The job trace").
 
-Usage: python benchmarks/fidelity/llm/job_timeline.py RESULTS/RUN... [--set FIELD=VALUE ...]
+``--summary`` ends with a row per LLM and job kind over all the runs given: the median over
+runs (and the range) of the simulator's mean GPU time of a job over the measured one, of its
+job count over the measured, and of their product, the GPU time of those jobs in all.
+
+Usage: python benchmarks/fidelity/llm/job_timeline.py RESULTS/RUN... [--set FIELD=VALUE ...] [--summary]
 (RESULTS a folder under benchmarks/fidelity/llm, RUN its run's sub-folder, e.g.
 ``results-v3p-trace-x3/poisson-x3-muxserve/adbs``).
 """
@@ -89,8 +93,14 @@ def _ms(x: float) -> str:
     return f"{1e3 * x:.2f}"
 
 
-def report(spec: str, run: dict, overrides: Dict[str, float]) -> List[str]:
-    """The report's lines for ``run`` (a traced run, ``llm_fidelity.traced_run``; ``spec``: RESULTS/RUN)."""
+#: per (LLM, job kind): the simulator's mean GPU time of a job over the measured, its job count over the
+#: measured (one run's, :func:`report`)
+Ratios = Dict[Tuple[str, str], Tuple[float, float]]
+
+
+def report(spec: str, run: dict, overrides: Dict[str, float]) -> Tuple[List[str], Ratios]:
+    """The report's lines for ``run`` (a traced run, ``llm_fidelity.traced_run``; ``spec``:
+    RESULTS/RUN), and its :data:`Ratios` for ``--summary``."""
     inst = fid.traced_instance(run, overrides)
     measured = fid.traced_jobs(run)
     simulated, simulated_first = fid.simulated_run_rows(run, inst)
@@ -105,8 +115,11 @@ def report(spec: str, run: dict, overrides: Dict[str, float]) -> List[str]:
         stats[label] = by
     lines.append("llm       kind     jobs meas/sim   host ms meas/sim   GPU ms meas/sim   x table by co-runners "
                  "meas | sim (co-runners: median ratio)")
+    ratios: Ratios = {}
     for key in sorted(set(stats["measured"]) | set(stats["simulated"])):
         m, s = (np.array(stats[x].get(key, np.zeros((0, 4)))).reshape(-1, 4) for x in ("measured", "simulated"))
+        if len(m) and len(s):
+            ratios[key] = (float(s[:, 1].mean() / m[:, 1].mean()), len(s) / len(m))
 
         def by_count(a: np.ndarray) -> str:
             groups = defaultdict(list)
@@ -130,6 +143,19 @@ def report(spec: str, run: dict, overrides: Dict[str, float]) -> List[str]:
             span = max(j["seen_s"] for j in mine) - min(j["launch_s"] for j in mine)
             busy = sum(j["launched_s"] - j["launch_s"] for j in mine) / span if span > 0 else 0.0
             lines.append(f"group {g} {label}: scheduling thread busy {100 * busy:.1f}% of {span:.1f} s")
+    return lines, ratios
+
+
+def summary(per_run: Sequence[Ratios]) -> List[str]:
+    """The ``--summary`` rows over runs' :data:`Ratios`: per LLM and job kind the median (min-max)
+    of the GPU time per job simulated / measured, of the job count, and of their product."""
+    keys = sorted({k for r in per_run for k in r})
+    lines = [f"over {len(per_run)} runs, simulated / measured: median [min-max] over runs",
+             "llm       kind     GPU ms a job            jobs                    GPU time in all"]
+    for key in keys:
+        rows = np.array([(r[key][0], r[key][1], r[key][0] * r[key][1]) for r in per_run if key in r])
+        cells = [f"{np.median(rows[:, c]):.3f} [{rows[:, c].min():.3f}-{rows[:, c].max():.3f}]" for c in range(3)]
+        lines.append(f"{key[0]:<9} {key[1]:<8} " + "  ".join(f"{c:<22}" for c in cells).rstrip())
     return lines
 
 
@@ -138,10 +164,17 @@ def main(argv: Sequence[str] = None) -> None:
     ap.add_argument("runs", nargs="+", help="RESULTS/RUN: a run made with --job-trace")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                     help=f"a calibration field for the simulated timeline (one of {', '.join(fid.MODEL_FIELDS)})")
+    ap.add_argument("--summary", action="store_true",
+                    help="end with each LLM's and job kind's simulated / measured GPU time and job count over the runs")
     args = ap.parse_args(argv)
     runs, overrides = fid.trace_script_inputs(ap, args.runs, args.overrides)
+    per_run = []
     for spec, run in runs:
-        print("\n".join(report(spec, run, overrides)))
+        lines, ratios = report(spec, run, overrides)
+        print("\n".join(lines), flush=True)
+        per_run.append(ratios)
+    if args.summary:
+        print("\n".join(summary(per_run)))
 
 
 if __name__ == "__main__":
