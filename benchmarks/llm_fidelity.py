@@ -1878,6 +1878,13 @@ def traced_own_decode_prefills_by_llm(run: dict, at_bucket: bool = False) -> Tup
     return np.array(rows).reshape(-1, len(OWN_PREFILL_COLUMNS)), names
 
 
+def own_decode_part(share: float, tokens: np.ndarray, knee: float) -> Any:
+    """The part of its speed a prefill of ``tokens`` padded prompt tokens keeps beside its own
+    decode step: ``share``, its loss over ``1 + tokens / knee`` where ``knee`` is set (the
+    simulator's :func:`~placement_opt.simulate.meshsim.own_decode_prefill_speed` on arrays)."""
+    return 1.0 - (1.0 - share) / (1.0 + tokens / knee) if knee > 0 else share
+
+
 def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndarray:
     """The GPU seconds of :func:`traced_own_decode_prefills`' ``points`` in mean-value form of the
     kernel's :func:`~placement_opt.simulate.meshsim.prefill_factor_beside`: the stretch beside the
@@ -1887,7 +1894,7 @@ def own_decode_prefill_model(points: np.ndarray, fields: Dict[str, float]) -> np
     ``1 + tokens / own_decode_prefill_knee_tokens`` where that is set)."""
     table, gpu, others, decoding, own, tokens, eager, _, _, sm_share = points.T
     share, knee = fields["own_decode_prefill_share"], fields.get("own_decode_prefill_knee_tokens", 0.0)
-    part = 1.0 - (1.0 - share) / (1.0 + tokens / knee) if knee > 0 else share
+    part = own_decode_part(share, tokens, knee)
     speed = 1.0 - own + own * part if share > 0 else 1.0
     beside_others = np.column_stack([table, gpu, others, np.zeros(len(table)), decoding, tokens, eager, sm_share])
     return prefill_trace_model(beside_others, fields) / speed
@@ -2034,7 +2041,7 @@ def fit_own_decode_prefill_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[
     best: Tuple[float, Dict[str, float]] = (math.inf, {})
     for share in OWN_KNEE_SHARES:
         for knee in OWN_KNEE_TOKENS:
-            part = 1.0 - (1.0 - share) / (1.0 + tokens / knee) if knee > 0 else share
+            part = own_decode_part(share, tokens, knee)
             c = table / ((1.0 - own + own * part) * gpu - delay * beside)  # model / measured = c (1 + a x0 + b x1)
             for knee_s in OWN_KNEE_TIME_KNEES:
                 a, b = _nonnegative_pair(x / (1.0 + table / knee_s if knee_s > 0 else 1.0) * c, 1.0 - c)
