@@ -1712,6 +1712,14 @@ def eager_launch_hold(run: dict) -> Tuple[float, str]:
                            f"{1e3 * graph:.1f} ms before a graph one ({len(silences[False])})")
 
 
+def add_trace_arguments(ap: argparse.ArgumentParser, model: str = "the simulated timeline") -> None:
+    """The trace scripts' shared arguments: the runs (``RESULTS/RUN``, made with ``--job-trace``)
+    and ``--set FIELD=VALUE``, a calibration field of ``model`` (read by :func:`trace_script_inputs`)."""
+    ap.add_argument("runs", nargs="+", help="RESULTS/RUN: a run made with --job-trace")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                    help=f"a calibration field for {model} (one of {', '.join(MODEL_FIELDS)})")
+
+
 def trace_script_inputs(ap: argparse.ArgumentParser, specs: List[str], items: List[str]
                         ) -> Tuple[List[Tuple[str, dict]], Dict[str, float]]:
     """The trace scripts' runs (``RESULTS/RUN`` each, :func:`traced_run`) and ``--set``

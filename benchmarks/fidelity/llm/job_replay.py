@@ -167,11 +167,9 @@ def summary(alls: Sequence[Tuple[float, float, float]], tolerance: float = 0.15)
 
 def main(argv: Sequence[str] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("runs", nargs="+", help="RESULTS/RUN: a run made with --job-trace")
+    fid.add_trace_arguments(ap, "the model")
     ap.add_argument("--replay", default="prefill,decode",
                     help="the job kinds whose measured times are replayed (prefill, decode or both)")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                    help=f"a calibration field of the model (one of {', '.join(fid.MODEL_FIELDS)})")
     ap.add_argument("--summary", action="store_true",
                     help="end with the runs within 15%% of the measured mean TTFT, replayed and simulated")
     args = ap.parse_args(argv)

@@ -161,9 +161,7 @@ def summary(per_run: Sequence[Ratios]) -> List[str]:
 
 def main(argv: Sequence[str] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("runs", nargs="+", help="RESULTS/RUN: a run made with --job-trace")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                    help=f"a calibration field for the simulated timeline (one of {', '.join(fid.MODEL_FIELDS)})")
+    fid.add_trace_arguments(ap)
     ap.add_argument("--summary", action="store_true",
                     help="end with each LLM's and job kind's simulated / measured GPU time and job count over the runs")
     args = ap.parse_args(argv)
