@@ -94,7 +94,7 @@ def stretches(run: dict, jobs: List[dict]) -> Stretches:
     for idx in by_group.values():
         starts = np.array([jobs[i]["device_start_s"] for i in idx])
         longest = max((jobs[i]["device_end_s"] - jobs[i]["device_start_s"] for i in idx), default=0.0)
-        for pos, i in enumerate(idx):
+        for i in idx:
             j = jobs[i]
             took = j["device_end_s"] - j["device_start_s"]
             if j["kind"] != "decode" or took <= 0 or table[i] <= 0:
