@@ -504,6 +504,11 @@ V3I_X3_RESULTS = tuple(f"results-v3i-h200x3s{s}" for s in range(55, 73))
 #: v3i's pairs on one H200 (tables-h200-shares; make_instances.py --h200u), held out from its refit:
 #: seeds 64 and 65, both calibrations' predictions committed before they ran
 V3I_PAIR_RESULTS = ("results-v3i-h200us64", "results-v3i-h200us65")
+#: v3i's five LLMs on one H200 (tables-h200-g1; make_instances.py --h200t) serving the Splitwise
+#: conversation and code traces under the muxserve and temporal placements: set 73, every run
+#: held out, predicted with the adopted H200 file and committed before it ran
+#: (predictions/v3i-h200t73.jsonl)
+V3I_TRACE_RESULTS = ("results-v3i-h200t73",)
 #: v3i's own five-LLM job traces (seeds 55 to 58, every policy) its H200 calibration's stretch of a
 #: prefill beside the other LLMs' jobs is refitted on, with the knee in the prefill's time alone
 #: (``GpuCalibration.prefill_time_knee``; docs/fidelity-llm.md "The prefill's knee in its time alone")
@@ -622,8 +627,9 @@ GENERATIONS = {
                       + tuple((f, "tables-h200-g1") for f in V3H_X3_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3g",
                       gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3h-h200.json"),)),
-    "v3i": Generation(V3I_X3_RESULTS + V3I_PAIR_RESULTS, "tables-v3", "results-v3", None, "calibration-v3i.json",
-                      folder_tables=tuple((f, "tables-h200-g1") for f in V3I_X3_RESULTS)
+    "v3i": Generation(V3I_X3_RESULTS + V3I_PAIR_RESULTS + V3I_TRACE_RESULTS, "tables-v3", "results-v3", None,
+                      "calibration-v3i.json",
+                      folder_tables=tuple((f, "tables-h200-g1") for f in V3I_X3_RESULTS + V3I_TRACE_RESULTS)
                       + tuple((f, "tables-h200-shares") for f in V3I_PAIR_RESULTS),
                       page_bench=("page-table-v3p/procs1.json", "page-table-v3p/procs4.json"), derives="v3h",
                       gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3i-h200.json",

@@ -113,19 +113,22 @@ LLM = {"policy": "adbs", "kv_block_tokens": 16, "max_batch": 32, "drain_s": 30, 
 SOLVERS = ("muxserve", "spatial", "temporal")
 POISSON_LENGTHS = {"distribution": "exponential", "prompt_tokens": 161, "output_tokens": 338, "max_prompt_tokens": 1024,
                    "max_output_tokens": 1024}  # ShareGPT-like (MuxServe paper), capped
-SLICES = {"conv": ("splitwise_conv.csv", 0.0, 60.0), "code": ("splitwise_code.csv", 400.0, 60.0)}
+SLICES = {"conv": ("splitwise_conv.csv", 0.0, 60.0), "code": ("splitwise_code.csv", 300.0, 60.0, 1.0)}
 
 
-def write_slice(src_dir: str, name: str) -> str:
-    """Copy the trace window of ``name`` into traces/, re-based to 0; returns its file name."""
-    src, start, length = SLICES[name]
-    out = f"splitwise-{name}-{int(start)}s-{int(length)}s.csv"
+def write_slice(src_dir: str, name: str, slices: dict = SLICES, speed: float = 1.0) -> str:
+    """Copy the trace window of ``name`` (of ``slices``) into traces/, re-based to 0 and its
+    arrival times divided by ``speed`` (3: three times the requests a second); returns its file
+    name."""
+    src, start, length = slices[name]
+    pace = "" if speed == 1.0 else f"-x{speed:g}"
+    out = f"splitwise-{name}-{int(start)}s-{int(length)}s{pace}.csv"
     rows = []
     with open(os.path.join(src_dir, src)) as f:
         for r in csv.DictReader(f):
             t = float(r["arrived_at"])
             if start <= t < start + length:
-                rows.append((round(t - start, 6), int(r["num_prefill_tokens"]), int(r["num_decode_tokens"])))
+                rows.append((round((t - start) / speed, 6), int(r["num_prefill_tokens"]), int(r["num_decode_tokens"])))
     with open(os.path.join(OUT, "traces", out), "w") as f:
         f.write("arrived_at,num_prefill_tokens,num_decode_tokens\n")
         f.writelines(f"{t},{p},{d}\n" for t, p, d in rows)
@@ -361,6 +364,48 @@ def write_h200u_sets(names: list) -> None:
         print(f"{name}: placements {' '.join(placements)}")
 
 
+#: the trace sets on one H200 (``--h200t``): name: (KV reserve, seed)
+H200T_SETS = {"h200t73": (0.1, 73)}
+#: their workloads: name: (Splitwise trace, window start and length in s, pace: the window is
+#: replayed that many times as fast, so that it lasts length / pace)
+H200T_TRACES = {"conv": ("splitwise_conv.csv", 0.0, 90.0, 1.5), "code": ("splitwise_code.csv", 300.0, 60.0, 1.0)}
+
+
+def write_h200t_sets(names: list, traces: str) -> None:
+    """The trace sets ``names`` of ``H200T_SETS``: the five LLMs on one H200 (the H100 sets'
+    memory budget) serving the Splitwise conversation and code windows of ``H200T_TRACES``,
+    requests to the LLMs round robin; each workload's instance, its
+    measured copy (``tables-h200-g1``, the 1-GPU H200 tables) and its ``muxserve`` and
+    ``temporal`` placements solved on that copy."""
+    import measured_instances
+    from placement_opt import load_instance, solve
+
+    os.makedirs(os.path.join(OUT, "traces"), exist_ok=True)
+    for name in names:
+        reserve, seed = H200T_SETS[name]
+        folder = os.path.join(OUT, name)
+        os.makedirs(folder, exist_ok=True)
+        for trace, (src, start, length, pace) in H200T_TRACES.items():
+            csv_name = write_slice(traces, trace, {trace: (src, start, length)}, pace)
+            doc = instance(f"{name}-{trace}", {"duration_s": length / pace, "trace": f"../traces/{csv_name}",
+                                               "slo": {"scale": 10}},
+                           f"5 LLaMA-shaped LLMs (0.4B-8B, random weights) on one H200 GPU, with the H100 sets' "
+                           f"memory budget (76 GB usable); the Splitwise {trace} trace from {start:g} s for "
+                           f"{length:g} s replayed {pace:g} x as fast, requests to the LLMs round robin; "
+                           f"a {reserve:g} KV reserve; seed {seed}.")
+            doc["cluster"] = dict(CLUSTER, gpu=H200_GPU)
+            doc["llm"]["kv_reserve_fraction"] = reserve
+            doc["seed"] = seed
+            with open(os.path.join(folder, f"{trace}.json"), "w") as f:
+                json.dump(doc, f, indent=1)
+                f.write("\n")
+        for measured in measured_instances.write_measured(os.path.join(HERE, "tables-h200-g1"), folder):
+            inst = load_instance(measured)
+            path = os.path.join(folder, os.path.basename(measured))
+            write_placements(path, {s: solve(inst, s, seed=0) for s in ("muxserve", "temporal")}, (),
+                             scored_on=measured)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", default=os.path.join(ROOT, "..", "shared", "data", "traces"),
@@ -369,8 +414,12 @@ def main() -> None:
     ap.add_argument("--gpu4", action="store_true", help="write only the 4-GPU set (instances/fidelity-llm/gpu4/)")
     ap.add_argument("--h200u", nargs="+", choices=sorted(H200U_SETS), metavar="NAME",
                     help="write only these unequal-share sets (instances/fidelity-llm/NAME/; H200U_SETS)")
+    ap.add_argument("--h200t", nargs="+", choices=sorted(H200T_SETS), metavar="NAME",
+                    help="write only these trace sets on one H200 (instances/fidelity-llm/NAME/; H200T_SETS)")
     args = ap.parse_args()
-    if args.h200u:
+    if args.h200t:
+        write_h200t_sets(args.h200t, args.traces)
+    elif args.h200u:
         write_h200u_sets(args.h200u)
     elif args.tp2:
         tp2_placements(write_tp2_instance())
