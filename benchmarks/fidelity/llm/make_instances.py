@@ -72,10 +72,13 @@ Held out for v3i's prefill stretch with its knee in the prefill's time (written 
 both calibrations' predictions committed first): ``h200us64`` (``llm-1b`` and ``llm-8b`` at 2 + 10,
 muxserve and ``equal``) and ``h200us65`` (``llm-3b`` and ``llm-8b`` at 4 + 8, muxserve and
 ``skewed`` 0.25 / 0.75).
+The trace sets (``--h200t NAME...``, ``instances/fidelity-llm/<NAME>/``, ``H200T_SETS``): the five
+LLMs on one H200 serving windows of the Splitwise conversation and code traces (``H200T_TRACES``),
+``muxserve`` and ``temporal`` placements; ``h200t73`` held out for v3i's adopted H200 file.
 Write a set once, before its runs: its
 placements and measured instance record the calibration of that day.
 
-Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2 | --gpu4 | --h200u NAME...]
+Usage: python benchmarks/fidelity/llm/make_instances.py [--traces DIR] [--tp2 | --gpu4 | --h200u NAME... | --h200t NAME...]
 """
 
 from __future__ import annotations
