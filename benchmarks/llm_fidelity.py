@@ -148,7 +148,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s",
                 "own_decode_prefill_share", "prefill_beside_share_power", "prefill_at_bucket",
                 "contention_curve_gbps", "contention_curve_power", "prefill_beside_knee_s",
-                "own_prefill_decode_knee_tokens", "own_decode_prefill_knee_tokens")
+                "own_prefill_decode_knee_tokens", "own_decode_prefill_knee_tokens", "prefill_beside_eager_knee_s")
 #: the value a model field takes where a calibration (or the all-off model) leaves it out: 0
 #: (off), but the curve's power, which is inert while its scale is 0, its setting's default
 FIELD_ABSENT = {"contention_curve_power": LLMConfig().contention_curve_power}
@@ -508,7 +508,7 @@ V3I_PAIR_RESULTS = ("results-v3i-h200us64", "results-v3i-h200us65")
 #: conversation and code traces under the muxserve and temporal placements: set 73, every run
 #: held out, predicted with the adopted H200 file and committed before it ran
 #: (predictions/v3i-h200t73.jsonl)
-V3I_TRACE_RESULTS = ("results-v3i-h200t73",)
+V3I_TRACE_RESULTS = ("results-v3i-h200t73", "results-v3i-h200t74")
 #: v3i's own five-LLM job traces (seeds 55 to 58, every policy) its H200 calibration's stretch of a
 #: prefill beside the other LLMs' jobs is refitted on, with the knee in the prefill's time alone
 #: (``GpuCalibration.prefill_time_knee``; docs/fidelity-llm.md "The prefill's knee in its time alone")
@@ -2026,6 +2026,30 @@ def fit_prefill_time_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, f
     return {k: best[1][k] for k in keep}, best[0], before, len(points)
 
 
+def fit_prefill_eager_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
+                           ) -> Tuple[float, float, float, int]:
+    """An eager prefill's knee in its time alone (``prefill_beside_eager_knee_s``), measured on
+    the eager prefills on SM partitions of ``runs``' job traces (:func:`traced_own_decode_prefills`;
+    ``fields``' rates, delay, power and own-decode share kept): the knee of
+    :data:`PREFILL_TIME_KNEES` of least RMS log error (:func:`own_decode_prefill_model`). The
+    graph prefills' fits leave the eager ones out, and on v3i's five-LLM H200 those, whose
+    kernels the host launches one by one, ran beside others 14-28% longer than the graph
+    prefills' knee gives (docs/fidelity-llm.md "The Splitwise traces"). Returns the knee, the
+    RMS log error with it and with ``fields``, and the number of eager prefills."""
+    at_bucket = bool(fields.get("prefill_at_bucket", False))
+    points = np.vstack([traced_own_decode_prefills(_find_run(r), at_bucket) for r in runs])
+    points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 1]
+    if not len(points):
+        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no eager prefill on an SM partition traced")
+    gpu = points[:, OWN_PREFILL_COLUMNS.index("gpu_s")]
+
+    def rms(trial: Dict[str, float]) -> float:
+        return float(np.sqrt(np.mean(np.log(own_decode_prefill_model(points, trial) / gpu) ** 2)))
+
+    best = min(PREFILL_TIME_KNEES, key=lambda knee: rms(dict(fields, prefill_beside_eager_knee_s=knee)))
+    return best, rms(dict(fields, prefill_beside_eager_knee_s=best)), rms(fields), len(points)
+
+
 #: the own-decode shares and their knees (padded prompt tokens; 0: none) and the time knees
 #: (seconds) :func:`fit_own_decode_prefill_knee` tries
 OWN_KNEE_SHARES = tuple(round(0.05 * i, 2) for i in range(6, 20))
@@ -2114,20 +2138,24 @@ PREFILL_KNEES = np.round(100.0 * 1.02 ** np.arange(233))
 def prefill_trace_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndarray:
     """The GPU seconds of :func:`traced_partition_prefills`' ``points`` under the stretch
     beside others of ``fields`` (``prefill_beside_gbps``, ``prefill_beside_requests``,
-    ``prefill_beside_knee_tokens``, ``prefill_beside_knee_s``, ``prefill_beside_share_power``: 0
+    ``prefill_beside_knee_tokens``, ``prefill_beside_knee_s`` (an eager prefill's
+    ``prefill_beside_eager_knee_s`` where set), ``prefill_beside_share_power``: 0
     where absent, ``prefill_beside_delay_s``; the simulator's ``meshsim.prefill_beside_stretch`` at
     each prefill's mean co-runners, its table time its time alone, the fixed stretch off; a test
     holds the two equal)."""
-    table, _, others, _, decoding, tokens, _, share = points.T
+    table, _, others, _, decoding, tokens, eager, share = points.T
     gbps, per, knee = (fields["prefill_beside_gbps"], fields["prefill_beside_requests"],
                        fields["prefill_beside_knee_tokens"])
     power = fields.get("prefill_beside_share_power", 0.0)
     knee_s = fields.get("prefill_beside_knee_s", 0.0)
+    eager_knee_s = fields.get("prefill_beside_eager_knee_s", 0.0)
+    if eager_knee_s > 0:
+        knee_s = np.where(eager > 0, eager_knee_s, knee_s)
     load = (others / gbps if gbps > 0 else 0.0) + (decoding / per if per > 0 else 0.0)
     if knee > 0:
         load = load / (1.0 + tokens / knee)
-    if knee_s > 0:
-        load = load / (1.0 + table / knee_s)
+    if np.any(knee_s > 0):
+        load = load / (1.0 + table / np.where(knee_s > 0, knee_s, np.inf))
     if power > 0:
         load = load * share ** power
     beside = (others > 0) | (decoding > 0)

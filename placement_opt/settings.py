@@ -186,7 +186,10 @@ class LLMConfig:
       trace). ``prefill_beside_knee_s`` divides them by ``1 + T / this`` too (T the prefill's
       time alone, seconds: on the five-LLM H200 a large LLM's prefill slows less than a small
       one's of the same prompt, since it does more work and lasts longer; where set,
-      eager prefills stretch too; 0: off). ``prefill_beside_share_power`` multiplies both
+      eager prefills stretch too; 0: off). ``prefill_beside_eager_knee_s`` is that knee for an
+      eager prefill (over ``prefill_graph_tokens``) instead: on the five-LLM H200 the eager
+      prefills, whose kernels the host launches one by one, slowed beside others 14-28% more
+      than the graph prefills' knee gives (0: the same knee). ``prefill_beside_share_power`` multiplies both
       terms by the prefill's SM share to this power (a prefill on more of the GPU's SMs slows
       more beside the same others: the rates are then those at the whole GPU; 0: off, every
       share alike).
@@ -332,6 +335,9 @@ class LLMConfig:
                                           help="seconds: the demand and request terms of such a prefill's "
                                                "stretch are divided by 1 + its time alone / this, and eager "
                                                "prefills stretch too (0: off)")
+    prefill_beside_eager_knee_s: float = option(0.0, minimum=0,
+                                                help="seconds: prefill_beside_knee_s for an eager prefill (over "
+                                                     "prefill_graph_tokens) instead (0: the same knee)")
     prefill_beside_share_power: float = option(0.0, minimum=0, maximum=4,
                                                help="the demand and request terms of such a prefill's stretch are "
                                                     "multiplied by its SM share to this power (0: off)")

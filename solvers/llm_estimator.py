@@ -199,9 +199,10 @@ def _stretch(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out_len:
 #: the fields of a prefill-beside parameter vector (:func:`prefill_beside_params`), in order
 PREFILL_BESIDE = ("prefill_beside_stretch", "prefill_beside_delay_s", "prefill_beside_gbps",
                   "prefill_beside_requests", "prefill_beside_knee_tokens", "own_decode_prefill_share",
-                  "prefill_beside_share_power", "prefill_beside_knee_s", "own_decode_prefill_knee_tokens")
+                  "prefill_beside_share_power", "prefill_beside_knee_s", "own_decode_prefill_knee_tokens",
+                  "prefill_beside_eager_knee_s", "prefill_graph_tokens")
 #: the length of a member's :func:`_beside_terms` vector
-BESIDE_TERMS = 7
+BESIDE_TERMS = 10
 
 
 def prefill_beside_params(llm: Optional[LLMConfig], mesh_gpus: float = 1.0) -> np.ndarray:
@@ -221,9 +222,12 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
                   params: np.ndarray, out: np.ndarray) -> None:
     """Member ``i``'s prefill stretch beside the decode steps running with it, into ``out`` =
     (base, load, prompt over the knee, delay, one over the time knee, own share, prompt over the
-    own share's knee; :data:`BESIDE_TERMS`): at batch ``b`` its prefill
+    own share's knee, one over an eager prefill's time knee, the prompt, the graph limit;
+    :data:`BESIDE_TERMS`): at batch ``b`` its prefill
     lasts ``(base + load / (1 + b x prompt / knee) / (1 + P(b) / knee_s)) x P(b) + delay``
-    (:func:`_beside_seconds`; ``params[7]``, ``prefill_beside_knee_s``: 0 off), the
+    (:func:`_beside_seconds`; ``params[7]``, ``prefill_beside_knee_s``: 0 off; where the prefill
+    of ``b`` prompts runs eagerly, over ``params[10]``, ``prefill_graph_tokens``, its knee
+    ``params[9]``, ``prefill_beside_eager_knee_s``, where set), the
     simulator's :func:`~placement_opt.simulate.meshsim.prefill_beside_stretch` in mean-value form:
     the other members decode throughout it at their batches (Eq. 3 runs prefills one at a time
     while the decode steps overlap), and its own LLM's too where two jobs of its share fit
@@ -243,6 +247,7 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
     :func:`prefill_beside_params`). Mean-value form: the own step and the others count at once
     even where their SM shares could not run together with the prefill (docs/fidelity-llm.md)."""
     out[0], out[1], out[2], out[3], out[4], out[5], out[6] = 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0
+    out[7], out[8], out[9] = 0.0, 0.0, 0.0
     on = params[0] > 0 or params[1] > 0 or params[2] > 0 or params[3] > 0
     share = row_share[rows[i]]
     beside_own = 2.0 * share <= 1.0 + 1e-9  # its own decode step runs beside it
@@ -264,6 +269,9 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
         out[2] = (tokens[llms[i]] - out_len[llms[i]]) / params[4] if params[4] > 0 else 0.0
         out[3] = params[1]
         out[4] = 1.0 / params[7] if params[7] > 0 else 0.0
+        out[7] = 1.0 / params[9] if params[9] > 0 else out[4]
+        out[8] = tokens[llms[i]] - out_len[llms[i]]
+        out[9] = params[10] if params[9] > 0 else 0.0
     if apart and params[8] > 0:
         out[5] = params[5]
         out[6] = (tokens[llms[i]] - out_len[llms[i]]) / params[8]
@@ -276,8 +284,13 @@ def _beside_terms(i: int, rows: np.ndarray, llms: np.ndarray, D: np.ndarray, out
 @njit(cache=True)
 def _beside_seconds(p: float, b: int, terms: np.ndarray) -> float:
     """A prefill of table seconds ``p`` at batch ``b`` under :func:`_beside_terms`' ``terms``
-    (exactly ``p`` with the terms off)."""
-    seconds = p * (terms[0] + terms[1] / ((1.0 + b * terms[2]) * (1.0 + p * terms[4]))) + terms[3]
+    (exactly ``p`` with the terms off); where it runs eagerly
+    (:func:`~placement_opt.simulate.meshsim.prefill_runs_eagerly` at the mean prompt and
+    ``terms[9]``'s limit) with an eager prefill's time knee."""
+    knee = terms[4]
+    if terms[9] > 0 and prefill_runs_eagerly(b, int(np.ceil(terms[8])), int(terms[9])):
+        knee = terms[7]
+    seconds = p * (terms[0] + terms[1] / ((1.0 + b * terms[2]) * (1.0 + p * knee))) + terms[3]
     if terms[6] > 0:
         seconds /= 1.0 - (1.0 - terms[5]) / (1.0 + b * terms[6])
     return seconds

@@ -62,6 +62,7 @@ class Timing(NamedTuple):
     prefill_beside_knee_s: float = 0.0
     own_prefill_decode_knee: float = 0.0
     own_decode_prefill_knee: float = 0.0
+    prefill_beside_eager_knee_s: float = 0.0
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -101,7 +102,8 @@ def mesh_inputs(case, timing=None):
                        hbm_curve_gbps=tm.hbm_curve_gbps, hbm_curve_power=tm.hbm_curve_power,
                        prefill_beside_knee_s=tm.prefill_beside_knee_s,
                        own_prefill_decode_knee=tm.own_prefill_decode_knee,
-                       own_decode_prefill_knee=tm.own_decode_prefill_knee)
+                       own_decode_prefill_knee=tm.own_decode_prefill_knee,
+                       prefill_beside_eager_knee_s=tm.prefill_beside_eager_knee_s)
     return requests, llms, tables, cfg
 
 
@@ -170,7 +172,8 @@ def timings(draw, n_llms):
                   hbm_curve_power=draw(st.sampled_from([1.0, 2.4, 4.0])),
                   prefill_beside_knee_s=draw(st.sampled_from([0.0, 0.01, 0.1])),
                   own_prefill_decode_knee=draw(st.sampled_from([0.0, 4.0, 64.0])),
-                  own_decode_prefill_knee=draw(st.sampled_from([0.0, 4.0, 64.0])))
+                  own_decode_prefill_knee=draw(st.sampled_from([0.0, 4.0, 64.0])),
+                  prefill_beside_eager_knee_s=draw(st.sampled_from([0.0, 0.003, 0.3])))
 
 
 @st.composite
@@ -218,6 +221,7 @@ TERMS_OFF = {
     "prefill_beside_knee_s": dict(prefill_beside_knee_s=0.0),
     "own_prefill_decode_knee": dict(own_prefill_decode_knee=0.0),
     "own_decode_prefill_knee": dict(own_decode_prefill_knee=0.0),
+    "prefill_beside_eager_knee_s": dict(prefill_beside_eager_knee_s=0.0),
     "prefill_beside_power": dict(prefill_beside_power=0.0),
     "prefill_at_longest": dict(prefill_at_longest=False),
     "decode_stretch": dict(decode_stretch=[]),
@@ -265,7 +269,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     overlap = ("hbm_gbps", "hbm_cap_gbps", "hbm_curve_gbps", "own_prefill_decode", "prefill_beside", "prefill_beside_delay",
                "prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee", "prefill_beside_power",
                "own_decode_prefill", "prefill_beside_knee_s", "own_prefill_decode_knee",
-               "own_decode_prefill_knee")
+               "own_decode_prefill_knee", "prefill_beside_eager_knee_s")
     if policy == "temporal":  # one job at a time
         assert all(seen[name] == 0 for name in overlap), seen
         seen = {name: count for name, count in seen.items() if name not in overlap}

@@ -465,6 +465,7 @@ class VirtualJobs:
         self.factor = [1.0] * (2 * K)
         self.alone = [0.0] * (2 * K)
         self.beside = [False] * (2 * K)  # a prefill that stretches beside others (prefill_stretches_beside)
+        self.eagerly = [False] * (2 * K)  # a prefill that runs eagerly (over the graph limit)
         self.fixed = [False] * (2 * K)  # a job whose end a subclass set and :meth:`retime` keeps (a replay)
         self.share = [float(x) for x in llms.share]
         # per slot: its job, when its launch began and when it left the thread free (run_virtual's trace)
@@ -518,6 +519,7 @@ class VirtualJobs:
                 host_free = begin + self.prefill_host[k] + (self.eager_hold[k] if eager else 0.0)
                 self.start[j], self.work[j] = begin, delay + max(dur, self.prefill_host[k])
                 self.beside[j] = bool(prefill_stretches_beside(self.share[k], eager, self.cfg))
+                self.eagerly[j] = bool(eager)
             else:
                 blocks = sum(_blocks(c + 1, self.cfg.block) for c in job.contexts)
                 host_free = begin + self.decode_host[k] + blocks * self.block_host[k]
@@ -563,7 +565,8 @@ class VirtualJobs:
                     factor = prefill_factor_beside(self.alone[j], len(job.requests) * max(job.contexts),
                                                    self.share[j // 2], total, self.demand[j], decoding, n_running,
                                                    own, self.demand[j + 1],
-                                                   len(self.running_job(j + 1).requests) if own else 0, cfg)
+                                                   len(self.running_job(j + 1).requests) if own else 0,
+                                                   self.eagerly[j], cfg)
                 else:
                     decode = j % 2 == 1  # the curve: decode steps only (meshsim._restretch)
                     factor = contention_stretch(total, self.demand[j], loaded if decode else 1.0, cfg.hbm_gbps,

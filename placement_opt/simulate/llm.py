@@ -295,7 +295,7 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
     ``contention_curve_gbps``, ``contention_curve_power``), the prefill
     stretch beside other jobs (``prefill_beside_stretch``, ``prefill_beside_delay_s``,
     ``prefill_beside_gbps``, ``prefill_beside_requests``, ``prefill_beside_knee_tokens``,
-    ``prefill_beside_knee_s``,
+    ``prefill_beside_knee_s``, ``prefill_beside_eager_knee_s``,
     ``prefill_beside_share_power``), a job's
     speed beside its own LLM's other job on one partition (``own_prefill_decode_share``,
     ``own_prefill_decode_knee_tokens``, ``own_decode_prefill_share``, ``own_decode_prefill_knee_tokens``), the prefill's length (``prefill_at_longest``) or bucket
@@ -316,7 +316,9 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         prefill_beside_requests=cfg.prefill_beside_requests,
                         prefill_beside_power=cfg.prefill_beside_share_power,
                         prefill_beside_knee=cfg.prefill_beside_knee_tokens,
-                        prefill_beside_knee_s=cfg.prefill_beside_knee_s, prefill_at_longest=bool(cfg.prefill_at_longest),
+                        prefill_beside_knee_s=cfg.prefill_beside_knee_s,
+                        prefill_beside_eager_knee_s=cfg.prefill_beside_eager_knee_s,
+                        prefill_at_longest=bool(cfg.prefill_at_longest),
                         prefill_at_bucket=bool(cfg.prefill_at_bucket), hbm_curve_gbps=cfg.contention_curve_gbps,
                         hbm_curve_power=cfg.contention_curve_power)
 

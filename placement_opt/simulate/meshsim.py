@@ -75,7 +75,7 @@ stretches by :func:`prefill_beside_stretch` instead (``prefill_beside_gbps``,
 ``prefill_beside_requests``: also in proportion to the other running jobs' HBM demand and to the
 requests in the running decode steps; ``prefill_beside_knee``, ``prefill_beside_knee_s``: those
 terms shrink as the prefill's prompt or its time alone grows, and eager prefills stretch so
-too). **Beside its own decode step** (``MeshSettings.own_prefill_decode``, ``own_decode_prefill``): an LLM's prefill and decode step
+too; ``prefill_beside_eager_knee_s``: an eager prefill's time knee, where set). **Beside its own decode step** (``MeshSettings.own_prefill_decode``, ``own_decode_prefill``): an LLM's prefill and decode step
 share its one SM partition, so while both run each keeps that part of its speed (the decode
 step's leaves the prefill's stretch beside others: :func:`prefill_factor_beside`; with
 ``own_prefill_decode_knee`` the decode step's part shrinks as the prefill's prompt grows:
@@ -177,6 +177,7 @@ class MeshSettings(NamedTuple):
     hbm_curve_gbps: float = 0.0  # contention: the loaded-latency curve's scale, GB/s (hbm_latency): a decode step stretches at least by it at the served load over it at its own demand; 0 off
     hbm_curve_power: float = 2.0  # ... the curve's power
     prefill_beside_knee_s: float = 0.0  # a prefill's beside stretch: both terms over 1 + (its time alone) / this (seconds), eager prefills too; 0 off
+    prefill_beside_eager_knee_s: float = 0.0  # ... an eager prefill's knee instead (seconds), eager prefills stretch too; 0: prefill_beside_knee_s
     own_prefill_decode_knee: float = 0.0  # own_prefill_decode over 1 + (the own prefill's padded prompt tokens) / this; 0 off
     own_decode_prefill_knee: float = 0.0  # the speed own_decode_prefill takes from a prefill over 1 + (its padded prompt tokens) / this; 0 off
 
@@ -1113,14 +1114,15 @@ def contention_on(cfg):
 
 
 @njit(cache=True, inline="always")
-def prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, cfg):
+def prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, eager, cfg):
     """The factor a prefill on an SM partition stretches by while other jobs run on the mesh
     (other LLMs', and its own LLM's decode step unless ``own_decode_prefill`` sets that apart:
     :func:`prefill_factor_beside`) that demand ``others_gbps`` of HBM bandwidth
     and whose decode steps hold ``others_requests`` requests: ``1 + beside + (others_gbps /
     gbps + others_requests / requests) / (1 + tokens / knee) / (1 + alone / knee_s) x share **
     power + delay / alone`` (``cfg``'s ``prefill_beside``, ``prefill_beside_gbps``,
-    ``prefill_beside_requests``, ``prefill_beside_knee``, ``prefill_beside_knee_s``,
+    ``prefill_beside_requests``, ``prefill_beside_knee``, ``prefill_beside_knee_s`` or, for an
+    ``eager`` prefill where set, ``prefill_beside_eager_knee_s``,
     ``prefill_beside_power``, ``prefill_beside_delay``; a term whose divisor is 0 is off, and a power of 0; ``alone``: its table time, seconds; ``tokens``: its
     padded prompt tokens; ``share``: its LLM's SM share), so that beside
     the same others throughout it lasts ``(1 + ...) x alone + delay``. Measured with
@@ -1137,8 +1139,9 @@ def prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, c
             + (others_requests / cfg.prefill_beside_requests if cfg.prefill_beside_requests > 0 else 0.0))
     if cfg.prefill_beside_knee > 0:
         load /= 1.0 + tokens / cfg.prefill_beside_knee
-    if cfg.prefill_beside_knee_s > 0:
-        load /= 1.0 + alone / cfg.prefill_beside_knee_s
+    knee_s = cfg.prefill_beside_eager_knee_s if eager and cfg.prefill_beside_eager_knee_s > 0 else cfg.prefill_beside_knee_s
+    if knee_s > 0:
+        load /= 1.0 + alone / knee_s
     if cfg.prefill_beside_power > 0:
         load *= share ** cfg.prefill_beside_power
     return 1.0 + cfg.prefill_beside + load + (cfg.prefill_beside_delay / alone if alone > 0 else 0.0)
@@ -1157,17 +1160,19 @@ def prefill_stretches_beside(share, eager, cfg):
     """Whether a prefill of an LLM at SM ``share`` (``eager``: over the graph limit) stretches
     by :func:`prefill_beside_stretch` beside other jobs: on a partition (share below 1) with
     that model on; a graph prefill always, an eager one where the stretch follows the prompt's
-    length or time (``prefill_beside_knee`` or ``prefill_beside_knee_s`` set: the whole formula
+    length or time (``prefill_beside_knee``, ``prefill_beside_knee_s`` or
+    ``prefill_beside_eager_knee_s`` set: the whole formula
     then applies to it, the fixed stretch and delay included, which were measured on graph
     prefills only: the trace-fitted calibrations set the fixed stretch to 0 and the delay to at
     most 0.3 ms)."""
     return prefill_beside_on(cfg) and share < 1.0 - EPS and (not eager or cfg.prefill_beside_knee > 0
-                                                             or cfg.prefill_beside_knee_s > 0)
+                                                             or cfg.prefill_beside_knee_s > 0
+                                                             or cfg.prefill_beside_eager_knee_s > 0)
 
 
 @njit(cache=True, inline="always")
 def prefill_factor_beside(alone, tokens, share, total, demand, decoding, n_running, own_running, own_demand,
-                          own_requests, cfg):
+                          own_requests, eager, cfg):
     """The stretch of a prefill on an SM partition that stretches beside others
     (:func:`prefill_stretches_beside`; table seconds ``alone``, padded prompt ``tokens``, its
     LLM's SM ``share``, its own HBM ``demand``) among ``n_running`` running jobs of the mesh (itself included) of HBM demand
@@ -1186,7 +1191,7 @@ def prefill_factor_beside(alone, tokens, share, total, demand, decoding, n_runni
         others_requests -= own_requests
         others -= 1
         speed = own_decode_prefill_speed(tokens, cfg)
-    stretch = prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, cfg) if others > 0 else 1.0
+    stretch = prefill_beside_stretch(alone, tokens, share, others_gbps, others_requests, eager, cfg) if others > 0 else 1.0
     return stretch / speed
 
 
@@ -1223,7 +1228,7 @@ def _retime(t, llms, jobs, cfg):
             _refactor(t, llms, jobs, 2 * k,
                       prefill_factor_beside(jobs[2 * k].alone, llms[k].prefill_tokens, llms[k].share, total,
                                             jobs[2 * k].demand, decoding, n_running, decode_running,
-                                            jobs[2 * k + 1].demand, llms[k].n_decode, cfg))
+                                            jobs[2 * k + 1].demand, llms[k].n_decode, llms[k].prefill_eager, cfg))
         elif prefill_running:
             _restretch(t, llms, jobs, 2 * k, total, 1.0, cfg, 1.0)
         if decode_running:

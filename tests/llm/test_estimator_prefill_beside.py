@@ -31,6 +31,13 @@ TOKENS = np.array([300.0, 300.0])  # prompt 200 + output 100
 OFF = np.zeros(len(PREFILL_BESIDE))  # every term of the stretch off
 
 
+def _params(values) -> np.ndarray:
+    """A prefill-beside parameter vector: ``values`` (the first fields of :data:`PREFILL_BESIDE`),
+    the rest 0 (off)."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.append(values, np.zeros(len(PREFILL_BESIDE) - len(values)))
+
+
 def _terms(i: int, batch: np.ndarray, params: np.ndarray, shares=(0.4, 0.6)) -> np.ndarray:
     out = np.zeros(BESIDE_TERMS)
     _beside_terms(i, np.array([0, 1]), np.array([0, 1]), D, OUT, WEIGHTS, KV, TOKENS, batch,
@@ -46,7 +53,7 @@ def test_the_stretch_counts_the_other_members_demand_requests_and_its_prompt():
     lasts (1.1 + (6.125 + 1) / 2) x 50 ms + 2 ms. Member 1 (share 0.6: no own decode beside)
     counts member 0 only. Alone, on the whole GPU, or with every term off: exactly its table
     time."""
-    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.0, 0.0, 0.0, 0.0])
+    params = _params([0.1, 0.002, 100.0, 5.0, 400.0, 0.0, 0.0, 0.0, 0.0])
     batch = np.array([2, 3])
     terms = _terms(0, batch, params)
     assert _beside_seconds(0.05, 2, terms) == pytest.approx((1.1 + (6.125 + 1.0) / 2) * 0.05 + 0.002)
@@ -64,11 +71,11 @@ def test_the_own_decode_step_leaves_the_others_and_the_prefill_keeps_its_share()
     407.5 GB/s, 3 requests) and its whole stretch is over 0.5; a lone member at share 0.4 lasts
     its table time over 0.5; member 1 (share 0.6: no own decode step beside) is unchanged, and a
     member on the whole GPU keeps its table time."""
-    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.5, 0.0, 0.0, 0.0])
+    params = _params([0.1, 0.002, 100.0, 5.0, 400.0, 0.5, 0.0, 0.0, 0.0])
     batch = np.array([2, 3])
     terms = _terms(0, batch, params)
     assert _beside_seconds(0.05, 2, terms) == pytest.approx(((1.1 + (4.075 + 0.6) / 2) * 0.05 + 0.002) / 0.5)
-    assert _terms(1, batch, params).tolist() == _terms(1, batch, np.append(params[:5], [0.0, 0.0, 0.0, 0.0])).tolist()
+    assert _terms(1, batch, params).tolist() == _terms(1, batch, _params(np.append(params[:5], [0.0, 0.0, 0.0, 0.0]))).tolist()
     alone = np.zeros(BESIDE_TERMS)
     _beside_terms(0, np.array([0]), np.array([0]), D, OUT, WEIGHTS, KV, TOKENS, batch, np.array([0.4]), params, alone)
     assert _beside_seconds(0.05, 2, alone) == pytest.approx(0.1)
@@ -79,9 +86,9 @@ def test_the_load_grows_with_the_prefills_sm_share_to_the_power():
     """With ``prefill_beside_share_power`` 0.4 (``params[6]``) the demand and request terms of
     member 0 (share 0.4) are 0.4 ** 0.4 times those without it, and member 1's (share 0.6) 0.6 **
     0.4 times: the simulator's ``prefill_beside_stretch`` at the member's share."""
-    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.5, 0.0, 0.0, 0.0])
+    params = _params([0.1, 0.002, 100.0, 5.0, 400.0, 0.5, 0.0, 0.0, 0.0])
     batch = np.array([2, 3])
-    powered = np.append(params[:6], [0.4, 0.0, 0.0])
+    powered = _params(np.append(params[:6], [0.4, 0.0, 0.0]))
     for i, share in ((0, 0.4), (1, 0.6)):
         plain, scaled = _terms(i, batch, params), _terms(i, batch, powered)
         assert scaled[1] == pytest.approx(plain[1] * share ** 0.4)
@@ -94,9 +101,9 @@ def test_the_own_share_s_knee_gives_a_longer_prefill_more_of_its_partition():
     beside its own decode step, at batch 6 1 - 0.5 / 4 = 0.875: its stretch beside the others over
     that instead of 0.5; the lone member's table time likewise; without the knee the terms are the
     ones before."""
-    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.5, 0.0, 0.0, 400.0])
+    params = _params([0.1, 0.002, 100.0, 5.0, 400.0, 0.5, 0.0, 0.0, 400.0])
     batch = np.array([2, 3])
-    plain, kneed = _terms(0, batch, np.append(params[:8], 0.0)), _terms(0, batch, params)
+    plain, kneed = _terms(0, batch, _params(np.append(params[:8], 0.0))), _terms(0, batch, params)
     for b, speed in ((2, 0.75), (6, 0.875)):
         assert _beside_seconds(0.05, b, kneed) == pytest.approx(_beside_seconds(0.05, b, plain) * 0.5 / speed)
     alone = np.zeros(BESIDE_TERMS)
@@ -109,14 +116,33 @@ def test_the_time_knee_shrinks_the_load_of_a_longer_prefill():
     is over ``1 + p / 25 ms`` too, beside the token knee: a 50 ms prefill's load is a third of
     what it is without the time knee, a 5 ms one's 1 / 1.2; the base, the token knee and the delay
     are unchanged, and with the knee at 0 the terms are the ones before."""
-    params = np.array([0.1, 0.002, 100.0, 5.0, 400.0, 0.0, 0.0, 0.025, 0.0])
+    params = _params([0.1, 0.002, 100.0, 5.0, 400.0, 0.0, 0.0, 0.025, 0.0])
     batch = np.array([2, 3])
-    plain, kneed = _terms(0, batch, np.append(params[:7], [0.0, 0.0])), _terms(0, batch, params)
+    plain, kneed = _terms(0, batch, _params(np.append(params[:7], [0.0, 0.0]))), _terms(0, batch, params)
     assert kneed[4] == pytest.approx(40.0) and plain[4] == 0.0
     assert kneed[:4].tolist() == plain[:4].tolist()
     for p in (0.05, 0.005):
         load = _beside_seconds(p, 2, plain) - p * plain[0] - plain[3]
         assert _beside_seconds(p, 2, kneed) - p * kneed[0] - kneed[3] == pytest.approx(load / (1.0 + p / 0.025))
+
+
+def test_an_eager_prefill_takes_its_own_time_knee():
+    """With ``prefill_beside_eager_knee_s`` 0.2 s (``params[9]``) and the graph limit 1024 tokens
+    (``params[10]``) beside the 25 ms time knee: member 0's prefill of two 200-token prompts
+    (padded 2 x 256, a graph) keeps the 25 ms knee, one of eight (eager) takes 0.2 s; without
+    the eager knee both take 25 ms."""
+    timed = _params([0.1, 0.002, 100.0, 5.0, 0.0, 0.0, 0.0, 0.025, 0.0])
+    both = timed.copy()
+    both[9], both[10] = 0.2, 1024.0
+    for b, eager in ((2, False), (8, True)):
+        batch = np.array([b, 3])
+        plain, kneed = _terms(0, batch, timed), _terms(0, batch, both)
+        p = 0.05
+        base = p * plain[0] + plain[3]
+        load = (_beside_seconds(p, b, plain) - base) * (1.0 + p / 0.025)
+        expected = load / (1.0 + p / 0.2) if eager else load / (1.0 + p / 0.025)
+        assert _beside_seconds(p, b, kneed) - base == pytest.approx(expected)
+        assert _beside_seconds(p, b, plain) - base == pytest.approx(load / (1.0 + p / 0.025))
 
 
 def _estimate(P_: np.ndarray, beside: np.ndarray, serial: bool = False, shares=(0.5, 0.5)) -> float:
@@ -131,14 +157,14 @@ def test_a_fixed_stretch_is_the_same_unit_with_longer_prefills():
     """With only the fixed stretch (1: twice the table time, whatever the others do) the unit's
     estimate is, bit for bit, that of the same unit with its prefill table doubled; a stretch
     lowers the estimate of a loaded unit; temporal units (one job at a time) have none."""
-    stretched = _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
+    stretched = _estimate(P, _params([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
     assert stretched == _estimate(2.0 * P, OFF)
     assert stretched < _estimate(P, OFF)
-    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), serial=True) == _estimate(P, OFF, serial=True)
+    assert _estimate(P, _params([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), serial=True) == _estimate(P, OFF, serial=True)
     # on the whole GPU (share 1) the simulator does not stretch a prefill beside others: neither here
-    assert _estimate(P, np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), shares=(1.0, 1.0)) == _estimate(P, OFF)
+    assert _estimate(P, _params([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), shares=(1.0, 1.0)) == _estimate(P, OFF)
     # a knee alone divides nothing: bit-identical to off
-    assert _estimate(P, np.array([0.0, 0.0, 0.0, 0.0, 400.0, 0.0, 0.0, 0.0, 0.0])) == _estimate(P, OFF)
+    assert _estimate(P, _params([0.0, 0.0, 0.0, 0.0, 400.0, 0.0, 0.0, 0.0, 0.0])) == _estimate(P, OFF)
 
 
 def test_a_members_own_batch_search_prices_each_candidate_at_its_own_knee():
@@ -146,8 +172,8 @@ def test_a_members_own_batch_search_prices_each_candidate_at_its_own_knee():
     prices each batch it tries at that batch's stretch, so the estimate with the request term on
     and a knee is at least the one without the knee (a shorter stretch at every batch) and at
     most the one without the term."""
-    with_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 200.0, 0.0, 0.0, 0.0, 0.0]))
-    no_knee = _estimate(P, np.array([0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
+    with_knee = _estimate(P, _params([0.0, 0.0, 0.0, 2.0, 200.0, 0.0, 0.0, 0.0, 0.0]))
+    no_knee = _estimate(P, _params([0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
     assert no_knee < with_knee < _estimate(P, OFF)
 
 
@@ -189,12 +215,13 @@ def test_the_mesh_greedy_estimates_its_meshes_as_the_tables_do():
 
 
 def test_the_parameters_come_from_the_settings_with_the_meshs_bandwidth():
-    """``prefill_beside_params``: the settings' nine fields in order, the bandwidth times the
+    """``prefill_beside_params``: the settings' fields in order, the bandwidth times the
     mesh's GPUs (the members' demand is the whole mesh's); zeros without settings."""
     llm = LLMConfig(prefill_beside_gbps=3250.3, prefill_beside_requests=96.55, prefill_beside_knee_tokens=1312.0,
                     own_decode_prefill_share=0.57, prefill_beside_share_power=0.4, prefill_beside_knee_s=0.012,
                     own_decode_prefill_knee_tokens=512.0)
-    assert prefill_beside_params(llm, 2.0).tolist() == [0.0, 0.0, 6500.6, 96.55, 1312.0, 0.57, 0.4, 0.012, 512.0]
+    assert prefill_beside_params(llm, 2.0).tolist() == [0.0, 0.0, 6500.6, 96.55, 1312.0, 0.57, 0.4, 0.012, 512.0,
+                                                        0.0, float(llm.prefill_graph_tokens)]
     assert prefill_beside_params(None).tolist() == [0.0] * len(PREFILL_BESIDE)
 
 

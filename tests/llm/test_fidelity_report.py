@@ -770,16 +770,25 @@ def test_the_trace_fits_prefill_model_is_the_simulators_stretch():
     cfg = MeshSettings(policy=0, pool=1, block=16, max_batch=1, token_budget=1, period=1.0, frac=0.5, horizon=1.0,
                        prefill_beside_gbps=3250.3, prefill_beside_requests=96.55, prefill_beside_knee=1312.0,
                        prefill_beside_delay=0.002, prefill_beside_power=0.4)
-    kernel = [t * prefill_beside_stretch(t, int(tok), share, d, r, cfg) if d > 0 or r > 0 else t
-              for t, _, d, _, r, tok, _, share in points]
+    kernel = [t * prefill_beside_stretch(t, int(tok), share, d, r, bool(e), cfg) if d > 0 or r > 0 else t
+              for t, _, d, _, r, tok, e, share in points]
     assert script.prefill_trace_model(points, fields) == pytest.approx(kernel, rel=1e-12)
     # the knee in the prefill's time alone (its table time), with the token knee or instead of it
     for tokens_knee in (1312.0, 0.0):
         timed = dict(fields, prefill_beside_knee_tokens=tokens_knee, prefill_beside_knee_s=0.012)
         cfg_t = cfg._replace(prefill_beside_knee=tokens_knee, prefill_beside_knee_s=0.012)
-        kernel = [t * prefill_beside_stretch(t, int(tok), share, d, r, cfg_t) if d > 0 or r > 0 else t
-                  for t, _, d, _, r, tok, _, share in points]
+        kernel = [t * prefill_beside_stretch(t, int(tok), share, d, r, bool(e), cfg_t) if d > 0 or r > 0 else t
+                  for t, _, d, _, r, tok, e, share in points]
         assert script.prefill_trace_model(points, timed) == pytest.approx(kernel, rel=1e-12)
+    # an eager prefill's own time knee (prefill_beside_eager_knee_s), the others at the time knee
+    mixed = points.copy()
+    mixed[::3, 6] = 1.0
+    eager = dict(fields, prefill_beside_knee_tokens=0.0, prefill_beside_knee_s=0.012, prefill_beside_eager_knee_s=0.3)
+    cfg_e = cfg._replace(prefill_beside_knee=0.0, prefill_beside_knee_s=0.012, prefill_beside_eager_knee_s=0.3)
+    kernel = [t * prefill_beside_stretch(t, int(tok), share, d, r, bool(e), cfg_e) if d > 0 or r > 0 else t
+              for t, _, d, _, r, tok, e, share in mixed]
+    assert script.prefill_trace_model(mixed, eager) == pytest.approx(kernel, rel=1e-12)
+    assert script.prefill_trace_model(mixed, eager)[6] > script.prefill_trace_model(mixed, dict(eager, prefill_beside_eager_knee_s=0.0))[6]
 
 
 def test_v3i_refits_the_prefills_stretch_with_its_knee_in_their_time_on_its_own_traces():

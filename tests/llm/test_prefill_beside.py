@@ -17,14 +17,15 @@ from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests
 
 def _inputs(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
             weights: float = 0.0, hbm: float = 0.0, per_request: float = 0.0, knee: float = 0.0, power: float = 0.0,
-            knee_s: float = 0.0):
+            knee_s: float = 0.0, eager_knee_s: float = 0.0):
     """A mesh of two LLMs at SM ``share`` (every prefill 0.1 s in the table, every decode step
     0.01 s; no host model): LLM 1's request of 1000 output tokens at t = 0 (it decodes until
     about t = 10), LLM 0's of ``prompt`` tokens at t = 1.005, beside those decode steps, and
     again at t = 20, alone (``weights``: bytes every job of either LLM reads, its HBM demand
     over its table time; ``hbm``: the contention model's bandwidth; ``per_request``, ``knee``:
     the stretch's decode-request term and its knee; ``power``: its power of the SM share;
-    ``knee_s``: its knee in the prefill's time alone, seconds)."""
+    ``knee_s``: its knee in the prefill's time alone, seconds; ``eager_knee_s``: that knee for
+    an eager prefill, over the 1024-token graph limit)."""
     requests = MeshRequests(arrival=np.array([0.0, 1.005, 20.0]), llm=np.array([1, 0, 0], dtype=np.int64),
                             prompt=np.array([10, prompt, prompt], dtype=np.int64),
                             output=np.array([1000, 1, 1], dtype=np.int64))
@@ -36,16 +37,16 @@ def _inputs(beside: float, delay: float, share: float = 0.5, prompt: int = 100, 
                        period=5.0, frac=0.5, horizon=100.0, graph_tokens=1024, prefill_beside=beside,
                        prefill_beside_delay=delay, prefill_beside_gbps=gbps, hbm_gbps=hbm,
                        prefill_beside_requests=per_request, prefill_beside_knee=knee, prefill_beside_power=power,
-                       prefill_beside_knee_s=knee_s)
+                       prefill_beside_knee_s=knee_s, prefill_beside_eager_knee_s=eager_knee_s)
     return requests, llms, tables, cfg
 
 
 def _first_tokens(beside: float, delay: float, share: float = 0.5, prompt: int = 100, gbps: float = 0.0,
                   weights: float = 0.0, per_request: float = 0.0, knee: float = 0.0, power: float = 0.0,
-                  knee_s: float = 0.0) -> np.ndarray:
+                  knee_s: float = 0.0, eager_knee_s: float = 0.0) -> np.ndarray:
     """The kernel's first-token times on the mesh of :func:`_inputs`."""
     requests, llms, tables, cfg = _inputs(beside, delay, share, prompt, gbps, weights, per_request=per_request,
-                                          knee=knee, power=power, knee_s=knee_s)
+                                          knee=knee, power=power, knee_s=knee_s, eager_knee_s=eager_knee_s)
     out = mesh_outputs(3, 2, 10)
     simulate_mesh(requests, llms, tables, cfg, out)
     return out.first
@@ -117,6 +118,21 @@ def test_a_prefill_beside_others_stretches_less_the_longer_it_lasts_alone():
     assert both == pytest.approx(1.005 + 0.1 * (1 + 0.5 / 2 / 3))
     eager = _first_tokens(0.0, 0.0, prompt=2000, per_request=2.0, knee_s=0.05)
     assert eager == pytest.approx([0.1, 1.005 + 0.1 * (1 + 0.5 / 3), 20.1])
+
+
+def test_an_eager_prefill_takes_its_own_time_knee():
+    """``prefill_beside_eager_knee_s`` 0.2 s beside the 50 ms knee: the eager prefill (2000
+    tokens) runs 1 + 0.5 / (1 + 0.1 / 0.2) = 1.333 x slower beside LLM 1's decode steps, the
+    graph prefill (100 tokens) keeps the 50 ms knee (1 + 0.5 / 3). With the eager knee alone an
+    eager prefill stretches by it and a graph prefill without a knee (1.5 x); alone (t = 20)
+    each takes its table time."""
+    eager = _first_tokens(0.0, 0.0, prompt=2000, per_request=2.0, knee_s=0.05, eager_knee_s=0.2)
+    assert eager == pytest.approx([0.1, 1.005 + 0.1 * (1 + 0.5 / 1.5), 20.1])
+    graph = _first_tokens(0.0, 0.0, per_request=2.0, knee_s=0.05, eager_knee_s=0.2)
+    assert graph == pytest.approx([0.1, 1.005 + 0.1 * (1 + 0.5 / 3), 20.1])
+    assert _first_tokens(0.0, 0.0, prompt=2000, per_request=2.0, eager_knee_s=0.2)[1] == pytest.approx(
+        1.005 + 0.1 * (1 + 0.5 / 1.5))
+    assert _first_tokens(0.0, 0.0, per_request=2.0, eager_knee_s=0.2)[1] == pytest.approx(1.005 + 0.1 * 1.5)
 
 
 def test_a_batched_prefill_is_timed_at_its_longest_prompt_where_the_engine_pads():

@@ -73,8 +73,9 @@ both calibrations' predictions committed first): ``h200us64`` (``llm-1b`` and ``
 muxserve and ``equal``) and ``h200us65`` (``llm-3b`` and ``llm-8b`` at 4 + 8, muxserve and
 ``skewed`` 0.25 / 0.75).
 The trace sets (``--h200t NAME...``, ``instances/fidelity-llm/<NAME>/``, ``H200T_SETS``): the five
-LLMs on one H200 serving windows of the Splitwise conversation and code traces (``H200T_TRACES``),
-``muxserve`` and ``temporal`` placements; ``h200t73`` held out for v3i's adopted H200 file.
+LLMs on one H200 serving windows of the Splitwise conversation and code traces, ``muxserve`` and
+``temporal`` placements; ``h200t73`` held out for v3i's adopted H200 file, ``h200t74`` (fresh
+windows) for an eager prefill's own time knee.
 Write a set once, before its runs: its
 placements and measured instance record the calibration of that day.
 
@@ -367,16 +368,18 @@ def write_h200u_sets(names: list) -> None:
         print(f"{name}: placements {' '.join(placements)}")
 
 
-#: the trace sets on one H200 (``--h200t``): name: (KV reserve, seed)
-H200T_SETS = {"h200t73": (0.1, 73)}
-#: their workloads: name: (Splitwise trace, window start and length in s, pace: the window is
-#: replayed that many times as fast, so that it lasts length / pace)
-H200T_TRACES = {"conv": ("splitwise_conv.csv", 0.0, 90.0, 1.5), "code": ("splitwise_code.csv", 300.0, 60.0, 1.0)}
+#: the trace sets on one H200 (``--h200t``): name: (KV reserve, seed, workloads: name: (Splitwise
+#: trace, window start and length in s, pace: the window is replayed that many times as fast, so
+#: that it lasts length / pace)); ``h200t74``: fresh windows of about ``h200t73``'s load
+H200T_SETS = {"h200t73": (0.1, 73, {"conv": ("splitwise_conv.csv", 0.0, 90.0, 1.5),
+                                    "code": ("splitwise_code.csv", 300.0, 60.0, 1.0)}),
+              "h200t74": (0.1, 74, {"conv": ("splitwise_conv.csv", 330.0, 90.0, 1.25),
+                                    "code": ("splitwise_code.csv", 1200.0, 60.0, 1.0)})}
 
 
 def write_h200t_sets(names: list, traces: str) -> None:
     """The trace sets ``names`` of ``H200T_SETS``: the five LLMs on one H200 (the H100 sets'
-    memory budget) serving the Splitwise conversation and code windows of ``H200T_TRACES``,
+    memory budget) serving their Splitwise conversation and code windows,
     requests to the LLMs round robin; each workload's instance, its
     measured copy (``tables-h200-g1``, the 1-GPU H200 tables) and its ``muxserve`` and
     ``temporal`` placements solved on that copy."""
@@ -385,10 +388,10 @@ def write_h200t_sets(names: list, traces: str) -> None:
 
     os.makedirs(os.path.join(OUT, "traces"), exist_ok=True)
     for name in names:
-        reserve, seed = H200T_SETS[name]
+        reserve, seed, workloads = H200T_SETS[name]
         folder = os.path.join(OUT, name)
         os.makedirs(folder, exist_ok=True)
-        for trace, (src, start, length, pace) in H200T_TRACES.items():
+        for trace, (src, start, length, pace) in workloads.items():
             csv_name = write_slice(traces, trace, {trace: (src, start, length)}, pace)
             doc = instance(f"{name}-{trace}", {"duration_s": length / pace, "trace": f"../traces/{csv_name}",
                                                "slo": {"scale": 10}},
