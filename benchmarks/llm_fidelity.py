@@ -209,6 +209,9 @@ class GpuCalibration:
     # ``own_prefill_decode_knee_tokens``), chosen with ``fidelity/llm/own_prefill_decode.py`` so that
     # the simulated steps of those runs fit the measured ones' c and knee
     own_prefill_decode_knee: Tuple[float, float] = ()
+    # job-traced runs on this GPU whose eager prefills fit, last, their own knee in their time alone
+    # (:func:`apply_prefill_eager_knee`); empty: the graph prefills' knee
+    eager_time_knee: Tuple[Tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -635,7 +638,8 @@ GENERATIONS = {
                       gpus=(dataclasses.replace(V3G_H200, calibration="calibration-v3i-h200.json",
                                                 prefill_time_knee=V3I_TIME_KNEE_TRACES,
                                                 own_partition_knees=V3I_TIME_KNEE_TRACES,
-                                                own_prefill_decode_knee=(0.75, 430.0)),)),
+                                                own_prefill_decode_knee=(0.75, 430.0),
+                                                eager_time_knee=V3I_TIME_KNEE_TRACES),)),
 }
 
 
@@ -647,7 +651,7 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
         [gen.fit_contention_tp] if gen.fit_contention_tp else []) + list(dict.fromkeys(
         r for g in gen.gpus
         for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill + g.prefill_time_knee
-        + g.own_partition_knees))
+        + g.own_partition_knees + g.eager_time_knee))
 
 
 def is_fit_run(run: dict) -> bool:
@@ -2050,6 +2054,18 @@ def fit_prefill_eager_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, 
     return best, rms(dict(fields, prefill_beside_eager_knee_s=best)), rms(fields), len(points)
 
 
+def apply_prefill_eager_knee(runs: Tuple[Tuple[str, str], ...], out: dict) -> List[str]:
+    """Set the calibration ``out``'s ``prefill_beside_eager_knee_s`` to :func:`fit_prefill_eager_knee`'s
+    on ``runs``' job traces; returns the field set."""
+    knee, rms, before, count = fit_prefill_eager_knee(runs, out)
+    out["prefill_beside_eager_knee_s"] = knee
+    out["fit"]["eager_time_knee"] = (
+        f"{len(runs)} runs of {', '.join(dict.fromkeys(f for f, _ in runs))}: job traces, {count} eager prefills on "
+        f"SM partitions: their load beside others over 1 + T / {1e3 * knee:.1f} ms (T the table time), the other "
+        f"fields kept; RMS log error {rms:.4f} ({before:.4f} with the graph prefills' knee)")
+    return ["prefill_beside_eager_knee_s"]
+
+
 #: the own-decode shares and their knees (padded prompt tokens; 0: none) and the time knees
 #: (seconds) :func:`fit_own_decode_prefill_knee` tries
 OWN_KNEE_SHARES = tuple(round(0.05 * i, 2) for i in range(6, 20))
@@ -2820,6 +2836,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
         apply_prefill_time_knee_fields(gpu.prefill_time_knee, out)
     if gpu.own_partition_knees:
         apply_own_partition_knees(gpu.own_partition_knees, gpu.own_prefill_decode_knee, out)
+    if gpu.eager_time_knee:
+        apply_prefill_eager_knee(gpu.eager_time_knee, out)
     return out
 
 

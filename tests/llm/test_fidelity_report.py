@@ -141,12 +141,13 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
     # (the stretch beside others refitted so: its SM-share power fitted at 0, v3g's own value),
     # every other field v3g's; but v3i's stretch beside others, refitted on its own five-LLM traces
     # with the knee in the prefill's time alone instead of its prompt tokens, jointly with both jobs
-    # of an LLM's partition, their speeds beside each other with knees in the prefill's prompt
+    # of an LLM's partition, their speeds beside each other with knees in the prefill's prompt, and
+    # an eager prefill's own knee in its time alone fitted last on the same traces
     assert os.path.basename(module.calibration_path("H200")) == "calibration-v3i-h200.json"
     h200 = module.calibrated_llm_fields("H200")
     knee = ("prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_knee_s",
             "own_decode_prefill_share", "own_decode_prefill_knee_tokens", "own_prefill_decode_share",
-            "own_prefill_decode_knee_tokens")
+            "own_prefill_decode_knee_tokens", "prefill_beside_eager_knee_s")
     for name in ("calibration-v3g.json", "calibration-v3g-h200.json"):  # v3h refits none of v3g's fields
         with open(os.path.join(FIDELITY, name)) as f:
             v3g = {k: v for k, v in json.load(f).items() if k != "fit"}
@@ -161,7 +162,8 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
         "decode_full_stretch", "decode_full_request_s", "decode_host_full_s", "decode_host_mesh_s",
         "prefill_start_full_s", "own_prefill_decode_share", "decode_partition_stretch", "decode_partition_request_s",
         "own_decode_prefill_share", "prefill_at_bucket", "prefill_beside_knee_s", "own_decode_prefill_knee_tokens",
-        "own_prefill_decode_knee_tokens"}
+        "own_prefill_decode_knee_tokens", "prefill_beside_eager_knee_s"}
+    assert 0.1 < h200["prefill_beside_eager_knee_s"] < 0.5
 
 
 def test_each_generation_is_calibrated_on_its_own_runs():

@@ -27,12 +27,12 @@ def test_the_own_decode_step_leaves_the_others_and_the_prefill_keeps_its_share()
     over 0.5; beside its own step alone, 1 / 0.5; off, every job counts as before; alone, 1."""
     on, off = beside_settings(own_decode_prefill=0.5), beside_settings(own_decode_prefill=0.0)
     # prefill: 0.1 s, 200 tokens, demand 100; running: itself, its own decode, one other
-    both = prefill_factor_beside(0.1, 200, 0.4, 1100.0, 100.0, 15, 3, True, 300.0, 10, on)
-    assert both == pytest.approx(prefill_beside_stretch(0.1, 200, 0.4, 700.0, 5, on) / 0.5)
-    assert prefill_factor_beside(0.1, 200, 0.4, 400.0, 100.0, 10, 2, True, 300.0, 10, on) == pytest.approx(2.0)
-    assert (prefill_factor_beside(0.1, 200, 0.4, 1100.0, 100.0, 15, 3, True, 300.0, 10, off)
-            == pytest.approx(prefill_beside_stretch(0.1, 200, 0.4, 1000.0, 15, off)))
-    assert prefill_factor_beside(0.1, 200, 0.4, 100.0, 100.0, 0, 1, False, 0.0, 0, on) == 1.0
+    both = prefill_factor_beside(0.1, 200, 0.4, 1100.0, 100.0, 15, 3, True, 300.0, 10, False, on)
+    assert both == pytest.approx(prefill_beside_stretch(0.1, 200, 0.4, 700.0, 5, False, on) / 0.5)
+    assert prefill_factor_beside(0.1, 200, 0.4, 400.0, 100.0, 10, 2, True, 300.0, 10, False, on) == pytest.approx(2.0)
+    assert (prefill_factor_beside(0.1, 200, 0.4, 1100.0, 100.0, 15, 3, True, 300.0, 10, False, off)
+            == pytest.approx(prefill_beside_stretch(0.1, 200, 0.4, 1000.0, 15, False, off)))
+    assert prefill_factor_beside(0.1, 200, 0.4, 100.0, 100.0, 0, 1, False, 0.0, 0, False, on) == 1.0
 
 
 def test_the_knee_gives_a_longer_prefill_more_of_its_partition():
@@ -41,9 +41,9 @@ def test_the_knee_gives_a_longer_prefill_more_of_its_partition():
     loses over 1 + tokens / knee); without the knee both keep 0.5."""
     kneed = beside_settings(own_decode_prefill=0.5)._replace(own_decode_prefill_knee=200.0)
     for tokens, speed in ((200, 0.75), (600, 0.875)):
-        assert prefill_factor_beside(0.1, tokens, 0.4, 400.0, 100.0, 10, 2, True, 300.0, 10, kneed) == pytest.approx(
+        assert prefill_factor_beside(0.1, tokens, 0.4, 400.0, 100.0, 10, 2, True, 300.0, 10, False, kneed) == pytest.approx(
             1.0 / speed)
-    assert prefill_factor_beside(0.1, 600, 0.4, 400.0, 100.0, 10, 2, True, 300.0, 10,
+    assert prefill_factor_beside(0.1, 600, 0.4, 400.0, 100.0, 10, 2, True, 300.0, 10, False,
                                  beside_settings(own_decode_prefill=0.5)) == pytest.approx(2.0)
 
 

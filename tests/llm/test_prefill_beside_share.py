@@ -24,9 +24,9 @@ def test_the_load_beside_others_scales_with_the_share_to_the_power():
     on, off = beside_settings(prefill_beside_power=0.4), beside_settings(prefill_beside_power=0.0)
     load = (0.7 + 0.1) / (1.0 + 200 / 500.0)
     for share in (0.25, 0.75):
-        assert prefill_beside_stretch(0.1, 200, share, 700.0, 5, on) == pytest.approx(1.0 + load * share ** 0.4)
-        assert prefill_beside_stretch(0.1, 200, share, 700.0, 5, off) == pytest.approx(1.0 + load)
-    small, large = (prefill_beside_stretch(0.1, 200, s, 700.0, 5, on) - 1.0 for s in (0.25, 0.75))
+        assert prefill_beside_stretch(0.1, 200, share, 700.0, 5, False, on) == pytest.approx(1.0 + load * share ** 0.4)
+        assert prefill_beside_stretch(0.1, 200, share, 700.0, 5, False, off) == pytest.approx(1.0 + load)
+    small, large = (prefill_beside_stretch(0.1, 200, s, 700.0, 5, False, on) - 1.0 for s in (0.25, 0.75))
     assert large / small == pytest.approx(3 ** 0.4)
 
 
