@@ -1924,15 +1924,17 @@ OWN_DECODE_SHARES = tuple(round(0.01 * i, 2) for i in range(20, 100))
 BESIDE_SHARE_POWERS = tuple(round(0.05 * i, 2) for i in range(0, 31))
 
 
-def traced_graph_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]) -> np.ndarray:
-    """The graph prefills on SM partitions of ``runs``' job traces (:func:`traced_own_decode_prefills`'
-    rows, their table times at their buckets where ``fields`` sets ``prefill_at_bucket``);
-    ValueError where there is none."""
+def traced_graph_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float],
+                          eager: bool = False) -> np.ndarray:
+    """The graph prefills (``eager``: the eager ones instead) on SM partitions of ``runs``' job
+    traces (:func:`traced_own_decode_prefills`' rows, their table times at their buckets where
+    ``fields`` sets ``prefill_at_bucket``); ValueError where there is none."""
     at_bucket = bool(fields.get("prefill_at_bucket", False))
     points = np.vstack([traced_own_decode_prefills(_find_run(r), at_bucket) for r in runs])
-    points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 0]
+    points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == int(eager)]
     if not len(points):
-        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no graph prefill on an SM partition traced")
+        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no {'eager' if eager else 'graph'} prefill "
+                         "on an SM partition traced")
     return points
 
 
@@ -2033,18 +2035,14 @@ def fit_prefill_time_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, f
 def fit_prefill_eager_knee(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
                            ) -> Tuple[float, float, float, int]:
     """An eager prefill's knee in its time alone (``prefill_beside_eager_knee_s``), measured on
-    the eager prefills on SM partitions of ``runs``' job traces (:func:`traced_own_decode_prefills`;
+    the eager prefills on SM partitions of ``runs``' job traces (:func:`traced_graph_prefills`;
     ``fields``' rates, delay, power and own-decode share kept): the knee of
     :data:`PREFILL_TIME_KNEES` of least RMS log error (:func:`own_decode_prefill_model`). The
     graph prefills' fits leave the eager ones out, and on v3i's five-LLM H200 those, whose
     kernels the host launches one by one, ran beside others 14-28% longer than the graph
-    prefills' knee gives (docs/fidelity-llm.md "The Splitwise traces"). Returns the knee, the
+    prefills' knee gives (docs/fidelity-llm.md "An eager prefill's own knee"). Returns the knee, the
     RMS log error with it and with ``fields``, and the number of eager prefills."""
-    at_bucket = bool(fields.get("prefill_at_bucket", False))
-    points = np.vstack([traced_own_decode_prefills(_find_run(r), at_bucket) for r in runs])
-    points = points[points[:, OWN_PREFILL_COLUMNS.index("eager")] == 1]
-    if not len(points):
-        raise ValueError(f"{', '.join(f'{f}/{n}' for f, n in runs)}: no eager prefill on an SM partition traced")
+    points = traced_graph_prefills(runs, fields, eager=True)
     gpu = points[:, OWN_PREFILL_COLUMNS.index("gpu_s")]
 
     def rms(trial: Dict[str, float]) -> float:
@@ -2164,14 +2162,11 @@ def prefill_trace_model(points: np.ndarray, fields: Dict[str, float]) -> np.ndar
                        fields["prefill_beside_knee_tokens"])
     power = fields.get("prefill_beside_share_power", 0.0)
     knee_s = fields.get("prefill_beside_knee_s", 0.0)
-    eager_knee_s = fields.get("prefill_beside_eager_knee_s", 0.0)
-    if eager_knee_s > 0:
-        knee_s = np.where(eager > 0, eager_knee_s, knee_s)
+    knee_s = np.where(eager > 0, fields.get("prefill_beside_eager_knee_s", 0.0) or knee_s, knee_s)
     load = (others / gbps if gbps > 0 else 0.0) + (decoding / per if per > 0 else 0.0)
     if knee > 0:
         load = load / (1.0 + tokens / knee)
-    if np.any(knee_s > 0):
-        load = load / (1.0 + table / np.where(knee_s > 0, knee_s, np.inf))
+    load = load / (1.0 + np.divide(table, knee_s, out=np.zeros_like(table), where=knee_s > 0))
     if power > 0:
         load = load * share ** power
     beside = (others > 0) | (decoding > 0)
