@@ -148,7 +148,8 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "decode_full_request_s", "decode_partition_stretch", "decode_partition_request_s",
                 "own_decode_prefill_share", "prefill_beside_share_power", "prefill_at_bucket",
                 "contention_curve_gbps", "contention_curve_power", "prefill_beside_knee_s",
-                "own_prefill_decode_knee_tokens", "own_decode_prefill_knee_tokens", "prefill_beside_eager_knee_s")
+                "own_prefill_decode_knee_tokens", "own_decode_prefill_knee_tokens", "prefill_beside_eager_knee_s",
+                "prefill_eager_hold_full_s")
 #: the value a model field takes where a calibration (or the all-off model) leaves it out: 0
 #: (off), but the curve's power, which is inert while its scale is 0, its setting's default
 FIELD_ABSENT = {"contention_curve_power": LLMConfig().contention_curve_power}
@@ -212,6 +213,10 @@ class GpuCalibration:
     # job-traced runs on this GPU whose eager prefills fit, last, their own knee in their time alone
     # (:func:`apply_prefill_eager_knee`); empty: the graph prefills' knee
     eager_time_knee: Tuple[Tuple[str, str], ...] = ()
+    # job-traced runs on this GPU of one-GPU meshes at share 1 (temporal) whose eager prefills fit,
+    # last, the eager launch on the whole GPU: ``prefill_eager_hold_full_s`` and, apart from it,
+    # ``prefill_eager_host_full_s`` (:func:`apply_whole_gpu_eager_fields`); empty: the generation's
+    whole_gpu_eager: Tuple[Tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -511,7 +516,7 @@ V3I_PAIR_RESULTS = ("results-v3i-h200us64", "results-v3i-h200us65")
 #: conversation and code traces under the muxserve and temporal placements: set 73, every run
 #: held out, predicted with the adopted H200 file and committed before it ran
 #: (predictions/v3i-h200t73.jsonl)
-V3I_TRACE_RESULTS = ("results-v3i-h200t73", "results-v3i-h200t74")
+V3I_TRACE_RESULTS = ("results-v3i-h200t73", "results-v3i-h200t74", "results-v3i-h200t75")
 #: v3i's own five-LLM job traces (seeds 55 to 58, every policy) its H200 calibration's stretch of a
 #: prefill beside the other LLMs' jobs is refitted on, with the knee in the prefill's time alone
 #: (``GpuCalibration.prefill_time_knee``; docs/fidelity-llm.md "The prefill's knee in its time alone")
@@ -524,6 +529,10 @@ V3G_H200 = GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_RO
                           fit_own_prefill=True, partition_decode=H200_PARTITION_TRACES,
                           own_decode_prefill=H200_OWN_DECODE_TRACES + H200_PARTITION_TRACES,
                           prefill_at_bucket=True)
+#: v3i's temporal runs on one H200 whose eager prefills on the whole GPU fit the eager launch there
+#: (``GpuCalibration.whole_gpu_eager``; docs/fidelity-llm.md "The eager launch on the whole GPU")
+V3I_WHOLE_GPU_EAGER_TRACES = (("results-v3i-h200t73", "h200t73-conv-temporal"),
+                              ("results-v3i-h200t73", "h200t73-code-temporal"))
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -639,7 +648,8 @@ GENERATIONS = {
                                                 prefill_time_knee=V3I_TIME_KNEE_TRACES,
                                                 own_partition_knees=V3I_TIME_KNEE_TRACES,
                                                 own_prefill_decode_knee=(0.75, 430.0),
-                                                eager_time_knee=V3I_TIME_KNEE_TRACES),)),
+                                                eager_time_knee=V3I_TIME_KNEE_TRACES,
+                                                whole_gpu_eager=V3I_WHOLE_GPU_EAGER_TRACES),)),
 }
 
 
@@ -651,7 +661,7 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
         [gen.fit_contention_tp] if gen.fit_contention_tp else []) + list(dict.fromkeys(
         r for g in gen.gpus
         for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill + g.prefill_time_knee
-        + g.own_partition_knees + g.eager_time_knee))
+        + g.own_partition_knees + g.eager_time_knee + g.whole_gpu_eager))
 
 
 def is_fit_run(run: dict) -> bool:
@@ -2064,6 +2074,70 @@ def apply_prefill_eager_knee(runs: Tuple[Tuple[str, str], ...], out: dict) -> Li
     return ["prefill_beside_eager_knee_s"]
 
 
+def whole_gpu_eager_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]) -> np.ndarray:
+    """Per eager prefill of ``runs``' job traces (one-GPU meshes, every LLM on the whole GPU: the
+    temporal placement) its (time alone: the table time at its longest prompt plus the start
+    into its launch ``fields["prefill_start_full_s"]``, launch to GPU end, launch host time), and
+    the graph prefills' median launch host time as a last row's first column."""
+    from placement_opt.simulate.llm import sm_shares
+    from placement_opt.simulate.meshsim import prefill_runs_eagerly
+
+    rows, graph = [], []
+    for where in runs:
+        run = _find_run(where)
+        _, placement, policy = run_setup(run)
+        if any(g.tp != 1 or min(sm_shares(g, policy)) < 1.0 for g in placement.groups):
+            raise ValueError(f"{where[0]}/{where[1]}: not every LLM holds a whole GPU of a one-GPU mesh")
+        jobs = [j for j in traced_jobs(run) or () if j["kind"] == "prefill"]
+        if not jobs:
+            raise ValueError(f"{where[0]}/{where[1]}: no job trace with prefills")
+        for j, table in zip(jobs, traced_table_seconds(run, jobs, at_bucket=True)):
+            host = j["launched_s"] - j["launch_s"]
+            if prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS):
+                rows.append((table + fields.get("prefill_start_full_s", 0.0), j["device_end_s"] - j["launch_s"], host))
+            else:
+                graph.append(host)
+    return np.array(rows + [(statistics.median(graph), 0.0, 0.0)])
+
+
+def fit_whole_gpu_eager(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
+                        ) -> Tuple[float, float, float, float, int]:
+    """The eager launch on the whole GPU, measured on ``runs``' eager prefills
+    (:func:`whole_gpu_eager_prefills`): the kernels come one by one from the host while the GPU
+    runs those launched, so a prefill lasts about the later of its GPU work and its launch
+    (docs/fidelity-llm.md "The eager launch on the whole GPU"). ``prefill_eager_hold_full_s``
+    is the median launch host time of an eager prefill less a graph one's; ``prefill_eager_host_full_s``
+    the median time from launch to GPU end beyond the time alone over the eager prefills whose
+    time alone outlasts the launch (their GPU work is what they wait for). Returns the two, the
+    RMS log error of launch to GPU end against the later of the two ends with them and with
+    ``fields``' (the sum), and the number of eager prefills."""
+    points = whole_gpu_eager_prefills(runs, fields)
+    graph_host, points = points[-1, 0], points[:-1]
+    alone, gpu, host = points.T
+    hold = max(0.0, float(np.median(host) - graph_host))
+    launch = fields.get("prefill_host_full_s", 0.0) + hold
+    bound = alone > launch
+    tail = max(0.0, float(np.median(gpu[bound] - alone[bound]))) if bound.any() else 0.0
+    after = np.maximum(alone + tail, launch)
+    before = fields.get("prefill_eager_host_full_s", 0.0) + np.maximum(alone, fields.get("prefill_host_full_s", 0.0))
+    rms = lambda model: float(np.sqrt(np.mean(np.log(model / gpu) ** 2)))  # noqa: E731
+    return hold, tail, rms(after), rms(before), len(points)
+
+
+def apply_whole_gpu_eager_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List[str]:
+    """Set the calibration ``out``'s ``prefill_eager_hold_full_s`` and ``prefill_eager_host_full_s``
+    to :func:`fit_whole_gpu_eager`'s on ``runs``' job traces; returns the fields set."""
+    hold, tail, rms, before, count = fit_whole_gpu_eager(runs, out)
+    out["prefill_eager_hold_full_s"], out["prefill_eager_host_full_s"] = round(hold, 6), round(tail, 6)
+    out["fit"]["whole_gpu_eager"] = (
+        f"{len(runs)} runs of {', '.join(dict.fromkeys(f for f, _ in runs))}: job traces, {count} eager prefills on "
+        f"whole GPUs: the launch holds the thread {1e3 * hold:.2f} ms beyond a graph launch's (medians), a prefill "
+        f"whose time alone outlasts it ends {1e3 * tail:.2f} ms beyond that time (median); launch to GPU end as the "
+        f"later of the two, RMS log error {rms:.4f} ({before:.4f} as their sum, the file before)")
+    out["fit"].pop("prefill_eager_host_full_s_fit", None)
+    return ["prefill_eager_hold_full_s", "prefill_eager_host_full_s"]
+
+
 #: the own-decode shares and their knees (padded prompt tokens; 0: none) and the time knees
 #: (seconds) :func:`fit_own_decode_prefill_knee` tries
 OWN_KNEE_SHARES = tuple(round(0.05 * i, 2) for i in range(6, 20))
@@ -2833,6 +2907,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
         apply_own_partition_knees(gpu.own_partition_knees, gpu.own_prefill_decode_knee, out)
     if gpu.eager_time_knee:
         apply_prefill_eager_knee(gpu.eager_time_knee, out)
+    if gpu.whole_gpu_eager:
+        apply_whole_gpu_eager_fields(gpu.whole_gpu_eager, out)
     return out
 
 

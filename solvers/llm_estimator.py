@@ -62,7 +62,8 @@ a prefill on a mesh of TP degree ``t`` lasts ``(t - 1) x prefill_host_tp_s`` (an
 ``llm.prefill_host_mesh_s``) longer than its table time (added before the ``prefill_host_s``
 floor, as the simulator does);
 ``llm.prefill_eager_hold_s``: an eager prefill on an SM partition holds the mesh's one
-scheduling thread ``prefill_host_s + prefill_eager_hold_s``, during which no job of any member
+scheduling thread ``prefill_host_s + prefill_eager_hold_s`` (on the whole GPU
+``prefill_host_full_s + prefill_eager_hold_full_s``), during which no job of any member
 is launched, so its term in every member's Eq. 3 round is at least that hold (a per-round host
 cost; ``prefill_eager_host_s`` remains how much longer the prefill itself lasts). The hold's
 excess over the prefill also counts in ``f`` above (mean-value approximation). An eager
@@ -113,7 +114,7 @@ from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, 
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
 from placement_opt.simulate.llm import (contention_gbps, decode_request_seconds, decode_stretch, decode_wave,
-                                        host_seconds, kv_read_gbps, on_partition, page_fill_seconds,
+                                        eager_hold_seconds, host_seconds, kv_read_gbps, page_fill_seconds,
                                         prefill_extra_seconds, resolve_policy, sm_shares)
 from placement_opt.simulate.meshsim import (contention_stretch, decode_context, offered_load, prefill_runs_eagerly,
                                             served_latency)
@@ -516,9 +517,9 @@ def _prefill_with_host(pre: np.ndarray, b: np.ndarray, spec: LLMSpec, llm: LLMCo
     GPU of a one-GPU mesh the start into its launch (``llm.prefill_start_full_s``; together
     :func:`prefill_extra_seconds`) added to the table time, at least the launch's
     ``prefill_host``, an eager prefill (padded size at the mean prompt over
-    ``prefill_graph_tokens``) ``eager_host`` longer; and, on an SM
-    partition with ``llm.prefill_eager_hold_s``, an eager prefill's round share at least the
-    thread's hold ``prefill_host + prefill_eager_hold_s``: the mesh's one scheduling thread
+    ``prefill_graph_tokens``) ``eager_host`` longer; and, with ``llm.prefill_eager_hold_s`` (an SM
+    partition) or ``prefill_eager_hold_full_s`` (the whole GPU), an eager prefill's round share at least the
+    thread's hold ``prefill_host`` plus that hold: the mesh's one scheduling thread
     launches nothing else that long, so every member's round waits for it as Eq. 3 waits for
     a prefill (mean value; the hold only counts where it outlasts the prefill)."""
     collect = prefill_extra_seconds(llm, share, tp)
@@ -526,7 +527,7 @@ def _prefill_with_host(pre: np.ndarray, b: np.ndarray, spec: LLMSpec, llm: LLMCo
         pre = pre + collect
     if prefill_host > 0:
         pre = np.maximum(pre, prefill_host)
-    hold = llm.prefill_eager_hold_s if on_partition(share) else 0.0
+    hold = eager_hold_seconds(llm, share)
     if eager_host > 0 or hold > 0:
         eager = eager_batches(b.astype(np.int64), int(np.ceil(spec.prompt_tokens)), llm.prefill_graph_tokens)
         pre = pre + eager_host * eager

@@ -277,7 +277,7 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
                     decode_host_s=decode_host, prefill_host_s=prefill_host, prefill_eager_host_s=eager_host,
                     prefill_collect_s=np.array([prefill_extra_seconds(cfg, sh, g.tp) for sh in shares],
                                                dtype=np.float64),
-                    prefill_eager_hold_s=np.array([cfg.prefill_eager_hold_s if on_partition(sh) else 0.0 for sh in shares]),
+                    prefill_eager_hold_s=np.array([eager_hold_seconds(cfg, sh) for sh in shares]),
                     prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]),
                     decode_block_host_s=np.array([page_fill_seconds(cfg, s, mesh_specs, g.tp) for s in mesh_specs]),
                     decode_stretch=np.array([decode_stretch(cfg, sh, g.tp) for sh in shares], dtype=np.float64),
@@ -306,6 +306,7 @@ def mesh_settings(cfg: LLMConfig, policy_code: int, pool_kib: int, horizon: floa
                         frac=cfg.rebalance_fraction, horizon=horizon, hbm_gbps=contention_gbps(cfg, tp),
                         graph_tokens=cfg.prefill_graph_tokens if cfg.prefill_at_bucket or max(
                             cfg.prefill_eager_host_s, cfg.prefill_eager_host_full_s, cfg.prefill_eager_hold_s,
+                            cfg.prefill_eager_hold_full_s,
                             cfg.prefill_eager_host_tp_s) > 0 else 0,
                         decode_kv_gbps=kv_read_gbps(cfg, tp), own_prefill_decode=cfg.own_prefill_decode_share,
                         own_prefill_decode_knee=cfg.own_prefill_decode_knee_tokens,
@@ -415,6 +416,13 @@ def host_seconds(cfg: LLMConfig, share: float, tp: int = 1) -> tuple[float, floa
     if not on_partition(share):
         return cfg.decode_host_full_s + extra, cfg.prefill_host_full_s, cfg.prefill_eager_host_full_s + eager_tp
     return cfg.decode_host_s + extra, cfg.prefill_host_s, cfg.prefill_eager_host_s + eager_tp
+
+
+def eager_hold_seconds(cfg: LLMConfig, share: float) -> float:
+    """Host seconds an eager prefill's launch holds the scheduling thread apart from its eager
+    host time, for an LLM at SM ``share``: ``prefill_eager_hold_s`` on a partition,
+    ``prefill_eager_hold_full_s`` on the whole GPU (0: the eager host time holds it)."""
+    return cfg.prefill_eager_hold_s if on_partition(share) else cfg.prefill_eager_hold_full_s
 
 
 def prefill_collect_seconds(cfg: LLMConfig, tp: int) -> float:

@@ -75,7 +75,8 @@ muxserve and ``equal``) and ``h200us65`` (``llm-3b`` and ``llm-8b`` at 4 + 8, mu
 The trace sets (``--h200t NAME...``, ``instances/fidelity-llm/<NAME>/``, ``H200T_SETS``): the five
 LLMs on one H200 serving windows of the Splitwise conversation and code traces, ``muxserve`` and
 ``temporal`` placements; ``h200t73`` held out for v3i's adopted H200 file, ``h200t74`` (fresh
-windows) for an eager prefill's own time knee.
+windows) for an eager prefill's own time knee, ``h200t75`` (fresh again) for the eager launch
+on the whole GPU.
 Write a set once, before its runs: its
 placements and measured instance record the calibration of that day.
 
@@ -374,7 +375,9 @@ def write_h200u_sets(names: list) -> None:
 H200T_SETS = {"h200t73": (0.1, 73, {"conv": ("splitwise_conv.csv", 0.0, 90.0, 1.5),
                                     "code": ("splitwise_code.csv", 300.0, 60.0, 1.0)}),
               "h200t74": (0.1, 74, {"conv": ("splitwise_conv.csv", 330.0, 90.0, 1.25),
-                                    "code": ("splitwise_code.csv", 1200.0, 60.0, 1.0)})}
+                                    "code": ("splitwise_code.csv", 1200.0, 60.0, 1.0)}),
+              "h200t75": (0.1, 75, {"conv": ("splitwise_conv.csv", 540.0, 90.0, 1.0),
+                                    "code": ("splitwise_code.csv", 1800.0, 60.0, 1.0)})}
 
 
 def write_h200t_sets(names: list, traces: str) -> None:
