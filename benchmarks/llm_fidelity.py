@@ -2867,8 +2867,10 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     ``gpu.fit_own_prefill`` the decode step's speed beside its own prefill
     (:func:`fit_own_prefill_share`), then with ``gpu.prefill_time_knee`` the stretch beside
     others with its knee in the prefill's time alone (:func:`apply_prefill_time_knee_fields`), and
-    last with ``gpu.own_partition_knees`` both jobs of an LLM's partition with their knees in the
-    prefill's prompt (:func:`apply_own_partition_knees`); with
+    with ``gpu.own_partition_knees`` both jobs of an LLM's partition with their knees in the
+    prefill's prompt (:func:`apply_own_partition_knees`), with ``gpu.eager_time_knee`` an eager
+    prefill's own knee (:func:`apply_prefill_eager_knee`) and last with ``gpu.whole_gpu_eager`` the
+    eager launch on the whole GPU (:func:`apply_whole_gpu_eager_fields`); with
     ``gpu.prefill_at_bucket`` every fit times a graph prefill at its bucket and the file sets
     ``prefill_at_bucket``."""
     with open(os.path.join(LLM, gen.calibration)) as f:

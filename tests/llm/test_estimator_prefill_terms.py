@@ -1,6 +1,6 @@
 """The Eq. 3 estimator's two prefill terms, the simulator's ``llm.prefill_host_tp_s`` (a TP
-mesh's serial collect after a prefill) and ``llm.prefill_eager_hold_s`` (an eager prefill's
-launch holding the mesh's scheduling thread), in the estimator's mean-value form: hand
+mesh's serial collect after a prefill) and ``llm.prefill_eager_hold_s`` / ``prefill_eager_hold_full_s`` (an eager
+prefill's launch holding the mesh's scheduling thread), in the estimator's mean-value form: hand
 calculations, both off when 0, and estimates that move toward the simulator's."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import dataclasses
 import os
 
 import numpy as np
+import pytest
 
 from placement_opt import load_instance
 from placement_opt.llm_units import llm_specs
@@ -50,25 +51,29 @@ def test_tp_collect_adds_per_extra_rank_before_the_launch_floor():
     assert np.array_equal(latency_vectors(spec, 1, 1.0, MAX_BATCH, LLMConfig(prefill_host_tp_s=0.004))[0], one)
 
 
-def test_eager_hold_floors_an_eager_prefill_at_the_thread_hold_on_a_partition():
-    """On an SM partition an eager prefill's term is max(max(table, host) + eager_host, host +
-    hold); a graph prefill and any prefill at share 1 are as without the hold."""
+@pytest.mark.parametrize("share, field, other", [(0.5, "prefill_eager_hold_s", 1.0),
+                                                  (1.0, "prefill_eager_hold_full_s", 0.5)])
+def test_eager_hold_floors_an_eager_prefill_at_the_thread_hold(share, field, other):
+    """On an SM partition (``prefill_eager_hold_s``) and on the whole GPU
+    (``prefill_eager_hold_full_s``: docs/fidelity-llm.md "The eager launch on the whole GPU") an
+    eager prefill's term is max(max(table, host) + eager_host, host + hold); a graph prefill and
+    any prefill at the other kind of share are as without the hold."""
     spec = _spec()
     eager = _eager(spec) > 0
     assert eager.any() and not eager.all()
     host, eager_host, hold = 0.016, 0.026, 0.3
     base = LLMConfig(prefill_host_s=host, prefill_eager_host_s=eager_host, prefill_host_full_s=host,
                      prefill_eager_host_full_s=eager_host)
-    with_hold = dataclasses.replace(base, prefill_eager_hold_s=hold)
-    table, _ = latency_vectors(spec, 1, 0.5, MAX_BATCH, LLMConfig())
-    got, _ = latency_vectors(spec, 1, 0.5, MAX_BATCH, with_hold)
+    with_hold = dataclasses.replace(base, **{field: hold})
+    table, _ = latency_vectors(spec, 1, share, MAX_BATCH, LLMConfig())
+    got, _ = latency_vectors(spec, 1, share, MAX_BATCH, with_hold)
     want = np.maximum(table, host) + np.where(eager, eager_host, 0.0)
     want = np.where(eager, np.maximum(want, host + hold), want)
     assert np.allclose(got, want, rtol=0, atol=1e-15)
     assert got[eager].min() == host + hold  # the hold outlasts these prefills
-    assert np.array_equal(latency_vectors(spec, 1, 1.0, MAX_BATCH, with_hold)[0],
-                          latency_vectors(spec, 1, 1.0, MAX_BATCH, base)[0])
-    hold_only, _ = latency_vectors(spec, 1, 0.5, MAX_BATCH, LLMConfig(prefill_eager_hold_s=hold))
+    assert np.array_equal(latency_vectors(spec, 1, other, MAX_BATCH, with_hold)[0],
+                          latency_vectors(spec, 1, other, MAX_BATCH, base)[0])
+    hold_only, _ = latency_vectors(spec, 1, share, MAX_BATCH, LLMConfig(**{field: hold}))
     assert np.allclose(hold_only, np.where(eager, np.maximum(table, hold), table), rtol=0, atol=1e-15)
 
 

@@ -142,12 +142,14 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
     # every other field v3g's; but v3i's stretch beside others, refitted on its own five-LLM traces
     # with the knee in the prefill's time alone instead of its prompt tokens, jointly with both jobs
     # of an LLM's partition, their speeds beside each other with knees in the prefill's prompt, and
-    # an eager prefill's own knee in its time alone fitted last on the same traces
+    # an eager prefill's own knee in its time alone fitted last on the same traces; and the eager
+    # launch on the whole GPU (its hold apart from its GPU tail) fitted on its temporal trace runs
     assert os.path.basename(module.calibration_path("H200")) == "calibration-v3i-h200.json"
     h200 = module.calibrated_llm_fields("H200")
     knee = ("prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_knee_s",
             "own_decode_prefill_share", "own_decode_prefill_knee_tokens", "own_prefill_decode_share",
-            "own_prefill_decode_knee_tokens", "prefill_beside_eager_knee_s")
+            "own_prefill_decode_knee_tokens", "prefill_beside_eager_knee_s", "prefill_eager_hold_full_s",
+            "prefill_eager_host_full_s")
     for name in ("calibration-v3g.json", "calibration-v3g-h200.json"):  # v3h refits none of v3g's fields
         with open(os.path.join(FIDELITY, name)) as f:
             v3g = {k: v for k, v in json.load(f).items() if k != "fit"}
@@ -162,8 +164,11 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
         "decode_full_stretch", "decode_full_request_s", "decode_host_full_s", "decode_host_mesh_s",
         "prefill_start_full_s", "own_prefill_decode_share", "decode_partition_stretch", "decode_partition_request_s",
         "own_decode_prefill_share", "prefill_at_bucket", "prefill_beside_knee_s", "own_decode_prefill_knee_tokens",
-        "own_prefill_decode_knee_tokens", "prefill_beside_eager_knee_s"}
+        "own_prefill_decode_knee_tokens", "prefill_beside_eager_knee_s", "prefill_eager_hold_full_s",
+        "prefill_eager_host_full_s"}
     assert 0.1 < h200["prefill_beside_eager_knee_s"] < 0.5
+    # the launch outlasts a small LLM's GPU work; a large one's GPU work outlasts it by a little
+    assert 0.01 < h200["prefill_eager_hold_full_s"] < 0.02 and 0.0 < h200["prefill_eager_host_full_s"] < 0.005
 
 
 def test_each_generation_is_calibrated_on_its_own_runs():
@@ -182,7 +187,8 @@ def test_each_generation_is_calibrated_on_its_own_runs():
     calibration, fitted on v3g's and v3s's runs, none of its own: every v3h run is held out; and v3i
     (v3h on 32 CUDA hardware queues) derives from v3h and keeps it but for the H200's stretch of a
     prefill beside the other LLMs' jobs, refitted with its knee in the prefill's time on its own
-    seeds 55 to 58: its later seeds are held out."""
+    seeds 55 to 58, and the eager launch on the whole GPU on set h200t73's two temporal runs: its
+    later seeds and every other trace run are held out."""
     script = load_benchmark("llm_fidelity")
     v3g_own = set(script.GENERATIONS["v3g"].results) | set(script.GENERATIONS["v3s"].results)
     for name, gen in script.GENERATIONS.items():
@@ -192,9 +198,12 @@ def test_each_generation_is_calibrated_on_its_own_runs():
     assert not set(v3h.results) & {f for f, _ in script.fit_runs(v3h)}
     v3i = script.GENERATIONS["v3i"]
     own_fits = [r for r in script.fit_runs(v3i) if r[0] in v3i.results]
-    assert own_fits == list(script.V3I_TIME_KNEE_TRACES) == list(v3i.gpus[0].prefill_time_knee) == list(
+    assert own_fits == list(script.V3I_TIME_KNEE_TRACES) + list(script.V3I_WHOLE_GPU_EAGER_TRACES)
+    assert list(script.V3I_TIME_KNEE_TRACES) == list(v3i.gpus[0].prefill_time_knee) == list(
         v3i.gpus[0].own_partition_knees)
-    assert {f for f, _ in own_fits} == {f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58)}
+    assert list(script.V3I_WHOLE_GPU_EAGER_TRACES) == list(v3i.gpus[0].whole_gpu_eager) == [
+        ("results-v3i-h200t73", "h200t73-conv-temporal"), ("results-v3i-h200t73", "h200t73-code-temporal")]
+    assert {f for f, _ in own_fits} == {f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58)} | {"results-v3i-h200t73"}
     own_fits = [r for r in script.fit_runs(script.GENERATIONS["v3g"]) if r[0] in script.GENERATIONS["v3g"].results]
     assert set(own_fits) == set(script.H200_PARTITION_TRACES + script.H200_OWN_DECODE_TRACES)
     assert list(script.GENERATIONS)[-1] == "v3i" and script.GENERATIONS["v3i"].derives == "v3h"
