@@ -215,7 +215,8 @@ class GpuCalibration:
     eager_time_knee: Tuple[Tuple[str, str], ...] = ()
     # job-traced runs on this GPU of one-GPU meshes at share 1 (temporal) whose eager prefills fit,
     # last, the eager launch on the whole GPU: ``prefill_eager_hold_full_s`` and, apart from it,
-    # ``prefill_eager_host_full_s`` (:func:`apply_whole_gpu_eager_fields`); empty: the generation's
+    # ``prefill_eager_host_full_s`` (:func:`apply_whole_gpu_eager_fields`); empty: the generation's eager
+    # host time on the whole GPU, serial with the table time
     whole_gpu_eager: Tuple[Tuple[str, str], ...] = ()
 
 
@@ -2074,11 +2075,12 @@ def apply_prefill_eager_knee(runs: Tuple[Tuple[str, str], ...], out: dict) -> Li
     return ["prefill_beside_eager_knee_s"]
 
 
-def whole_gpu_eager_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]) -> np.ndarray:
+def whole_gpu_eager_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
+                             ) -> Tuple[np.ndarray, float]:
     """Per eager prefill of ``runs``' job traces (one-GPU meshes, every LLM on the whole GPU: the
     temporal placement) its (time alone: the table time at its longest prompt plus the start
     into its launch ``fields["prefill_start_full_s"]``, launch to GPU end, launch host time), and
-    the graph prefills' median launch host time as a last row's first column."""
+    the graph prefills' median launch host time (0 where there are none)."""
     from placement_opt.simulate.llm import sm_shares
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
@@ -2086,7 +2088,7 @@ def whole_gpu_eager_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str
     for where in runs:
         run = _find_run(where)
         _, placement, policy = run_setup(run)
-        if any(g.tp != 1 or min(sm_shares(g, policy)) < 1.0 for g in placement.groups):
+        if any(len(g.devices) != 1 or min(sm_shares(g, policy)) < 1.0 for g in placement.groups):
             raise ValueError(f"{where[0]}/{where[1]}: not every LLM holds a whole GPU of a one-GPU mesh")
         jobs = [j for j in traced_jobs(run) or () if j["kind"] == "prefill"]
         if not jobs:
@@ -2097,7 +2099,7 @@ def whole_gpu_eager_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str
                 rows.append((table + fields.get("prefill_start_full_s", 0.0), j["device_end_s"] - j["launch_s"], host))
             else:
                 graph.append(host)
-    return np.array(rows + [(statistics.median(graph), 0.0, 0.0)])
+    return np.array(rows).reshape(-1, 3), statistics.median(graph) if graph else 0.0
 
 
 def fit_whole_gpu_eager(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]
@@ -2111,8 +2113,7 @@ def fit_whole_gpu_eager(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, flo
     time alone outlasts the launch (their GPU work is what they wait for). Returns the two, the
     RMS log error of launch to GPU end against the later of the two ends with them and with
     ``fields``' (the sum), and the number of eager prefills."""
-    points = whole_gpu_eager_prefills(runs, fields)
-    graph_host, points = points[-1, 0], points[:-1]
+    points, graph_host = whole_gpu_eager_prefills(runs, fields)
     alone, gpu, host = points.T
     hold = max(0.0, float(np.median(host) - graph_host))
     launch = fields.get("prefill_host_full_s", 0.0) + hold

@@ -103,11 +103,11 @@ class LLMConfig:
     * ``prefill_eager_hold_s``: where set, the host seconds an eager prefill's launch holds the
       scheduling thread more on an SM partition, apart from ``prefill_eager_host_s``, which then
       is only how much later the prefill ends (0: the thread is held ``prefill_eager_host_s``).
-      ``prefill_eager_hold_full_s`` the same for an LLM holding the whole GPU (plain streams),
-      apart from ``prefill_eager_host_full_s``: there the GPU keeps pace with the launch, so the
-      prefill's end is noticed at the later of its table time plus ``prefill_eager_host_full_s``
-      and the launch's end (a launch-bound small LLM waits for the host, a large one's kernels
-      queue up behind the GPU).
+      ``prefill_eager_hold_full_s`` the same for an LLM holding the whole GPU of a TP-1 mesh
+      (plain streams), apart from ``prefill_eager_host_full_s``, which then is only how much its
+      GPU work outlasts its table time. With either hold the prefill's end is noticed at the
+      later of its table time plus its eager host time and the launch's end (on the H200's whole
+      GPU a small LLM waits for the launch, a large one's kernels queue behind the GPU).
     * ``prefill_eager_host_tp_s``: seconds an eager prefill adds per tensor-parallel rank beyond
       the first, beside ``prefill_eager_host_s`` / ``prefill_eager_host_full_s`` (its GPU work
       waits for every rank's kernel-by-kernel launch: about 3x longer at TP 4 than at TP 1 on

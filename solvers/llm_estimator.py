@@ -63,7 +63,7 @@ a prefill on a mesh of TP degree ``t`` lasts ``(t - 1) x prefill_host_tp_s`` (an
 floor, as the simulator does);
 ``llm.prefill_eager_hold_s``: an eager prefill on an SM partition holds the mesh's one
 scheduling thread ``prefill_host_s + prefill_eager_hold_s`` (on the whole GPU
-``prefill_host_full_s + prefill_eager_hold_full_s``), during which no job of any member
+``prefill_host_full_s + prefill_eager_hold_full_s`` at TP 1), during which no job of any member
 is launched, so its term in every member's Eq. 3 round is at least that hold (a per-round host
 cost; ``prefill_eager_host_s`` remains how much longer the prefill itself lasts). The hold's
 excess over the prefill also counts in ``f`` above (mean-value approximation). An eager
@@ -527,7 +527,7 @@ def _prefill_with_host(pre: np.ndarray, b: np.ndarray, spec: LLMSpec, llm: LLMCo
         pre = pre + collect
     if prefill_host > 0:
         pre = np.maximum(pre, prefill_host)
-    hold = eager_hold_seconds(llm, share)
+    hold = eager_hold_seconds(llm, share, tp)
     if eager_host > 0 or hold > 0:
         eager = eager_batches(b.astype(np.int64), int(np.ceil(spec.prompt_tokens)), llm.prefill_graph_tokens)
         pre = pre + eager_host * eager

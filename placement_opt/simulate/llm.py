@@ -277,7 +277,7 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
                     decode_host_s=decode_host, prefill_host_s=prefill_host, prefill_eager_host_s=eager_host,
                     prefill_collect_s=np.array([prefill_extra_seconds(cfg, sh, g.tp) for sh in shares],
                                                dtype=np.float64),
-                    prefill_eager_hold_s=np.array([eager_hold_seconds(cfg, sh) for sh in shares]),
+                    prefill_eager_hold_s=np.array([eager_hold_seconds(cfg, sh, g.tp) for sh in shares]),
                     prefill_stretch=np.array([cfg.prefill_partition_stretch if on_partition(sh) else 0.0 for sh in shares]),
                     decode_block_host_s=np.array([page_fill_seconds(cfg, s, mesh_specs, g.tp) for s in mesh_specs]),
                     decode_stretch=np.array([decode_stretch(cfg, sh, g.tp) for sh in shares], dtype=np.float64),
@@ -418,11 +418,15 @@ def host_seconds(cfg: LLMConfig, share: float, tp: int = 1) -> tuple[float, floa
     return cfg.decode_host_s + extra, cfg.prefill_host_s, cfg.prefill_eager_host_s + eager_tp
 
 
-def eager_hold_seconds(cfg: LLMConfig, share: float) -> float:
+def eager_hold_seconds(cfg: LLMConfig, share: float, tp: int = 1) -> float:
     """Host seconds an eager prefill's launch holds the scheduling thread apart from its eager
-    host time, for an LLM at SM ``share``: ``prefill_eager_hold_s`` on a partition,
-    ``prefill_eager_hold_full_s`` on the whole GPU (0: the eager host time holds it)."""
-    return cfg.prefill_eager_hold_s if on_partition(share) else cfg.prefill_eager_hold_full_s
+    host time, for an LLM at SM ``share`` on a mesh of TP degree ``tp``: ``prefill_eager_hold_s``
+    on a partition, ``prefill_eager_hold_full_s`` on the whole GPU at TP 1, where it was measured
+    (0: the eager host time holds it; so at TP > 1 on whole GPUs, where the eager host time carries
+    ``prefill_eager_host_tp_s`` per rank)."""
+    if on_partition(share):
+        return cfg.prefill_eager_hold_s
+    return cfg.prefill_eager_hold_full_s if tp == 1 else 0.0
 
 
 def prefill_collect_seconds(cfg: LLMConfig, tp: int) -> float:

@@ -40,7 +40,8 @@ least that long); while the thread is busy nothing is scheduled and ended jobs w
 buckets) exceeds ``graph_tokens`` runs without a graph; its launch holds the thread that many
 host seconds more and its job lasts that much longer (``MeshLLMs.prefill_eager_hold_s``, where
 set, is the thread's hold apart from the job's delay: the engine's hold is measured directly,
-the part of it the job waits for is fitted). **KV read** (``MeshSettings.decode_kv_gbps``):
+the part of it the job waits for, or by which its GPU work outlasts its table time, is fitted; the
+job's end is noticed when the thread is free, so at the later of the two). **KV read** (``MeshSettings.decode_kv_gbps``):
 a decode step lasts the KV bytes it reads (its requests' contexts x ``MeshLLMs.kv_bytes``) /
 ``decode_kv_gbps`` longer than its table time (the engine's steps over mixed context lengths
 exceed the profiled ones, which hold every request at the mean context); an LLM with a
@@ -126,7 +127,7 @@ class MeshLLMs(NamedTuple):
     kv_bytes: np.ndarray = np.zeros(0)      # float64 KV bytes per token per GPU a job reads (decode) or writes (prefill)
     decode_host_s: np.ndarray = np.zeros(0)   # float64 host seconds of the scheduling thread per decode step (launch, collect)
     prefill_host_s: np.ndarray = np.zeros(0)  # float64 host seconds per prefill launch (overlaps its GPU work)
-    prefill_eager_host_s: np.ndarray = np.zeros(0)  # float64 seconds an eager prefill's GPU work starts later (MeshSettings.graph_tokens)
+    prefill_eager_host_s: np.ndarray = np.zeros(0)  # float64 seconds an eager prefill lasts longer (MeshSettings.graph_tokens)
     prefill_eager_hold_s: np.ndarray = np.zeros(0)  # float64 host seconds an eager launch holds the thread more (0 or empty: prefill_eager_host_s)
     # float64 seconds a prefill lasts beyond its table time (TP ranks' collect; a whole GPU's start into its launch)
     prefill_collect_s: np.ndarray = np.zeros(0)
@@ -248,7 +249,7 @@ LLM_STATE = np.dtype([
     ("decode_bytes", np.float64),   # HBM bytes per GPU its decode step moves (weights, KV read)
     ("decode_host", np.float64),    # host seconds of the scheduling thread per decode step
     ("prefill_host", np.float64),   # host seconds per prefill launch
-    ("eager_host", np.float64),     # seconds an eager prefill's GPU work starts later (its launch)
+    ("eager_host", np.float64),     # seconds an eager prefill lasts longer (its launch, or its GPU tail)
     ("eager_hold", np.float64),     # host seconds an eager prefill's launch holds the thread more
     ("prefill_eager", np.bool_),    # its prefill in flight runs eagerly (over the graph limit)
     ("prefill_tokens", np.int64),   # its prefill in flight's padded prompt tokens (requests x longest context)
@@ -1017,8 +1018,9 @@ def _launch_started(t, host_free, launched, llms, jobs, cfg):
     requests hold: the page-table fill) ends; a prefill's runs while the thread launches
     it (``prefill_host``), so it takes at least that long; an eager prefill (over the graph
     limit) holds the thread ``eager_hold`` longer (its kernels come one by one from the thread)
-    and its job lasts ``eager_host`` longer (the part of the launch its GPU work waits for; the
-    same unless ``MeshLLMs.prefill_eager_hold_s`` sets the hold apart). Sets each job's record and end; returns when
+    and its job lasts ``eager_host`` longer (the part of the launch its GPU work waits for, or by
+    which that work outlasts its table time; the same unless ``MeshLLMs.prefill_eager_hold_s``
+    sets the hold apart). Sets each job's record and end; returns when
     the thread is free again and the last start order launched."""
     while True:
         best, best_seq = -1, np.iinfo(np.int64).max

@@ -12,11 +12,16 @@ import os
 import numpy as np
 import pytest
 
+from placement_opt import load_instance
+from placement_opt.llm_units import llm_specs
+from placement_opt.placement import load_placement
 from placement_opt.settings import LLMConfig
-from placement_opt.simulate.llm import _POLICY_CODE, eager_hold_seconds
+from placement_opt.simulate.llm import _POLICY_CODE, eager_hold_seconds, mesh_inputs
 from placement_opt.simulate.meshsim import LatencyTables, MeshLLMs, MeshRequests, MeshSettings, mesh_outputs, simulate_mesh
 
-from .helpers import load_benchmark
+from .helpers import ROOT, load_benchmark
+
+SET = os.path.join(ROOT, "instances", "fidelity-llm", "h200t75")
 
 
 def _first_token(prefill_s: float, tail_s: float, hold_s: float) -> float:
@@ -47,9 +52,26 @@ def test_the_prefill_ends_at_the_later_of_its_gpu_work_and_its_launch():
 
 
 def test_the_whole_gpu_hold_is_the_whole_gpus_and_the_partitions_the_partitions():
+    """The hold of a TP-1 whole GPU is ``prefill_eager_hold_full_s``, where it was measured; at TP
+    2 none of its own (the eager host time, with its TP term, holds the thread as before)."""
     cfg = LLMConfig(prefill_eager_hold_s=0.024, prefill_eager_hold_full_s=0.015)
     assert eager_hold_seconds(cfg, 1.0) == 0.015 and eager_hold_seconds(cfg, 0.2) == 0.024
+    assert eager_hold_seconds(cfg, 1.0, tp=2) == 0.0 and eager_hold_seconds(cfg, 0.5, tp=2) == 0.024
     assert eager_hold_seconds(LLMConfig(prefill_eager_hold_s=0.024), 1.0) == 0.0
+
+
+def test_the_hold_reaches_the_kernel_from_the_setting_alone():
+    """h200t75's temporal placement built into the kernel's inputs from an ``LLMConfig`` with only
+    the whole-GPU hold set: every LLM gets it, and the eager-prefill limit is on."""
+    inst = load_instance(os.path.join(SET, "measured", "code.json"))
+    group = load_placement(os.path.join(SET, "code-temporal.placement.json")).groups[0]
+    specs = {s.name: s for s in llm_specs(inst)}
+    cfg = LLMConfig(prefill_eager_hold_full_s=0.015)
+    llms, _, settings = mesh_inputs(group, [specs[m] for m in group.models], 1e10, cfg, "temporal", 10.0)
+    assert np.array_equal(llms.prefill_eager_hold_s, np.full(5, 0.015))
+    assert settings.graph_tokens == cfg.prefill_graph_tokens > 0
+    _, _, off = mesh_inputs(group, [specs[m] for m in group.models], 1e10, LLMConfig(), "temporal", 10.0)
+    assert off.graph_tokens == 0
 
 
 def test_the_fit_on_the_temporal_traces_and_its_held_out_check():
@@ -68,7 +90,7 @@ def test_the_fit_on_the_temporal_traces_and_its_held_out_check():
     assert count == 235 and after_rms < 0.7 * before_rms
     held_out = (("results-v3i-h200t75", "h200t75-conv-temporal"), ("results-v3i-h200t75", "h200t75-code-temporal"))
     assert not any(fid.is_fit_run(fid._find_run(w)) for w in held_out)
-    points = fid.whole_gpu_eager_prefills(held_out, cal)[:-1]
+    points = fid.whole_gpu_eager_prefills(held_out, cal)[0]
     alone, gpu, _ = points.T
     launch = cal["prefill_host_full_s"] + cal["prefill_eager_hold_full_s"]
     rms_after = np.sqrt(np.mean(np.log(np.maximum(alone + cal["prefill_eager_host_full_s"], launch) / gpu) ** 2))
