@@ -149,7 +149,7 @@ MODEL_FIELDS = ("contention_hbm_gbps", "decode_host_s", "prefill_host_s", "decod
                 "own_decode_prefill_share", "prefill_beside_share_power", "prefill_at_bucket",
                 "contention_curve_gbps", "contention_curve_power", "prefill_beside_knee_s",
                 "own_prefill_decode_knee_tokens", "own_decode_prefill_knee_tokens", "prefill_beside_eager_knee_s",
-                "prefill_eager_hold_full_s")
+                "prefill_eager_hold_full_s", "decode_combine_spill_s")
 #: the value a model field takes where a calibration (or the all-off model) leaves it out: 0
 #: (off), but the curve's power, which is inert while its scale is 0, its setting's default
 FIELD_ABSENT = {"contention_curve_power": LLMConfig().contention_curve_power}
@@ -218,6 +218,10 @@ class GpuCalibration:
     # ``prefill_eager_host_full_s`` (:func:`apply_whole_gpu_eager_fields`); empty: the generation's eager
     # host time on the whole GPU, serial with the table time
     whole_gpu_eager: Tuple[Tuple[str, str], ...] = ()
+    # job-traced runs on this GPU whose decode steps alone on one-GPU meshes fit, last, the seconds
+    # per layer a step whose split-combine spills lasts more (``decode_combine_spill_s``,
+    # :func:`apply_combine_spill_fields`); empty: off
+    combine_spill: Tuple[Tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -517,7 +521,7 @@ V3I_PAIR_RESULTS = ("results-v3i-h200us64", "results-v3i-h200us65")
 #: conversation and code traces under the muxserve and temporal placements: set 73, every run
 #: held out, predicted with the adopted H200 file and committed before it ran
 #: (predictions/v3i-h200t73.jsonl)
-V3I_TRACE_RESULTS = ("results-v3i-h200t73", "results-v3i-h200t74", "results-v3i-h200t75")
+V3I_TRACE_RESULTS = ("results-v3i-h200t73", "results-v3i-h200t74", "results-v3i-h200t75", "results-v3i-h200t76")
 #: v3i's own five-LLM job traces (seeds 55 to 58, every policy) its H200 calibration's stretch of a
 #: prefill beside the other LLMs' jobs is refitted on, with the knee in the prefill's time alone
 #: (``GpuCalibration.prefill_time_knee``; docs/fidelity-llm.md "The prefill's knee in its time alone")
@@ -534,6 +538,9 @@ V3G_H200 = GpuCalibration("H200", "calibration-v3g-h200.json", H200_ONE_SPLIT_RO
 #: (``GpuCalibration.whole_gpu_eager``; docs/fidelity-llm.md "The eager launch on the whole GPU")
 V3I_WHOLE_GPU_EAGER_TRACES = (("results-v3i-h200t73", "h200t73-conv-temporal"),
                               ("results-v3i-h200t73", "h200t73-code-temporal"))
+#: the same two runs, whose decode steps on the whole GPU at long contexts fit the split-combine
+#: spill (``GpuCalibration.combine_spill``; docs/fidelity-llm.md "The split-combine spill")
+V3I_COMBINE_SPILL_TRACES = V3I_WHOLE_GPU_EAGER_TRACES
 
 GENERATIONS = {
     "v2": Generation(("results-v2", "results-v2b"), "tables-v2b", "results-v2",
@@ -650,7 +657,8 @@ GENERATIONS = {
                                                 own_partition_knees=V3I_TIME_KNEE_TRACES,
                                                 own_prefill_decode_knee=(0.75, 430.0),
                                                 eager_time_knee=V3I_TIME_KNEE_TRACES,
-                                                whole_gpu_eager=V3I_WHOLE_GPU_EAGER_TRACES),)),
+                                                whole_gpu_eager=V3I_WHOLE_GPU_EAGER_TRACES,
+                                                combine_spill=V3I_COMBINE_SPILL_TRACES),)),
 }
 
 
@@ -662,7 +670,7 @@ def fit_runs(gen: Generation) -> List[Tuple[str, str]]:
         [gen.fit_contention_tp] if gen.fit_contention_tp else []) + list(dict.fromkeys(
         r for g in gen.gpus
         for r in g.traces + g.whole_gpu + g.partition_decode + g.own_decode_prefill + g.prefill_time_knee
-        + g.own_partition_knees + g.eager_time_knee + g.whole_gpu_eager))
+        + g.own_partition_knees + g.eager_time_knee + g.whole_gpu_eager + g.combine_spill))
 
 
 def is_fit_run(run: dict) -> bool:
@@ -2139,6 +2147,64 @@ def apply_whole_gpu_eager_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -
     return ["prefill_eager_hold_full_s", "prefill_eager_host_full_s"]
 
 
+def combine_spill_steps(run: dict, fields: Dict[str, float]) -> np.ndarray:
+    """Per decode step of ``run``'s job trace that ran alone on a one-GPU mesh (an LLM on its whole
+    GPU or on an SM partition: :func:`whole_gpu_groups`, :func:`partition_groups`) its (GPU
+    seconds, the simulator's time of it under the calibration ``fields`` but the split-combine
+    spill, its LLM's layers, whether its split-combine spills): the table time at the effective
+    context of ``fields``' ``decode_attention_sms`` times the decode stretch, plus the seconds
+    per request (``simulate.llm``'s ``decode_wave``, ``decode_stretch``,
+    ``decode_request_seconds``), and the spill as the kernel decides it
+    (:func:`~placement_opt.simulate.meshsim.decode_combine_spills`)."""
+    from placement_opt.llm_units import llm_specs
+    from placement_opt.simulate.llm import (attention_kv_heads, decode_request_seconds, decode_stretch, decode_wave,
+                                            sm_shares, spill_splits)
+    from placement_opt.simulate.meshsim import decode_combine_spills
+
+    inst, placement, policy = run_setup(run)
+    cfg = with_model(inst.llm_settings, model_fields(fields))
+    specs = {s.name: s for s in llm_specs(inst)}
+    share = {m: sh for g in placement.groups for m, sh in zip(g.models, sm_shares(g, policy))}
+    waves = {m: decode_wave(cfg, specs[m], share[m], 1) for m in specs}
+    rows = []
+    for j, table in decode_jobs_alone(run, whole_gpu_groups(run) | partition_groups(run), waves):
+        spec, n, sh = specs[j["llm"]], j["requests"], share[j["llm"]]
+        stretch = decode_stretch(cfg, sh, 1) or 1.0
+        spills = decode_combine_spills(n, j["longest_context"], cfg.kv_block_tokens, attention_kv_heads(spec, 1),
+                                       spill_splits(spec, 1))
+        rows.append((j["device_end_s"] - j["device_start_s"], stretch * table + decode_request_seconds(cfg, sh, 1) * n,
+                     spec.architecture.layers, float(spills)))
+    return np.array(rows, dtype=np.float64).reshape(-1, 4)
+
+
+def fit_combine_spill(runs: Tuple[Tuple[str, str], ...], fields: Dict[str, float]) -> Tuple[float, float, float, int]:
+    """``decode_combine_spill_s``: the median, over the decode steps of ``runs``' job traces whose
+    split-combine spills (:func:`combine_spill_steps`), of their GPU time beyond the simulator's
+    time of them under ``fields`` per layer of their LLM (the combine kernel runs once a layer).
+    Returns it, the RMS log error of those steps' GPU time against their time with it and without
+    it, and their number."""
+    steps = np.vstack([combine_spill_steps(_find_run(w), fields) for w in runs])
+    steps = steps[steps[:, 3] > 0]
+    if not len(steps):
+        raise ValueError("no decode step whose split-combine spills traced")
+    gpu, modelled, layers, _ = steps.T
+    per_layer = max(0.0, float(np.median((gpu - modelled) / layers)))
+    rms = lambda model: float(np.sqrt(np.mean(np.log(model / gpu) ** 2)))  # noqa: E731
+    return per_layer, rms(modelled + per_layer * layers), rms(modelled), len(gpu)
+
+
+def apply_combine_spill_fields(runs: Tuple[Tuple[str, str], ...], out: dict) -> List[str]:
+    """Set the calibration ``out``'s ``decode_combine_spill_s`` to :func:`fit_combine_spill`'s on
+    ``runs``' job traces; returns the field set."""
+    per_layer, rms, before, count = fit_combine_spill(runs, out)
+    out["decode_combine_spill_s"] = round(per_layer, 8)
+    out["fit"]["combine_spill"] = (
+        f"{', '.join(f'{f}/{n}' for f, n in runs)}: job traces, {count} decode steps alone on one-GPU meshes whose "
+        f"split-combine spills: {1e6 * per_layer:.2f} us a layer beyond the step's time (median), RMS log error "
+        f"{rms:.4f} ({before:.4f} without it)")
+    return ["decode_combine_spill_s"]
+
+
 #: the own-decode shares and their knees (padded prompt tokens; 0: none) and the time knees
 #: (seconds) :func:`fit_own_decode_prefill_knee` tries
 OWN_KNEE_SHARES = tuple(round(0.05 * i, 2) for i in range(6, 20))
@@ -2358,8 +2424,16 @@ def traced_full_decode_steps(run: dict, attention_sms: int = 0) -> np.ndarray:
 
 def _decode_steps_alone(run: dict, groups: Set[int], waves: Dict[str, float]) -> np.ndarray:
     """(GPU seconds, table seconds, requests) of every decode step of ``run``'s job trace in the
-    placement groups ``groups`` that ran alone on its GPUs, its table time at its LLM's share and
-    batch, read at the effective context of its LLM's wave in ``waves``
+    placement groups ``groups`` that ran alone on its GPUs (:func:`decode_jobs_alone`)."""
+    rows = [(j["device_end_s"] - j["device_start_s"], seconds, j["requests"])
+            for j, seconds in decode_jobs_alone(run, groups, waves)]
+    return np.array(rows, dtype=np.float64).reshape(-1, 3)
+
+
+def decode_jobs_alone(run: dict, groups: Set[int], waves: Dict[str, float]) -> Iterator[Tuple[dict, float]]:
+    """Every decode step of ``run``'s job trace (:func:`traced_jobs`' row) in the placement groups
+    ``groups`` that ran alone on its GPUs, with its table time at its LLM's share and batch, read
+    at the effective context of its LLM's wave in ``waves``
     (:func:`~placement_opt.simulate.meshsim.decode_context`); ValueError for a run without the
     trace or whose trace does not record the contexts (:func:`trace_has_contexts`)."""
     from placement_opt.executor.llm_sched import len_interp
@@ -2370,7 +2444,6 @@ def _decode_steps_alone(run: dict, groups: Set[int], waves: Dict[str, float]) ->
         raise ValueError(f"{os.path.basename(run['folder'])}/{run['name']}: no job trace with the "
                          "context_tokens column")
     tables = _mesh_step_tables(run, at_shares=True)
-    rows = []
     for gi in sorted(groups):
         for j in jobs_alone([j for j in jobs if j["group"] == gi]):
             if j["kind"] != "decode":
@@ -2378,9 +2451,7 @@ def _decode_steps_alone(run: dict, groups: Set[int], waves: Dict[str, float]) ->
             table, k = tables[j["llm"]][:2]
             n = j["requests"]
             length = decode_context(float(j["context_tokens"]), float(j["longest_context"]), n, waves[j["llm"]])
-            seconds = len_interp(table.decode[k][min(n, table.decode.shape[1] - 1)], table.lgrid, length)
-            rows.append((j["device_end_s"] - j["device_start_s"], seconds, n))
-    return np.array(rows, dtype=np.float64).reshape(-1, 3)
+            yield j, len_interp(table.decode[k][min(n, table.decode.shape[1] - 1)], table.lgrid, length)
 
 
 def partition_groups(run: dict) -> Set[int]:
@@ -2870,8 +2941,9 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
     others with its knee in the prefill's time alone (:func:`apply_prefill_time_knee_fields`), and
     with ``gpu.own_partition_knees`` both jobs of an LLM's partition with their knees in the
     prefill's prompt (:func:`apply_own_partition_knees`), with ``gpu.eager_time_knee`` an eager
-    prefill's own knee (:func:`apply_prefill_eager_knee`) and last with ``gpu.whole_gpu_eager`` the
-    eager launch on the whole GPU (:func:`apply_whole_gpu_eager_fields`); with
+    prefill's own knee (:func:`apply_prefill_eager_knee`), with ``gpu.whole_gpu_eager`` the eager
+    launch on the whole GPU (:func:`apply_whole_gpu_eager_fields`) and last with
+    ``gpu.combine_spill`` a decode step's split-combine spill (:func:`apply_combine_spill_fields`); with
     ``gpu.prefill_at_bucket`` every fit times a graph prefill at its bucket and the file sets
     ``prefill_at_bucket``."""
     with open(os.path.join(LLM, gen.calibration)) as f:
@@ -2912,6 +2984,8 @@ def gpu_calibration(gen: Generation, gpu: GpuCalibration) -> dict:
         apply_prefill_eager_knee(gpu.eager_time_knee, out)
     if gpu.whole_gpu_eager:
         apply_whole_gpu_eager_fields(gpu.whole_gpu_eager, out)
+    if gpu.combine_spill:
+        apply_combine_spill_fields(gpu.combine_spill, out)
     return out
 
 

@@ -164,6 +164,13 @@ class LLMConfig:
     * ``decode_partition_request_s``: such a step (on an SM partition of a one-GPU mesh, with
       the stretch above; ignored while the stretch is 0, so the KV-read form stays as it was)
       lasts this many seconds more per request it holds (0: off).
+    * ``decode_combine_spill_s``: a decode step lasts this many seconds more per layer of its LLM
+      when the engine's paged attention splits its CUDA-graph bucket's context over so many
+      programs that the kernel combining their partial outputs spills out of registers (a long
+      context at a small batch: from 4097 tokens at one request of an LLM of 8 KV heads per GPU;
+      :func:`~placement_opt.simulate.meshsim.decode_combine_spills`). The profiled steps
+      never split that far, so the tables do not hold it (measured on job traces of H200 runs:
+      about 38 us a layer, whole GPU or SM partition alike, docs/fidelity-llm.md; 0: off).
     * ``prefill_start_full_s``: a graph prefill of an LLM on a whole GPU of a one-GPU mesh lasts
       this much longer than its table time: the engine's GPU work starts that far into its
       launch (the simulator's starts with the launch; measured on job traces of H100 runs: 0.38
@@ -313,6 +320,10 @@ class LLMConfig:
                                                help="seconds a decode step on an SM partition of a one-GPU mesh lasts "
                                                     "more per request it holds, with decode_partition_stretch (ignored "
                                                     "while that is 0; 0: off)")
+    decode_combine_spill_s: float = option(0.0, minimum=0,
+                                           help="seconds per layer a decode step lasts more when the engine's "
+                                                "attention split-combine spills (a long context at a small batch; "
+                                                "0: off)")
     prefill_start_full_s: float = option(0.0, minimum=0,
                                          help="seconds a graph prefill on a whole GPU of a one-GPU mesh lasts "
                                               "beyond its table time: its GPU work starts that far into its launch "

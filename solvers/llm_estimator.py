@@ -113,8 +113,8 @@ from placement_opt.llm_rules import tp_violations
 from placement_opt.llm_units import LLMSpec, MeshMemory, llm_config, llm_specs, mesh_memory, placement_rules
 from placement_opt.placement import Placement
 from placement_opt.settings import LLMConfig
-from placement_opt.simulate.llm import (contention_gbps, decode_request_seconds, decode_stretch, decode_wave,
-                                        eager_hold_seconds, host_seconds, kv_read_gbps, page_fill_seconds,
+from placement_opt.simulate.llm import (combine_spill_seconds, contention_gbps, decode_request_seconds, decode_stretch,
+                                        decode_wave, eager_hold_seconds, host_seconds, kv_read_gbps, page_fill_seconds,
                                         prefill_extra_seconds, resolve_policy, sm_shares)
 from placement_opt.simulate.meshsim import (contention_stretch, decode_context, offered_load, prefill_runs_eagerly,
                                             served_latency)
@@ -469,7 +469,9 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     simulator's KV-read term, :func:`kv_read_gbps`), or where the LLM has a decode stretch
     (:func:`decode_stretch`: ``llm.decode_full_stretch`` on a whole GPU of a one-GPU mesh,
     ``llm.decode_partition_stretch`` on an SM partition of one) its table time that many times and
-    the seconds per request (:func:`decode_request_seconds`) more per request, read there with
+    the seconds per request (:func:`decode_request_seconds`) more per request, and its
+    split-combine spill (:func:`combine_spill_seconds`, ``llm.decode_combine_spill_s``) at that
+    longest context where it spills, read there with
     ``llm.decode_attention_sms`` at the step's
     effective context (:func:`decode_wave`, the kernel's ``decode_context``; mean-value form: the
     longest of ``b`` requests whose decode progress is spread evenly, prompt + output x b / (b + 1)
@@ -499,6 +501,9 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     per_request = decode_request_seconds(llm, share, tp)
     if per_request > 0:
         dec = dec + b * per_request
+    if llm.decode_combine_spill_s > 0:  # at the mean-value longest context, as the effective context
+        top = np.ceil(spec.prompt_tokens + spec.output_tokens * b / (b + 1.0)).astype(np.int64)
+        dec = dec + np.array([combine_spill_seconds(llm, spec, tp, int(n), int(t)) for n, t in zip(b, top)])
     if decode_host > 0:
         dec = dec + decode_host
     if llm.decode_kv_gbps > 0 and stretch == 0:

@@ -63,6 +63,9 @@ class Timing(NamedTuple):
     own_prefill_decode_knee: float = 0.0
     own_decode_prefill_knee: float = 0.0
     prefill_beside_eager_knee_s: float = 0.0
+    decode_combine: Sequence[float] = ()
+    kv_heads: Sequence[int] = ()
+    combine_splits: Sequence[int] = ()
 
 
 NO_TIMING = Timing(0.0, 0.0, 0.0, 0, [], [], [], [], [], [], [], [], [])
@@ -88,7 +91,9 @@ def mesh_inputs(case, timing=None):
                     prefill_eager_hold_s=_f64(tm.eager_hold), prefill_collect_s=_f64(tm.collect),
                     prefill_stretch=_f64(tm.stretch), decode_block_host_s=_f64(tm.block_host),
                     decode_stretch=_f64(tm.decode_stretch), decode_wave=_f64(tm.decode_wave),
-                    decode_request_s=_f64(tm.decode_request))
+                    decode_request_s=_f64(tm.decode_request), decode_combine_s=_f64(tm.decode_combine),
+                    attention_kv_heads=np.array(tm.kv_heads, dtype=np.int64),
+                    combine_spill_splits=np.array(tm.combine_splits, dtype=np.int64))
     tables = LatencyTables(prefill=_f64(P), decode=_f64(D), lgrid=_f64(lgrid))
     cfg = MeshSettings(policy=POLICY_CODE[policy], pool=pool, block=block, max_batch=max_batch,
                        token_budget=token_budget, period=period, frac=frac, horizon=horizon, hbm_gbps=tm.hbm_gbps,
@@ -136,7 +141,9 @@ def timings(draw, n_llms):
     LLM's share to the power 0.4 or 1.5; prefills timed
     at their longest prompt or the mean, and graph prefills at their CUDA-graph bucket or not; decode steps 1.07 or 1.5 times their table time in place of
     the KV read, and 1 or 10 ms more per request, per LLM; a prefill beside its own decode step at
-    0.4 or 0.7 of its speed. Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
+    0.4 or 0.7 of its speed; decode steps 2 or 20 ms longer where their split-combine spills (one
+    or eight KV heads, spilling at one split: every step, or at two or 32: none of these short
+    contexts; per LLM). Each per-LLM array is sometimes empty (the kernel's zeros), apart from the
     others."""
     def per_llm(values):
         return draw(st.lists(st.sampled_from(values), min_size=n_llms, max_size=n_llms))
@@ -152,6 +159,8 @@ def timings(draw, n_llms):
     prefill_host = optional([0.0, 0.05, 0.3])
     weights = optional([1e8, 1e9, 5e9])
     kv = optional([0.0, 1e5, 1e7])
+    combine = optional([0.0, 0.002, 0.02])
+    kv_heads, combine_splits = (per_llm([1, 8]), per_llm([1, 1, 2, 32])) if combine else ([], [])
     return Timing(hbm, decode_kv_gbps, own, graph_tokens, decode_host, prefill_host,
                   eager_host=optional([0.0, 0.013, 0.1]), eager_hold=optional([0.0, 0.05, 0.2]),
                   collect=optional([0.0, 0.001, 0.05]), stretch=optional([0.0, 1.0, 1.5, 3.0]), weights=weights,
@@ -173,7 +182,8 @@ def timings(draw, n_llms):
                   prefill_beside_knee_s=draw(st.sampled_from([0.0, 0.01, 0.1])),
                   own_prefill_decode_knee=draw(st.sampled_from([0.0, 4.0, 64.0])),
                   own_decode_prefill_knee=draw(st.sampled_from([0.0, 4.0, 64.0])),
-                  prefill_beside_eager_knee_s=draw(st.sampled_from([0.0, 0.003, 0.3])))
+                  prefill_beside_eager_knee_s=draw(st.sampled_from([0.0, 0.003, 0.3])),
+                  decode_combine=combine, kv_heads=kv_heads, combine_splits=combine_splits)
 
 
 @st.composite
@@ -227,6 +237,7 @@ TERMS_OFF = {
     "decode_stretch": dict(decode_stretch=[]),
     "decode_wave": dict(decode_wave=[]),
     "decode_request": dict(decode_request=[]),
+    "decode_combine": dict(decode_combine=[], kv_heads=[], combine_splits=[]),
     "own_decode_prefill": dict(own_decode_prefill=0.0),
     "prefill_at_bucket": dict(prefill_at_bucket=False),
 }
@@ -243,7 +254,7 @@ def test_scheduler_matches_kernel_with_duration_models(policy):
     decode requests, over the prompt's length, by a power of their SM share), prefills timed at their longest prompt or
     their CUDA-graph bucket, decode
     steps stretched in place of their KV read, decode steps timed at their effective context and
-    lasting more per request they hold. Same
+    lasting more per request they hold and where their split-combine spills. Same
     first tokens, finishes and preemptions, bit for bit; and each term, switched off alone,
     changes the kernel's outcome in some cases (so the equality covers it; the prefill's table
     point, rarely at stake in these cases, on a hand-sized one below; under the temporal

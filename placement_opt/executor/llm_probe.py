@@ -95,7 +95,8 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
     probe's own requests of one LLM hold one context, so there it is their mean), plus
     the KV-read term at this TP degree or, where the LLM has a decode stretch
     (:func:`~placement_opt.simulate.llm.decode_stretch`), times the stretch, plus its seconds per
-    request (:func:`~placement_opt.simulate.llm.decode_request_seconds`); and the page-table
+    request (:func:`~placement_opt.simulate.llm.decode_request_seconds`), plus its split-combine
+    spill (:func:`~placement_opt.simulate.llm.combine_spill_seconds`); and the page-table
     fill): over every pair of consecutive
     token events of the mesh that are both decode steps of that LLM (nothing else ran between).
     ``token_times[i]``: the times of request i's tokens; a pair with a request of ``skip`` in
@@ -127,6 +128,7 @@ def decode_host_seconds(specs: Sequence[LLMSpec], tp: int, shares: Sequence[floa
         elif kv_gbps > 0:
             modelled += total * specs[k].kv_bytes_per_token / tp / (kv_gbps * 1e9)
         modelled += per_request[k] * b
+        modelled += simllm.combine_spill_seconds(cfg, specs[k], tp, b, max(context))
         modelled += fill[k] * sum((c + cfg.kv_block_tokens) // cfg.kv_block_tokens for c in context)
         excess[k].append(t1 - t0 - modelled)
     return [float(np.median(e)) if len(e) >= MIN_STEPS else None for e in excess]

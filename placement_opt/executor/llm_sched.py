@@ -29,9 +29,10 @@ from typing import List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from placement_opt.simulate.meshsim import (ADBS, EPS, FCFS, LatencyTables, MeshLLMs, MeshRequests, MeshSettings,
-                                            contention_on, contention_stretch, decode_context, offered_load,
-                                            own_prefill_decode_speed, prefill_factor_beside, prefill_point,
-                                            prefill_runs_eagerly, prefill_stretches_beside, served_latency)
+                                            contention_on, contention_stretch, decode_combine_spills, decode_context,
+                                            offered_load, own_prefill_decode_speed, prefill_factor_beside,
+                                            prefill_point, prefill_runs_eagerly, prefill_stretches_beside,
+                                            served_latency)
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -423,8 +424,8 @@ class VirtualJobs:
     with ``prefill_at_bucket`` (:func:`job_seconds`), a graph prefill's
     ``MeshLLMs.prefill_stretch``, ``prefill_collect_s``, a decode step's KV read at
     ``MeshSettings.decode_kv_gbps`` or, where set, its ``MeshLLMs.decode_stretch``, and its
-    ``decode_request_s`` per request; at its effective
-    context with ``MeshLLMs.decode_wave``), their
+    ``decode_request_s`` per request and its ``decode_combine_s`` where its split-combine spills;
+    at its effective context with ``MeshLLMs.decode_wave``), their
     launch on the one scheduling thread under the host model (``MeshLLMs.decode_host_s``,
     ``decode_block_host_s`` per KV block a decode step's requests hold, ``prefill_host_s``; an
     eager prefill over
@@ -454,6 +455,9 @@ class VirtualJobs:
         self.decode_stretch = _per_llm(llms.decode_stretch, K)
         self.decode_request = _per_llm(llms.decode_request_s, K)
         self.decode_wave = _per_llm(llms.decode_wave, K)
+        self.combine = _per_llm(llms.decode_combine_s, K)
+        self.kv_heads = [int(h) for h in _per_llm(llms.attention_kv_heads, K)]
+        self.spill_splits = [int(n) for n in _per_llm(llms.combine_spill_splits, K)]
         self.retimed = bool(contention_on(cfg))
         host_costs = self.decode_host + self.prefill_host + self.eager_host + self.eager_hold + self.block_host
         self.timed = self.retimed or any(h > 0 for h in host_costs)
@@ -484,7 +488,8 @@ class VirtualJobs:
         """The job's time alone (``_start_prefill``'s ``prefill_dur``, ``_start_decode``'s
         ``decode_dur``): a graph prefill's table time stretched, plus the collect; a decode
         step's table time (at :func:`~placement_opt.simulate.meshsim.decode_context`) times its
-        decode stretch where set, else plus its KV read, plus its seconds per request."""
+        decode stretch where set, else plus its KV read, plus its seconds per request, plus its
+        split-combine spill where it spills (:func:`~placement_opt.simulate.meshsim.decode_combine_spills`)."""
         k, ctx = job.llm, sum(job.contexts)
         if job.kind == PREFILL:
             stretch = self.stretch[k] if self.stretch[k] > 0 and not self.eager(job) else 1.0
@@ -496,7 +501,11 @@ class VirtualJobs:
             dur *= self.decode_stretch[k]
         elif self.cfg.decode_kv_gbps > 0:
             dur += float(ctx) * self.kv_bytes[k] / (self.cfg.decode_kv_gbps * 1e9)
-        return dur + self.decode_request[k] * len(job.requests)
+        dur += self.decode_request[k] * len(job.requests)
+        if self.combine[k] > 0 and decode_combine_spills(len(job.requests), max(job.contexts), self.cfg.block,
+                                                         self.kv_heads[k], self.spill_splits[k]):
+            dur += self.combine[k]
+        return dur
 
     def moved(self, job: Job) -> float:
         """The bytes per GPU a job moves (its LLM's weights and its requests' KV: the contention

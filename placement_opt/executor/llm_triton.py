@@ -39,9 +39,10 @@ try:
 except ImportError:  # no Triton: the decoder keeps its gather path
     triton = None
 
-TILE = 64  # tokens per attention iteration
-SPLIT_PROGRAMS = 256  # split a context over programs until a step has about this many
-SPLIT_MIN_TOKENS = 256  # but never give a split fewer tokens than this
+# the attention's rules live with the simulator, which times them (its combine spill)
+from placement_opt.simulate.meshsim import ATTENTION_TILE as TILE  # tokens per attention iteration
+from placement_opt.simulate.meshsim import COMBINE_WARPS, attention_pads, attention_splits
+
 LOG2E = 1.4426950408889634
 
 
@@ -226,15 +227,6 @@ def rope_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: i
     return q
 
 
-def attention_splits(batch: int, kv_heads: int, n_tokens: int) -> Tuple[int, int]:
-    """(splits, tokens per split) of a step of ``batch`` requests with ``kv_heads`` local KV
-    heads reading up to ``n_tokens`` positions: more programs for long contexts at small
-    batches, each at least ``SPLIT_MIN_TOKENS`` tokens, a whole number of tiles."""
-    splits = max(1, min(SPLIT_PROGRAMS // max(1, batch * kv_heads), n_tokens // SPLIT_MIN_TOKENS))
-    per = math.ceil(n_tokens / splits / TILE) * TILE
-    return math.ceil(n_tokens / per), per
-
-
 def paged_attention(q: torch.Tensor, pool: torch.Tensor, read_units: torch.Tensor, lengths: torch.Tensor,
                     kv_heads: int) -> torch.Tensor:
     """Attention of the queries ``q`` [B, heads, hd] over each request's first ``lengths[b]``
@@ -244,7 +236,7 @@ def paged_attention(q: torch.Tensor, pool: torch.Tensor, read_units: torch.Tenso
     n_blocks, block = read_units.shape[-1], pool.shape[1]
     group = heads // kv_heads
     splits, per = attention_splits(batch, kv_heads, n_blocks * block)
-    gp, hdp = max(16, _pow2(group)), max(16, _pow2(hd))
+    gp, hdp = attention_pads(group, hd)
     out = torch.empty_like(q)
     part: Any = out
     ml: Any = out
@@ -257,5 +249,5 @@ def paged_attention(q: torch.Tensor, pool: torch.Tensor, read_units: torch.Tenso
         IEEE=q.dtype == torch.float32, num_warps=4)
     if splits > 1:
         _combine_kernel[(batch, kv_heads)](part, ml, out, kv_heads, group, splits, GP=gp, HD=hd, HDP=hdp,
-                                           SP=_pow2(splits), num_warps=4)
+                                           SP=_pow2(splits), num_warps=COMBINE_WARPS)
     return out

@@ -34,7 +34,8 @@ from placement_opt.placement import Group, Placement
 from placement_opt.settings import POLICIES, LLMConfig
 from placement_opt.costs.interp import lookup_batches, lookup_lengths
 from placement_opt.simulate.meshsim import (ADBS, FCFS, ROUND_ROBIN, LatencyTables, MeshLLMs, MeshOutputs, MeshRequests,
-                                            MeshSettings, mesh_outputs, simulate_mesh)
+                                            MeshSettings, combine_spill_splits, decode_combine_spills, mesh_outputs,
+                                            simulate_mesh)
 from placement_opt.llm_units import (LLMSpec, effective_llm_config, llm_config, llm_specs, mesh_kv_pool_bytes, pages_per_block,
                                      placement_rules)
 from placement_opt.settings import RuleSet
@@ -284,7 +285,8 @@ def mesh_inputs(g: Group, mesh_specs: List[LLMSpec], pool_bytes: float, cfg: LLM
                     decode_request_s=np.array([decode_request_seconds(cfg, sh, g.tp) for sh in shares],
                                               dtype=np.float64),
                     decode_wave=np.array([decode_wave(cfg, s, sh, g.tp) for s, sh in zip(mesh_specs, shares)],
-                                         dtype=np.float64))
+                                         dtype=np.float64),
+                    **combine_arrays(cfg, mesh_specs, g.tp))
     tables = LatencyTables(prefill=P, decode=D, lgrid=lgrid.astype(np.float64))
     return llms, tables, mesh_settings(cfg, _POLICY_CODE[policy], _pool_kib(pool_bytes), horizon, g.tp)
 
@@ -376,6 +378,44 @@ def decode_wave(cfg: LLMConfig, spec: LLMSpec, share: float, tp: int) -> float:
         return 0.0
     arch = spec.architecture
     return sms / float(arch.kv_heads or arch.heads)
+
+
+def attention_kv_heads(spec: LLMSpec, tp: int) -> int:
+    """The KV heads of ``spec`` each GPU of a mesh of TP degree ``tp`` holds (at least one)."""
+    arch = spec.architecture
+    return max(1, (arch.kv_heads or arch.heads) // tp)
+
+
+def spill_splits(spec: LLMSpec, tp: int) -> int:
+    """The fewest attention splits at which the engine's combine kernel spills for ``spec`` at TP
+    degree ``tp`` (:func:`~placement_opt.simulate.meshsim.combine_spill_splits` of its query
+    heads per KV head and head size)."""
+    arch = spec.architecture
+    kv_heads = arch.kv_heads or arch.heads
+    return combine_spill_splits(max(1, arch.heads // kv_heads), arch.hidden // arch.heads)
+
+
+def combine_spill_seconds(cfg: LLMConfig, spec: LLMSpec, tp: int, batch: int, longest: int) -> float:
+    """The seconds a decode step of ``spec`` on a mesh of TP degree ``tp``, ``batch`` requests
+    the longest of ``longest`` tokens, lasts more for its split-combine spill: the kernel's
+    ``MeshLLMs.decode_combine_s`` where
+    :func:`~placement_opt.simulate.meshsim.decode_combine_spills`, else 0."""
+    if cfg.decode_combine_spill_s <= 0 or not decode_combine_spills(
+            batch, longest, cfg.kv_block_tokens, attention_kv_heads(spec, tp), spill_splits(spec, tp)):
+        return 0.0
+    return cfg.decode_combine_spill_s * spec.architecture.layers
+
+
+def combine_arrays(cfg: LLMConfig, mesh_specs: Sequence[LLMSpec], tp: int) -> Dict[str, np.ndarray]:
+    """The kernel's split-combine spill inputs of a mesh's LLMs (``MeshLLMs.decode_combine_s``,
+    ``attention_kv_heads``, ``combine_spill_splits``): ``llm.decode_combine_spill_s`` x each
+    LLM's layers, its KV heads per GPU and the splits that spill; empty while the field is 0."""
+    if cfg.decode_combine_spill_s <= 0:
+        return {}
+    return dict(decode_combine_s=np.array([cfg.decode_combine_spill_s * s.architecture.layers for s in mesh_specs],
+                                          dtype=np.float64),
+                attention_kv_heads=np.array([attention_kv_heads(s, tp) for s in mesh_specs], dtype=np.int64),
+                combine_spill_splits=np.array([spill_splits(s, tp) for s in mesh_specs], dtype=np.int64))
 
 
 def on_whole_gpu(share: float, tp: int) -> bool:

@@ -50,6 +50,10 @@ their table time (the engine's steps on a whole GPU exceed the profiled ones by 
 not by the KV bytes they read). **Seconds per request** (``MeshLLMs.decode_request_s``): a
 decode step also lasts that much more per request it holds, after the stretch or the KV read
 (the engine's steps on a whole GPU exceed their tables more the larger their batch).
+**Split-combine spill** (``MeshLLMs.decode_combine_s``): a decode step whose attention the
+engine splits into so many parts that the kernel combining them spills out of registers
+(:func:`decode_combine_spills`: a long context at a small batch) lasts that much more, after
+the terms above (the profiled steps, at contexts up to 2048 tokens, never split that far).
 **Effective context** (``MeshLLMs.decode_wave``): a decode
 step is read off its table at :func:`decode_context`, between its requests' mean and longest
 context, not at the mean. **Page-table fill**
@@ -140,6 +144,12 @@ class MeshLLMs(NamedTuple):
     # float64 requests whose decode attention programs fit on the LLM's SMs at once
     # (:func:`decode_context`; 0 or empty: steps at their mean context)
     decode_wave: np.ndarray = np.zeros(0)
+    # float64 seconds a decode step lasts more when the engine's split-combine of its attention
+    # spills (:func:`decode_combine_spills`; 0 or empty: off), with the LLM's KV heads per GPU
+    # (int64) and the fewest splits that spill (int64, :func:`combine_spill_splits`)
+    decode_combine_s: np.ndarray = np.zeros(0)
+    attention_kv_heads: np.ndarray = np.zeros(0, dtype=np.int64)
+    combine_spill_splits: np.ndarray = np.zeros(0, dtype=np.int64)
 
 
 class LatencyTables(NamedTuple):
@@ -259,6 +269,9 @@ LLM_STATE = np.dtype([
     ("decode_stretch", np.float64),     # factor on its decode step's table time in place of the KV read (0: off)
     ("decode_request", np.float64),     # seconds its decode step lasts more per request it holds (0: off)
     ("decode_wave", np.float64),        # requests whose attention programs fit on its SMs at once (0: the mean)
+    ("decode_combine", np.float64),     # seconds its decode step lasts more when its split-combine spills (0: off)
+    ("attention_kv_heads", np.int64),   # its KV heads per GPU (the engine's attention split rule)
+    ("combine_splits", np.int64),       # the fewest attention splits whose combine spills
     ("decode_fill", np.float64),        # host seconds of its decode step in flight's page-table fill
 ], align=True)
 
@@ -434,6 +447,10 @@ def _llm_state(requests, mesh_llms, cfg, out):
             llms[k].decode_request = mesh_llms.decode_request_s[k]
         if mesh_llms.decode_wave.shape[0] == K:
             llms[k].decode_wave = mesh_llms.decode_wave[k]
+        if mesh_llms.decode_combine_s.shape[0] == K:
+            llms[k].decode_combine = mesh_llms.decode_combine_s[k]
+            llms[k].attention_kv_heads = mesh_llms.attention_kv_heads[k]
+            llms[k].combine_splits = mesh_llms.combine_spill_splits[k]
         llms[k].eager_hold = llms[k].eager_host
         if mesh_llms.prefill_eager_hold_s.shape[0] == K and mesh_llms.prefill_eager_hold_s[k] > 0:
             llms[k].eager_hold = mesh_llms.prefill_eager_hold_s[k]
@@ -575,6 +592,70 @@ def prefill_runs_eagerly(batch, longest, graph_tokens):
     while b < batch:
         b *= 2
     return b * padded_prefill_length(longest) > graph_tokens
+
+
+#: The engine's paged decode attention (``executor.llm_triton``), whose rules the simulator
+#: times: tokens per iteration, the programs a step's split contexts aim at, the fewest tokens
+#: of one split, the warps of the kernel that combines the splits, and the fp32 values one
+#: combine program holds before its tile spills out of registers (256 per thread).
+ATTENTION_TILE = 64
+SPLIT_PROGRAMS = 256
+SPLIT_MIN_TOKENS = 256
+COMBINE_WARPS = 4
+COMBINE_SPILL_VALUES = 256 * 32 * COMBINE_WARPS
+
+
+@njit(cache=True)
+def power_of_two_at_least(n):
+    """The smallest power of two at least ``n`` (1 for ``n`` <= 1)."""
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+@njit(cache=True)
+def attention_splits(batch, kv_heads, n_tokens):
+    """(splits, tokens per split) of the engine's paged attention over ``n_tokens`` positions for
+    ``batch`` requests of ``kv_heads`` KV heads per GPU: long contexts at small batches are split
+    over more programs (flash-decoding), towards ``SPLIT_PROGRAMS`` in all, each split at least
+    ``SPLIT_MIN_TOKENS`` tokens and a whole number of ``ATTENTION_TILE`` tiles."""
+    splits = max(1, min(SPLIT_PROGRAMS // max(1, batch * kv_heads), n_tokens // SPLIT_MIN_TOKENS))
+    per = -(-n_tokens // (splits * ATTENTION_TILE)) * ATTENTION_TILE  # ceil(n / splits / TILE) x TILE
+    return -(-n_tokens // per), per
+
+
+@njit(cache=True)
+def attention_pads(group, head_dim):
+    """The tile sizes of the engine's attention programs: the query heads of one KV head and the
+    head size, each a power of two of at least 16 (``tl.dot``'s smallest)."""
+    return max(16, power_of_two_at_least(group)), max(16, power_of_two_at_least(head_dim))
+
+
+def combine_spill_splits(group: int, head_dim: int) -> int:
+    """The fewest splits (a power of two) at which the engine's combine kernel spills: its
+    program loads every split's partial output at once, a tile of splits (rounded up to a
+    power of two) x :func:`attention_pads`, and past ``COMBINE_SPILL_VALUES`` values that tile
+    no longer fits its threads' registers."""
+    gp, hdp = attention_pads(group, head_dim)
+    splits = 1
+    while splits * gp * hdp <= COMBINE_SPILL_VALUES:
+        splits *= 2
+    return splits
+
+
+@njit(cache=True)
+def decode_combine_spills(batch, longest, block, kv_heads, spill_splits):
+    """Whether the engine's decode step of ``batch`` requests, the longest of ``longest`` tokens
+    (KV blocks of ``block`` tokens), spills its split-combine: the step replays the CUDA graph of
+    its bucket (batch and blocks of the longest context, each rounded up to a power of two),
+    whose attention splits the bucket's whole length (:func:`attention_splits` at ``kv_heads``
+    KV heads per GPU) into at least ``spill_splits`` (:func:`combine_spill_splits`)."""
+    if spill_splits <= 0:
+        return False
+    blocks = power_of_two_at_least((longest + block - 1) // block)
+    splits, _ = attention_splits(power_of_two_at_least(batch), kv_heads, blocks * block)
+    return power_of_two_at_least(splits) >= spill_splits
 
 
 @njit(cache=True, inline="always")
@@ -940,6 +1021,9 @@ def _start_decode(k, t, reqs, llms, slots, tables, cfg):
     elif cfg.decode_kv_gbps > 0:
         llm.decode_dur += ctx * llm.kv_bytes / (cfg.decode_kv_gbps * 1e9)
     llm.decode_dur += llm.decode_request * llm.n_running
+    if llm.decode_combine > 0.0 and decode_combine_spills(llm.n_running, int(longest), cfg.block,
+                                                          llm.attention_kv_heads, llm.combine_splits):
+        llm.decode_dur += llm.decode_combine
     llm.decode_end = t + llm.decode_dur
     llm.decode_bytes = llm.weight_bytes + ctx * llm.kv_bytes
     llm.decode_seq = _next_seq(llms)

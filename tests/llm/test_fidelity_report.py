@@ -143,13 +143,14 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
     # with the knee in the prefill's time alone instead of its prompt tokens, jointly with both jobs
     # of an LLM's partition, their speeds beside each other with knees in the prefill's prompt, and
     # an eager prefill's own knee in its time alone fitted last on the same traces; and the eager
-    # launch on the whole GPU (its hold apart from its GPU tail) fitted on its temporal trace runs
+    # launch on the whole GPU (its hold apart from its GPU tail) and the decode step's split-combine
+    # spill fitted on its temporal trace runs
     assert os.path.basename(module.calibration_path("H200")) == "calibration-v3i-h200.json"
     h200 = module.calibrated_llm_fields("H200")
     knee = ("prefill_beside_gbps", "prefill_beside_requests", "prefill_beside_knee_tokens", "prefill_beside_knee_s",
             "own_decode_prefill_share", "own_decode_prefill_knee_tokens", "own_prefill_decode_share",
             "own_prefill_decode_knee_tokens", "prefill_beside_eager_knee_s", "prefill_eager_hold_full_s",
-            "prefill_eager_host_full_s")
+            "prefill_eager_host_full_s", "decode_combine_spill_s")
     for name in ("calibration-v3g.json", "calibration-v3g-h200.json"):  # v3h refits none of v3g's fields
         with open(os.path.join(FIDELITY, name)) as f:
             v3g = {k: v for k, v in json.load(f).items() if k != "fit"}
@@ -165,10 +166,11 @@ def test_new_measured_instances_carry_the_newest_generations_calibration(tmp_pat
         "prefill_start_full_s", "own_prefill_decode_share", "decode_partition_stretch", "decode_partition_request_s",
         "own_decode_prefill_share", "prefill_at_bucket", "prefill_beside_knee_s", "own_decode_prefill_knee_tokens",
         "own_prefill_decode_knee_tokens", "prefill_beside_eager_knee_s", "prefill_eager_hold_full_s",
-        "prefill_eager_host_full_s"}
+        "prefill_eager_host_full_s", "decode_combine_spill_s"}
     assert 0.1 < h200["prefill_beside_eager_knee_s"] < 0.5
     # the launch outlasts a small LLM's GPU work; a large one's GPU work outlasts it by a little
     assert 0.01 < h200["prefill_eager_hold_full_s"] < 0.02 and 0.0 < h200["prefill_eager_host_full_s"] < 0.005
+    assert 3e-5 < h200["decode_combine_spill_s"] < 5e-5  # seconds a layer
 
 
 def test_each_generation_is_calibrated_on_its_own_runs():
@@ -187,8 +189,8 @@ def test_each_generation_is_calibrated_on_its_own_runs():
     calibration, fitted on v3g's and v3s's runs, none of its own: every v3h run is held out; and v3i
     (v3h on 32 CUDA hardware queues) derives from v3h and keeps it but for the H200's stretch of a
     prefill beside the other LLMs' jobs, refitted with its knee in the prefill's time on its own
-    seeds 55 to 58, and the eager launch on the whole GPU on set h200t73's two temporal runs: its
-    later seeds and every other trace run are held out."""
+    seeds 55 to 58, and the eager launch on the whole GPU and the decode step's split-combine spill
+    on set h200t73's two temporal runs: its later seeds and every other trace run are held out."""
     script = load_benchmark("llm_fidelity")
     v3g_own = set(script.GENERATIONS["v3g"].results) | set(script.GENERATIONS["v3s"].results)
     for name, gen in script.GENERATIONS.items():
@@ -201,6 +203,8 @@ def test_each_generation_is_calibrated_on_its_own_runs():
     assert own_fits == list(script.V3I_TIME_KNEE_TRACES) + list(script.V3I_WHOLE_GPU_EAGER_TRACES)
     assert list(script.V3I_TIME_KNEE_TRACES) == list(v3i.gpus[0].prefill_time_knee) == list(
         v3i.gpus[0].own_partition_knees)
+    assert list(script.V3I_COMBINE_SPILL_TRACES) == list(v3i.gpus[0].combine_spill) == list(
+        script.V3I_WHOLE_GPU_EAGER_TRACES)
     assert list(script.V3I_WHOLE_GPU_EAGER_TRACES) == list(v3i.gpus[0].whole_gpu_eager) == [
         ("results-v3i-h200t73", "h200t73-conv-temporal"), ("results-v3i-h200t73", "h200t73-code-temporal")]
     assert {f for f, _ in own_fits} == {f"results-v3i-h200x3s{s}" for s in (55, 56, 57, 58)} | {"results-v3i-h200t73"}

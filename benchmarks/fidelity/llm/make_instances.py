@@ -76,7 +76,7 @@ The trace sets (``--h200t NAME...``, ``instances/fidelity-llm/<NAME>/``, ``H200T
 LLMs on one H200 serving windows of the Splitwise conversation and code traces, ``muxserve`` and
 ``temporal`` placements; ``h200t73`` held out for v3i's adopted H200 file, ``h200t74`` (fresh
 windows) for an eager prefill's own time knee, ``h200t75`` (fresh again) for the eager launch
-on the whole GPU.
+on the whole GPU, ``h200t76`` (fresh again) for the split-combine spill.
 Write a set once, before its runs: its
 placements and measured instance record the calibration of that day.
 
@@ -377,7 +377,9 @@ H200T_SETS = {"h200t73": (0.1, 73, {"conv": ("splitwise_conv.csv", 0.0, 90.0, 1.
               "h200t74": (0.1, 74, {"conv": ("splitwise_conv.csv", 330.0, 90.0, 1.25),
                                     "code": ("splitwise_code.csv", 1200.0, 60.0, 1.0)}),
               "h200t75": (0.1, 75, {"conv": ("splitwise_conv.csv", 540.0, 90.0, 1.0),
-                                    "code": ("splitwise_code.csv", 1800.0, 60.0, 1.0)})}
+                                    "code": ("splitwise_code.csv", 1800.0, 60.0, 1.0)}),
+              "h200t76": (0.1, 76, {"conv": ("splitwise_conv.csv", 900.0, 90.0, 1.0),
+                                    "code": ("splitwise_code.csv", 1560.0, 60.0, 1.0)})}
 
 
 def write_h200t_sets(names: list, traces: str) -> None:
