@@ -2088,7 +2088,7 @@ def whole_gpu_eager_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str
     """Per eager prefill of ``runs``' job traces (one-GPU meshes, every LLM on the whole GPU: the
     temporal placement) its (time alone: the table time at its longest prompt plus the start
     into its launch ``fields["prefill_start_full_s"]``, launch to GPU end, launch host time), and
-    the graph prefills' median launch host time (0 where there are none)."""
+    the graph prefills' median launch host time (:func:`traced_launch_holds`; 0 where there are none)."""
     from placement_opt.simulate.llm import sm_shares
     from placement_opt.simulate.meshsim import prefill_runs_eagerly
 
@@ -2101,12 +2101,11 @@ def whole_gpu_eager_prefills(runs: Tuple[Tuple[str, str], ...], fields: Dict[str
         jobs = [j for j in traced_jobs(run) or () if j["kind"] == "prefill"]
         if not jobs:
             raise ValueError(f"{where[0]}/{where[1]}: no job trace with prefills")
+        graph += traced_launch_holds(run)[False]
         for j, table in zip(jobs, traced_table_seconds(run, jobs, at_bucket=True)):
-            host = j["launched_s"] - j["launch_s"]
             if prefill_runs_eagerly(j["requests"], j["longest_context"], GRAPH_TOKENS):
-                rows.append((table + fields.get("prefill_start_full_s", 0.0), j["device_end_s"] - j["launch_s"], host))
-            else:
-                graph.append(host)
+                rows.append((table + fields.get("prefill_start_full_s", 0.0), j["device_end_s"] - j["launch_s"],
+                             j["launched_s"] - j["launch_s"]))
     return np.array(rows).reshape(-1, 3), statistics.median(graph) if graph else 0.0
 
 
