@@ -106,8 +106,9 @@ def test_the_estimator_adds_the_spill_at_its_mean_value_longest_context():
 def test_the_fit_on_the_temporal_traces_and_its_held_out_check():
     """On h200t73's two temporal runs (the fit) a spilling step lasts about 40 us a layer more
     than the simulator's time of it; with the term its RMS log error falls from 0.36 to 0.03.
-    On held-out runs, the GPU's whole (h200t75's code temporal) and its SM partitions (h200t75's
-    code muxserve, every policy), the same value takes it below a fifth."""
+    On held-out runs, the GPU's whole (h200t75's code temporal, h200t76's two temporal runs, made
+    after the fit) and its SM partitions (h200t75's code muxserve, every policy), the same value
+    takes it below a fifth."""
     fid = load_benchmark("llm_fidelity")
     gpu = fid.GENERATIONS["v3i"].gpus[0]
     assert gpu.combine_spill == fid.V3I_COMBINE_SPILL_TRACES
@@ -118,8 +119,9 @@ def test_the_fit_on_the_temporal_traces_and_its_held_out_check():
     assert count == 750 and after < 0.1 * before
     held_out = [("results-v3i-h200t75", f"h200t75-code-{r}")
                 for r in ("temporal", "muxserve/adbs", "muxserve/round-robin", "muxserve/fcfs")]
+    held_out += [("results-v3i-h200t76", f"h200t76-{w}-temporal") for w in ("code", "conv")]
     assert not any(fid.is_fit_run(fid._find_run(w)) for w in held_out)
     steps = np.vstack([fid.combine_spill_steps(fid._find_run(w), cal) for w in held_out])
     gpu_s, modelled, layers, spills = steps[steps[:, 3] > 0].T
     rms = lambda model: float(np.sqrt(np.mean(np.log(model / gpu_s) ** 2)))  # noqa: E731
-    assert len(gpu_s) > 300 and rms(modelled + cal["decode_combine_spill_s"] * layers) < 0.2 * rms(modelled)
+    assert len(gpu_s) > 400 and rms(modelled + cal["decode_combine_spill_s"] * layers) < 0.2 * rms(modelled)
