@@ -2170,7 +2170,7 @@ def combine_spill_steps(run: dict, fields: Dict[str, float]) -> np.ndarray:
         spec, n, sh = specs[j["llm"]], j["requests"], share[j["llm"]]
         stretch = decode_stretch(cfg, sh, 1) or 1.0
         spills = decode_combine_spills(n, j["longest_context"], cfg.kv_block_tokens, attention_kv_heads(spec, 1),
-                                       spill_splits(spec, 1))
+                                       spill_splits(spec))
         rows.append((j["device_end_s"] - j["device_start_s"], stretch * table + decode_request_seconds(cfg, sh, 1) * n,
                      spec.architecture.layers, float(spills)))
     return np.array(rows, dtype=np.float64).reshape(-1, 4)

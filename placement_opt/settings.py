@@ -169,8 +169,9 @@ class LLMConfig:
       programs that the kernel combining their partial outputs spills out of registers (a long
       context at a small batch: from 4097 tokens at one request of an LLM of 8 KV heads per GPU;
       :func:`~placement_opt.simulate.meshsim.decode_combine_spills`). The profiled steps
-      never split that far, so the tables do not hold it (measured on job traces of H200 runs:
-      about 38 us a layer, whole GPU or SM partition alike, docs/fidelity-llm.md; 0: off).
+      never split that far, so the tables do not hold it (measured on job traces of TP-1 H200
+      runs: about 40 us a layer, 37-42 by LLM, whole GPU or SM partition alike,
+      docs/fidelity-llm.md; at TP > 1 the same rule on a rank's KV heads, not measured; 0: off).
     * ``prefill_start_full_s``: a graph prefill of an LLM on a whole GPU of a one-GPU mesh lasts
       this much longer than its table time: the engine's GPU work starts that far into its
       launch (the simulator's starts with the launch; measured on job traces of H100 runs: 0.38

@@ -502,7 +502,7 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     if per_request > 0:
         dec = dec + b * per_request
     if llm.decode_combine_spill_s > 0:  # at the mean-value longest context, as the effective context
-        top = np.ceil(spec.prompt_tokens + spec.output_tokens * b / (b + 1.0)).astype(np.int64)
+        top = np.ceil(spec.prompt_tokens + spec.output_tokens * b / (b + 1.0))
         dec = dec + np.array([combine_spill_seconds(llm, spec, tp, int(n), int(t)) for n, t in zip(b, top)])
     if decode_host > 0:
         dec = dec + decode_host

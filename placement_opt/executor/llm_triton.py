@@ -29,7 +29,7 @@ decoder then uses the gather + batched-GEMM attention. CPU tests run the kernels
 from __future__ import annotations
 
 import math
-from typing import Any, Tuple
+from typing import Any
 
 import torch
 

@@ -386,10 +386,11 @@ def attention_kv_heads(spec: LLMSpec, tp: int) -> int:
     return max(1, (arch.kv_heads or arch.heads) // tp)
 
 
-def spill_splits(spec: LLMSpec, tp: int) -> int:
-    """The fewest attention splits at which the engine's combine kernel spills for ``spec`` at TP
-    degree ``tp`` (:func:`~placement_opt.simulate.meshsim.combine_spill_splits` of its query
-    heads per KV head and head size)."""
+def spill_splits(spec: LLMSpec) -> int:
+    """The fewest attention splits at which the engine's combine kernel spills for ``spec``
+    (:func:`~placement_opt.simulate.meshsim.combine_spill_splits` of its query heads per KV head
+    and head size: the same at every TP degree, as a rank holds whole KV heads with their query
+    heads; the TP degree moves only the KV heads per GPU, :func:`attention_kv_heads`)."""
     arch = spec.architecture
     kv_heads = arch.kv_heads or arch.heads
     return combine_spill_splits(max(1, arch.heads // kv_heads), arch.hidden // arch.heads)
@@ -401,7 +402,7 @@ def combine_spill_seconds(cfg: LLMConfig, spec: LLMSpec, tp: int, batch: int, lo
     ``MeshLLMs.decode_combine_s`` where
     :func:`~placement_opt.simulate.meshsim.decode_combine_spills`, else 0."""
     if cfg.decode_combine_spill_s <= 0 or not decode_combine_spills(
-            batch, longest, cfg.kv_block_tokens, attention_kv_heads(spec, tp), spill_splits(spec, tp)):
+            batch, longest, cfg.kv_block_tokens, attention_kv_heads(spec, tp), spill_splits(spec)):
         return 0.0
     return cfg.decode_combine_spill_s * spec.architecture.layers
 
@@ -415,7 +416,7 @@ def combine_arrays(cfg: LLMConfig, mesh_specs: Sequence[LLMSpec], tp: int) -> Di
     return dict(decode_combine_s=np.array([cfg.decode_combine_spill_s * s.architecture.layers for s in mesh_specs],
                                           dtype=np.float64),
                 attention_kv_heads=np.array([attention_kv_heads(s, tp) for s in mesh_specs], dtype=np.int64),
-                combine_spill_splits=np.array([spill_splits(s, tp) for s in mesh_specs], dtype=np.int64))
+                combine_spill_splits=np.array([spill_splits(s) for s in mesh_specs], dtype=np.int64))
 
 
 def on_whole_gpu(share: float, tp: int) -> bool:

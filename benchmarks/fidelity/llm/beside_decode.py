@@ -13,8 +13,9 @@ compares
   with the run's calibration: its table time at the effective context x
   ``decode_partition_stretch`` + ``decode_partition_request_s`` x its requests where the
   calibration has the partition step (v3g's H200 one), else its table time at the mean context
-  plus its KV bytes over ``decode_kv_gbps`` (``simulate.llm.decode_stretch``,
-  ``decode_request_seconds``, ``decode_wave``, ``kv_read_gbps``), with
+  plus its KV bytes over ``decode_kv_gbps``, and its split-combine spill where the calibration
+  has ``decode_combine_spill_s`` (``simulate.llm.decode_stretch``, ``decode_request_seconds``,
+  ``decode_wave``, ``kv_read_gbps``, ``combine_spill_seconds``), with
 * **model**: the contention stretch at the time-weighted HBM demand of the other LLMs' decode
   steps beside it (each one's bytes, weights and the KV of its contexts, over its own time alone)
   and its own, at the run's ``contention_hbm_gbps`` and ``contention_hbm_cap_gbps``.
@@ -86,8 +87,8 @@ def beside_steps(run: dict, curve: Optional[Tuple[float, float]] = None) -> Tupl
     the contexts."""
     from placement_opt.executor.llm_sched import len_interp
     from placement_opt.llm_units import llm_specs
-    from placement_opt.simulate.llm import (contention_gbps, decode_request_seconds, decode_stretch, decode_wave,
-                                            kv_read_gbps, sm_shares)
+    from placement_opt.simulate.llm import (combine_spill_seconds, contention_gbps, decode_request_seconds,
+                                            decode_stretch, decode_wave, kv_read_gbps, sm_shares)
     from placement_opt.simulate.meshsim import contention_stretch, decode_context, offered_load, served_latency
 
     jobs = lf.traced_jobs(run)
@@ -123,7 +124,8 @@ def beside_steps(run: dict, curve: Optional[Tuple[float, float]] = None) -> Tupl
             seconds *= stretch
         elif kv_gbps > 0:
             seconds += j["context_tokens"] * spec.kv_bytes_per_token / (kv_gbps * 1e9)
-        alone[i] = seconds + decode_request_seconds(cfg, sh, 1) * n
+        alone[i] = (seconds + decode_request_seconds(cfg, sh, 1) * n
+                    + combine_spill_seconds(cfg, spec, 1, n, int(j["longest_context"])))
     demand = lf.traced_demand(jobs, specs, [1] * len(jobs), alone)
     start = np.array([j["device_start_s"] for j in jobs])
     end = np.array([j["device_end_s"] for j in jobs])
