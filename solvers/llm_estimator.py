@@ -486,8 +486,8 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     context = spec.prompt_tokens + spec.output_tokens / 2.0
     pre = lookup_batches(p2, bgrid, lgrid, b, spec.prompt_tokens)
     wave = 0.0 if llm is None else decode_wave(llm, spec, share, tp)
-    if wave > 0:  # each batch at its effective context, its n requests' decode progress spread evenly
-        longest = spec.prompt_tokens + spec.output_tokens * b / (b + 1.0)
+    longest = spec.prompt_tokens + spec.output_tokens * b / (b + 1.0)  # mean-value form, progress spread evenly
+    if wave > 0:  # each batch at its effective context
         dec = np.array([lookup(d2, bgrid, lgrid, n, decode_context(context * n, top, n, wave))
                         for n, top in zip(b, longest)])
     else:
@@ -502,8 +502,8 @@ def latency_vectors(spec: LLMSpec, tp: int, share: float, max_batch: int,
     if per_request > 0:
         dec = dec + b * per_request
     if llm.decode_combine_spill_s > 0:  # at the mean-value longest context, as the effective context
-        top = np.ceil(spec.prompt_tokens + spec.output_tokens * b / (b + 1.0))
-        dec = dec + np.array([combine_spill_seconds(llm, spec, tp, int(n), int(t)) for n, t in zip(b, top)])
+        dec = dec + np.array([combine_spill_seconds(llm, spec, tp, int(n), int(np.ceil(top)))
+                              for n, top in zip(b, longest)])
     if decode_host > 0:
         dec = dec + decode_host
     if llm.decode_kv_gbps > 0 and stretch == 0:

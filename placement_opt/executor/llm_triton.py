@@ -41,7 +41,7 @@ except ImportError:  # no Triton: the decoder keeps its gather path
 
 # the attention's rules live with the simulator, which times them (its combine spill)
 from placement_opt.simulate.meshsim import ATTENTION_TILE as TILE  # tokens per attention iteration
-from placement_opt.simulate.meshsim import COMBINE_WARPS, attention_pads, attention_splits
+from placement_opt.simulate.meshsim import COMBINE_WARPS, attention_pads, attention_splits, power_of_two_at_least
 
 LOG2E = 1.4426950408889634
 
@@ -54,10 +54,6 @@ def available() -> bool:
 def supported(head_dim: int) -> bool:
     """Whether the kernels serve this head size (``tl.dot`` needs at least 16 columns)."""
     return available() and head_dim >= 16
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 if triton is not None:
@@ -198,7 +194,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm of the rows of ``x`` [rows, n] (contiguous) with ``weight`` [n], in fp32, one kernel."""
     out = torch.empty_like(x)
     n = x.shape[-1]
-    block = _pow2(n)
+    block = power_of_two_at_least(n)
     _rms_norm_kernel[(x.numel() // n,)](x, weight, out, n, eps, BLOCK=block, num_warps=8 if block >= 4096 else 4)
     return out
 
@@ -207,7 +203,7 @@ def silu_mul(y: torch.Tensor) -> torch.Tensor:
     """``silu(gate) * up`` of the fused product ``y`` [rows, 2 x ffn] (gate columns first)."""
     rows, cols = y.shape[0], y.shape[1] // 2
     out = torch.empty((rows, cols), device=y.device, dtype=y.dtype)
-    block = min(1024, _pow2(cols))
+    block = min(1024, power_of_two_at_least(cols))
     _silu_mul_kernel[(rows, triton.cdiv(cols, block))](y, out, cols, BLOCK=block, num_warps=4)
     return out
 
@@ -222,7 +218,7 @@ def rope_write(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: i
     half = pool.shape[-1] // 2
     q = torch.empty((batch, heads, 2 * half), device=qkv.device, dtype=qkv.dtype)
     _rope_write_kernel[(batch, heads + kv_heads)](qkv, cos, sin, q, pool, write_units, offs, batch, heads, kv_heads,
-                                                  HALF=half, HALFP=_pow2(half), BLOCK_TOK=pool.shape[1],
+                                                  HALF=half, HALFP=power_of_two_at_least(half), BLOCK_TOK=pool.shape[1],
                                                   num_warps=1)
     return q
 
@@ -249,5 +245,5 @@ def paged_attention(q: torch.Tensor, pool: torch.Tensor, read_units: torch.Tenso
         IEEE=q.dtype == torch.float32, num_warps=4)
     if splits > 1:
         _combine_kernel[(batch, kv_heads)](part, ml, out, kv_heads, group, splits, GP=gp, HD=hd, HDP=hdp,
-                                           SP=_pow2(splits), num_warps=COMBINE_WARPS)
+                                           SP=power_of_two_at_least(splits), num_warps=COMBINE_WARPS)
     return out
